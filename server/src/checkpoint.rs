@@ -1,0 +1,1 @@
+//! Checkpoints of the working tree into git, through a private index.

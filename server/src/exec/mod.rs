@@ -1,0 +1,1 @@
+//! Side effects: the only place that touches the world (files and processes).

@@ -1,0 +1,1 @@
+//! The language server: a thin protocol layer over `control`.
