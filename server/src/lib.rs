@@ -3,7 +3,9 @@
 //! The engine (`control` and the modules it drives) knows nothing of LSP; `lsp` is a thin
 //! protocol layer over `control`. See `docs/architecture.md` for the map and invariants.
 
+pub mod agent;
 pub mod checkpoint;
+pub mod control;
 pub mod exec;
 pub mod lsp;
 pub mod reconcile;

@@ -1,9 +1,23 @@
 //! The shared task state: the one object both the agent side and the human side read and write.
+//!
+//! It lives in `<git dir>/rein/tasks/<id>/state.json` (the per-worktree git dir, so it is never
+//! committed and never shows in `git status`), beside an append-only `events.jsonl` journal;
+//! `<git dir>/rein/current` names the active task. Writes are atomic (temp file, fsync,
+//! rename). A human may edit `plan` and `constraints` in the file by hand: the edit is taken
+//! only if it parses, validates and was made against the current `version` (an optimistic
+//! lock); otherwise it is refused with a message, the last good state is put back and the
+//! refused text is kept beside it as `state.rejected.json`, so nothing is lost.
 
+use std::collections::{BTreeMap, HashSet};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Who made a change or holds control of a step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Author {
     /// The agent, acting through the engine.
@@ -19,5 +33,847 @@ impl Author {
             Author::Agent => "agent",
             Author::Human => "human",
         }
+    }
+}
+
+/// The whole task state, as persisted in `state.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskState {
+    /// Increments on every change; a hand edit must carry the version it was made against.
+    pub version: u64,
+    /// What the task is.
+    pub task: TaskInfo,
+    /// Where the run is.
+    pub status: Status,
+    /// Who holds control, since when, and why.
+    pub control: Control,
+    /// Repo-relative paths the human holds: the agent's writes to them are held back.
+    #[serde(default)]
+    pub held_files: Vec<String>,
+    /// The agent's plan; the human may edit it by hand.
+    #[serde(default)]
+    pub plan: Vec<PlanItem>,
+    /// Every step taken so far, by either side.
+    #[serde(default)]
+    pub steps: Vec<Step>,
+    /// Corrections for the agent; the human may add to them by hand.
+    #[serde(default)]
+    pub constraints: Vec<Constraint>,
+    /// Open questions waiting for the human.
+    #[serde(default)]
+    pub decisions: Vec<Decision>,
+    /// The newest checkpoint written after an agent step.
+    #[serde(default)]
+    pub last_agent_checkpoint: Option<String>,
+    /// Changes the human made during the task, as found by reconcile.
+    #[serde(default)]
+    pub human_changes: Vec<HumanChange>,
+    /// Why the run is not running (paused, awaiting a decision, handed over, ended).
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+    /// How many agent moves have completed; a restarted agent resumes after them.
+    #[serde(default)]
+    pub agent_moves: u32,
+    /// How many moves the agent says are left, when it knows (for progress).
+    #[serde(default)]
+    pub remaining_moves: Option<u32>,
+    /// The user's HEAD when Rein last looked, to report a moved HEAD on reconcile.
+    #[serde(default)]
+    pub head: Option<String>,
+    /// Lines the human wrote, per file: an agent change that removes one needs approval.
+    #[serde(default)]
+    pub protected_lines: BTreeMap<String, Vec<String>>,
+    /// The agent's closing summary once it finished.
+    #[serde(default)]
+    pub summary: Option<String>,
+}
+
+/// The task's identity and goal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskInfo {
+    /// Task id, also the name of its directory and checkpoint ref.
+    pub id: String,
+    /// What the user asked for.
+    pub goal: String,
+    /// The user's HEAD commit when the task started (None in a repo with no commits).
+    pub base: Option<String>,
+    /// How to build the agent again after a restart.
+    #[serde(default)]
+    pub agent: serde_json::Value,
+    /// When the task started (RFC 3339).
+    pub started: String,
+}
+
+/// The run's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The agent is working.
+    Running,
+    /// Frozen with everything kept; resume continues unchanged.
+    Paused,
+    /// Stopped until the human answers an open decision.
+    AwaitingDecision,
+    /// The human holds control.
+    Human,
+    /// Stopped and discarded on the user's word.
+    Aborted,
+    /// The agent finished.
+    Done,
+    /// The run ended on an error it cannot recover from.
+    Failed,
+}
+
+impl Status {
+    /// True once the task can no longer continue.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Aborted | Status::Done | Status::Failed)
+    }
+
+    /// The snake_case name used in the file and in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Running => "running",
+            Status::Paused => "paused",
+            Status::AwaitingDecision => "awaiting_decision",
+            Status::Human => "human",
+            Status::Aborted => "aborted",
+            Status::Done => "done",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+/// Who may act.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Holder {
+    /// The agent may take steps.
+    Agent,
+    /// The human has taken over; the agent takes no steps.
+    Human,
+    /// Nobody: the task has ended.
+    None,
+}
+
+/// The explicit record of who holds control.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Control {
+    /// Who holds control now.
+    pub holder: Holder,
+    /// Since when (RFC 3339).
+    pub since: String,
+    /// Why control moved there.
+    pub reason: String,
+}
+
+/// One item of the agent's plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanItem {
+    /// Stable id (`p1`, `p2`, …); filled in by Rein when a hand edit leaves it empty.
+    #[serde(default)]
+    pub id: String,
+    /// What to do.
+    pub text: String,
+    /// Progress of this item.
+    #[serde(default)]
+    pub status: PlanStatus,
+}
+
+/// Progress of a plan item.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PlanStatus {
+    /// Not started.
+    #[default]
+    Pending,
+    /// Being worked on.
+    Active,
+    /// Finished.
+    Done,
+    /// Dropped.
+    Skipped,
+}
+
+/// One step taken by either side.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Step {
+    /// Step number, from 1.
+    pub n: u32,
+    /// What was done, in one line.
+    pub action: String,
+    /// Who did it.
+    pub author: Author,
+    /// The checkpoint taken at the end of the step.
+    pub checkpoint: Option<String>,
+    /// How the step ended.
+    pub status: StepStatus,
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// Completed and checkpointed.
+    Done,
+    /// Ran but its action failed (the agent is told why).
+    Failed,
+    /// Skipped on the human's word.
+    Skipped,
+    /// Cut short by an interrupt and rolled back to the previous checkpoint.
+    RolledBack,
+}
+
+/// A correction for the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Constraint {
+    /// Stable id (`c1`, `c2`, …); filled in by Rein when a hand edit leaves it empty.
+    #[serde(default)]
+    pub id: String,
+    /// The correction, in the user's words.
+    pub text: String,
+    /// Where it came from.
+    #[serde(default = "ConstraintSource::human")]
+    pub source: ConstraintSource,
+    /// The line it is about, for steer comments and steers about a selection.
+    #[serde(default)]
+    pub location: Option<Location>,
+    /// Whether the agent has been given it yet.
+    #[serde(default)]
+    pub status: ConstraintStatus,
+    /// The step before which it was delivered.
+    #[serde(default)]
+    pub delivered_at_step: Option<u32>,
+}
+
+/// Where a constraint came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ConstraintSource {
+    /// A steer command.
+    Command,
+    /// A `rein:` comment in the code.
+    Comment,
+    /// Written into the state file by hand.
+    Human,
+}
+
+impl ConstraintSource {
+    fn human() -> Self {
+        ConstraintSource::Human
+    }
+}
+
+/// Whether a constraint reached the agent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ConstraintStatus {
+    /// Waiting for the next step boundary.
+    #[default]
+    Queued,
+    /// Given to the agent.
+    Delivered,
+}
+
+/// A place in the working tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Location {
+    /// Repo-relative path.
+    pub path: String,
+    /// 0-based line.
+    pub line: u32,
+    /// 0-based last line, for a selection spanning lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_line: Option<u32>,
+}
+
+/// An open question for the human.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// Id to answer it by (`d1`, …).
+    pub id: String,
+    /// What sort of question it is.
+    pub kind: DecisionKind,
+    /// The question, in one or two sentences.
+    pub question: String,
+    /// The answers it takes (a `question` decision also takes free text).
+    pub options: Vec<String>,
+    /// Supporting facts: the command, both versions of a conflict, the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The file it is about, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// What sort of question a decision is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// A command the policy does not allow on its own.
+    ApproveCommand,
+    /// The agent's write overlaps the human's change to the same lines.
+    MergeConflict,
+    /// The agent's write would change lines the human wrote.
+    ProtectedLines,
+    /// The agent's next action needs a file the human holds.
+    HeldFile,
+    /// The agent asked the human something.
+    Question,
+}
+
+/// A change the human made to one file during the task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HumanChange {
+    /// Repo-relative path.
+    pub path: String,
+    /// added, modified or deleted.
+    pub kind: String,
+    /// The checkpoint that recorded it.
+    pub checkpoint: Option<String>,
+    /// The step it was found at.
+    pub at_step: u32,
+    /// Lines added.
+    pub added: usize,
+    /// Lines removed.
+    pub removed: usize,
+}
+
+/// Why reading, writing or editing the state file failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The file system refused.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A state file on disk does not parse.
+    #[error("{path} is not a valid Rein state file: {why}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// The parser's words.
+        why: String,
+    },
+    /// A hand edit was refused; the last good state was put back.
+    #[error("your edit of {path} was not taken: {why}. The last good state is back in place and your text is saved in {rejected}; edit the current file again (keep its \"version\").")]
+    RejectedEdit {
+        /// The state file.
+        path: PathBuf,
+        /// What was wrong.
+        why: String,
+        /// Where the refused text was saved.
+        rejected: PathBuf,
+    },
+    /// No task with that id.
+    #[error("no Rein task {0} in this repository")]
+    NoSuchTask(String),
+}
+
+/// What a hand edit changed, once taken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandEdit {
+    /// True if the plan changed.
+    pub plan: bool,
+    /// Ids of constraints added by the edit.
+    pub new_constraints: Vec<String>,
+}
+
+/// The state of one task together with the files that hold it.
+#[derive(Debug)]
+pub struct StateStore {
+    dir: PathBuf,
+    state: TaskState,
+    written: Vec<u8>,
+}
+
+/// The current time as RFC 3339, for `since` and journal entries.
+pub fn now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// The JSON Schema of `state.json`.
+pub fn schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(TaskState)).expect("a schema always serializes")
+}
+
+fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StateError + 'a {
+    move |source| StateError::Io {
+        action,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Writes `bytes` to `path` atomically: a crash leaves either the old or the new file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
+    let tmp = path.with_extension("tmp");
+    let mut f = fs::File::create(&tmp).map_err(io("create", &tmp))?;
+    f.write_all(bytes).map_err(io("write", &tmp))?;
+    f.sync_all().map_err(io("sync", &tmp))?;
+    fs::rename(&tmp, path).map_err(io("rename into", path))?;
+    if let Some(parent) = path.parent() {
+        // The rename is durable only once the directory entry is.
+        if let Ok(d) = fs::File::open(parent) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+impl StateStore {
+    /// The directory that holds every task of a repository.
+    pub fn rein_dir(git_dir: &Path) -> PathBuf {
+        git_dir.join("rein")
+    }
+
+    /// Writes a new task's files and makes it the current task.
+    pub fn create(git_dir: &Path, state: TaskState) -> Result<Self, StateError> {
+        let dir = Self::rein_dir(git_dir).join("tasks").join(&state.task.id);
+        fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+        let mut store = StateStore {
+            dir,
+            state,
+            written: Vec::new(),
+        };
+        store.write()?;
+        let current = Self::rein_dir(git_dir).join("current");
+        write_atomic(&current, store.state.task.id.as_bytes())?;
+        Ok(store)
+    }
+
+    /// Opens an existing task.
+    pub fn open(git_dir: &Path, id: &str) -> Result<Self, StateError> {
+        if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') {
+            return Err(StateError::NoSuchTask(id.to_owned()));
+        }
+        let dir = Self::rein_dir(git_dir).join("tasks").join(id);
+        let path = dir.join("state.json");
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StateError::NoSuchTask(id.to_owned()))
+            }
+            Err(e) => return Err(io("read", &path)(e)),
+        };
+        let state: TaskState = serde_json::from_slice(&bytes).map_err(|e| StateError::Corrupt {
+            path: path.clone(),
+            why: e.to_string(),
+        })?;
+        Ok(StateStore {
+            dir,
+            state,
+            written: bytes,
+        })
+    }
+
+    /// The id of the current task, if any.
+    pub fn current(git_dir: &Path) -> Result<Option<String>, StateError> {
+        let path = Self::rein_dir(git_dir).join("current");
+        match fs::read_to_string(&path) {
+            Ok(s) if !s.trim().is_empty() => Ok(Some(s.trim().to_owned())),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("read", &path)(e)),
+        }
+    }
+
+    /// The state as last written or taken.
+    pub fn state(&self) -> &TaskState {
+        &self.state
+    }
+
+    /// The path of `state.json`.
+    pub fn path(&self) -> PathBuf {
+        self.dir.join("state.json")
+    }
+
+    /// The task's directory (state, journal, private index).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Applies `change`, bumps the version and writes the file. A pending hand edit is taken
+    /// (or refused) first, so the engine never writes over what the human typed.
+    pub fn update(
+        &mut self,
+        change: impl FnOnce(&mut TaskState),
+    ) -> Result<Option<HandEdit>, StateError> {
+        let taken = self.sync_from_disk();
+        change(&mut self.state);
+        self.state.version += 1;
+        self.write()?;
+        taken
+    }
+
+    /// Takes a hand edit of the file, if there is one. Returns what it changed, or an error
+    /// naming why it was refused (the last good state is then back on disk).
+    pub fn sync_from_disk(&mut self) -> Result<Option<HandEdit>, StateError> {
+        let path = self.path();
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.write()?;
+                return Ok(None);
+            }
+            Err(e) => return Err(io("read", &path)(e)),
+        };
+        if bytes == self.written {
+            return Ok(None);
+        }
+        match parse_hand_edit(&self.state, &bytes) {
+            Ok((next, edit)) => {
+                self.state = next;
+                self.state.version += 1;
+                self.write()?;
+                self.journal(
+                    "hand_edit",
+                    serde_json::json!({"plan": edit.plan, "newConstraints": edit.new_constraints}),
+                )?;
+                Ok(Some(edit))
+            }
+            Err(why) => {
+                let rejected = self.dir.join("state.rejected.json");
+                write_atomic(&rejected, &bytes)?;
+                self.write()?;
+                self.journal("hand_edit_rejected", serde_json::json!({ "why": why }))?;
+                Err(StateError::RejectedEdit {
+                    path,
+                    why,
+                    rejected,
+                })
+            }
+        }
+    }
+
+    /// Appends one entry to `events.jsonl`.
+    pub fn journal(&self, event: &str, detail: serde_json::Value) -> Result<(), StateError> {
+        let path = self.dir.join("events.jsonl");
+        let line = serde_json::json!({
+            "at": now(),
+            "version": self.state.version,
+            "event": event,
+            "detail": detail,
+        });
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io("open", &path))?;
+        let mut text = line.to_string();
+        text.push('\n');
+        f.write_all(text.as_bytes()).map_err(io("append to", &path))
+    }
+
+    fn write(&mut self) -> Result<(), StateError> {
+        let mut bytes =
+            serde_json::to_vec_pretty(&self.state).expect("the state always serializes");
+        bytes.push(b'\n');
+        write_atomic(&self.path(), &bytes)?;
+        self.written = bytes;
+        Ok(())
+    }
+}
+
+/// Checks a hand-edited file against the current state: only `plan` and `constraints` may
+/// change, and only against the current version.
+fn parse_hand_edit(current: &TaskState, bytes: &[u8]) -> Result<(TaskState, HandEdit), String> {
+    let mut edited: TaskState = serde_json::from_slice(bytes)
+        .map_err(|e| format!("it is not valid JSON for a Rein state ({e})"))?;
+    if edited.version != current.version {
+        return Err(format!(
+            "it was made against version {} but the state is at version {} (a stale copy); \
+             changes are never merged blindly",
+            edited.version, current.version
+        ));
+    }
+    let mut expected = edited.clone();
+    expected.plan = current.plan.clone();
+    expected.constraints = current.constraints.clone();
+    if &expected != current {
+        return Err(
+            "only \"plan\" and \"constraints\" may be edited by hand; the engine owns the rest"
+                .to_owned(),
+        );
+    }
+    let known: BTreeMap<&str, &Constraint> = current
+        .constraints
+        .iter()
+        .map(|c| (c.id.as_str(), c))
+        .collect();
+    let mut seen = HashSet::new();
+    let mut next_c = next_number(current.constraints.iter().map(|c| c.id.as_str()), 'c');
+    let mut new_constraints = Vec::new();
+    for c in &mut edited.constraints {
+        if c.text.trim().is_empty() {
+            return Err("a constraint has empty \"text\"".to_owned());
+        }
+        if c.id.is_empty() {
+            c.id = format!("c{next_c}");
+            next_c += 1;
+        }
+        if !seen.insert(c.id.clone()) {
+            return Err(format!("constraint id {} appears twice", c.id));
+        }
+        match known.get(c.id.as_str()) {
+            Some(old) if old.status == ConstraintStatus::Delivered && *old != c => {
+                return Err(format!(
+                    "constraint {} was already delivered to the agent at step {}; add a new one instead of changing it",
+                    c.id,
+                    old.delivered_at_step.unwrap_or(0)
+                ));
+            }
+            Some(_) => {}
+            None => {
+                if c.status != ConstraintStatus::Queued || c.delivered_at_step.is_some() {
+                    return Err(format!(
+                        "new constraint {} must be \"queued\": only the engine delivers constraints",
+                        c.id
+                    ));
+                }
+                new_constraints.push(c.id.clone());
+            }
+        }
+    }
+    for old in &current.constraints {
+        if old.status == ConstraintStatus::Delivered && !seen.contains(&old.id) {
+            return Err(format!(
+                "constraint {} was already delivered and cannot be removed",
+                old.id
+            ));
+        }
+    }
+    let mut seen = HashSet::new();
+    let mut next_p = next_number(current.plan.iter().map(|p| p.id.as_str()), 'p');
+    for p in &mut edited.plan {
+        if p.text.trim().is_empty() {
+            return Err("a plan item has empty \"text\"".to_owned());
+        }
+        if p.id.is_empty() {
+            p.id = format!("p{next_p}");
+            next_p += 1;
+        }
+        if !seen.insert(p.id.clone()) {
+            return Err(format!("plan item id {} appears twice", p.id));
+        }
+    }
+    let edit = HandEdit {
+        plan: edited.plan != current.plan,
+        new_constraints,
+    };
+    Ok((edited, edit))
+}
+
+/// The next free number for ids like `c3` or `p7`.
+pub fn next_number<'a>(ids: impl Iterator<Item = &'a str>, prefix: char) -> u32 {
+    ids.filter_map(|id| id.strip_prefix(prefix)?.parse::<u32>().ok())
+        .max()
+        .map_or(1, |n| n + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> TaskState {
+        TaskState {
+            version: 1,
+            task: TaskInfo {
+                id: "t1".into(),
+                goal: "fix it".into(),
+                base: None,
+                agent: serde_json::Value::Null,
+                started: now(),
+            },
+            status: Status::Running,
+            control: Control {
+                holder: Holder::Agent,
+                since: now(),
+                reason: "started".into(),
+            },
+            held_files: vec![],
+            plan: vec![PlanItem {
+                id: "p1".into(),
+                text: "read".into(),
+                status: PlanStatus::Pending,
+            }],
+            steps: vec![],
+            constraints: vec![],
+            decisions: vec![],
+            last_agent_checkpoint: None,
+            human_changes: vec![],
+            stop_reason: None,
+            agent_moves: 0,
+            remaining_moves: None,
+            head: None,
+            protected_lines: BTreeMap::new(),
+            summary: None,
+        }
+    }
+
+    fn edit_file(store: &StateStore, f: impl FnOnce(&mut serde_json::Value)) {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&fs::read(store.path()).unwrap()).unwrap();
+        f(&mut v);
+        fs::write(store.path(), serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn create_open_round_trip_and_current() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::create(dir.path(), sample()).unwrap();
+        assert_eq!(
+            StateStore::current(dir.path()).unwrap().as_deref(),
+            Some("t1")
+        );
+        let again = StateStore::open(dir.path(), "t1").unwrap();
+        assert_eq!(again.state(), store.state());
+        assert!(matches!(
+            StateStore::open(dir.path(), "../x"),
+            Err(StateError::NoSuchTask(_))
+        ));
+    }
+
+    #[test]
+    fn update_bumps_version_and_journals() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateStore::create(dir.path(), sample()).unwrap();
+        store.update(|s| s.status = Status::Paused).unwrap();
+        assert_eq!(store.state().version, 2);
+        store.journal("paused", serde_json::json!({})).unwrap();
+        let on_disk = StateStore::open(dir.path(), "t1").unwrap();
+        assert_eq!(on_disk.state().status, Status::Paused);
+        let journal = fs::read_to_string(store.dir().join("events.jsonl")).unwrap();
+        assert!(journal.contains("\"paused\""));
+    }
+
+    #[test]
+    fn hand_edit_of_plan_and_constraints_is_taken_with_ids_filled_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateStore::create(dir.path(), sample()).unwrap();
+        edit_file(&store, |v| {
+            v["plan"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({"text": "write tests"}));
+            v["constraints"] = serde_json::json!([{"text": "use tabs"}]);
+        });
+        let edit = store.sync_from_disk().unwrap().unwrap();
+        assert!(edit.plan);
+        assert_eq!(edit.new_constraints, vec!["c1".to_owned()]);
+        let s = store.state();
+        assert_eq!(s.version, 2);
+        assert_eq!(s.plan[1].id, "p2");
+        assert_eq!(s.constraints[0].source, ConstraintSource::Human);
+        assert_eq!(s.constraints[0].status, ConstraintStatus::Queued);
+    }
+
+    #[test]
+    fn refused_edits_keep_the_last_good_state_and_the_text() {
+        type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+        let cases: Vec<(&str, Edit)> = vec![
+            ("stale", Box::new(|v| v["version"] = 0.into())),
+            ("status", Box::new(|v| v["status"] = "done".into())),
+            (
+                "holder",
+                Box::new(|v| v["control"]["holder"] = "none".into()),
+            ),
+            ("empty text", Box::new(|v| v["plan"][0]["text"] = "".into())),
+            (
+                "dup ids",
+                Box::new(|v| {
+                    v["plan"] = serde_json::json!([{"id":"p1","text":"a"},{"id":"p1","text":"b"}])
+                }),
+            ),
+            (
+                "delivered",
+                Box::new(|v| {
+                    v["constraints"] =
+                        serde_json::json!([{"text":"x","status":"delivered","deliveredAtStep":1}])
+                }),
+            ),
+            (
+                "bad enum",
+                Box::new(|v| v["plan"][0]["status"] = "half".into()),
+            ),
+        ];
+        for (name, f) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let mut store = StateStore::create(dir.path(), sample()).unwrap();
+            let before = store.state().clone();
+            edit_file(&store, f);
+            let err = store.sync_from_disk().unwrap_err();
+            assert!(
+                matches!(err, StateError::RejectedEdit { .. }),
+                "{name}: {err}"
+            );
+            assert_eq!(store.state(), &before, "{name}");
+            let back = StateStore::open(dir.path(), "t1").unwrap();
+            assert_eq!(back.state(), &before, "{name}: file restored");
+            assert!(store.dir().join("state.rejected.json").exists(), "{name}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateStore::create(dir.path(), sample()).unwrap();
+        fs::write(store.path(), b"{ not json").unwrap();
+        let err = store.sync_from_disk().unwrap_err().to_string();
+        assert!(err.contains("not valid JSON"), "{err}");
+    }
+
+    #[test]
+    fn delivered_constraints_cannot_be_rewritten_or_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sample();
+        s.constraints.push(Constraint {
+            id: "c1".into(),
+            text: "a".into(),
+            source: ConstraintSource::Command,
+            location: None,
+            status: ConstraintStatus::Delivered,
+            delivered_at_step: Some(2),
+        });
+        let mut store = StateStore::create(dir.path(), s).unwrap();
+        edit_file(&store, |v| v["constraints"] = serde_json::json!([]));
+        assert!(store.sync_from_disk().is_err());
+        edit_file(&store, |v| v["constraints"][0]["text"] = "b".into());
+        assert!(store.sync_from_disk().is_err());
+    }
+
+    #[test]
+    fn engine_update_takes_a_pending_hand_edit_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateStore::create(dir.path(), sample()).unwrap();
+        edit_file(&store, |v| {
+            v["constraints"] = serde_json::json!([{"text": "no unsafe"}]);
+        });
+        let taken = store.update(|s| s.status = Status::Paused).unwrap();
+        assert!(taken.is_some());
+        assert_eq!(store.state().constraints.len(), 1);
+        assert_eq!(store.state().status, Status::Paused);
+        assert_eq!(store.state().version, 3);
+    }
+
+    #[test]
+    fn committed_schema_is_current() {
+        let committed = include_str!("../../docs/state.schema.json");
+        let committed: serde_json::Value = serde_json::from_str(committed).unwrap();
+        assert_eq!(
+            committed,
+            schema(),
+            "docs/state.schema.json is stale: run `rein schema > docs/state.schema.json`"
+        );
     }
 }

@@ -1,1 +1,71 @@
 //! Side effects: the only place that touches the world (files and processes).
+//!
+//! Everything the agent asks for arrives here as hostile input. `Sandbox` confines file
+//! access to one working tree, `Policy` decides which shell commands may run without a
+//! human, and `Process` runs a command in its own process group so it can be frozen,
+//! resumed and killed as a whole.
+
+mod policy;
+mod process;
+mod sandbox;
+mod shell;
+
+use std::io;
+
+pub use policy::{Policy, Verdict};
+pub use process::{Output, Process, OUTPUT_CAP};
+pub use sandbox::{Sandbox, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, TEMP_PREFIX};
+
+/// Why touching the world failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The path is unsafe or malformed, so Rein refused to touch it.
+    #[error("path {path:?} refused: {why}")]
+    PathRefused {
+        /// The path as given (shortened if very long).
+        path: String,
+        /// What is wrong with it and what to use instead.
+        why: String,
+    },
+    /// The path names something that is not a regular file (a directory, a FIFO, ...).
+    #[error("{path:?} is {what}, not a regular file; name a regular file instead")]
+    NotAFile {
+        /// The clean repo-relative path.
+        path: String,
+        /// What the path turned out to be, with its article ("a directory").
+        what: &'static str,
+    },
+    /// The operating system refused a file operation inside the working tree.
+    #[error("file operation on {path:?} failed: {source}; check that the path and its permissions are right")]
+    Io {
+        /// The path involved, repo-relative where possible.
+        path: String,
+        /// The underlying OS error.
+        source: io::Error,
+    },
+    /// `sh` could not be started for a command.
+    #[error("cannot start command {cmd:?}: {source}; check that the working directory exists and `sh` is installed")]
+    Spawn {
+        /// The command line.
+        cmd: String,
+        /// The underlying OS error.
+        source: io::Error,
+    },
+    /// Sending a signal to a command's process group failed.
+    #[error("cannot send {1} to process group {0}: {2}; the command may belong to another user")]
+    Signal(i32, nix::sys::signal::Signal, #[source] nix::errno::Errno),
+    /// Waiting for a command to exit failed.
+    #[error("waiting for process {pid} failed: {source}; the command's exit status is lost")]
+    Wait {
+        /// The process id of the command's shell.
+        pid: u32,
+        /// The underlying OS error.
+        source: io::Error,
+    },
+    /// `Process::spawn` was called outside a tokio runtime.
+    #[error("cannot run command {cmd:?}: no tokio runtime is running; call `Process::spawn` from async code")]
+    NoRuntime {
+        /// The command line.
+        cmd: String,
+    },
+}

@@ -1,1 +1,4 @@
 //! The language server: a thin protocol layer over `control`.
+
+pub mod documents;
+pub mod steer;

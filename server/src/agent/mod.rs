@@ -1,0 +1,168 @@
+//! The agent seam: the `Agent` trait the engine drives, the moves an agent can make, and
+//! building an agent from its JSON spec. Agents never touch the world themselves: they
+//! propose moves and the engine carries them out through `exec`.
+
+mod script;
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::time::Duration;
+
+pub use script::ScriptAgent;
+
+/// One move an agent proposes; the engine carries it out as one step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Move {
+    /// Read a file.
+    Read {
+        /// Repo-relative path.
+        path: String,
+    },
+    /// Replace a whole file with content from the agent's memory.
+    Write {
+        /// Repo-relative path.
+        path: String,
+        /// The new content.
+        content: String,
+    },
+    /// Replace one occurrence of `old` with `new`.
+    Edit {
+        /// Repo-relative path.
+        path: String,
+        /// Text to find.
+        old: String,
+        /// Text to put in its place.
+        new: String,
+    },
+    /// Run a shell command in the working tree.
+    Run {
+        /// The command line, run by `sh -c`.
+        cmd: String,
+        /// Kill it after this long.
+        timeout: Option<Duration>,
+        /// The agent declares it cannot be undone (always gated).
+        irreversible: bool,
+    },
+    /// Replace the plan.
+    Plan(Vec<String>),
+    /// Ask the human a question.
+    Ask(String),
+    /// Declare the task finished.
+    Finish(String),
+}
+
+impl Move {
+    /// One line saying what the move does, for step records and progress.
+    pub fn describe(&self) -> String {
+        fn one_line(s: &str) -> String {
+            let line = s.lines().next().unwrap_or("");
+            if line.chars().count() > 80 {
+                format!("{}…", line.chars().take(80).collect::<String>())
+            } else {
+                line.to_owned()
+            }
+        }
+        match self {
+            Move::Read { path } => format!("read {path}"),
+            Move::Write { path, .. } => format!("write {path}"),
+            Move::Edit { path, .. } => format!("edit {path}"),
+            Move::Run { cmd, .. } => format!("run {}", one_line(cmd)),
+            Move::Plan(items) => format!("plan ({} items)", items.len()),
+            Move::Ask(q) => format!("ask: {}", one_line(q)),
+            Move::Finish(s) => format!("finish: {}", one_line(s)),
+        }
+    }
+
+    /// The file the move writes, if any.
+    pub fn target(&self) -> Option<&str> {
+        match self {
+            Move::Write { path, .. } | Move::Edit { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+}
+
+/// What the agent is told before its next move.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    /// The task's goal.
+    pub goal: String,
+    /// The number the next step will have.
+    pub step: u32,
+    /// The plan as it stands (the human may have edited it).
+    pub plan: Vec<String>,
+    /// Every constraint delivered so far.
+    pub constraints: Vec<String>,
+    /// Constraints delivered right now, before this move.
+    pub new_constraints: Vec<String>,
+    /// What the human changed since the agent last acted, when it did (a reconcile report).
+    pub reconcile: Option<String>,
+    /// The outcome of the previous move.
+    pub last_result: Option<Outcome>,
+}
+
+/// The outcome of a move, as the agent sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// Whether the move did what it asked.
+    pub ok: bool,
+    /// What happened: file content, command output, merge notes, the human's answer.
+    pub text: String,
+}
+
+/// Why an agent could not produce a move.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The agent spec is wrong.
+    #[error("bad agent spec: {0}")]
+    Spec(String),
+    /// A script file could not be read or parsed.
+    #[error("cannot use agent script {path}: {why}")]
+    Script {
+        /// The script file.
+        path: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The agent has no more moves but never finished.
+    #[error("the agent ran out of moves without finishing")]
+    Exhausted,
+}
+
+/// A boxed future, so agents stay object-safe.
+pub type MoveFuture<'a> = Pin<Box<dyn Future<Output = Result<Move, AgentError>> + Send + 'a>>;
+
+/// An agent the engine drives one move at a time.
+pub trait Agent: Send {
+    /// Proposes the next move. Must be cancel-safe: the engine drops this future on an
+    /// interrupt, and a later call must then propose the same move again (no move is
+    /// consumed until the future completes).
+    fn next_move<'a>(&'a mut self, ctx: &'a Context) -> MoveFuture<'a>;
+
+    /// How many moves are left, when the agent knows (for progress percentages).
+    fn remaining(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// Builds the agent a spec names. `skip` moves are treated as already made, so an agent
+/// rebuilt after a restart picks up where the last completed step left it.
+pub fn build(
+    spec: &serde_json::Value,
+    root: &Path,
+    skip: u32,
+) -> Result<Box<dyn Agent>, AgentError> {
+    let kind = spec.get("kind").and_then(|k| k.as_str()).ok_or_else(|| {
+        AgentError::Spec(
+            "an agent spec needs \"kind\", e.g. {\"kind\": \"script\", \"plan\": \"plan.json\"}"
+                .into(),
+        )
+    })?;
+    match kind {
+        "script" => Ok(Box::new(ScriptAgent::from_spec(spec, root, skip)?)),
+        other => Err(AgentError::Spec(format!(
+            "unknown agent kind \"{other}\"; this build knows \"script\""
+        ))),
+    }
+}

@@ -1,0 +1,287 @@
+//! The scripted agent: plays a JSON plan of moves, one per step, each after an optional
+//! `think_ms` delay that stands in for a model call (and that an interrupt cuts short).
+//! It is the built-in default used by the demo and the tests.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::{Agent, AgentError, Context, Move, MoveFuture};
+
+/// One scripted move with the delay before it.
+#[derive(Debug, Clone, PartialEq)]
+struct Scripted {
+    think: Duration,
+    mv: Move,
+}
+
+/// An agent that plays a fixed list of moves.
+#[derive(Debug, Clone)]
+pub struct ScriptAgent {
+    steps: Vec<Scripted>,
+    cursor: usize,
+}
+
+impl ScriptAgent {
+    /// Builds from `{"kind": "script", "plan": PATH}` (relative to `root`) or
+    /// `{"kind": "script", "steps": [...]}`, skipping the first `skip` moves.
+    pub fn from_spec(spec: &serde_json::Value, root: &Path, skip: u32) -> Result<Self, AgentError> {
+        let (origin, doc) = if let Some(steps) = spec.get("steps") {
+            (
+                "inline steps".to_owned(),
+                serde_json::json!({ "steps": steps }),
+            )
+        } else if let Some(plan) = spec.get("plan").and_then(|p| p.as_str()) {
+            let path = root.join(plan);
+            let text = std::fs::read_to_string(&path).map_err(|e| AgentError::Script {
+                path: path.display().to_string(),
+                why: e.to_string(),
+            })?;
+            let doc = serde_json::from_str(&text).map_err(|e| AgentError::Script {
+                path: path.display().to_string(),
+                why: format!("not JSON: {e}"),
+            })?;
+            (path.display().to_string(), doc)
+        } else {
+            return Err(AgentError::Spec(
+                "a script agent needs \"plan\" (a JSON file) or \"steps\"".into(),
+            ));
+        };
+        let mut agent =
+            Self::parse(&doc).map_err(|why| AgentError::Script { path: origin, why })?;
+        agent.cursor = (skip as usize).min(agent.steps.len());
+        Ok(agent)
+    }
+
+    /// Parses `{"steps": [...]}`.
+    fn parse(doc: &serde_json::Value) -> Result<Self, String> {
+        let steps = doc
+            .get("steps")
+            .and_then(|s| s.as_array())
+            .ok_or("expected an object with a \"steps\" array")?;
+        let steps = steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| parse_step(s).map_err(|e| format!("step {}: {e}", i + 1)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ScriptAgent { steps, cursor: 0 })
+    }
+}
+
+const ACTIONS: &str = "read, write, edit, run, plan, ask, finish";
+
+fn parse_step(v: &serde_json::Value) -> Result<Scripted, String> {
+    let obj = v
+        .as_object()
+        .ok_or("a step must be an object like {\"read\": \"src/a.rs\"}")?;
+    let think = match obj.get("think_ms") {
+        None => 0,
+        Some(t) => t
+            .as_u64()
+            .ok_or("think_ms must be a whole number of milliseconds")?,
+    };
+    let actions: Vec<&String> = obj.keys().filter(|k| k.as_str() != "think_ms").collect();
+    let [action] = actions.as_slice() else {
+        return Err(format!("a step needs exactly one action of: {ACTIONS}"));
+    };
+    let arg = &obj[action.as_str()];
+    let text = |field: &str, of: &serde_json::Value| -> Result<String, String> {
+        of.get(field)
+            .and_then(|x| x.as_str())
+            .map(str::to_owned)
+            .ok_or(format!("\"{action}\" needs a string \"{field}\""))
+    };
+    let mv = match action.as_str() {
+        "read" => Move::Read {
+            path: arg
+                .as_str()
+                .ok_or("\"read\" takes a path string")?
+                .to_owned(),
+        },
+        "write" => Move::Write {
+            path: text("path", arg)?,
+            content: text("content", arg)?,
+        },
+        "edit" => Move::Edit {
+            path: text("path", arg)?,
+            old: text("old", arg)?,
+            new: text("new", arg)?,
+        },
+        "run" => {
+            let (cmd, timeout, irreversible) = match arg {
+                serde_json::Value::String(s) => (s.clone(), None, false),
+                _ => {
+                    let timeout = match arg.get("timeout_s") {
+                        None => None,
+                        Some(t) => Some(Duration::from_secs_f64(
+                            t.as_f64()
+                                .filter(|t| t.is_finite() && *t > 0.0 && *t < 1e9)
+                                .ok_or("timeout_s must be a positive number of seconds")?,
+                        )),
+                    };
+                    let irreversible = arg
+                        .get("irreversible")
+                        .map(|b| b.as_bool().ok_or("irreversible must be true or false"))
+                        .transpose()?
+                        .unwrap_or(false);
+                    (text("cmd", arg)?, timeout, irreversible)
+                }
+            };
+            Move::Run {
+                cmd,
+                timeout,
+                irreversible,
+            }
+        }
+        "plan" => Move::Plan(
+            arg.as_array()
+                .ok_or("\"plan\" takes a list of strings")?
+                .iter()
+                .map(|x| x.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or("\"plan\" takes a list of strings")?,
+        ),
+        "ask" => Move::Ask(
+            arg.as_str()
+                .ok_or("\"ask\" takes a question string")?
+                .to_owned(),
+        ),
+        "finish" => Move::Finish(
+            arg.as_str()
+                .ok_or("\"finish\" takes a summary string")?
+                .to_owned(),
+        ),
+        other => {
+            return Err(format!(
+                "unknown action \"{other}\"; expected one of: {ACTIONS}"
+            ))
+        }
+    };
+    Ok(Scripted {
+        think: Duration::from_millis(think),
+        mv,
+    })
+}
+
+impl Agent for ScriptAgent {
+    fn next_move<'a>(&'a mut self, _ctx: &'a Context) -> MoveFuture<'a> {
+        Box::pin(async move {
+            let Some(next) = self.steps.get(self.cursor).cloned() else {
+                return Err(AgentError::Exhausted);
+            };
+            if !next.think.is_zero() {
+                tokio::time::sleep(next.think).await;
+            }
+            // Advance only once the move is handed over: a dropped future consumes nothing.
+            self.cursor += 1;
+            Ok(next.mv)
+        })
+    }
+
+    fn remaining(&self) -> Option<u32> {
+        Some((self.steps.len() - self.cursor) as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn agent(steps: serde_json::Value) -> Result<ScriptAgent, AgentError> {
+        ScriptAgent::from_spec(
+            &json!({"kind": "script", "steps": steps}),
+            Path::new("."),
+            0,
+        )
+    }
+
+    #[tokio::test]
+    async fn plays_every_action_in_order() {
+        let mut a = agent(json!([
+            {"plan": ["a", "b"]},
+            {"read": "src/a.rs"},
+            {"write": {"path": "a", "content": "x"}},
+            {"edit": {"path": "a", "old": "x", "new": "y"}},
+            {"run": {"cmd": "true", "timeout_s": 5}},
+            {"run": "ls"},
+            {"ask": "ok?"},
+            {"finish": "done"}
+        ]))
+        .unwrap();
+        let ctx = Context::default();
+        assert_eq!(a.remaining(), Some(8));
+        let mut moves = vec![];
+        while let Ok(m) = a.next_move(&ctx).await {
+            moves.push(m);
+        }
+        assert_eq!(moves.len(), 8);
+        assert_eq!(moves[0], Move::Plan(vec!["a".into(), "b".into()]));
+        assert_eq!(
+            moves[4],
+            Move::Run {
+                cmd: "true".into(),
+                timeout: Some(Duration::from_secs(5)),
+                irreversible: false
+            }
+        );
+        assert_eq!(moves[7], Move::Finish("done".into()));
+        assert!(matches!(
+            a.next_move(&ctx).await,
+            Err(AgentError::Exhausted)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_think_consumes_no_move() {
+        let mut a = agent(json!([{"read": "a", "think_ms": 60000}, {"finish": "f"}])).unwrap();
+        let ctx = Context::default();
+        let cut = tokio::time::timeout(Duration::from_millis(10), a.next_move(&ctx)).await;
+        assert!(cut.is_err());
+        assert_eq!(a.remaining(), Some(2));
+    }
+
+    #[test]
+    fn skip_resumes_after_completed_moves() {
+        let a = ScriptAgent::from_spec(
+            &json!({"kind": "script", "steps": [{"read": "a"}, {"read": "b"}, {"finish": "f"}]}),
+            Path::new("."),
+            2,
+        )
+        .unwrap();
+        assert_eq!(a.remaining(), Some(1));
+    }
+
+    #[test]
+    fn bad_scripts_say_which_step_and_why() {
+        let cases = [
+            (json!([{"jump": 1}]), "step 1: unknown action \"jump\""),
+            (
+                json!([{"read": "a"}, {"read": "a", "write": {}}]),
+                "step 2: a step needs exactly one action",
+            ),
+            (
+                json!([{"write": {"path": "a"}}]),
+                "\"write\" needs a string \"content\"",
+            ),
+            (json!([{"read": "a", "think_ms": -1}]), "think_ms must be"),
+            (
+                json!([{"run": {"cmd": "x", "timeout_s": 0}}]),
+                "timeout_s must be",
+            ),
+            (json!([{"plan": "x"}]), "\"plan\" takes a list"),
+            (json!([7]), "a step must be an object"),
+        ];
+        for (steps, want) in cases {
+            let err = agent(steps).unwrap_err().to_string();
+            assert!(err.contains(want), "{err} should contain {want}");
+        }
+        let err = ScriptAgent::from_spec(
+            &json!({"kind": "script", "plan": "nope.json"}),
+            Path::new("/nonexistent"),
+            0,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("nope.json"), "{err}");
+    }
+}

@@ -1,0 +1,863 @@
+//! The run loop and the only owner of transitions.
+//!
+//! One engine task per running task owns the state, the checkpoints, the agent and every
+//! in-flight side effect. Requests arrive on one channel, in order, and are honoured at the
+//! next step boundary, or at once where the in-flight work is abortable (a think, a command).
+//! Nothing else changes the task state: callers get snapshots through `Notice`s and replies.
+
+mod handover;
+mod moves;
+mod transitions;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+pub use handover::{FileStat, Handover};
+
+use crate::agent::{self, Agent, AgentError, Context, Outcome};
+use crate::checkpoint::{
+    self, CheckpointError, CheckpointInfo, Checkpoints, Overlay, SnapshotMeta,
+};
+use crate::exec::{ExecError, Policy, Process, Sandbox};
+use crate::reconcile::Report;
+use crate::state::{
+    self, Author, ConstraintSource, ConstraintStatus, Control, Holder, Location, StateError,
+    StateStore, Status, Step, StepStatus, TaskInfo, TaskState,
+};
+
+/// Settings of one engine.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Which commands run without asking.
+    pub policy: Policy,
+    /// How long a command gets between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            policy: Policy::default(),
+            kill_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What a caller asks of the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// The current state.
+    State,
+    /// Freeze, keep everything, intend to resume unchanged.
+    Pause,
+    /// Continue after a pause (reconciling what changed meanwhile).
+    Resume,
+    /// A correction delivered before the agent's next move, without stopping.
+    Steer {
+        /// The correction.
+        text: String,
+        /// The code it is about.
+        location: Option<Location>,
+        /// Where it came from.
+        source: ConstraintSource,
+        /// Cut the in-flight step (rolled back to the last checkpoint) first.
+        urgent: bool,
+    },
+    /// Stop and discard the agent's changes (or keep them all with `keep_changes`).
+    Abort {
+        /// Leave the working tree as it is.
+        keep_changes: bool,
+    },
+    /// Control to the human, with a handover.
+    Takeover {
+        /// Why, in the user's words.
+        reason: Option<String>,
+    },
+    /// Control back to the agent, which reconciles first.
+    Handback {
+        /// A note for the agent.
+        note: Option<String>,
+    },
+    /// Answer an open decision.
+    Decide {
+        /// The decision's id.
+        decision_id: String,
+        /// One of its options (free text for a question).
+        choice: String,
+    },
+    /// Hand one human-held file back to the agent.
+    Release {
+        /// Repo-relative path.
+        path: String,
+    },
+    /// Put the working tree back to a checkpoint (the current tree is checkpointed first).
+    Rewind {
+        /// A checkpoint id, abbreviation or `step:N`.
+        checkpoint: String,
+    },
+    /// The human is editing this file: hold back the agent's writes to it.
+    Hold {
+        /// Repo-relative path.
+        path: String,
+    },
+    /// Unsaved editor content of a file (None once saved or closed).
+    Buffer {
+        /// Repo-relative path.
+        path: String,
+        /// The buffer's text.
+        content: Option<Vec<u8>>,
+    },
+    /// Stop the engine; a running task is left paused.
+    Shutdown,
+}
+
+/// What the engine answers.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// The state after the request.
+    State(Box<TaskState>),
+    /// A steer was queued.
+    Steered {
+        /// The new constraint's id.
+        constraint_id: String,
+        /// The state after.
+        state: Box<TaskState>,
+    },
+    /// Control moved to the human.
+    Handover {
+        /// What the human needs to carry on.
+        handover: Box<Handover>,
+        /// The state after.
+        state: Box<TaskState>,
+    },
+    /// Control moved back to the agent.
+    Handback {
+        /// What the human changed.
+        report: Box<Report>,
+        /// The state after.
+        state: Box<TaskState>,
+    },
+}
+
+impl Reply {
+    /// The state carried by any reply.
+    pub fn state(&self) -> &TaskState {
+        match self {
+            Reply::State(s)
+            | Reply::Steered { state: s, .. }
+            | Reply::Handover { state: s, .. }
+            | Reply::Handback { state: s, .. } => s,
+        }
+    }
+}
+
+/// Why a request was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The request is not legal in the current state; the message says what to do instead.
+    #[error("{0}")]
+    NotNow(String),
+    /// The request's arguments are wrong; the message says how.
+    #[error("{0}")]
+    BadArgument(String),
+    /// The state file.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The checkpoint store.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// A file or process operation.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// The agent.
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    /// The engine is no longer running.
+    #[error("the Rein engine has stopped; start or recover the task again")]
+    Gone,
+}
+
+/// How bad a message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// For information.
+    Info,
+    /// Something the user should look at.
+    Warning,
+    /// Something failed.
+    Error,
+}
+
+/// What the engine tells the outside, in the order things happen.
+#[derive(Debug, Clone)]
+pub enum Notice {
+    /// The state changed (sent after every change).
+    State(Box<TaskState>),
+    /// The agent wrote this file (editors reload clean buffers).
+    Wrote {
+        /// Repo-relative path.
+        path: String,
+    },
+    /// Something to show the user.
+    Message {
+        /// How bad.
+        level: Level,
+        /// What happened and what to do.
+        text: String,
+    },
+}
+
+/// Where notices go.
+pub type Notify = Arc<dyn Fn(Notice) + Send + Sync>;
+
+type Responder = oneshot::Sender<Result<Reply, ControlError>>;
+
+struct Envelope {
+    req: Request,
+    reply: Option<Responder>,
+}
+
+/// A cheap handle to a running engine.
+#[derive(Clone, Debug)]
+pub struct Handle {
+    tx: mpsc::UnboundedSender<Envelope>,
+}
+
+impl std::fmt::Debug for Envelope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.req.fmt(f)
+    }
+}
+
+impl Handle {
+    /// Sends a request; the receiver yields the reply once the request has taken effect.
+    pub fn send(&self, req: Request) -> oneshot::Receiver<Result<Reply, ControlError>> {
+        let (tx, rx) = oneshot::channel();
+        if let Err(mpsc::error::SendError(env)) = self.tx.send(Envelope {
+            req,
+            reply: Some(tx),
+        }) {
+            if let Some(r) = env.reply {
+                let _ = r.send(Err(ControlError::Gone));
+            }
+        }
+        rx
+    }
+
+    /// Sends a request and waits for its reply.
+    pub async fn call(&self, req: Request) -> Result<Reply, ControlError> {
+        self.send(req).await.unwrap_or(Err(ControlError::Gone))
+    }
+
+    /// Sends a request whose reply nobody needs (buffer updates).
+    pub fn tell(&self, req: Request) {
+        let _ = self.tx.send(Envelope { req, reply: None });
+    }
+
+    /// True while the engine task runs.
+    pub fn is_alive(&self) -> bool {
+        !self.tx.is_closed()
+    }
+}
+
+/// A move that waits for the human's decision.
+struct Pending {
+    mv: agent::Move,
+    decision: state::Decision,
+    proposal: Option<Vec<u8>>,
+    alternative: Option<Vec<u8>>,
+    choice: Option<String>,
+}
+
+/// Where the engine is when a request arrives.
+enum Phase<'p> {
+    /// At a step boundary or stopped.
+    Idle,
+    /// Waiting for the agent's next move (abortable: the think is dropped).
+    Think,
+    /// Running a command (freezable, killable unless gated).
+    Command { proc: &'p mut Process, gated: bool },
+}
+
+/// What the in-flight work should do after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    /// Cut the in-flight step.
+    Cut,
+    /// Drop the think and ask again (a steer arrived).
+    Rethink,
+    Shutdown,
+}
+
+struct Engine {
+    root: PathBuf,
+    store: StateStore,
+    ckpt: Checkpoints,
+    sandbox: Sandbox,
+    agent: Option<Box<dyn Agent>>,
+    agent_error: Option<String>,
+    cfg: EngineConfig,
+    rx: mpsc::UnboundedReceiver<Envelope>,
+    deferred: VecDeque<Envelope>,
+    notify: Notify,
+    overlay: Overlay,
+    /// The agent's memory of each file: its last read or write.
+    views: HashMap<String, Option<Vec<u8>>>,
+    pending: Option<Pending>,
+    last_result: Option<Outcome>,
+    reconcile_note: Option<String>,
+    /// Constraints delivered for the move being made.
+    delivering: Vec<String>,
+    tip: Option<String>,
+}
+
+fn new_task_id() -> String {
+    let now = std::time::SystemTime::now();
+    let stamp: String = humantime::format_rfc3339_seconds(now)
+        .to_string()
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    let nanos = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{stamp}-{:04x}", (nanos ^ std::process::id()) & 0xffff)
+}
+
+/// Starts a new task on the repository containing `workdir`. Must be called inside a tokio
+/// runtime: the engine runs as a task on it.
+pub fn start(
+    workdir: &Path,
+    goal: &str,
+    agent_spec: serde_json::Value,
+    cfg: EngineConfig,
+    notify: Notify,
+) -> Result<(Handle, TaskState), ControlError> {
+    if goal.trim().is_empty() {
+        return Err(ControlError::BadArgument(
+            "the goal is empty: say what the agent should achieve".into(),
+        ));
+    }
+    let root = checkpoint::workdir_root(workdir)?;
+    let git_dir = checkpoint::git_dir(&root)?;
+    if let Some(id) = StateStore::current(&git_dir)? {
+        if let Ok(old) = StateStore::open(&git_dir, &id) {
+            let status = old.state().status;
+            if !status.is_terminal() {
+                return Err(ControlError::NotNow(format!(
+                    "task {id} is still {} in this repository; resume, finish or abort it before starting another",
+                    status.as_str()
+                )));
+            }
+        }
+    }
+    let agent = agent::build(&agent_spec, &root, 0)?;
+    let base = checkpoint::head_commit(&root)?;
+    let id = new_task_id();
+    let ckpt = Checkpoints::open(&root, &id, base.as_deref())?;
+    let sandbox = Sandbox::new(&root)?;
+    let now = state::now();
+    let initial = TaskState {
+        version: 1,
+        task: TaskInfo {
+            id,
+            goal: goal.trim().to_owned(),
+            base: base.clone(),
+            agent: agent_spec,
+            started: now.clone(),
+        },
+        status: Status::Running,
+        control: Control {
+            holder: Holder::Agent,
+            since: now,
+            reason: "task started".into(),
+        },
+        held_files: Vec::new(),
+        plan: Vec::new(),
+        steps: Vec::new(),
+        constraints: Vec::new(),
+        decisions: Vec::new(),
+        last_agent_checkpoint: None,
+        human_changes: Vec::new(),
+        stop_reason: None,
+        agent_moves: 0,
+        remaining_moves: agent.remaining(),
+        head: base,
+        protected_lines: Default::default(),
+        summary: None,
+    };
+    let store = StateStore::create(&git_dir, initial)?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut engine = Engine::new(
+        root,
+        store,
+        ckpt,
+        sandbox,
+        Some(agent),
+        None,
+        cfg,
+        rx,
+        notify,
+    );
+    // Step 0 records the tree as the user left it, so every later change has an author.
+    let snap = engine.ckpt.snapshot(SnapshotMeta {
+        step: 0,
+        author: Author::Human,
+        action: "working tree at start",
+    })?;
+    engine.tip = Some(snap.id.clone());
+    engine.commit(|s| {
+        s.steps.push(Step {
+            n: 0,
+            action: "working tree at start".into(),
+            author: Author::Human,
+            checkpoint: Some(snap.id),
+            status: StepStatus::Done,
+        })
+    });
+    let state = engine.store.state().clone();
+    journal(
+        &engine.store,
+        "started",
+        serde_json::json!({ "goal": goal }),
+    );
+    tokio::spawn(engine.run());
+    Ok((Handle { tx }, state))
+}
+
+/// Reopens the current task of the repository after a restart: a task that was running is
+/// left paused with reason "interrupted", every completed step intact. None when the
+/// repository has no task.
+pub fn recover(
+    workdir: &Path,
+    cfg: EngineConfig,
+    notify: Notify,
+) -> Result<Option<(Handle, TaskState)>, ControlError> {
+    let root = checkpoint::workdir_root(workdir)?;
+    let git_dir = checkpoint::git_dir(&root)?;
+    let Some(id) = StateStore::current(&git_dir)? else {
+        return Ok(None);
+    };
+    let mut store = StateStore::open(&git_dir, &id)?;
+    let s = store.state().clone();
+    let ckpt = Checkpoints::open(&root, &id, s.task.base.as_deref())?;
+    let sandbox = Sandbox::new(&root)?;
+    let (agent, agent_error) = match agent::build(&s.task.agent, &root, s.agent_moves) {
+        Ok(a) => (Some(a), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    if matches!(s.status, Status::Running | Status::AwaitingDecision) {
+        let last = s.steps.last().map_or(0, |st| st.n);
+        store.update(|st| {
+            st.status = Status::Paused;
+            st.decisions.clear();
+            st.stop_reason = Some(format!(
+                "interrupted: Rein stopped while the task was {}; every step up to {last} is kept. Resume to continue.",
+                s.status.as_str()
+            ));
+        })?;
+        journal(
+            &store,
+            "recovered",
+            serde_json::json!({ "was": s.status.as_str() }),
+        );
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut engine = Engine::new(
+        root,
+        store,
+        ckpt,
+        sandbox,
+        agent,
+        agent_error,
+        cfg,
+        rx,
+        notify,
+    );
+    engine.tip = engine.ckpt.tip()?;
+    let state = engine.store.state().clone();
+    tokio::spawn(engine.run());
+    Ok(Some((Handle { tx }, state)))
+}
+
+/// The current task's state, read without starting an engine.
+pub fn load(workdir: &Path) -> Result<Option<TaskState>, ControlError> {
+    let root = checkpoint::workdir_root(workdir)?;
+    let git_dir = checkpoint::git_dir(&root)?;
+    match StateStore::current(&git_dir)? {
+        Some(id) => Ok(Some(StateStore::open(&git_dir, &id)?.state().clone())),
+        None => Ok(None),
+    }
+}
+
+/// The current task's checkpoints, newest first.
+pub fn log(workdir: &Path) -> Result<Vec<CheckpointInfo>, ControlError> {
+    let Some(s) = load(workdir)? else {
+        return Err(ControlError::NotNow(
+            "there is no Rein task in this repository".into(),
+        ));
+    };
+    let root = checkpoint::workdir_root(workdir)?;
+    let ckpt = Checkpoints::open(&root, &s.task.id, s.task.base.as_deref())?;
+    Ok(ckpt.list()?)
+}
+
+/// Puts the working tree back to a checkpoint of the current task, without an editor. The
+/// tree as it stands is checkpointed first, so nothing is lost. Returns the checkpoint taken
+/// first and the one restored.
+pub fn restore(workdir: &Path, spec: &str) -> Result<(String, String), ControlError> {
+    let Some(s) = load(workdir)? else {
+        return Err(ControlError::NotNow(
+            "there is no Rein task in this repository".into(),
+        ));
+    };
+    let root = checkpoint::workdir_root(workdir)?;
+    let mut ckpt = Checkpoints::open(&root, &s.task.id, s.task.base.as_deref())?;
+    let sandbox = Sandbox::new(&root)?;
+    let target = ckpt.resolve(spec)?;
+    let next = s.steps.last().map_or(1, |st| st.n + 1);
+    let before = ckpt.snapshot(SnapshotMeta {
+        step: next,
+        author: Author::Human,
+        action: "before restore",
+    })?;
+    transitions::restore_tree(&mut ckpt, &sandbox, &target)?;
+    Ok((before.id, target))
+}
+
+fn journal(store: &StateStore, event: &str, detail: serde_json::Value) {
+    if let Err(e) = store.journal(event, detail) {
+        tracing::warn!("cannot append to the task journal: {e}");
+    }
+}
+
+impl Engine {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        root: PathBuf,
+        store: StateStore,
+        ckpt: Checkpoints,
+        sandbox: Sandbox,
+        agent: Option<Box<dyn Agent>>,
+        agent_error: Option<String>,
+        cfg: EngineConfig,
+        rx: mpsc::UnboundedReceiver<Envelope>,
+        notify: Notify,
+    ) -> Self {
+        Engine {
+            root,
+            store,
+            ckpt,
+            sandbox,
+            agent,
+            agent_error,
+            cfg,
+            rx,
+            deferred: VecDeque::new(),
+            notify,
+            overlay: Overlay::new(),
+            views: HashMap::new(),
+            pending: None,
+            last_result: None,
+            reconcile_note: None,
+            delivering: Vec::new(),
+            tip: None,
+        }
+    }
+
+    fn state(&self) -> &TaskState {
+        self.store.state()
+    }
+
+    fn boxed_state(&self) -> Box<TaskState> {
+        Box::new(self.store.state().clone())
+    }
+
+    fn next_n(&self) -> u32 {
+        self.state().steps.last().map_or(1, |s| s.n + 1)
+    }
+
+    fn say(&self, level: Level, text: String) {
+        match level {
+            Level::Error => tracing::error!("{text}"),
+            Level::Warning => tracing::warn!("{text}"),
+            Level::Info => tracing::info!("{text}"),
+        }
+        (self.notify)(Notice::Message { level, text });
+    }
+
+    /// Applies a change to the state, persists it and tells the outside. A pending hand edit
+    /// of the file is taken first; a refused one is reported, never fatal.
+    fn commit(&mut self, change: impl FnOnce(&mut TaskState)) {
+        match self.store.update(change) {
+            Ok(Some(_)) => self.say(Level::Info, "your edit of the task state was taken".into()),
+            Ok(None) => {}
+            Err(e) => self.say(Level::Warning, e.to_string()),
+        }
+        (self.notify)(Notice::State(self.boxed_state()));
+    }
+
+    async fn run(mut self) {
+        loop {
+            while let Some(env) = self
+                .deferred
+                .pop_front()
+                .or_else(|| self.rx.try_recv().ok())
+            {
+                if self.dispatch(env, Phase::Idle) == Flow::Shutdown {
+                    return;
+                }
+            }
+            if self.state().status == Status::Running {
+                if self.step().await == Flow::Shutdown {
+                    return;
+                }
+                continue;
+            }
+            match self.rx.recv().await {
+                Some(env) => {
+                    if self.dispatch(env, Phase::Idle) == Flow::Shutdown {
+                        return;
+                    }
+                }
+                None => {
+                    self.shutdown();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One step: take what the human changed, deliver constraints, think, act, checkpoint.
+    async fn step(&mut self) -> Flow {
+        if let Some(p) = self.pending.take() {
+            return self.continue_pending(p).await;
+        }
+        self.boundary();
+        if self.state().status != Status::Running {
+            return Flow::Continue;
+        }
+        let Some(mut agent) = self.agent.take() else {
+            let why = self
+                .agent_error
+                .clone()
+                .unwrap_or_else(|| "no agent".into());
+            self.stop_on_error(format!("the agent cannot run: {why}"));
+            return Flow::Continue;
+        };
+        let got = loop {
+            let ctx = self.context();
+            let mut think = agent.next_move(&ctx);
+            let flow = loop {
+                tokio::select! {
+                    mv = &mut think => break Ok(mv),
+                    env = self.rx.recv() => match env {
+                        None => break Err(Flow::Shutdown),
+                        Some(env) => match self.dispatch(env, Phase::Think) {
+                            Flow::Continue => continue,
+                            other => break Err(other),
+                        },
+                    },
+                }
+            };
+            drop(think);
+            match flow {
+                Err(Flow::Rethink) => continue,
+                other => break other,
+            }
+        };
+        self.agent = Some(agent);
+        match got {
+            Ok(Ok(mv)) => {
+                self.reconcile_note = None;
+                self.execute(mv).await
+            }
+            Ok(Err(e)) => {
+                self.fail(format!("the agent failed: {e}"));
+                Flow::Continue
+            }
+            Err(Flow::Shutdown) => {
+                self.shutdown();
+                Flow::Shutdown
+            }
+            // Cut: the think was dropped and no move was consumed.
+            Err(_) => Flow::Continue,
+        }
+    }
+
+    /// What the agent is told before its move; delivers queued constraints.
+    fn context(&mut self) -> Context {
+        let n = self.next_n();
+        let queued: Vec<String> = self
+            .state()
+            .constraints
+            .iter()
+            .filter(|c| c.status == ConstraintStatus::Queued)
+            .map(|c| c.id.clone())
+            .collect();
+        if !queued.is_empty() {
+            self.commit(|s| {
+                for c in &mut s.constraints {
+                    if queued.contains(&c.id) {
+                        c.status = ConstraintStatus::Delivered;
+                        c.delivered_at_step = Some(n);
+                    }
+                }
+            });
+            journal(
+                &self.store,
+                "delivered",
+                serde_json::json!({ "constraints": queued, "step": n }),
+            );
+            self.delivering.extend(queued);
+        }
+        let s = self.state();
+        let render = |c: &state::Constraint| match &c.location {
+            Some(l) => format!("{} (about {}:{})", c.text, l.path, l.line + 1),
+            None => c.text.clone(),
+        };
+        Context {
+            goal: s.task.goal.clone(),
+            step: n,
+            plan: s.plan.iter().map(|p| p.text.clone()).collect(),
+            constraints: s
+                .constraints
+                .iter()
+                .filter(|c| c.status == ConstraintStatus::Delivered)
+                .map(render)
+                .collect(),
+            new_constraints: s
+                .constraints
+                .iter()
+                .filter(|c| self.delivering.contains(&c.id))
+                .map(render)
+                .collect(),
+            reconcile: self.reconcile_note.clone(),
+            last_result: self.last_result.clone(),
+        }
+    }
+
+    /// At a step boundary: take hand edits of the state file and record whatever changed in
+    /// the tree since the last checkpoint as the human's (those files become human-held).
+    fn boundary(&mut self) {
+        match self.store.sync_from_disk() {
+            Ok(Some(_)) => {
+                self.say(Level::Info, "your edit of the task state was taken".into());
+                (self.notify)(Notice::State(self.boxed_state()));
+            }
+            Ok(None) => {}
+            Err(e) => self.say(Level::Warning, e.to_string()),
+        }
+        match self.absorb(true, "changed outside the agent") {
+            Ok(Some(report)) => self.add_note(report.markdown()),
+            Ok(None) => {}
+            Err(e) => self.stop_on_error(format!("cannot checkpoint the working tree: {e}")),
+        }
+        if let Some((from, to)) = self.check_head() {
+            self.add_note(format!(
+                "The user's HEAD moved from {} to {}.",
+                from.as_deref().unwrap_or("(none)"),
+                to.as_deref().unwrap_or("(none)")
+            ));
+        }
+    }
+
+    fn add_note(&mut self, note: String) {
+        match &mut self.reconcile_note {
+            Some(n) => {
+                n.push('\n');
+                n.push_str(&note);
+            }
+            None => self.reconcile_note = Some(note),
+        }
+    }
+
+    /// Pauses with the error as the reason: the user can fix the cause and resume.
+    fn stop_on_error(&mut self, why: String) {
+        self.say(Level::Error, why.clone());
+        self.commit(|s| {
+            s.status = Status::Paused;
+            s.stop_reason = Some(format!("stopped on an error: {why}. Fix it and resume."));
+        });
+    }
+
+    fn fail(&mut self, why: String) {
+        self.say(Level::Error, why.clone());
+        self.commit(|s| {
+            s.status = Status::Failed;
+            s.control = Control {
+                holder: Holder::None,
+                since: state::now(),
+                reason: why.clone(),
+            };
+            s.stop_reason = Some(why);
+        });
+    }
+
+    fn shutdown(&mut self) {
+        if matches!(
+            self.state().status,
+            Status::Running | Status::AwaitingDecision
+        ) {
+            self.pending = None;
+            self.commit(|s| {
+                s.status = Status::Paused;
+                s.decisions.clear();
+                s.stop_reason =
+                    Some("interrupted: the server shut down; resume to continue".into());
+            });
+        }
+    }
+
+    /// Records a completed agent step with its checkpoint.
+    fn complete(&mut self, action: String, status: StepStatus, outcome: Outcome) -> Flow {
+        let n = self.next_n();
+        let id = match self.ckpt.snapshot(SnapshotMeta {
+            step: n,
+            author: Author::Agent,
+            action: &action,
+        }) {
+            Ok(snap) => {
+                self.tip = Some(snap.id.clone());
+                Some(snap.id)
+            }
+            Err(e) => {
+                self.say(Level::Error, format!("cannot checkpoint step {n}: {e}"));
+                self.tip.clone()
+            }
+        };
+        let remaining = self.agent.as_ref().and_then(|a| a.remaining());
+        let delivering = std::mem::take(&mut self.delivering);
+        journal(
+            &self.store,
+            "step",
+            serde_json::json!({ "n": n, "action": action, "status": status, "checkpoint": id }),
+        );
+        self.commit(|s| {
+            s.steps.push(Step {
+                n,
+                action,
+                author: Author::Agent,
+                checkpoint: id.clone(),
+                status,
+            });
+            s.last_agent_checkpoint = id;
+            s.agent_moves += 1;
+            s.remaining_moves = remaining;
+            s.decisions.clear();
+            for c in &mut s.constraints {
+                if delivering.contains(&c.id) {
+                    c.delivered_at_step = Some(n);
+                }
+            }
+        });
+        self.last_result = Some(outcome);
+        Flow::Continue
+    }
+}

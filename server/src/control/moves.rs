@@ -1,0 +1,723 @@
+//! Carrying out the agent's moves: reads, writes merged around the human's changes, gated
+//! and interruptible commands, questions; and recording what the human changed meanwhile.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Engine, Flow, Level, Notice, Pending, Phase};
+use crate::agent::{Move, Outcome};
+use crate::checkpoint::{FileChange, SnapshotMeta};
+use crate::exec::{self, Process};
+use crate::reconcile::{verdict, FileReport, Report, Verdict};
+use crate::state::{self, Author, DecisionKind, HumanChange, Status, Step, StepStatus};
+
+/// How much of a file or command output the agent is shown.
+const SHOW_LIMIT: usize = 256 * 1024;
+
+fn shown(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(SHOW_LIMIT)]).into_owned();
+    if bytes.len() > SHOW_LIMIT {
+        format!(
+            "{text}\n[… {} more bytes not shown]",
+            bytes.len() - SHOW_LIMIT
+        )
+    } else {
+        text
+    }
+}
+
+fn ok(text: impl Into<String>) -> Outcome {
+    Outcome {
+        ok: true,
+        text: text.into(),
+    }
+}
+
+fn failed(text: impl Into<String>) -> Outcome {
+    Outcome {
+        ok: false,
+        text: text.into(),
+    }
+}
+
+enum CommandEnd {
+    Exited(Result<exec::Output, exec::ExecError>),
+    TimedOut,
+    Cut,
+    Shutdown,
+}
+
+impl Engine {
+    pub(super) async fn execute(&mut self, mv: Move) -> Flow {
+        let action = mv.describe();
+        match mv {
+            Move::Read { path } => {
+                let outcome = self.read(&path);
+                let status = if outcome.ok {
+                    StepStatus::Done
+                } else {
+                    StepStatus::Failed
+                };
+                self.complete(action, status, outcome)
+            }
+            Move::Write { .. } | Move::Edit { .. } => self.write_move(mv),
+            Move::Run {
+                ref cmd,
+                timeout,
+                irreversible,
+            } => {
+                let verdict = if irreversible {
+                    exec::Verdict::Ask {
+                        reason: "the agent declared it irreversible".into(),
+                        irreversible: true,
+                    }
+                } else {
+                    self.cfg.policy.classify(cmd)
+                };
+                match verdict {
+                    exec::Verdict::Run => {
+                        let cmd = cmd.clone();
+                        self.run_command(action, &cmd, timeout, false).await
+                    }
+                    exec::Verdict::Ask {
+                        reason,
+                        irreversible,
+                    } => {
+                        let question = format!(
+                            "The agent wants to run `{cmd}`{}: {reason}. Approve?",
+                            if irreversible {
+                                ", which cannot be undone"
+                            } else {
+                                ""
+                            }
+                        );
+                        let detail = cmd.clone();
+                        self.ask(
+                            DecisionKind::ApproveCommand,
+                            question,
+                            &["approve", "deny"],
+                            Some(detail),
+                            None,
+                            mv,
+                            None,
+                            None,
+                        )
+                    }
+                }
+            }
+            Move::Plan(items) => {
+                let count = items.len();
+                self.commit(|s| {
+                    s.plan = items
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, text)| state::PlanItem {
+                            id: format!("p{}", i + 1),
+                            text,
+                            status: state::PlanStatus::Pending,
+                        })
+                        .collect();
+                });
+                self.complete(
+                    action,
+                    StepStatus::Done,
+                    ok(format!("plan set ({count} items)")),
+                )
+            }
+            Move::Ask(ref q) => {
+                let question = q.clone();
+                self.ask(
+                    DecisionKind::Question,
+                    question,
+                    &[],
+                    None,
+                    None,
+                    mv,
+                    None,
+                    None,
+                )
+            }
+            Move::Finish(summary) => {
+                self.complete(action, StepStatus::Done, ok("finished"));
+                self.commit(|s| {
+                    s.status = Status::Done;
+                    s.control = state::Control {
+                        holder: state::Holder::None,
+                        since: state::now(),
+                        reason: "the agent finished".into(),
+                    };
+                    s.stop_reason = Some(format!("finished: {summary}"));
+                    s.summary = Some(summary);
+                    for p in &mut s.plan {
+                        if p.status != state::PlanStatus::Skipped {
+                            p.status = state::PlanStatus::Done;
+                        }
+                    }
+                });
+                Flow::Continue
+            }
+        }
+    }
+
+    /// Reads what the human sees: the unsaved buffer if there is one, else the file.
+    fn read(&mut self, raw: &str) -> Outcome {
+        let path = match self.sandbox.check(raw) {
+            Ok(p) => p,
+            Err(e) => return failed(e.to_string()),
+        };
+        let content = match self.overlay.get(&path) {
+            Some(c) => Some(c.clone()),
+            None => match self.sandbox.read(&path) {
+                Ok(c) => c,
+                Err(e) => return failed(e.to_string()),
+            },
+        };
+        let outcome = match &content {
+            Some(c) => ok(shown(c)),
+            None => failed(format!("{path} does not exist")),
+        };
+        self.views.insert(path, content);
+        outcome
+    }
+
+    /// The file as the agent last saw it: its last read or write, else the last agent
+    /// checkpoint, else the tree at the start.
+    fn view_of(&self, path: &str) -> Option<Vec<u8>> {
+        if let Some(v) = self.views.get(path) {
+            return v.clone();
+        }
+        let s = self.state();
+        let at = s
+            .last_agent_checkpoint
+            .clone()
+            .or_else(|| s.steps.first().and_then(|st| st.checkpoint.clone()));
+        at.and_then(|c| self.ckpt.file_at(&c, path).ok().flatten())
+    }
+
+    fn write_move(&mut self, mv: Move) -> Flow {
+        let action = mv.describe();
+        let Some(raw) = mv.target() else {
+            return self.complete(action, StepStatus::Failed, failed("not a write"));
+        };
+        let path = match self.sandbox.check(raw) {
+            Ok(p) => p,
+            Err(e) => return self.complete(action, StepStatus::Failed, failed(e.to_string())),
+        };
+        if self.state().held_files.contains(&path) {
+            return self.ask_held(path, mv);
+        }
+        let disk = match self.sandbox.read(&path) {
+            Ok(d) => d,
+            Err(e) => return self.complete(action, StepStatus::Failed, failed(e.to_string())),
+        };
+        // A file that changed under the agent since the last checkpoint is the human's.
+        let at_tip = self
+            .tip
+            .as_ref()
+            .and_then(|t| self.ckpt.file_at(t, &path).ok().flatten());
+        if disk != at_tip {
+            match self.absorb(true, "changed on disk during the agent's step") {
+                Ok(Some(report)) => self.add_note(report.markdown()),
+                Ok(None) => {}
+                Err(e) => {
+                    self.stop_on_error(format!("cannot checkpoint the working tree: {e}"));
+                    return Flow::Continue;
+                }
+            }
+            if self.state().held_files.contains(&path) {
+                return self.ask_held(path, mv);
+            }
+        }
+        let ours = self.overlay.get(&path).cloned().or(disk);
+        let base = self.view_of(&path);
+        let protected = self
+            .state()
+            .protected_lines
+            .get(&path)
+            .cloned()
+            .unwrap_or_default();
+        let (verdict, memory) = match &mv {
+            Move::Write { content, .. } => (
+                verdict::write(
+                    base.as_deref(),
+                    ours.as_deref(),
+                    content.as_bytes(),
+                    &protected,
+                ),
+                Some(content.as_bytes().to_vec()),
+            ),
+            // The agent remembers its own view with its edit applied, not the merged file.
+            Move::Edit { old, new, .. } => (
+                verdict::edit(base.as_deref(), ours.as_deref(), old, new, &protected),
+                base.as_deref()
+                    .and_then(|b| std::str::from_utf8(b).ok())
+                    .filter(|b| b.matches(old.as_str()).count() == 1)
+                    .map(|b| b.replacen(old.as_str(), new, 1).into_bytes()),
+            ),
+            _ => unreachable!("write_move is only called for writes and edits"),
+        };
+        match verdict {
+            Verdict::Apply(bytes) => {
+                let merged = ours.is_some() && base != ours;
+                self.apply_write(action, &path, bytes, memory, merged)
+            }
+            Verdict::Unchanged => {
+                self.views.insert(path.clone(), ours);
+                self.complete(
+                    action,
+                    StepStatus::Done,
+                    ok(format!("{path} already has this content")),
+                )
+            }
+            Verdict::Conflict {
+                hunks,
+                mine,
+                agents,
+            } => {
+                let mut detail = String::new();
+                for h in &hunks {
+                    detail.push_str(&format!(
+                        "at line {}:\n--- yours\n{}+++ agent's\n{}\n",
+                        h.ours_line, h.ours, h.theirs
+                    ));
+                }
+                let question = format!(
+                    "The agent's change to {path} overlaps lines you changed. Keep yours, take the agent's, or take over?"
+                );
+                self.ask(
+                    DecisionKind::MergeConflict,
+                    question,
+                    &["keep mine", "take agent's", "take over"],
+                    Some(detail),
+                    Some(path),
+                    mv,
+                    Some(mine),
+                    Some(agents),
+                )
+            }
+            Verdict::Protected { lines, proposed } => {
+                let question = format!(
+                    "The agent's change to {path} would change {} line(s) you wrote. Approve?",
+                    lines.len()
+                );
+                self.ask(
+                    DecisionKind::ProtectedLines,
+                    question,
+                    &["approve", "deny"],
+                    Some(lines.join("\n")),
+                    Some(path),
+                    mv,
+                    Some(proposed),
+                    None,
+                )
+            }
+            Verdict::NotFound => self.complete(
+                action,
+                StepStatus::Failed,
+                failed(format!(
+                    "the text to replace is not in {path} as it is now; read it again"
+                )),
+            ),
+            Verdict::Ambiguous(n) => self.complete(
+                action,
+                StepStatus::Failed,
+                failed(format!(
+                    "the text to replace occurs {n} times in {path}; include more context"
+                )),
+            ),
+        }
+    }
+
+    fn apply_write(
+        &mut self,
+        action: String,
+        path: &str,
+        bytes: Vec<u8>,
+        memory: Option<Vec<u8>>,
+        merged: bool,
+    ) -> Flow {
+        if let Err(e) = self.sandbox.write(path, &bytes) {
+            return self.complete(action, StepStatus::Failed, failed(e.to_string()));
+        }
+        self.views
+            .insert(path.to_owned(), Some(memory.unwrap_or(bytes)));
+        (self.notify)(Notice::Wrote {
+            path: path.to_owned(),
+        });
+        let text = if merged {
+            format!("wrote {path}, merged around the human's changes (read it to see them)")
+        } else {
+            format!("wrote {path}")
+        };
+        self.complete(action, StepStatus::Done, ok(text))
+    }
+
+    fn ask_held(&mut self, path: String, mv: Move) -> Flow {
+        let question = format!(
+            "The agent wants to {}, but you hold {path}. Release it to the agent, skip this step, or take over?",
+            mv.describe()
+        );
+        self.ask(
+            DecisionKind::HeldFile,
+            question,
+            &["release", "skip", "take over"],
+            None,
+            Some(path),
+            mv,
+            None,
+            None,
+        )
+    }
+
+    /// Stops the run on a question for the human; the move waits for the answer.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn ask(
+        &mut self,
+        kind: DecisionKind,
+        question: String,
+        options: &[&str],
+        detail: Option<String>,
+        path: Option<String>,
+        mv: Move,
+        proposal: Option<Vec<u8>>,
+        alternative: Option<Vec<u8>>,
+    ) -> Flow {
+        let id = format!("d{}", self.next_n());
+        let decision = state::Decision {
+            id,
+            kind,
+            question: question.clone(),
+            options: options.iter().map(|o| (*o).to_owned()).collect(),
+            detail,
+            path,
+        };
+        let d = decision.clone();
+        self.commit(|s| {
+            s.status = Status::AwaitingDecision;
+            s.decisions = vec![d];
+            s.stop_reason = Some(format!("waiting for your decision: {question}"));
+        });
+        self.pending = Some(Pending {
+            mv,
+            decision,
+            proposal,
+            alternative,
+            choice: None,
+        });
+        Flow::Continue
+    }
+
+    /// Carries out a move once the human has decided.
+    pub(super) async fn continue_pending(&mut self, p: Pending) -> Flow {
+        let Some(choice) = p.choice.clone() else {
+            self.pending = Some(p);
+            return Flow::Continue;
+        };
+        let action = p.mv.describe();
+        let path = p.decision.path.clone().unwrap_or_default();
+        match (p.decision.kind, choice.as_str()) {
+            (DecisionKind::ApproveCommand, "approve") => match &p.mv {
+                Move::Run { cmd, timeout, .. } => {
+                    let cmd = cmd.clone();
+                    self.run_command(action, &cmd, *timeout, true).await
+                }
+                _ => self.complete(action, StepStatus::Failed, failed("not a command")),
+            },
+            (DecisionKind::Question, answer) => {
+                let text = format!("The human answered: {answer}");
+                self.complete(action, StepStatus::Done, ok(text))
+            }
+            (DecisionKind::MergeConflict, "keep mine") => match p.proposal {
+                Some(bytes) => self.apply_write(action, &path, bytes, None, true),
+                None => self.complete(action, StepStatus::Failed, failed("nothing to write")),
+            },
+            (DecisionKind::MergeConflict, "take agent's") => match p.alternative {
+                Some(bytes) => self.apply_write(action, &path, bytes, None, true),
+                None => self.complete(action, StepStatus::Failed, failed("nothing to write")),
+            },
+            (DecisionKind::ProtectedLines, "approve") => match p.proposal {
+                Some(bytes) => self.apply_write(action, &path, bytes, None, false),
+                None => self.complete(action, StepStatus::Failed, failed("nothing to write")),
+            },
+            (DecisionKind::HeldFile, "release") => self.write_move(p.mv),
+            (_, other) => {
+                let text = format!(
+                    "not done: the human chose \"{other}\" for: {}",
+                    p.decision.question
+                );
+                self.complete(action, StepStatus::Skipped, failed(text))
+            }
+        }
+    }
+
+    /// Runs a command in its own process group, answering requests meanwhile: pause freezes
+    /// it, resume thaws it, abort, takeover and an urgent steer kill it and roll the step
+    /// back. A `gated` (approved) command runs to completion before any interrupt lands.
+    async fn run_command(
+        &mut self,
+        action: String,
+        cmd: &str,
+        timeout: Option<Duration>,
+        gated: bool,
+    ) -> Flow {
+        let mut proc = match Process::spawn(&self.root, cmd) {
+            Ok(p) => p,
+            Err(e) => return self.complete(action, StepStatus::Failed, failed(e.to_string())),
+        };
+        let mut deadline = timeout.map(|t| Instant::now() + t);
+        let mut frozen_at: Option<Instant> = None;
+        let end = loop {
+            let sleep = async move {
+                match (deadline, frozen_at) {
+                    (Some(d), None) => tokio::time::sleep_until(d).await,
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                out = proc.wait() => break CommandEnd::Exited(out),
+                _ = sleep => break CommandEnd::TimedOut,
+                env = self.rx.recv() => {
+                    let Some(env) = env else { break CommandEnd::Shutdown };
+                    let before = self.state().status;
+                    let flow = self.dispatch(env, Phase::Command { proc: &mut proc, gated });
+                    let after = self.state().status;
+                    if before == Status::Running && after == Status::Paused {
+                        frozen_at = Some(Instant::now());
+                    }
+                    if before == Status::Paused && after == Status::Running {
+                        // Time spent frozen does not count against the timeout.
+                        if let (Some(d), Some(f)) = (deadline, frozen_at.take()) {
+                            deadline = Some(d + f.elapsed());
+                        }
+                    }
+                    match flow {
+                        Flow::Continue | Flow::Rethink => continue,
+                        Flow::Cut => break CommandEnd::Cut,
+                        Flow::Shutdown => break CommandEnd::Shutdown,
+                    }
+                }
+            }
+        };
+        match end {
+            CommandEnd::Exited(Ok(out)) => {
+                let status = if out.code == Some(0) {
+                    StepStatus::Done
+                } else {
+                    StepStatus::Failed
+                };
+                self.complete(action, status, command_outcome(&out, None))
+            }
+            CommandEnd::Exited(Err(e)) => {
+                self.complete(action, StepStatus::Failed, failed(e.to_string()))
+            }
+            CommandEnd::TimedOut => {
+                let out = proc.terminate(self.cfg.kill_grace).await;
+                let note = format!(
+                    "timed out after {:.0} s and was killed",
+                    timeout.unwrap_or_default().as_secs_f64()
+                );
+                let outcome = match out {
+                    Ok(out) => command_outcome(&out, Some(&note)),
+                    Err(e) => failed(format!("{note}: {e}")),
+                };
+                self.complete(action, StepStatus::Failed, outcome)
+            }
+            CommandEnd::Cut => {
+                if let Err(e) = proc.terminate(self.cfg.kill_grace).await {
+                    self.say(Level::Error, format!("could not kill `{cmd}`: {e}"));
+                }
+                self.roll_back(action)
+            }
+            CommandEnd::Shutdown => {
+                let _ = proc.terminate(self.cfg.kill_grace).await;
+                let flow = self.roll_back(action);
+                self.shutdown();
+                if flow == Flow::Shutdown {
+                    flow
+                } else {
+                    Flow::Shutdown
+                }
+            }
+        }
+    }
+
+    /// Undoes an interrupted step: every file it changed goes back to the last checkpoint,
+    /// except files the human holds.
+    fn roll_back(&mut self, action: String) -> Flow {
+        let Some(tip) = self.tip.clone() else {
+            return self.complete(action, StepStatus::RolledBack, failed("interrupted"));
+        };
+        let held = self.state().held_files.clone();
+        match self.ckpt.diff_worktree(&tip, &Default::default()) {
+            Ok(changes) => {
+                for c in changes.iter().filter(|c| !held.contains(&c.path)) {
+                    let r = match &c.before {
+                        Some(b) => self.sandbox.write(&c.path, b),
+                        None => self.sandbox.remove(&c.path),
+                    };
+                    if let Err(e) = r {
+                        self.say(Level::Error, format!("could not roll back {}: {e}", c.path));
+                    }
+                }
+            }
+            Err(e) => self.say(Level::Error, format!("could not roll back the step: {e}")),
+        }
+        let n = self.next_n();
+        self.complete(
+            action.clone(),
+            StepStatus::RolledBack,
+            failed(format!(
+                "step {n} ({action}) was interrupted by the human and rolled back to the last checkpoint"
+            )),
+        )
+    }
+
+    /// Checkpoints whatever changed since the last checkpoint as the human's change. With
+    /// `hold`, the changed files become human-held.
+    pub(super) fn absorb(
+        &mut self,
+        hold: bool,
+        why: &str,
+    ) -> Result<Option<Report>, crate::checkpoint::CheckpointError> {
+        let n = self.next_n();
+        let prev = self.tip.clone();
+        let snap = self.ckpt.snapshot(SnapshotMeta {
+            step: n,
+            author: Author::Human,
+            action: why,
+        })?;
+        if !snap.created {
+            return Ok(None);
+        }
+        self.tip = Some(snap.id.clone());
+        let changes = match &prev {
+            Some(p) => self.ckpt.diff(p, &snap.id)?,
+            None => Vec::new(),
+        };
+        Ok(Some(self.record_human(
+            n,
+            why,
+            &changes,
+            Some(snap.id),
+            hold,
+        )))
+    }
+
+    /// Records the human's changes: a step, `humanChanges`, protected lines, and holds.
+    pub(super) fn record_human(
+        &mut self,
+        n: u32,
+        why: &str,
+        changes: &[FileChange],
+        checkpoint: Option<String>,
+        hold: bool,
+    ) -> Report {
+        let files: Vec<FileReport> = changes
+            .iter()
+            .map(|c| FileReport::new(c, checkpoint.is_none()))
+            .collect();
+        let protect: Vec<(String, Vec<String>)> = changes
+            .iter()
+            .map(|c| {
+                (
+                    c.path.clone(),
+                    verdict::protectable(c.before.as_deref(), c.after.as_deref()),
+                )
+            })
+            .collect();
+        let paths: Vec<String> = changes.iter().map(|c| c.path.clone()).collect();
+        let summary = if paths.len() > 3 {
+            format!("{}, … ({} files)", paths[..3].join(", "), paths.len())
+        } else {
+            paths.join(", ")
+        };
+        let ck = checkpoint.clone();
+        let reported = files.clone();
+        self.commit(|s| {
+            if ck.is_some() {
+                s.steps.push(Step {
+                    n,
+                    action: format!("{why}: {summary}"),
+                    author: Author::Human,
+                    checkpoint: ck.clone(),
+                    status: StepStatus::Done,
+                });
+            }
+            for f in &reported {
+                s.human_changes.push(HumanChange {
+                    path: f.path.clone(),
+                    kind: serde_json::to_value(f.kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    checkpoint: ck.clone(),
+                    at_step: n,
+                    added: f.added,
+                    removed: f.removed,
+                });
+            }
+            for (p, lines) in protect {
+                let entry = s.protected_lines.entry(p).or_default();
+                for l in lines {
+                    if !entry.contains(&l) {
+                        entry.push(l);
+                    }
+                }
+            }
+            if hold {
+                for p in &paths {
+                    if !s.held_files.contains(p) {
+                        s.held_files.push(p.clone());
+                    }
+                }
+            }
+        });
+        super::journal(
+            &self.store,
+            "human_changes",
+            serde_json::json!({ "files": paths, "checkpoint": checkpoint }),
+        );
+        Report {
+            changes: files,
+            head_moved: None,
+            note: None,
+            checkpoint,
+        }
+    }
+
+    /// Notices a moved HEAD (a commit, checkout or rebase by the user) and records it.
+    pub(super) fn check_head(&mut self) -> Option<(Option<String>, Option<String>)> {
+        let now = crate::checkpoint::head_commit(&self.root).ok()?;
+        let was = self.state().head.clone();
+        if now == was {
+            return None;
+        }
+        let to = now.clone();
+        self.commit(|s| s.head = to);
+        Some((was, now))
+    }
+}
+
+fn command_outcome(out: &exec::Output, note: Option<&str>) -> Outcome {
+    let mut text = String::new();
+    if let Some(n) = note {
+        text.push_str(n);
+        text.push('\n');
+    }
+    match (out.code, out.signal) {
+        (Some(c), _) => text.push_str(&format!("exit code {c}\n")),
+        (None, Some(s)) => text.push_str(&format!("killed by signal {s}\n")),
+        _ => {}
+    }
+    if !out.stdout.is_empty() {
+        text.push_str(&format!("stdout:\n{}\n", out.stdout));
+    }
+    if !out.stderr.is_empty() {
+        text.push_str(&format!("stderr:\n{}\n", out.stderr));
+    }
+    Outcome {
+        ok: out.code == Some(0) && note.is_none(),
+        text,
+    }
+}

@@ -1,0 +1,639 @@
+//! The human's side of control: dispatching requests, and the transitions they cause —
+//! pause, resume, steer, abort, take over, hand back, decide, release, rewind.
+
+use super::{ControlError, Engine, Envelope, Flow, Level, Phase, Reply, Request};
+use crate::checkpoint::{CheckpointError, Checkpoints, Overlay, SnapshotMeta};
+use crate::exec::Sandbox;
+use crate::reconcile::{verdict, FileReport};
+use crate::state::{
+    self, Author, Constraint, ConstraintSource, ConstraintStatus, Control, DecisionKind, Holder,
+    Location, Status, StepStatus,
+};
+
+type Answer = Result<Reply, ControlError>;
+
+fn not_now(msg: impl Into<String>) -> ControlError {
+    ControlError::NotNow(msg.into())
+}
+
+impl Request {
+    /// Requests that cannot land mid-step: the step is cut first (or, when gated, finishes).
+    fn cuts_step(&self) -> bool {
+        matches!(self, Request::Abort { .. } | Request::Takeover { .. })
+    }
+
+    fn interrupts(&self) -> bool {
+        self.cuts_step() || matches!(self, Request::Pause | Request::Steer { urgent: true, .. })
+    }
+}
+
+/// Makes the working tree equal to a checkpoint's tree. Returns how many files changed.
+pub(super) fn restore_tree(
+    ckpt: &mut Checkpoints,
+    sandbox: &Sandbox,
+    target: &str,
+) -> Result<usize, ControlError> {
+    let changes = ckpt.diff_worktree(target, &Overlay::new())?;
+    for c in &changes {
+        match &c.before {
+            Some(b) => sandbox.write(&c.path, b)?,
+            None => sandbox.remove(&c.path)?,
+        }
+    }
+    Ok(changes.len())
+}
+
+impl Engine {
+    /// Handles one request; says what the in-flight work (if any) must do about it.
+    pub(super) fn dispatch(&mut self, env: Envelope, phase: Phase<'_>) -> Flow {
+        let Envelope { req, reply } = env;
+        if let Phase::Command { gated: true, .. } = phase {
+            // An approved irreversible command finishes before any interrupt takes effect.
+            if req.interrupts() {
+                if let Request::Steer {
+                    text,
+                    location,
+                    source,
+                    ..
+                } = req
+                {
+                    self.deferred.push_back(Envelope {
+                        req: Request::Steer {
+                            text,
+                            location,
+                            source,
+                            urgent: false,
+                        },
+                        reply,
+                    });
+                } else {
+                    self.deferred.push_back(Envelope { req, reply });
+                }
+                return Flow::Continue;
+            }
+        }
+        if !matches!(phase, Phase::Idle) && req.cuts_step() {
+            self.deferred.push_front(Envelope { req, reply });
+            return Flow::Cut;
+        }
+        let (answer, flow) = match req {
+            Request::State => (Ok(Reply::State(self.boxed_state())), Flow::Continue),
+            Request::Pause => self.pause(phase),
+            Request::Resume => (self.resume(phase), Flow::Continue),
+            Request::Steer {
+                text,
+                location,
+                source,
+                urgent,
+            } => self.steer(text, location, source, urgent, phase),
+            Request::Abort { keep_changes } => (self.abort(keep_changes), Flow::Continue),
+            Request::Takeover { reason } => (self.takeover(reason), Flow::Continue),
+            Request::Handback { note } => (self.handback(note), Flow::Continue),
+            Request::Decide {
+                decision_id,
+                choice,
+            } => (self.decide(&decision_id, &choice), Flow::Continue),
+            Request::Release { path } => (self.release(&path), Flow::Continue),
+            Request::Rewind { checkpoint } => (self.rewind(&checkpoint), Flow::Continue),
+            Request::Hold { path } => (self.hold(&path), Flow::Continue),
+            Request::Buffer { path, content } => {
+                match self.sandbox.check(&path) {
+                    Ok(p) => match content {
+                        Some(c) => {
+                            self.overlay.insert(p, c);
+                        }
+                        None => {
+                            self.overlay.remove(&p);
+                        }
+                    },
+                    Err(e) => tracing::debug!("buffer outside the tree ignored: {e}"),
+                }
+                (Ok(Reply::State(self.boxed_state())), Flow::Continue)
+            }
+            Request::Shutdown => {
+                self.shutdown();
+                (Ok(Reply::State(self.boxed_state())), Flow::Shutdown)
+            }
+        };
+        if let Some(r) = reply {
+            let _ = r.send(answer);
+        }
+        flow
+    }
+
+    fn ended(&self) -> Option<ControlError> {
+        let s = self.state().status;
+        s.is_terminal().then(|| {
+            not_now(format!(
+                "the task has ended ({}); start a new one with rein.start",
+                s.as_str()
+            ))
+        })
+    }
+
+    fn pause(&mut self, phase: Phase<'_>) -> (Answer, Flow) {
+        if let Some(e) = self.ended() {
+            return (Err(e), Flow::Continue);
+        }
+        let refuse = |m: String| (Err(not_now(m)), Flow::Continue);
+        match self.state().status {
+            Status::Running => {}
+            Status::Paused => return refuse("the task is already paused; resume it with rein.resume".into()),
+            Status::AwaitingDecision => {
+                let q = self.state().decisions.first().map(|d| d.question.clone()).unwrap_or_default();
+                return refuse(format!(
+                    "the agent is already stopped, waiting for your decision: {q} Answer it with rein.decide, or take over"
+                ));
+            }
+            Status::Human => return refuse("you hold control, so there is nothing to pause; hand back with rein.handback when you are done".into()),
+            _ => unreachable!("terminal statuses were refused above"),
+        }
+        let mut reason = "paused by the user".to_owned();
+        let flow = match phase {
+            Phase::Command { proc, .. } => {
+                if let Err(e) = proc.freeze() {
+                    return (Err(e.into()), Flow::Continue);
+                }
+                reason.push_str("; the running command is frozen and resumes where it stopped");
+                Flow::Continue
+            }
+            // The think is dropped; the agent is asked again on resume.
+            Phase::Think => Flow::Cut,
+            Phase::Idle => Flow::Continue,
+        };
+        self.commit(|s| {
+            s.status = Status::Paused;
+            s.stop_reason = Some(reason);
+        });
+        super::journal(&self.store, "paused", serde_json::json!({}));
+        (Ok(Reply::State(self.boxed_state())), flow)
+    }
+
+    fn resume(&mut self, phase: Phase<'_>) -> Answer {
+        if let Some(e) = self.ended() {
+            return Err(e);
+        }
+        match self.state().status {
+            Status::Paused => {}
+            Status::Running => return Err(not_now("the task is already running")),
+            Status::AwaitingDecision => {
+                return Err(not_now(
+                    "the agent is waiting for your decision; answer it with rein.decide",
+                ))
+            }
+            Status::Human => {
+                return Err(not_now("you hold control; give it back with rein.handback"))
+            }
+            _ => unreachable!("terminal statuses were refused above"),
+        }
+        if self.agent.is_none() && self.pending.is_none() {
+            let why = self
+                .agent_error
+                .clone()
+                .unwrap_or_else(|| "no agent".into());
+            return Err(not_now(format!("cannot resume: the agent cannot be rebuilt ({why}); abort this task and start again")));
+        }
+        match phase {
+            Phase::Command { proc, .. } => proc.thaw()?,
+            _ => {
+                // Re-orient first: whatever changed while paused is the human's.
+                if let Some(report) = self.absorb(false, "changed while paused")? {
+                    self.add_note(report.markdown());
+                }
+                if let Some((from, to)) = self.check_head() {
+                    self.add_note(format!(
+                        "The user's HEAD moved from {} to {}.",
+                        from.as_deref().unwrap_or("(none)"),
+                        to.as_deref().unwrap_or("(none)")
+                    ));
+                }
+            }
+        }
+        self.commit(|s| {
+            s.status = Status::Running;
+            s.stop_reason = None;
+            s.control.reason = "resumed by the user".into();
+        });
+        super::journal(&self.store, "resumed", serde_json::json!({}));
+        Ok(Reply::State(self.boxed_state()))
+    }
+
+    fn steer(
+        &mut self,
+        text: String,
+        location: Option<Location>,
+        source: ConstraintSource,
+        urgent: bool,
+        phase: Phase<'_>,
+    ) -> (Answer, Flow) {
+        if let Some(e) = self.ended() {
+            return (Err(e), Flow::Continue);
+        }
+        let text = text.trim().to_owned();
+        if text.is_empty() {
+            return (
+                Err(ControlError::BadArgument(
+                    "the steer is empty: say what the agent should do differently".into(),
+                )),
+                Flow::Continue,
+            );
+        }
+        let location = match location {
+            Some(mut l) => match self.sandbox.check(&l.path) {
+                Ok(p) => {
+                    l.path = p;
+                    Some(l)
+                }
+                Err(e) => {
+                    return (
+                        Err(ControlError::BadArgument(e.to_string())),
+                        Flow::Continue,
+                    )
+                }
+            },
+            None => None,
+        };
+        let id = format!(
+            "c{}",
+            state::next_number(self.state().constraints.iter().map(|c| c.id.as_str()), 'c')
+        );
+        let c = Constraint {
+            id: id.clone(),
+            text,
+            source,
+            location,
+            status: ConstraintStatus::Queued,
+            delivered_at_step: None,
+        };
+        self.commit(|s| s.constraints.push(c));
+        super::journal(
+            &self.store,
+            "steered",
+            serde_json::json!({ "id": id, "urgent": urgent }),
+        );
+        let flow = match phase {
+            // The move being thought about would ignore the steer: ask again with it.
+            Phase::Think => Flow::Rethink,
+            Phase::Command { .. } if urgent => Flow::Cut,
+            _ => Flow::Continue,
+        };
+        (
+            Ok(Reply::Steered {
+                constraint_id: id,
+                state: self.boxed_state(),
+            }),
+            flow,
+        )
+    }
+
+    fn abort(&mut self, keep_changes: bool) -> Answer {
+        if let Some(e) = self.ended() {
+            return Err(e);
+        }
+        self.pending = None;
+        let n = self.next_n();
+        // The whole attempt stays recoverable under refs/rein/<task>/aborted.
+        let snap = self.ckpt.snapshot(SnapshotMeta {
+            step: n,
+            author: Author::Human,
+            action: "tree at abort",
+        })?;
+        self.tip = Some(snap.id.clone());
+        self.ckpt.set_ref("aborted", &snap.id)?;
+        let mut reverted = 0;
+        if !keep_changes {
+            reverted = self.revert_agent_changes()?;
+            let snap = self.ckpt.snapshot(SnapshotMeta {
+                step: n,
+                author: Author::Human,
+                action: "abort: the agent's changes removed",
+            })?;
+            self.tip = Some(snap.id);
+        }
+        let task = self.state().task.id.clone();
+        let why = if keep_changes {
+            format!("aborted by the user; the agent's changes were kept (attempt at refs/rein/{task}/aborted)")
+        } else {
+            format!(
+                "aborted by the user; the agent's changes were removed from {reverted} file(s), yours kept (attempt at refs/rein/{task}/aborted)"
+            )
+        };
+        self.commit(|s| {
+            s.status = Status::Aborted;
+            s.decisions.clear();
+            s.control = Control {
+                holder: Holder::None,
+                since: state::now(),
+                reason: "aborted by the user".into(),
+            };
+            s.stop_reason = Some(why);
+        });
+        super::journal(
+            &self.store,
+            "aborted",
+            serde_json::json!({ "keepChanges": keep_changes, "attempt": snap.id }),
+        );
+        Ok(Reply::State(self.boxed_state()))
+    }
+
+    /// Takes every agent step back out of the tree, newest first, keeping the human's lines.
+    fn revert_agent_changes(&mut self) -> Result<usize, ControlError> {
+        let list = self.ckpt.list()?;
+        let mut touched = std::collections::BTreeMap::<String, Option<Vec<u8>>>::new();
+        for (i, c) in list.iter().enumerate() {
+            if c.author != Author::Agent {
+                continue;
+            }
+            let Some(parent) = list.get(i + 1) else {
+                continue;
+            };
+            for change in self.ckpt.diff(&parent.id, &c.id)? {
+                let now = match touched.get(&change.path) {
+                    Some(v) => v.clone(),
+                    None => self.sandbox.read(&change.path)?,
+                };
+                if let Some(next) = verdict::revert(
+                    change.before.as_deref(),
+                    change.after.as_deref(),
+                    now.as_deref(),
+                ) {
+                    touched.insert(change.path.clone(), next);
+                } else {
+                    touched.entry(change.path.clone()).or_insert(now);
+                }
+            }
+        }
+        let mut count = 0;
+        for (path, content) in touched {
+            let disk = self.sandbox.read(&path)?;
+            if disk == content {
+                continue;
+            }
+            count += 1;
+            match content {
+                Some(c) => self.sandbox.write(&path, &c)?,
+                None => self.sandbox.remove(&path)?,
+            }
+        }
+        Ok(count)
+    }
+
+    fn takeover(&mut self, reason: Option<String>) -> Answer {
+        if let Some(e) = self.ended() {
+            return Err(e);
+        }
+        if self.state().control.holder == Holder::Human {
+            return Err(not_now(
+                "you already hold control; hand back with rein.handback when you are done",
+            ));
+        }
+        let why = match reason.as_deref().map(str::trim) {
+            Some(r) if !r.is_empty() => format!("taken over by the user: {r}"),
+            _ => "taken over by the user".to_owned(),
+        };
+        let mut was_doing = None;
+        if let Some(p) = self.pending.take() {
+            was_doing = Some(format!(
+                "was waiting for your decision: {}",
+                p.decision.question
+            ));
+            let action = p.mv.describe();
+            self.complete(
+                action,
+                StepStatus::Skipped,
+                crate::agent::Outcome {
+                    ok: false,
+                    text: "not applied: the human took over before deciding".into(),
+                },
+            );
+        }
+        if let Some(r) = self.absorb(false, "changed outside the agent")? {
+            self.add_note(r.markdown());
+        }
+        let prior = self.state().stop_reason.clone();
+        let handover = self.handover(&why, was_doing.or(prior))?;
+        let reason_text = why.clone();
+        self.commit(|s| {
+            s.status = Status::Human;
+            s.decisions.clear();
+            s.control = Control {
+                holder: Holder::Human,
+                since: state::now(),
+                reason: reason_text.clone(),
+            };
+            s.stop_reason = Some(reason_text);
+        });
+        super::journal(&self.store, "taken_over", serde_json::json!({ "why": why }));
+        Ok(Reply::Handover {
+            handover: Box::new(handover),
+            state: self.boxed_state(),
+        })
+    }
+
+    fn handback(&mut self, note: Option<String>) -> Answer {
+        if let Some(e) = self.ended() {
+            return Err(e);
+        }
+        if self.state().status != Status::Human {
+            return Err(not_now(
+                "the agent holds control, so there is nothing to hand back; take over first with rein.takeover",
+            ));
+        }
+        if let Err(e) = self.store.sync_from_disk() {
+            self.say(Level::Warning, e.to_string());
+        }
+        let mut report = self
+            .absorb(false, "your changes while holding control")?
+            .unwrap_or_default();
+        // What the human typed but did not save counts too.
+        if !self.overlay.is_empty() {
+            if let Some(tip) = self.tip.clone() {
+                let overlay = self.overlay.clone();
+                let unsaved: Vec<_> = self
+                    .ckpt
+                    .diff_worktree(&tip, &overlay)?
+                    .into_iter()
+                    .filter(|c| overlay.contains_key(&c.path))
+                    .collect();
+                if !unsaved.is_empty() {
+                    let n = self.next_n();
+                    let extra =
+                        self.record_human(n, "unsaved in the editor", &unsaved, None, false);
+                    report.changes.extend(
+                        extra
+                            .changes
+                            .into_iter()
+                            .map(|f| FileReport { unsaved: true, ..f }),
+                    );
+                }
+            }
+        }
+        report.head_moved = self.check_head();
+        report.note = note.filter(|n| !n.trim().is_empty());
+        self.reconcile_note = Some(report.markdown());
+        self.commit(|s| {
+            s.status = Status::Running;
+            s.held_files.clear();
+            s.stop_reason = None;
+            s.control = Control {
+                holder: Holder::Agent,
+                since: state::now(),
+                reason: "handed back by the user".into(),
+            };
+        });
+        super::journal(
+            &self.store,
+            "handed_back",
+            serde_json::json!({ "files": report.changes.len() }),
+        );
+        Ok(Reply::Handback {
+            report: Box::new(report),
+            state: self.boxed_state(),
+        })
+    }
+
+    fn decide(&mut self, id: &str, choice: &str) -> Answer {
+        if let Some(e) = self.ended() {
+            return Err(e);
+        }
+        let open: Vec<String> = self
+            .state()
+            .decisions
+            .iter()
+            .map(|d| d.id.clone())
+            .collect();
+        let Some(p) = self.pending.as_ref().filter(|p| p.decision.id == id) else {
+            return Err(not_now(if open.is_empty() {
+                format!("there is no open decision {id}; nothing is waiting for you")
+            } else {
+                format!("there is no open decision {id}; open: {}", open.join(", "))
+            }));
+        };
+        let choice = choice.trim();
+        let choice = if p.decision.kind == DecisionKind::Question {
+            if choice.is_empty() {
+                return Err(ControlError::BadArgument(
+                    "the answer is empty: type your answer to the agent's question".into(),
+                ));
+            }
+            choice.to_owned()
+        } else {
+            match p
+                .decision
+                .options
+                .iter()
+                .find(|o| o.eq_ignore_ascii_case(choice))
+            {
+                Some(o) => o.clone(),
+                None => {
+                    return Err(ControlError::BadArgument(format!(
+                        "\"{choice}\" is not an answer to {id}; choose one of: {}",
+                        p.decision.options.join(", ")
+                    )))
+                }
+            }
+        };
+        if choice == "take over" {
+            return self.takeover(Some(format!("chosen in decision {id}")));
+        }
+        if p.decision.kind == DecisionKind::HeldFile && choice == "release" {
+            if let Some(path) = p.decision.path.clone() {
+                self.commit(|s| s.held_files.retain(|h| *h != path));
+            }
+        }
+        if let Some(p) = self.pending.as_mut() {
+            p.choice = Some(choice.clone());
+        }
+        self.commit(|s| {
+            s.status = Status::Running;
+            s.decisions.clear();
+            s.stop_reason = None;
+        });
+        super::journal(
+            &self.store,
+            "decided",
+            serde_json::json!({ "id": id, "choice": choice }),
+        );
+        Ok(Reply::State(self.boxed_state()))
+    }
+
+    fn release(&mut self, raw: &str) -> Answer {
+        let path = self
+            .sandbox
+            .check(raw)
+            .map_err(|e| ControlError::BadArgument(e.to_string()))?;
+        if !self.state().held_files.contains(&path) {
+            let held = &self.state().held_files;
+            return Err(not_now(if held.is_empty() {
+                format!("{path} is not held; you hold no files")
+            } else {
+                format!("{path} is not held; you hold: {}", held.join(", "))
+            }));
+        }
+        let waiting = self
+            .pending
+            .as_ref()
+            .filter(|p| {
+                p.decision.kind == DecisionKind::HeldFile
+                    && p.decision.path.as_deref() == Some(&path)
+            })
+            .map(|p| p.decision.id.clone());
+        match waiting {
+            Some(id) => self.decide(&id, "release"),
+            None => {
+                self.commit(|s| s.held_files.retain(|h| *h != path));
+                Ok(Reply::State(self.boxed_state()))
+            }
+        }
+    }
+
+    fn hold(&mut self, raw: &str) -> Answer {
+        let path = self
+            .sandbox
+            .check(raw)
+            .map_err(|e| ControlError::BadArgument(e.to_string()))?;
+        if !self.state().status.is_terminal() && !self.state().held_files.contains(&path) {
+            self.commit(|s| s.held_files.push(path));
+        }
+        Ok(Reply::State(self.boxed_state()))
+    }
+
+    fn rewind(&mut self, spec: &str) -> Answer {
+        match self.state().status {
+            Status::Running | Status::AwaitingDecision => {
+                return Err(not_now(
+                    "the agent is working; pause or take over before rewinding",
+                ))
+            }
+            _ => {}
+        }
+        let target = self.ckpt.resolve(spec).map_err(|e| match e {
+            CheckpointError::UnknownCheckpoint(_) => ControlError::BadArgument(format!(
+                "{e}; list checkpoints with `rein log` or see each step's checkpoint in the state"
+            )),
+            other => other.into(),
+        })?;
+        if let Some(r) = self.absorb(false, "before rewind")? {
+            self.add_note(r.markdown());
+        }
+        let files = restore_tree(&mut self.ckpt, &self.sandbox, &target)?;
+        self.views.clear();
+        let short: String = target.chars().take(10).collect();
+        if let Some(r) = self.absorb(false, &format!("rewound to checkpoint {short}"))? {
+            self.add_note(format!(
+                "The human rewound the tree to checkpoint {short}.\n{}",
+                r.markdown()
+            ));
+        }
+        super::journal(
+            &self.store,
+            "rewound",
+            serde_json::json!({ "to": target, "files": files }),
+        );
+        self.say(
+            Level::Info,
+            format!("rewound {files} file(s) to checkpoint {short}"),
+        );
+        Ok(Reply::State(self.boxed_state()))
+    }
+}

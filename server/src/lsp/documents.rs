@@ -1,0 +1,762 @@
+//! Open editor buffers as ropes, and conversion between LSP positions and rope offsets.
+//!
+//! Line breaks are `\n`, `\r\n` and `\r`, exactly as LSP 3.17 defines them; ropey's
+//! `cr_lines` feature gives the rope the same notion (its default `unicode_lines` would
+//! also break on U+2028 and friends, which clients do not, so a test guards against it).
+//! Every conversion clamps instead of failing: clients routinely send positions past the end
+//! of a line or of the document, and a panic here would take the whole server down.
+
+use std::collections::HashMap;
+
+use lsp_types::{Position, PositionEncodingKind, Range, TextDocumentContentChangeEvent, Uri};
+use ropey::Rope;
+
+/// The negotiated unit of `Position.character`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// UTF-8 code units (bytes).
+    Utf8,
+    /// UTF-16 code units, the LSP default.
+    Utf16,
+    /// Unicode scalar values (Rust `char`s).
+    Utf32,
+}
+
+impl Encoding {
+    /// Picks UTF-8 when the client offers it (no conversion needed), else the mandatory UTF-16.
+    pub fn negotiate(client_offers: Option<&[PositionEncodingKind]>) -> Self {
+        let offers_utf8 =
+            client_offers.is_some_and(|offers| offers.contains(&PositionEncodingKind::UTF8));
+        if offers_utf8 {
+            Encoding::Utf8
+        } else {
+            Encoding::Utf16
+        }
+    }
+
+    /// The LSP name of this encoding, for `ServerCapabilities::position_encoding`.
+    pub fn kind(self) -> PositionEncodingKind {
+        match self {
+            Encoding::Utf8 => PositionEncodingKind::UTF8,
+            Encoding::Utf16 => PositionEncodingKind::UTF16,
+            Encoding::Utf32 => PositionEncodingKind::UTF32,
+        }
+    }
+}
+
+/// Why a document operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DocumentError {
+    /// A range whose end comes before its start (after clamping both ends).
+    #[error(
+        "range end {}:{} is before its start {}:{}",
+        end.line, end.character, start.line, start.character
+    )]
+    InvertedRange {
+        /// The range start as the client sent it.
+        start: Position,
+        /// The range end as the client sent it.
+        end: Position,
+    },
+    /// A change whose version is not newer than the one already applied.
+    #[error("version {got} of {} is not newer than the current {current}", uri.as_str())]
+    StaleVersion {
+        /// The document the change was for.
+        uri: Uri,
+        /// The version already applied.
+        current: i32,
+        /// The version the change carried.
+        got: i32,
+    },
+    /// A change or lookup for a document the client never opened (or already closed).
+    #[error("{} is not open", .0.as_str())]
+    NotOpen(Uri),
+}
+
+/// One open editor buffer.
+#[derive(Debug, Clone)]
+pub struct Document {
+    text: Rope,
+    version: i32,
+    /// The content as last opened or saved; ropes clone in O(1) and share structure, so
+    /// keeping it costs little and lets an undo back to the saved text count as clean.
+    saved: Rope,
+}
+
+impl Document {
+    /// A buffer as the client opened it.
+    pub fn new(text: &str, version: i32) -> Self {
+        let text = Rope::from_str(text);
+        Document {
+            saved: text.clone(),
+            text,
+            version,
+        }
+    }
+
+    /// Applies one `didChange` event: a full replacement when it has no range, else a splice.
+    pub fn apply_change(
+        &mut self,
+        change: &TextDocumentContentChangeEvent,
+        enc: Encoding,
+    ) -> Result<(), DocumentError> {
+        let Some(range) = change.range else {
+            self.text = Rope::from_str(&change.text);
+            return Ok(());
+        };
+        let (start, end) = self.char_range(range, enc)?;
+        self.text.remove(start..end);
+        self.text.insert(start, &change.text);
+        Ok(())
+    }
+
+    /// The whole buffer.
+    pub fn text(&self) -> String {
+        self.text.to_string()
+    }
+
+    /// The version of the last applied change (or of the open).
+    pub fn version(&self) -> i32 {
+        self.version
+    }
+
+    /// Records the version the client attached to the changes just applied.
+    pub fn set_version(&mut self, v: i32) {
+        self.version = v;
+    }
+
+    /// Whether the buffer differs from what was last opened or saved.
+    pub fn is_dirty(&self) -> bool {
+        self.text != self.saved
+    }
+
+    /// Records that the client saved the buffer as it is now.
+    pub fn mark_saved(&mut self) {
+        self.saved = self.text.clone();
+    }
+
+    /// Number of lines; a trailing line break starts a last, empty line (as in LSP).
+    pub fn line_count(&self) -> usize {
+        self.text.len_lines()
+    }
+
+    /// The text of line `line` without its terminator, or `None` past the last line.
+    pub fn line(&self, line: usize) -> Option<String> {
+        let slice = self.text.get_line(line)?;
+        Some(slice.slice(..content_len(slice)).to_string())
+    }
+
+    /// The char index in the rope that `pos` designates, clamping as LSP 3.17 prescribes.
+    ///
+    /// A character past the line end means the line end, a line past the last one means the
+    /// document end, and a position inside a UTF-16 surrogate pair or a UTF-8 sequence
+    /// rounds down to the start of its char. It never fails today; the `Result` is the
+    /// contract the request handlers are written against.
+    pub fn offset_of(&self, pos: Position, enc: Encoding) -> Result<usize, DocumentError> {
+        let line = pos.line as usize;
+        if line >= self.text.len_lines() {
+            return Ok(self.text.len_chars());
+        }
+        let start = self.text.line_to_char(line);
+        let end = start + content_len(self.text.line(line));
+        let col = pos.character as usize;
+        let idx = match enc {
+            Encoding::Utf32 => start + col.min(end - start),
+            Encoding::Utf16 => {
+                let base = self.text.char_to_utf16_cu(start);
+                let limit = self.text.char_to_utf16_cu(end);
+                self.text
+                    .utf16_cu_to_char(base.saturating_add(col).min(limit))
+            }
+            Encoding::Utf8 => {
+                let base = self.text.char_to_byte(start);
+                let limit = self.text.char_to_byte(end);
+                self.text.byte_to_char(base.saturating_add(col).min(limit))
+            }
+        };
+        Ok(idx)
+    }
+
+    /// The LSP position of char index `char_idx`, clamped to the document.
+    ///
+    /// An index between the `\r` and `\n` of a CRLF has no position of its own in LSP; it
+    /// maps to the end of its line.
+    pub fn position_of(&self, char_idx: usize, enc: Encoding) -> Position {
+        let idx = char_idx.min(self.text.len_chars());
+        let line = self.text.char_to_line(idx);
+        let start = self.text.line_to_char(line);
+        let idx = idx.min(start + content_len(self.text.line(line)));
+        let col = match enc {
+            Encoding::Utf32 => idx - start,
+            Encoding::Utf16 => self.text.char_to_utf16_cu(idx) - self.text.char_to_utf16_cu(start),
+            Encoding::Utf8 => self.text.char_to_byte(idx) - self.text.char_to_byte(start),
+        };
+        Position::new(saturate(line), saturate(col))
+    }
+
+    /// The LSP range of bytes `start_byte..end_byte` of line `line` (as `line` returns it).
+    ///
+    /// Offsets past the line end clamp to it, offsets inside a char round down to its start,
+    /// swapped offsets are put in order, and a line past the last one maps to the document end.
+    pub fn range_of_line_bytes(
+        &self,
+        line: usize,
+        start_byte: usize,
+        end_byte: usize,
+        enc: Encoding,
+    ) -> Range {
+        let Some(slice) = self.text.get_line(line) else {
+            let end = self.position_of(self.text.len_chars(), enc);
+            return Range::new(end, end);
+        };
+        let line_start = self.text.line_to_byte(line);
+        let line_len = slice.slice(..content_len(slice)).len_bytes();
+        let to_position = |byte: usize| {
+            let char_idx = self.text.byte_to_char(line_start + byte.min(line_len));
+            self.position_of(char_idx, enc)
+        };
+        Range::new(
+            to_position(start_byte.min(end_byte)),
+            to_position(start_byte.max(end_byte)),
+        )
+    }
+
+    /// The text `range` covers, after clamping both ends.
+    pub fn text_in(&self, range: Range, enc: Encoding) -> Result<String, DocumentError> {
+        let (start, end) = self.char_range(range, enc)?;
+        Ok(self.text.slice(start..end).to_string())
+    }
+
+    /// `range` as char indices, refusing an inverted range rather than guessing the intent.
+    fn char_range(&self, range: Range, enc: Encoding) -> Result<(usize, usize), DocumentError> {
+        let start = self.offset_of(range.start, enc)?;
+        let end = self.offset_of(range.end, enc)?;
+        if end < start {
+            return Err(DocumentError::InvertedRange {
+                start: range.start,
+                end: range.end,
+            });
+        }
+        Ok((start, end))
+    }
+}
+
+/// Length in chars of a rope line without its terminator (`\n`, `\r\n` or `\r`).
+fn content_len(line: ropey::RopeSlice<'_>) -> usize {
+    let len = line.len_chars();
+    let char_before_end = |back: usize| len.checked_sub(back).and_then(|i| line.get_char(i));
+    match (char_before_end(2), char_before_end(1)) {
+        (Some('\r'), Some('\n')) => len - 2,
+        (_, Some('\n' | '\r')) => len - 1,
+        _ => len,
+    }
+}
+
+/// LSP positions are `u32`; a document beyond 4 GiB units saturates instead of wrapping.
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The open documents, keyed by URI.
+#[derive(Debug, Default)]
+pub struct Documents {
+    open: HashMap<Uri, Document>,
+}
+
+impl Documents {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Handles `didOpen`; reopening an open URI replaces its buffer.
+    pub fn open(&mut self, uri: Uri, text: &str, version: i32) {
+        self.open.insert(uri, Document::new(text, version));
+    }
+
+    /// Handles `didChange`: applies `changes` in order, all or none, then records `version`.
+    pub fn change(
+        &mut self,
+        uri: &Uri,
+        version: i32,
+        changes: &[TextDocumentContentChangeEvent],
+        enc: Encoding,
+    ) -> Result<(), DocumentError> {
+        let doc = self
+            .open
+            .get_mut(uri)
+            .ok_or_else(|| DocumentError::NotOpen(uri.clone()))?;
+        if version <= doc.version {
+            return Err(DocumentError::StaleVersion {
+                uri: uri.clone(),
+                current: doc.version,
+                got: version,
+            });
+        }
+        // A failing event midway must not leave the buffer half-edited: work on a cheap clone.
+        let mut next = doc.clone();
+        for change in changes {
+            next.apply_change(change, enc)?;
+        }
+        next.set_version(version);
+        *doc = next;
+        Ok(())
+    }
+
+    /// Handles `didClose`, returning the buffer if it was open.
+    pub fn close(&mut self, uri: &Uri) -> Option<Document> {
+        self.open.remove(uri)
+    }
+
+    /// The buffer for `uri`, if open.
+    pub fn get(&self, uri: &Uri) -> Option<&Document> {
+        self.open.get(uri)
+    }
+
+    /// The buffer for `uri`, if open, for `didSave` and the like.
+    pub fn get_mut(&mut self, uri: &Uri) -> Option<&mut Document> {
+        self.open.get_mut(uri)
+    }
+
+    /// All open buffers, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Uri, &Document)> {
+        self.open.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::str::FromStr;
+
+    const ALL: [Encoding; 3] = [Encoding::Utf8, Encoding::Utf16, Encoding::Utf32];
+
+    fn pos(line: u32, character: u32) -> Position {
+        Position::new(line, character)
+    }
+
+    fn range(sl: u32, sc: u32, el: u32, ec: u32) -> Range {
+        Range::new(pos(sl, sc), pos(el, ec))
+    }
+
+    fn edit(r: Range, text: &str) -> TextDocumentContentChangeEvent {
+        TextDocumentContentChangeEvent {
+            range: Some(r),
+            range_length: None,
+            text: text.to_owned(),
+        }
+    }
+
+    fn uri(s: &str) -> Uri {
+        Uri::from_str(s).expect("test URI is valid")
+    }
+
+    #[test]
+    fn negotiate_prefers_utf8_else_utf16() {
+        use PositionEncodingKind as K;
+        assert_eq!(Encoding::negotiate(None), Encoding::Utf16);
+        assert_eq!(Encoding::negotiate(Some(&[])), Encoding::Utf16);
+        assert_eq!(
+            Encoding::negotiate(Some(&[K::UTF16, K::UTF8])),
+            Encoding::Utf8
+        );
+        assert_eq!(Encoding::negotiate(Some(&[K::UTF32])), Encoding::Utf16);
+        assert_eq!(
+            Encoding::negotiate(Some(&[K::from("utf-7".to_owned())])),
+            Encoding::Utf16
+        );
+        for enc in ALL {
+            let kind = enc.kind();
+            if enc != Encoding::Utf32 {
+                assert_eq!(Encoding::negotiate(Some(&[kind])), enc);
+            }
+        }
+        assert_eq!(Encoding::Utf32.kind(), K::UTF32);
+    }
+
+    #[test]
+    fn lines_break_on_lf_crlf_and_lone_cr() {
+        let doc = Document::new("a\r\nb\rc\nd", 0);
+        assert_eq!(doc.line_count(), 4);
+        let lines: Vec<_> = (0..4).filter_map(|l| doc.line(l)).collect();
+        assert_eq!(lines, ["a", "b", "c", "d"]);
+        assert_eq!(doc.line(4), None);
+
+        let trailing = Document::new("x\r\n", 0);
+        assert_eq!(trailing.line_count(), 2);
+        assert_eq!(trailing.line(1).as_deref(), Some(""));
+        assert_eq!(Document::new("", 0).line_count(), 1);
+        // Two lone CRs are two breaks, not one CRLF.
+        assert_eq!(Document::new("\r\r", 0).line_count(), 3);
+    }
+
+    #[test]
+    fn unicode_line_separators_are_not_line_breaks() {
+        // Guards against ropey's `unicode_lines` feature sneaking in via feature unification.
+        let doc = Document::new("a\u{2028}b\u{0085}c\u{000C}d", 0);
+        assert_eq!(doc.line_count(), 1);
+        assert_eq!(doc.offset_of(pos(0, 7), Encoding::Utf32), Ok(7));
+    }
+
+    #[test]
+    fn offsets_count_units_of_the_negotiated_encoding() {
+        // é: 2 bytes, 1 UTF-16 unit; 中: 3 bytes, 1 unit; 😀: 4 bytes, 2 units.
+        let doc = Document::new("é中😀x", 0);
+        let x = 3; // char index of `x`
+        assert_eq!(doc.offset_of(pos(0, 9), Encoding::Utf8), Ok(x));
+        assert_eq!(doc.offset_of(pos(0, 4), Encoding::Utf16), Ok(x));
+        assert_eq!(doc.offset_of(pos(0, 3), Encoding::Utf32), Ok(x));
+        assert_eq!(doc.position_of(x, Encoding::Utf8), pos(0, 9));
+        assert_eq!(doc.position_of(x, Encoding::Utf16), pos(0, 4));
+        assert_eq!(doc.position_of(x, Encoding::Utf32), pos(0, 3));
+    }
+
+    #[test]
+    fn positions_inside_a_char_round_down() {
+        let doc = Document::new("a😀ß", 0);
+        // Inside the surrogate pair of 😀 (units 1..3).
+        assert_eq!(doc.offset_of(pos(0, 2), Encoding::Utf16), Ok(1));
+        assert_eq!(doc.offset_of(pos(0, 3), Encoding::Utf16), Ok(2));
+        // Inside the 4 bytes of 😀 (bytes 1..5) and the 2 bytes of ß (bytes 5..7).
+        for byte in 2..5 {
+            assert_eq!(doc.offset_of(pos(0, byte), Encoding::Utf8), Ok(1));
+        }
+        assert_eq!(doc.offset_of(pos(0, 6), Encoding::Utf8), Ok(2));
+        assert_eq!(doc.offset_of(pos(0, 7), Encoding::Utf8), Ok(3));
+    }
+
+    #[test]
+    fn out_of_range_positions_clamp() {
+        let doc = Document::new("ab\r\ncd\nef", 0);
+        for enc in ALL {
+            // Past the line end: the line end, never into the terminator or the next line.
+            assert_eq!(doc.offset_of(pos(0, 3), enc), Ok(2));
+            assert_eq!(doc.offset_of(pos(1, u32::MAX), enc), Ok(6));
+            assert_eq!(doc.offset_of(pos(2, 99), enc), Ok(9));
+            // Past the last line: the document end.
+            assert_eq!(doc.offset_of(pos(3, 0), enc), Ok(9));
+            assert_eq!(doc.offset_of(pos(u32::MAX, u32::MAX), enc), Ok(9));
+            assert_eq!(doc.position_of(usize::MAX, enc), pos(2, 2));
+            // Between `\r` and `\n`: the end of the line.
+            assert_eq!(doc.position_of(3, enc), pos(0, 2));
+        }
+    }
+
+    #[test]
+    fn crlf_counts_as_one_break_for_positions() {
+        let doc = Document::new("a\r\nb", 0);
+        for enc in ALL {
+            assert_eq!(doc.offset_of(pos(1, 0), enc), Ok(3));
+            assert_eq!(doc.position_of(3, enc), pos(1, 0));
+            assert_eq!(doc.text_in(range(0, 0, 1, 1), enc).as_deref(), Ok("a\r\nb"));
+            assert_eq!(doc.text_in(range(0, 1, 1, 0), enc).as_deref(), Ok("\r\n"));
+        }
+    }
+
+    #[test]
+    fn range_of_line_bytes_converts_and_clamps() {
+        let doc = Document::new("x\r\n  😀 // rein: é\r\n", 0);
+        // `//` starts at byte 7 of line 1 (2 spaces, 4-byte emoji, 1 space).
+        let line = doc.line(1).expect("line 1 exists");
+        assert_eq!(line.find("//"), Some(7));
+        let len = line.len();
+        assert_eq!(
+            doc.range_of_line_bytes(1, 7, len, Encoding::Utf16),
+            range(1, 5, 1, 15)
+        );
+        assert_eq!(
+            doc.range_of_line_bytes(1, 7, len, Encoding::Utf8),
+            range(1, 7, 1, 18)
+        );
+        assert_eq!(
+            doc.range_of_line_bytes(1, 7, len, Encoding::Utf32),
+            range(1, 4, 1, 14)
+        );
+        // Past the line end, swapped, and inside the emoji.
+        assert_eq!(
+            doc.range_of_line_bytes(1, 999, 4, Encoding::Utf8),
+            range(1, 2, 1, 18)
+        );
+        assert_eq!(
+            doc.range_of_line_bytes(9, 0, 1, Encoding::Utf8),
+            range(2, 0, 2, 0)
+        );
+    }
+
+    #[test]
+    fn text_in_rejects_inverted_ranges() {
+        let doc = Document::new("hello\nworld", 0);
+        assert_eq!(
+            doc.text_in(range(1, 1, 1, 4), Encoding::Utf16).as_deref(),
+            Ok("orl")
+        );
+        assert_eq!(
+            doc.text_in(range(1, 0, 0, 2), Encoding::Utf16),
+            Err(DocumentError::InvertedRange {
+                start: pos(1, 0),
+                end: pos(0, 2)
+            })
+        );
+        // Inverted as sent but equal after clamping: an empty range, not an error.
+        assert_eq!(
+            doc.text_in(range(0, 9, 0, 5), Encoding::Utf16).as_deref(),
+            Ok("")
+        );
+    }
+
+    #[test]
+    fn changes_splice_or_replace() {
+        let mut doc = Document::new("fn main() {}\n", 1);
+        let change = edit(range(0, 11, 0, 11), "\n    println!(\"😀\");\n");
+        doc.apply_change(&change, Encoding::Utf16)
+            .expect("valid edit");
+        assert_eq!(doc.text(), "fn main() {\n    println!(\"😀\");\n}\n");
+        let replace = TextDocumentContentChangeEvent {
+            range: None,
+            range_length: None,
+            text: "new".to_owned(),
+        };
+        doc.apply_change(&replace, Encoding::Utf16)
+            .expect("full replace");
+        assert_eq!(doc.text(), "new");
+        assert_eq!(doc.version(), 1);
+        doc.set_version(7);
+        assert_eq!(doc.version(), 7);
+    }
+
+    #[test]
+    fn edits_can_join_and_split_crlf() {
+        let mut doc = Document::new("a\rb\nc", 0);
+        assert_eq!(doc.line_count(), 3);
+        // Deleting `b` makes `\r\n` adjacent: one break.
+        doc.apply_change(&edit(range(1, 0, 1, 1), ""), Encoding::Utf8)
+            .expect("valid edit");
+        assert_eq!(doc.line_count(), 2);
+        assert_eq!(doc.offset_of(pos(1, 0), Encoding::Utf8), Ok(3));
+        // Inserting between them is impossible by position (it clamps before `\r`), but
+        // inserting before the `\r` leaves the pair intact.
+        doc.apply_change(&edit(range(0, 5, 0, 5), "z"), Encoding::Utf8)
+            .expect("valid edit");
+        assert_eq!(doc.text(), "az\r\nc");
+        assert_eq!(doc.line_count(), 2);
+    }
+
+    #[test]
+    fn dirty_tracks_the_saved_content() {
+        let mut doc = Document::new("a", 0);
+        assert!(!doc.is_dirty());
+        doc.apply_change(&edit(range(0, 1, 0, 1), "b"), Encoding::Utf8)
+            .expect("valid edit");
+        assert!(doc.is_dirty());
+        doc.apply_change(&edit(range(0, 1, 0, 2), ""), Encoding::Utf8)
+            .expect("valid edit");
+        assert!(!doc.is_dirty(), "undoing back to the saved text is clean");
+        doc.apply_change(&edit(range(0, 0, 0, 0), "x"), Encoding::Utf8)
+            .expect("valid edit");
+        doc.mark_saved();
+        assert!(!doc.is_dirty());
+    }
+
+    #[test]
+    fn documents_map_open_change_close() {
+        let mut docs = Documents::new();
+        let a = uri("file:///a.rs");
+        let missing = uri("file:///missing.rs");
+        docs.open(a.clone(), "one\ntwo", 1);
+        let change = [edit(range(1, 0, 1, 3), "2")];
+        assert_eq!(docs.change(&a, 2, &change, Encoding::Utf16), Ok(()));
+        assert_eq!(docs.get(&a).map(Document::text).as_deref(), Some("one\n2"));
+        assert_eq!(
+            docs.change(&a, 2, &change, Encoding::Utf16),
+            Err(DocumentError::StaleVersion {
+                uri: a.clone(),
+                current: 2,
+                got: 2
+            })
+        );
+        assert_eq!(
+            docs.change(&missing, 1, &change, Encoding::Utf16),
+            Err(DocumentError::NotOpen(missing.clone()))
+        );
+        // All or nothing: the second event fails, so the first is not kept either.
+        let batch = [edit(range(0, 0, 0, 0), "X"), edit(range(1, 1, 0, 0), "")];
+        assert!(docs.change(&a, 3, &batch, Encoding::Utf16).is_err());
+        let doc = docs.get(&a).expect("still open");
+        assert_eq!((doc.text().as_str(), doc.version()), ("one\n2", 2));
+
+        if let Some(doc) = docs.get_mut(&a) {
+            doc.mark_saved();
+        }
+        assert_eq!(docs.iter().count(), 1);
+        assert!(docs.close(&a).is_some());
+        assert!(docs.get(&a).is_none());
+        assert!(docs.close(&a).is_none());
+    }
+
+    #[test]
+    fn errors_render_readably() {
+        let err = DocumentError::NotOpen(uri("file:///x.rs"));
+        assert_eq!(err.to_string(), "file:///x.rs is not open");
+        let err = DocumentError::InvertedRange {
+            start: pos(2, 1),
+            end: pos(1, 0),
+        };
+        assert_eq!(err.to_string(), "range end 1:0 is before its start 2:1");
+    }
+
+    /// The naive model: a `String`, with lines and columns found by a linear scan that
+    /// shares no code with the rope-backed implementation.
+    mod model {
+        use super::Encoding;
+
+        /// Byte ranges of each line's content, without terminators.
+        pub fn lines(s: &str) -> Vec<(usize, usize)> {
+            let bytes = s.as_bytes();
+            let mut out = Vec::new();
+            let mut start = 0;
+            let mut i = 0;
+            while i < bytes.len() {
+                match bytes[i] {
+                    b'\n' => {
+                        out.push((start, i));
+                        start = i + 1;
+                    }
+                    b'\r' => {
+                        out.push((start, i));
+                        if bytes.get(i + 1) == Some(&b'\n') {
+                            i += 1;
+                        }
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            out.push((start, bytes.len()));
+            out
+        }
+
+        /// Byte offset of an LSP position, clamping and rounding down like the spec says.
+        pub fn offset(s: &str, line: u32, col: u32, enc: Encoding) -> usize {
+            let lines = lines(s);
+            let Some(&(start, end)) = lines.get(line as usize) else {
+                return s.len();
+            };
+            let mut units = 0usize;
+            let mut at = start;
+            for c in s[start..end].chars() {
+                let width = match enc {
+                    Encoding::Utf8 => c.len_utf8(),
+                    Encoding::Utf16 => c.len_utf16(),
+                    Encoding::Utf32 => 1,
+                };
+                if units + width > col as usize {
+                    break;
+                }
+                units += width;
+                at += c.len_utf8();
+            }
+            at
+        }
+    }
+
+    fn text_strategy() -> impl Strategy<Value = String> {
+        let piece = prop::sample::select(vec![
+            "a", "Z", " ", "é", "ß", "中", "😀", "\n", "\r\n", "\r", "\t",
+        ]);
+        prop::collection::vec(piece, 0..12).prop_map(|pieces| pieces.concat())
+    }
+
+    fn encoding_strategy() -> impl Strategy<Value = Encoding> {
+        prop::sample::select(ALL.to_vec())
+    }
+
+    /// Edits with coordinates that are often past the end, to exercise clamping.
+    fn edit_strategy() -> impl Strategy<Value = (u32, u32, u32, u32, String)> {
+        (0u32..6, 0u32..14, 0u32..6, 0u32..14, text_strategy())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn incremental_edits_match_a_naive_model(
+            initial in text_strategy(),
+            enc in encoding_strategy(),
+            edits in prop::collection::vec(edit_strategy(), 0..24),
+        ) {
+            let mut doc = Document::new(&initial, 0);
+            let mut model = initial;
+            for (sl, sc, el, ec, text) in edits {
+                let start = model::offset(&model, sl, sc, enc);
+                let end = model::offset(&model, el, ec, enc);
+                let result = doc.apply_change(&edit(range(sl, sc, el, ec), &text), enc);
+                if end < start {
+                    prop_assert!(
+                        matches!(result, Err(DocumentError::InvertedRange { .. })),
+                        "expected an inverted range error, got {:?}", result
+                    );
+                } else {
+                    prop_assert_eq!(result, Ok(()));
+                    model.replace_range(start..end, &text);
+                }
+                prop_assert_eq!(doc.text(), model.as_str());
+                let lines = model::lines(&model);
+                prop_assert_eq!(doc.line_count(), lines.len());
+                for (i, &(s, e)) in lines.iter().enumerate() {
+                    prop_assert_eq!(doc.line(i), Some(model[s..e].to_owned()));
+                }
+            }
+        }
+
+        #[test]
+        fn text_in_matches_the_model(
+            text in text_strategy(),
+            enc in encoding_strategy(),
+            (sl, sc, el, ec) in (0u32..6, 0u32..14, 0u32..6, 0u32..14),
+        ) {
+            let doc = Document::new(&text, 0);
+            let start = model::offset(&text, sl, sc, enc);
+            let end = model::offset(&text, el, ec, enc);
+            let got = doc.text_in(range(sl, sc, el, ec), enc);
+            if end < start {
+                prop_assert!(got.is_err());
+            } else {
+                prop_assert_eq!(got, Ok(text[start..end].to_owned()));
+            }
+        }
+
+        #[test]
+        fn positions_round_trip(text in text_strategy(), enc in encoding_strategy()) {
+            let doc = Document::new(&text, 0);
+            let chars: Vec<char> = text.chars().collect();
+            for idx in 0..=chars.len() {
+                let inside_crlf = idx > 0 && chars[idx - 1] == '\r' && chars.get(idx) == Some(&'\n');
+                let back = doc.offset_of(doc.position_of(idx, enc), enc);
+                if inside_crlf {
+                    prop_assert_eq!(back, Ok(idx - 1));
+                } else {
+                    prop_assert_eq!(back, Ok(idx));
+                }
+            }
+        }
+
+        #[test]
+        fn arbitrary_input_never_panics(
+            text in any::<String>(),
+            enc in encoding_strategy(),
+            (sl, sc, el, ec) in (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()),
+            (line, a, b, idx) in (any::<usize>(), any::<usize>(), any::<usize>(), any::<usize>()),
+        ) {
+            let mut doc = Document::new(&text, 0);
+            let r = range(sl, sc, el, ec);
+            let _ = doc.text_in(r, enc);
+            let _ = doc.line(line);
+            let _ = doc.position_of(idx, enc);
+            let _ = doc.range_of_line_bytes(line % 4, a, b, enc);
+            let _ = doc.range_of_line_bytes(line, a, b, enc);
+            let _ = doc.apply_change(&edit(r, &text), enc);
+        }
+    }
+}

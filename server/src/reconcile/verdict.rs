@@ -1,0 +1,286 @@
+//! Deciding what an agent write may do to a file the human may have touched, and what an
+//! abort may take back. Pure functions over file contents: the engine supplies the three
+//! versions and carries out the verdict.
+
+use super::merge::{self, ConflictHunk, Merge};
+
+/// What an agent write or edit may do to a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Write this content (the agent's change, merged around the human's).
+    Apply(Vec<u8>),
+    /// The file already holds what the agent wants; nothing to write.
+    Unchanged,
+    /// The agent and the human changed the same lines differently: the human decides.
+    Conflict {
+        /// The overlapping regions.
+        hunks: Vec<ConflictHunk>,
+        /// The merge with every conflict resolved to the human's side.
+        mine: Vec<u8>,
+        /// The merge with every conflict resolved to the agent's side.
+        agents: Vec<u8>,
+    },
+    /// The merge is clean but changes lines the human wrote: the human approves first.
+    Protected {
+        /// The human's lines the write would change or remove.
+        lines: Vec<String>,
+        /// What would be written on approval.
+        proposed: Vec<u8>,
+    },
+    /// An edit's `old` text is in neither the file now nor the agent's view of it.
+    NotFound,
+    /// An edit's `old` text occurs more than once in the file now.
+    Ambiguous(usize),
+}
+
+fn text(b: Option<&[u8]>) -> Option<&str> {
+    match b {
+        None => Some(""),
+        Some(b) => std::str::from_utf8(b).ok(),
+    }
+}
+
+/// Verdict for a whole-file write. `base` is the file as the agent last saw it, `ours` the
+/// file now (None when absent), `theirs` the agent's content, `protected` the human's lines.
+pub fn write(
+    base: Option<&[u8]>,
+    ours: Option<&[u8]>,
+    theirs: &[u8],
+    protected: &[String],
+) -> Verdict {
+    if ours == Some(theirs) {
+        return Verdict::Unchanged;
+    }
+    if base == ours {
+        return guard(ours, theirs.to_vec(), protected);
+    }
+    let (Some(b), Some(o), Ok(t)) = (text(base), text(ours), std::str::from_utf8(theirs)) else {
+        // Binary content cannot be merged by lines: both versions go to the human.
+        return Verdict::Conflict {
+            hunks: Vec::new(),
+            mine: ours.unwrap_or_default().to_vec(),
+            agents: theirs.to_vec(),
+        };
+    };
+    match merge::merge3(b, o, t) {
+        Merge::Clean(m) if Some(m.as_bytes()) == ours => Verdict::Unchanged,
+        Merge::Clean(m) => guard(ours, m.into_bytes(), protected),
+        Merge::Conflict {
+            hunks,
+            ours_resolved,
+            theirs_resolved,
+        } => Verdict::Conflict {
+            hunks,
+            mine: ours_resolved.into_bytes(),
+            agents: theirs_resolved.into_bytes(),
+        },
+    }
+}
+
+/// Verdict for a search-and-replace edit: applied to the file now when `old` is there,
+/// else to the agent's view and merged, so an edit from stale memory keeps the human's fix.
+pub fn edit(
+    base: Option<&[u8]>,
+    ours: Option<&[u8]>,
+    old: &str,
+    new: &str,
+    protected: &[String],
+) -> Verdict {
+    let Some(now) = ours.and_then(|o| std::str::from_utf8(o).ok()) else {
+        return Verdict::NotFound;
+    };
+    if old.is_empty() {
+        return Verdict::NotFound;
+    }
+    match now.matches(old).count() {
+        1 => guard(ours, now.replacen(old, new, 1).into_bytes(), protected),
+        0 => {
+            let Some(seen) = base.and_then(|b| std::str::from_utf8(b).ok()) else {
+                return Verdict::NotFound;
+            };
+            if seen.matches(old).count() != 1 {
+                return Verdict::NotFound;
+            }
+            let theirs = seen.replacen(old, new, 1);
+            write(base, ours, theirs.as_bytes(), protected)
+        }
+        n => Verdict::Ambiguous(n),
+    }
+}
+
+fn guard(ours: Option<&[u8]>, proposed: Vec<u8>, protected: &[String]) -> Verdict {
+    if protected.is_empty() {
+        return Verdict::Apply(proposed);
+    }
+    let (Some(o), Ok(p)) = (text(ours), std::str::from_utf8(&proposed)) else {
+        return Verdict::Apply(proposed);
+    };
+    let lines = merge::dropped_protected(o, p, protected);
+    if lines.is_empty() {
+        Verdict::Apply(proposed)
+    } else {
+        Verdict::Protected { lines, proposed }
+    }
+}
+
+/// The lines worth protecting that `after` introduces over `before`: lines with at least one
+/// letter or digit, so a stray brace or blank line does not stop the agent.
+pub fn protectable(before: Option<&[u8]>, after: Option<&[u8]>) -> Vec<String> {
+    let (Some(b), Some(a)) = (text(before), text(after)) else {
+        return Vec::new();
+    };
+    merge::introduced_lines(b, a)
+        .into_iter()
+        .filter(|l| l.chars().any(char::is_alphanumeric))
+        .collect()
+}
+
+/// Takes one agent change back out of a file, keeping whatever else happened since.
+/// `before`/`after` are the file around the agent's step, `now` the file as it stands.
+/// Returns None when nothing should change, `Some(None)` when the file should not exist,
+/// and `Some(Some(content))` otherwise.
+pub fn revert(
+    before: Option<&[u8]>,
+    after: Option<&[u8]>,
+    now: Option<&[u8]>,
+) -> Option<Option<Vec<u8>>> {
+    if now == before {
+        return None;
+    }
+    if now == after {
+        return Some(before.map(<[u8]>::to_vec));
+    }
+    // The human touched the file after the agent: take back the agent's lines only. A file
+    // the human deleted stays deleted, and binary files are left as the human has them.
+    let n = std::str::from_utf8(now?).ok()?;
+    let (Some(a), Some(b)) = (text(after), text(before)) else {
+        return None;
+    };
+    let merged = match merge::merge3(a, n, b) {
+        Merge::Clean(m) => m,
+        Merge::Conflict { ours_resolved, .. } => ours_resolved,
+    };
+    if merged.as_bytes() == n.as_bytes() {
+        None
+    } else {
+        Some(Some(merged.into_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BUGGY: &str = "fn a() {\n    bug();\n}\n";
+    const FIXED: &str = "fn a() {\n    fixed();\n}\n";
+
+    #[test]
+    fn a_stale_whole_file_write_keeps_the_human_fix() {
+        let stale = "fn a() {\n    bug();\n}\n\nfn b() {}\n";
+        let v = write(
+            Some(BUGGY.as_bytes()),
+            Some(FIXED.as_bytes()),
+            stale.as_bytes(),
+            &[],
+        );
+        assert_eq!(
+            v,
+            Verdict::Apply(b"fn a() {\n    fixed();\n}\n\nfn b() {}\n".to_vec())
+        );
+    }
+
+    #[test]
+    fn a_stale_edit_of_the_fixed_line_becomes_a_conflict() {
+        let v = edit(
+            Some(BUGGY.as_bytes()),
+            Some(FIXED.as_bytes()),
+            "bug();",
+            "bug2();",
+            &[],
+        );
+        assert!(matches!(v, Verdict::Conflict { .. }), "{v:?}");
+    }
+
+    #[test]
+    fn an_edit_elsewhere_applies_to_the_file_now() {
+        let v = edit(
+            Some(BUGGY.as_bytes()),
+            Some(FIXED.as_bytes()),
+            "fn a()",
+            "fn alpha()",
+            &[],
+        );
+        assert_eq!(
+            v,
+            Verdict::Apply(b"fn alpha() {\n    fixed();\n}\n".to_vec())
+        );
+    }
+
+    #[test]
+    fn changing_a_protected_line_needs_approval() {
+        let protected = vec!["    fixed();".to_owned()];
+        let v = edit(
+            None,
+            Some(FIXED.as_bytes()),
+            "fixed();",
+            "again();",
+            &protected,
+        );
+        assert!(matches!(v, Verdict::Protected { .. }), "{v:?}");
+        let v = write(
+            Some(FIXED.as_bytes()),
+            Some(FIXED.as_bytes()),
+            BUGGY.as_bytes(),
+            &protected,
+        );
+        assert!(matches!(v, Verdict::Protected { .. }), "{v:?}");
+    }
+
+    #[test]
+    fn edits_that_cannot_apply_say_why() {
+        assert_eq!(
+            edit(None, Some(b"a a"), "a", "b", &[]),
+            Verdict::Ambiguous(2)
+        );
+        assert_eq!(edit(None, Some(b"abc"), "zzz", "b", &[]), Verdict::NotFound);
+        assert_eq!(edit(None, None, "a", "b", &[]), Verdict::NotFound);
+        assert_eq!(write(None, Some(b"x"), b"x", &[]), Verdict::Unchanged);
+    }
+
+    #[test]
+    fn binary_files_never_merge_silently() {
+        let v = write(Some(b"\xff\x00"), Some(b"\xff\x01"), b"\xff\x02", &[]);
+        assert!(matches!(v, Verdict::Conflict { .. }));
+        assert_eq!(
+            write(Some(b"\xff"), Some(b"\xff"), b"\xfe", &[]),
+            Verdict::Apply(b"\xfe".to_vec())
+        );
+    }
+
+    #[test]
+    fn revert_takes_back_only_the_agents_lines() {
+        // The agent added line 4; the human then fixed line 2.
+        let before = "a\nb\nc\n";
+        let after = "a\nb\nc\nagent\n";
+        let now = "a\nhuman\nc\nagent\n";
+        let r = revert(
+            Some(before.as_bytes()),
+            Some(after.as_bytes()),
+            Some(now.as_bytes()),
+        );
+        assert_eq!(r, Some(Some(b"a\nhuman\nc\n".to_vec())));
+        assert_eq!(
+            revert(Some(b"x"), Some(b"y"), Some(b"y")),
+            Some(Some(b"x".to_vec()))
+        );
+        assert_eq!(revert(None, Some(b"y"), Some(b"y")), Some(None));
+        assert_eq!(revert(Some(b"x"), Some(b"y"), Some(b"x")), None);
+        assert_eq!(revert(None, Some(b"y"), None), None);
+    }
+
+    #[test]
+    fn protectable_skips_lines_without_words() {
+        let p = protectable(Some(b"a\n"), Some(b"a\n}\n\nlet x = 1;\n"));
+        assert_eq!(p, vec!["let x = 1;".to_owned()]);
+    }
+}

@@ -1,0 +1,746 @@
+//! The engine's promises, end to end through the library API on real git repositories:
+//! checkpoints at every step, responsive and non-destructive stops, steering without a
+//! restart, and handback that never overwrites a human fix.
+
+mod support;
+
+use std::time::Duration;
+
+use rein::control::{Reply, Request};
+use rein::state::{
+    Author, ConstraintSource, ConstraintStatus, DecisionKind, Holder, Status, StepStatus,
+};
+use serde_json::json;
+use support::*;
+
+const BUGGY: &str = "pub fn answer() -> u32 {\n    41\n}\n";
+const FIXED: &str = "pub fn answer() -> u32 {\n    42\n}\n";
+const STALE_WITH_NEW: &str =
+    "pub fn answer() -> u32 {\n    41\n}\n\npub fn double(x: u32) -> u32 {\n    x * 2\n}\n";
+
+fn steer(text: &str, urgent: bool) -> Request {
+    Request::Steer {
+        text: text.into(),
+        location: None,
+        source: ConstraintSource::Command,
+        urgent,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_steps_each_leave_a_checkpoint_and_the_users_git_is_untouched() {
+    let dir = repo(&[("src/lib.rs", BUGGY), ("README.md", "hello\n")]);
+    let root = dir.path();
+    let index_before = std::fs::read(root.join(".git/index")).unwrap();
+    let log_before = git(root, &["log", "--format=%H %s"]);
+    let head_before = git(root, &["rev-parse", "HEAD"]);
+    let mut steps = vec![json!({"plan": ["write notes", "edit the lib", "check"]})];
+    for i in 0..8 {
+        steps.push(
+            json!({"write": {"path": format!("notes/n{i}.txt"), "content": format!("note {i}\n")}}),
+        );
+        steps.push(json!({"read": format!("notes/n{i}.txt")}));
+    }
+    steps.push(json!({"edit": {"path": "src/lib.rs", "old": "41", "new": "42"}}));
+    steps.push(json!({"run": {"cmd": "ls src"}}));
+    steps.push(json!({"finish": "done"}));
+    assert_eq!(steps.len(), 20);
+    let mut run = start(root, json!(steps));
+    let s = run.until("done", |s| s.status == Status::Done).await;
+
+    let agent: Vec<_> = s
+        .steps
+        .iter()
+        .filter(|st| st.author == Author::Agent)
+        .collect();
+    assert_eq!(agent.len(), 20);
+    for st in &agent {
+        assert_eq!(st.status, StepStatus::Done, "{st:?}");
+        let ck = st
+            .checkpoint
+            .as_deref()
+            .expect("every step has a checkpoint");
+        git(root, &["cat-file", "-e", &format!("{ck}^{{commit}}")]);
+    }
+    assert_eq!(s.control.holder, Holder::None);
+    assert_eq!(read(root, "src/lib.rs"), FIXED);
+    // The user's index, HEAD and history are exactly as before; nothing was staged.
+    assert_eq!(
+        std::fs::read(root.join(".git/index")).unwrap(),
+        index_before
+    );
+    assert_eq!(git(root, &["rev-parse", "HEAD"]), head_before);
+    assert_eq!(git(root, &["log", "--format=%H %s"]), log_before);
+    assert_eq!(git(root, &["diff", "--cached", "--name-only"]), "");
+    let status = git(root, &["status", "--porcelain"]);
+    assert!(
+        status
+            .lines()
+            .all(|l| l.starts_with(" M") || l.starts_with("??")),
+        "{status}"
+    );
+    // The checkpoint chain starts at the base and carries the step trailers.
+    let chain = git(
+        root,
+        &[
+            "log",
+            "--format=%H",
+            &format!("refs/rein/{}/checkpoints", s.task.id),
+        ],
+    );
+    assert!(chain.lines().any(|l| l.trim() == head_before.trim()));
+    let last = git(
+        root,
+        &[
+            "log",
+            "-1",
+            "--format=%B",
+            &format!("refs/rein/{}/checkpoints", s.task.id),
+        ],
+    );
+    assert!(last.contains("Rein-Author: agent"), "{last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_freezes_a_running_command_and_resume_finishes_it_unchanged() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let cmd = "sh -c 'for i in $(seq 1 40); do echo $i >> count.txt; sleep 0.05; done; : pause-marker-7781'";
+    let mut run = start(
+        root,
+        json!([{"run": {"cmd": cmd, "timeout_s": 120}}, {"finish": "ok"}]),
+    );
+    eventually("the command to start counting", || {
+        read(root, "count.txt").lines().count() >= 3
+    })
+    .await;
+    run.call(Request::Pause).await;
+    assert_eq!(run.state.status, Status::Paused);
+    let pids = pids_with("pause-marker-7781");
+    assert!(!pids.is_empty());
+    eventually("every process of the group to be stopped", || {
+        pids.iter()
+            .all(|p| matches!(proc_state(*p), Some('T') | None))
+    })
+    .await;
+    let frozen = read(root, "count.txt");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        read(root, "count.txt"),
+        frozen,
+        "a frozen command makes no progress"
+    );
+    run.call(Request::Resume).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let counted: Vec<String> = read(root, "count.txt").lines().map(str::to_owned).collect();
+    let want: Vec<String> = (1..=40).map(|i| i.to_string()).collect();
+    assert_eq!(
+        counted, want,
+        "the command finished exactly once, unchanged"
+    );
+    assert_eq!(
+        s.steps.iter().filter(|s| s.author == Author::Agent).count(),
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_during_a_long_command_kills_the_whole_group() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let cmd = "sh -c 'sleep 60 & sleep 60; : abort-marker-5517'";
+    let mut run = start(root, json!([{"run": {"cmd": cmd}}, {"finish": "never"}]));
+    eventually("the command to start", || {
+        !pids_with("abort-marker-5517").is_empty()
+    })
+    .await;
+    let leader = pids_with("abort-marker-5517")[0];
+    let pgid = std::fs::read_to_string(format!("/proc/{leader}/stat")).unwrap();
+    let pgid: i32 = pgid
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let group_of = |pgid: i32| -> Vec<i32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .ok()
+                    .and_then(|s| {
+                        s.rsplit_once(')').and_then(|(_, r)| {
+                            r.split_whitespace()
+                                .nth(2)
+                                .and_then(|g| g.parse::<i32>().ok())
+                        })
+                    })
+                    == Some(pgid)
+            })
+            .collect()
+    };
+    eventually("both sleeps", || group_of(pgid).len() >= 3).await;
+    let group = group_of(pgid);
+    run.call(Request::Abort {
+        keep_changes: false,
+    })
+    .await;
+    assert_eq!(run.state.status, Status::Aborted);
+    assert_eq!(run.state.control.holder, Holder::None);
+    eventually("the group to be gone", || {
+        group
+            .iter()
+            .all(|p| matches!(proc_state(*p), None | Some('Z')))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_during_a_think_is_immediate_and_loses_nothing() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([{"write": {"path": "b.txt", "content": "b\n"}}, {"read": "a.txt", "think_ms": 600000}, {"finish": "f"}]),
+    );
+    run.until("step 1", |s| s.steps.iter().any(|st| st.n == 1))
+        .await;
+    // The think would take ten minutes; the pause must not wait for it.
+    run.call(Request::Pause).await;
+    assert_eq!(run.state.status, Status::Paused);
+    assert_eq!(
+        run.agent_steps(),
+        1,
+        "the completed step is kept, the think is dropped"
+    );
+    assert_eq!(read(root, "b.txt"), "b\n");
+    run.call(Request::Abort { keep_changes: true }).await;
+    assert_eq!(read(root, "b.txt"), "b\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_while_running_reaches_the_agent_before_its_next_move() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"write": {"path": "one.txt", "content": "1\n"}},
+            {"write": {"path": "two.txt", "content": "2\n"}, "think_ms": 400},
+            {"run": {"cmd": "sh -c 'sleep 0.5; : steer-marker-6620'"}},
+            {"finish": "f"}
+        ]),
+    );
+    run.until("step 1", |s| {
+        s.steps
+            .iter()
+            .any(|st| st.n == 1 && st.author == Author::Agent)
+    })
+    .await;
+    // Step 2 is being thought about: the steer lands before it is made.
+    let reply = run.call(steer("use tabs, not spaces", false)).await;
+    let Reply::Steered { constraint_id, .. } = reply else {
+        panic!("not a steer reply")
+    };
+    let s = run
+        .until("delivered", |s| {
+            s.constraints
+                .iter()
+                .any(|c| c.status == ConstraintStatus::Delivered)
+        })
+        .await;
+    let c = s
+        .constraints
+        .iter()
+        .find(|c| c.id == constraint_id)
+        .unwrap();
+    assert_eq!(c.delivered_at_step, Some(2));
+    // While the command of step 3 runs, a steer is queued for step 4; nothing is lost.
+    run.until("step 2 done", |s| s.steps.iter().any(|st| st.n == 2))
+        .await;
+    eventually("sleep running", || {
+        !pids_with("steer-marker-6620").is_empty()
+    })
+    .await;
+    let reply = run.call(steer("and no unsafe", false)).await;
+    let Reply::Steered {
+        constraint_id: second,
+        ..
+    } = reply
+    else {
+        panic!()
+    };
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let c = s.constraints.iter().find(|c| c.id == second).unwrap();
+    assert_eq!(c.delivered_at_step, Some(4));
+    assert!(s
+        .steps
+        .iter()
+        .filter(|st| st.author == Author::Agent)
+        .all(|st| st.status == StepStatus::Done));
+    assert_eq!(read(root, "one.txt"), "1\n");
+    assert_eq!(read(root, "two.txt"), "2\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_urgent_steer_cuts_the_command_and_rolls_the_step_back() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let cmd = "sh -c 'echo partial > partial.txt; sleep 60; : urgent-marker-3120'";
+    let mut run = start(
+        root,
+        json!([{"run": {"cmd": cmd}}, {"read": "a.txt", "think_ms": 600000}]),
+    );
+    eventually("partial output", || {
+        read(root, "partial.txt") == "partial\n"
+    })
+    .await;
+    run.call(steer("stop, do it differently", true)).await;
+    let s = run
+        .until("rolled back", |s| {
+            s.steps.iter().any(|st| st.status == StepStatus::RolledBack)
+        })
+        .await;
+    assert!(
+        !root.join("partial.txt").exists(),
+        "the cut step's changes are rolled back"
+    );
+    eventually("command gone", || {
+        pids_with("urgent-marker-3120").is_empty()
+    })
+    .await;
+    let s2 = run
+        .until("delivered", |s| {
+            s.constraints[0].status == ConstraintStatus::Delivered
+        })
+        .await;
+    assert_eq!(
+        s2.constraints[0].delivered_at_step,
+        Some(s.steps.last().unwrap().n + 1)
+    );
+    run.call(Request::Abort { keep_changes: true }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_write_after_handback_merges_around_the_fix() {
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"read": "src/lib.rs"},
+            {"write": {"path": "src/lib.rs", "content": STALE_WITH_NEW}, "think_ms": 300},
+            {"finish": "f"}
+        ]),
+    );
+    run.until("read", |s| s.steps.iter().any(|st| st.n == 1))
+        .await;
+    let reply = run
+        .call(Request::Takeover {
+            reason: Some("the answer is wrong".into()),
+        })
+        .await;
+    let Reply::Handover { handover, .. } = reply else {
+        panic!("no handover")
+    };
+    assert!(
+        handover.markdown.contains("the answer is wrong"),
+        "{}",
+        handover.markdown
+    );
+    assert_eq!(
+        handover
+            .steps
+            .iter()
+            .filter(|s| s.author == Author::Agent)
+            .count(),
+        1
+    );
+    assert_eq!(run.state.control.holder, Holder::Human);
+    assert_eq!(run.state.status, Status::Human);
+    write(root, "src/lib.rs", FIXED);
+    let reply = run
+        .call(Request::Handback {
+            note: Some("fixed the answer".into()),
+        })
+        .await;
+    let Reply::Handback { report, .. } = reply else {
+        panic!("no report")
+    };
+    assert_eq!(report.changes.len(), 1);
+    assert!(
+        report.changes[0].diff.contains("+    42"),
+        "{}",
+        report.changes[0].diff
+    );
+    assert_eq!(report.note.as_deref(), Some("fixed the answer"));
+    assert_eq!(run.state.control.holder, Holder::Agent);
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let result = read(root, "src/lib.rs");
+    assert!(
+        result.contains("    42"),
+        "the human's fix survives:\n{result}"
+    );
+    assert!(!result.contains("    41"), "{result}");
+    assert!(
+        result.contains("pub fn double"),
+        "the agent's new code is there too:\n{result}"
+    );
+    let human: Vec<_> = s
+        .steps
+        .iter()
+        .filter(|st| st.author == Author::Human && st.n > 0)
+        .collect();
+    assert_eq!(human.len(), 1, "the fix is recorded as a human checkpoint");
+    assert!(s.protected_lines["src/lib.rs"].contains(&"    42".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_an_edit_after_handback_keeps_the_fix_and_an_overlap_asks() {
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"read": "src/lib.rs"},
+            {"edit": {"path": "src/lib.rs", "old": "pub fn answer()", "new": "pub fn the_answer()"}, "think_ms": 300},
+            {"edit": {"path": "src/lib.rs", "old": "    41", "new": "    40"}},
+            {"finish": "f"}
+        ]),
+    );
+    run.until("read", |s| s.steps.iter().any(|st| st.n == 1))
+        .await;
+    run.call(Request::Takeover { reason: None }).await;
+    write(root, "src/lib.rs", FIXED);
+    run.call(Request::Handback { note: None }).await;
+    // The second edit targets the line the human fixed: a decision, never a silent revert.
+    let s = run
+        .until("decision", |s| s.status == Status::AwaitingDecision)
+        .await;
+    assert_eq!(s.decisions[0].kind, DecisionKind::MergeConflict);
+    assert_eq!(
+        read(root, "src/lib.rs"),
+        "pub fn the_answer() -> u32 {\n    42\n}\n"
+    );
+    let id = s.decisions[0].id.clone();
+    run.call(Request::Decide {
+        decision_id: id,
+        choice: "keep mine".into(),
+    })
+    .await;
+    run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(
+        read(root, "src/lib.rs"),
+        "pub fn the_answer() -> u32 {\n    42\n}\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_a_change_on_disk_by_another_process_is_held_and_kept() {
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"read": "src/lib.rs"},
+            {"write": {"path": "src/lib.rs", "content": STALE_WITH_NEW}, "think_ms": 400},
+            {"finish": "f"}
+        ]),
+    );
+    run.until("read", |s| s.steps.iter().any(|st| st.n == 1))
+        .await;
+    // Another editor or a script fixes the file while the agent thinks.
+    write(root, "src/lib.rs", FIXED);
+    let s = run
+        .until("held-file decision", |s| {
+            s.status == Status::AwaitingDecision
+        })
+        .await;
+    assert_eq!(s.decisions[0].kind, DecisionKind::HeldFile);
+    assert_eq!(s.held_files, vec!["src/lib.rs".to_owned()]);
+    assert_eq!(
+        read(root, "src/lib.rs"),
+        FIXED,
+        "nothing is written while the file is held"
+    );
+    run.call(Request::Release {
+        path: "src/lib.rs".into(),
+    })
+    .await;
+    run.until("done", |s| s.status == Status::Done).await;
+    let result = read(root, "src/lib.rs");
+    assert!(
+        result.contains("    42") && !result.contains("    41"),
+        "{result}"
+    );
+    assert!(result.contains("pub fn double"), "{result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_removes_the_agents_changes_keeps_the_humans_and_keeps_the_attempt() {
+    let dir = repo(&[("b.txt", "one\ntwo\nthree\nfour\nfive\n"), ("c.txt", "c\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"write": {"path": "new.txt", "content": "agent file\n"}},
+            {"edit": {"path": "b.txt", "old": "one", "new": "ONE (agent)"}},
+            {"read": "b.txt", "think_ms": 600000}
+        ]),
+    );
+    run.until("two agent steps", |s| {
+        s.steps
+            .iter()
+            .filter(|st| st.author == Author::Agent)
+            .count()
+            == 2
+    })
+    .await;
+    write(
+        root,
+        "b.txt",
+        "ONE (agent)\ntwo\nthree\nFOUR (human)\nfive\n",
+    );
+    write(root, "c.txt", "c by human\n");
+    run.call(Request::Abort {
+        keep_changes: false,
+    })
+    .await;
+    assert_eq!(run.state.status, Status::Aborted);
+    assert!(
+        !root.join("new.txt").exists(),
+        "the agent's new file is removed"
+    );
+    assert_eq!(read(root, "b.txt"), "one\ntwo\nthree\nFOUR (human)\nfive\n");
+    assert_eq!(read(root, "c.txt"), "c by human\n");
+    let attempt = format!("refs/rein/{}/aborted", run.state.task.id);
+    assert_eq!(
+        git(root, &["show", &format!("{attempt}:new.txt")]),
+        "agent file\n"
+    );
+    assert!(git(root, &["show", &format!("{attempt}:b.txt")]).contains("ONE (agent)"));
+    let refused = run.refused(Request::Resume).await;
+    assert!(refused.contains("ended"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn illegal_requests_are_refused_with_what_to_do_and_change_nothing() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let mut run = start(root, json!([{"read": "a.txt", "think_ms": 600000}]));
+    let version = run.call(Request::State).await.state().version;
+    let cases = [
+        (Request::Handback { note: None }, "take over first"),
+        (Request::Resume, "already running"),
+        (
+            Request::Decide {
+                decision_id: "d9".into(),
+                choice: "approve".into(),
+            },
+            "no open decision",
+        ),
+        (
+            Request::Release {
+                path: "a.txt".into(),
+            },
+            "not held",
+        ),
+        (
+            Request::Release {
+                path: "../x".into(),
+            },
+            "",
+        ),
+        (
+            Request::Rewind {
+                checkpoint: "step:0".into(),
+            },
+            "pause or take over",
+        ),
+        (steer("   ", false), "empty"),
+    ];
+    for (req, want) in cases {
+        let what = format!("{req:?}");
+        let msg = run.refused(req).await;
+        assert!(msg.contains(want), "{what}: {msg}");
+    }
+    assert_eq!(
+        run.call(Request::State).await.state().version,
+        version,
+        "refusals change nothing"
+    );
+    run.call(Request::Pause).await;
+    assert!(run.refused(Request::Pause).await.contains("already paused"));
+    run.call(Request::Takeover { reason: None }).await;
+    assert!(run
+        .refused(Request::Takeover { reason: None })
+        .await
+        .contains("already hold"));
+    assert!(run
+        .refused(Request::Pause)
+        .await
+        .contains("you hold control"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_command_waits_for_approval_then_runs_to_completion() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "echo shipped > shipped.txt; sleep 0.5; echo done >> shipped.txt", "irreversible": true}},
+            {"run": {"cmd": "echo denied > denied.txt", "irreversible": true}},
+            {"finish": "f"}
+        ]),
+    );
+    let s = run
+        .until("approval", |s| s.status == Status::AwaitingDecision)
+        .await;
+    assert_eq!(s.decisions[0].kind, DecisionKind::ApproveCommand);
+    assert!(
+        !root.join("shipped.txt").exists(),
+        "nothing runs before approval"
+    );
+    let id = s.decisions[0].id.clone();
+    run.call(Request::Decide {
+        decision_id: id,
+        choice: "approve".into(),
+    })
+    .await;
+    eventually("started", || root.join("shipped.txt").exists()).await;
+    // A pause may not land in the middle of an approved irreversible command.
+    let paused = run.call(Request::Pause).await;
+    assert_eq!(paused.state().status, Status::Paused);
+    assert_eq!(
+        read(root, "shipped.txt"),
+        "shipped\ndone\n",
+        "it ran to completion first"
+    );
+    run.call(Request::Resume).await;
+    let s = run
+        .until("second approval", |s| s.status == Status::AwaitingDecision)
+        .await;
+    let id = s.decisions[0].id.clone();
+    let bad = run
+        .refused(Request::Decide {
+            decision_id: id.clone(),
+            choice: "maybe".into(),
+        })
+        .await;
+    assert!(bad.contains("choose one of: approve, deny"), "{bad}");
+    run.call(Request::Decide {
+        decision_id: id,
+        choice: "deny".into(),
+    })
+    .await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert!(!root.join("denied.txt").exists());
+    assert!(s.steps.iter().any(|st| st.status == StepStatus::Skipped));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_paths_from_the_agent_are_refused_and_nothing_outside_is_touched() {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("victim.txt"), "safe\n").unwrap();
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    std::os::unix::fs::symlink(outside.path(), root.join("link-out")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("victim.txt"), root.join("victim-link"))
+        .unwrap();
+    let victim = outside.path().join("victim.txt");
+    let hostile = [
+        "../escape.txt".to_owned(),
+        "../../etc/passwd".to_owned(),
+        "a/../../escape.txt".to_owned(),
+        victim.display().to_string(),
+        "/tmp/rein-escape.txt".to_owned(),
+        ".git/config".to_owned(),
+        ".git/hooks/pre-commit".to_owned(),
+        "sub/.git/config".to_owned(),
+        ".GIT/config".to_owned(),
+        "link-out/victim.txt".to_owned(),
+        "link-out/new.txt".to_owned(),
+        "victim-link".to_owned(),
+        "".to_owned(),
+        "a\0b".to_owned(),
+        "~/escape.txt".to_owned(),
+        "C:\\Windows\\escape.txt".to_owned(),
+        "..\\escape.txt".to_owned(),
+        format!("{}/x", "a".repeat(5000)),
+    ];
+    let mut steps = Vec::new();
+    for p in &hostile {
+        steps.push(json!({"write": {"path": p, "content": "pwned\n"}}));
+        steps.push(json!({"edit": {"path": p, "old": "safe", "new": "pwned"}}));
+        steps.push(json!({"read": p}));
+    }
+    steps.push(json!({"finish": "f"}));
+    let mut run = start(root, json!(steps));
+    let s = run.until("done", |s| s.status.is_terminal()).await;
+    assert_eq!(s.status, Status::Done);
+    let agent: Vec<_> = s
+        .steps
+        .iter()
+        .filter(|st| st.author == Author::Agent)
+        .collect();
+    assert_eq!(agent.len(), hostile.len() * 3 + 1);
+    for st in &agent[..agent.len() - 1] {
+        assert_eq!(st.status, StepStatus::Failed, "{st:?} must be refused");
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "safe\n");
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
+    assert!(!root.parent().unwrap().join("escape.txt").exists());
+    assert!(!std::path::Path::new("/tmp/rein-escape.txt").exists());
+    assert!(!git(root, &["config", "--list", "--local"]).contains("pwned"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewind_restores_a_checkpoint_after_checkpointing_the_present() {
+    let dir = repo(&[("a.txt", "v0\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"write": {"path": "a.txt", "content": "v1\n"}},
+            {"write": {"path": "a.txt", "content": "v2\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    run.until("two writes", |s| {
+        s.steps
+            .iter()
+            .filter(|st| st.author == Author::Agent)
+            .count()
+            == 2
+    })
+    .await;
+    run.call(Request::Pause).await;
+    write(root, "a.txt", "human\n");
+    let s = run
+        .call(Request::Rewind {
+            checkpoint: "step:1".into(),
+        })
+        .await;
+    assert_eq!(read(root, "a.txt"), "v1\n");
+    let s = s.state().clone();
+    let before = s
+        .steps
+        .iter()
+        .find(|st| st.action.starts_with("before rewind"))
+        .expect("present checkpointed");
+    let ck = before.checkpoint.clone().unwrap();
+    assert_eq!(git(root, &["show", &format!("{ck}:a.txt")]), "human\n");
+    let bad = run
+        .refused(Request::Rewind {
+            checkpoint: "zzzz".into(),
+        })
+        .await;
+    assert!(bad.contains("rein log"), "{bad}");
+    run.call(Request::Abort { keep_changes: true }).await;
+}

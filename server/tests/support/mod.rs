@@ -1,0 +1,199 @@
+//! Shared helpers for the engine's integration tests: real git repositories in temp dirs
+//! and an engine whose notices can be awaited.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rein::control::{self, EngineConfig, Handle, Notice, Reply, Request};
+use rein::state::TaskState;
+use tokio::sync::mpsc;
+
+/// Runs git in `dir` and returns stdout; panics with stderr on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "Test User")
+        .env("GIT_AUTHOR_EMAIL", "user@example.com")
+        .env("GIT_COMMITTER_NAME", "Test User")
+        .env("GIT_COMMITTER_EMAIL", "user@example.com")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A git repository with `files` committed on main.
+pub fn repo(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    git(dir.path(), &["init", "-q", "-b", "main"]);
+    for (path, content) in files {
+        write(dir.path(), path, content);
+    }
+    git(dir.path(), &["add", "-A"]);
+    git(
+        dir.path(),
+        &["commit", "-q", "-m", "initial", "--allow-empty"],
+    );
+    dir
+}
+
+/// Writes a file under `root`, creating directories.
+pub fn write(root: &Path, path: &str, content: &str) {
+    let p = root.join(path);
+    std::fs::create_dir_all(p.parent().expect("has parent")).expect("mkdir");
+    std::fs::write(p, content).expect("write");
+}
+
+/// Reads a file under `root` (empty string when missing).
+pub fn read(root: &Path, path: &str) -> String {
+    std::fs::read_to_string(root.join(path)).unwrap_or_default()
+}
+
+/// A running task and the stream of its notices.
+pub struct Run {
+    pub handle: Handle,
+    pub notices: mpsc::UnboundedReceiver<Notice>,
+    pub state: TaskState,
+    pub root: PathBuf,
+}
+
+/// A notify callback that forwards into a channel.
+pub fn channel() -> (control::Notify, mpsc::UnboundedReceiver<Notice>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let notify: control::Notify = Arc::new(move |n| {
+        let _ = tx.send(n);
+    });
+    (notify, rx)
+}
+
+/// The default policy plus `sh`, so tests can run shell scripts as `sh -c '…'` without a
+/// decision (the default policy rightly asks before loops and command substitution).
+pub fn test_config() -> EngineConfig {
+    let mut cfg = EngineConfig::default();
+    cfg.policy.allow.push("sh".into());
+    cfg
+}
+
+/// Starts a scripted task with inline steps.
+pub fn start(root: &Path, steps: serde_json::Value) -> Run {
+    let (notify, notices) = channel();
+    let (handle, state) = control::start(
+        root,
+        "test goal",
+        serde_json::json!({"kind": "script", "steps": steps}),
+        test_config(),
+        notify,
+    )
+    .expect("task starts");
+    Run {
+        handle,
+        notices,
+        state,
+        root: root.to_owned(),
+    }
+}
+
+impl Run {
+    /// Waits until the state satisfies `pred` (30 s at most, then panics with the state).
+    pub async fn until(&mut self, what: &str, pred: impl Fn(&TaskState) -> bool) -> TaskState {
+        if pred(&self.state) {
+            return self.state.clone();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match tokio::time::timeout_at(deadline, self.notices.recv()).await {
+                Ok(Some(Notice::State(s))) => {
+                    self.state = *s;
+                    if pred(&self.state) {
+                        return self.state.clone();
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => panic!(
+                    "engine stopped while waiting for {what}; last state: {:#?}",
+                    self.state
+                ),
+                Err(_) => panic!(
+                    "timed out waiting for {what}; last state: {:#?}",
+                    self.state
+                ),
+            }
+        }
+    }
+
+    /// Sends a request and returns the reply, panicking on a refusal.
+    pub async fn call(&mut self, req: Request) -> Reply {
+        let what = format!("{req:?}");
+        let reply = self
+            .handle
+            .call(req)
+            .await
+            .unwrap_or_else(|e| panic!("{what} refused: {e}"));
+        self.state = reply.state().clone();
+        reply
+    }
+
+    /// Sends a request that must be refused; returns the message.
+    pub async fn refused(&mut self, req: Request) -> String {
+        match self.handle.call(req).await {
+            Ok(r) => panic!("expected a refusal, got {:?}", r.state().status),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Number of completed agent steps.
+    pub fn agent_steps(&self) -> usize {
+        self.state
+            .steps
+            .iter()
+            .filter(|s| s.author == rein::state::Author::Agent)
+            .count()
+    }
+}
+
+/// Pids whose command line contains `needle`.
+pub fn pids_with(needle: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            if String::from_utf8_lossy(&cmd).contains(needle) && pid != std::process::id() as i32 {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// The one-letter process state from /proc (R, S, T, Z…), if the process exists.
+pub fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    after.trim_start().chars().next()
+}
+
+/// Polls `cond` every 10 ms for up to 30 s.
+pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    for _ in 0..3000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
