@@ -1,4 +1,18 @@
-//! The language server: a thin protocol layer over `control`.
+//! The language server: a thin protocol layer over `control`. It translates LSP messages into
+//! engine requests and engine notices into LSP notifications; it holds no engine logic.
+//!
+//! `server` is the event loop, `transport` the stdio framing, `commands` and `actions` the
+//! executeCommand and codeAction surfaces, `documents` the open buffers, `steer` the inline
+//! `rein:` comments, `config` the settings and `log` the client-side log.
 
+mod actions;
+mod commands;
+pub mod config;
 pub mod documents;
+pub mod log;
+mod server;
 pub mod steer;
+pub mod transport;
+
+pub use commands::COMMANDS;
+pub use server::run;

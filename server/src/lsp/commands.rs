@@ -1,0 +1,331 @@
+//! `workspace/executeCommand`: argument checking, the engine request each command becomes,
+//! and the shape of each result or error the client gets back.
+
+use lsp_server::{ErrorCode, RequestId};
+use lsp_types::MessageType;
+use serde_json::{json, Map, Value};
+
+use super::server::{rpc_error, ReplyTo, Server};
+use crate::agent::AgentError;
+use crate::control::{self, ControlError, Reply, Request};
+use crate::state::{ConstraintSource, Location};
+
+/// Every command the server executes, as advertised in `executeCommandProvider`.
+pub const COMMANDS: &[&str] = &[
+    "rein.start",
+    "rein.pause",
+    "rein.resume",
+    "rein.steer",
+    "rein.abort",
+    "rein.takeover",
+    "rein.handback",
+    "rein.decide",
+    "rein.release",
+    "rein.rewind",
+    "rein.state",
+    "rein.sendSteerComment",
+    "rein.dismissSteerComment",
+];
+
+type Args = Map<String, Value>;
+type RpcResult = Result<Value, lsp_server::ResponseError>;
+
+fn bad(msg: impl Into<String>) -> lsp_server::ResponseError {
+    rpc_error(ErrorCode::InvalidParams, msg)
+}
+
+fn text_arg(
+    args: &Args,
+    command: &str,
+    field: &str,
+    required: bool,
+) -> Result<Option<String>, lsp_server::ResponseError> {
+    match args.get(field) {
+        None | Some(Value::Null) if !required => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        _ => Err(bad(format!("{command} needs {{\"{field}\": STRING}}"))),
+    }
+}
+
+fn bool_arg(args: &Args, command: &str, field: &str) -> Result<bool, lsp_server::ResponseError> {
+    match args.get(field) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        _ => Err(bad(format!("{command}: \"{field}\" must be true or false"))),
+    }
+}
+
+/// Maps an engine refusal or failure to the JSON-RPC error the client sees.
+pub(super) fn to_rpc(e: ControlError) -> lsp_server::ResponseError {
+    let code = match &e {
+        ControlError::NotNow(_) | ControlError::Gone => ErrorCode::RequestFailed,
+        ControlError::BadArgument(_)
+        | ControlError::Agent(AgentError::Spec(_) | AgentError::Script { .. }) => {
+            ErrorCode::InvalidParams
+        }
+        _ => ErrorCode::InternalError,
+    };
+    rpc_error(code, e.to_string())
+}
+
+impl Server {
+    pub(super) fn execute_command(&mut self, req: lsp_server::Request) {
+        let id = req.id.clone();
+        let params: lsp_types::ExecuteCommandParams = match serde_json::from_value(req.params) {
+            Ok(p) => p,
+            Err(e) => return self.respond(id, Err(bad(format!("bad executeCommand params: {e}")))),
+        };
+        let command = params.command.as_str();
+        let args = match params.arguments.first() {
+            None => Map::new(),
+            Some(Value::Object(o)) => o.clone(),
+            Some(_) => {
+                return self.respond(
+                    id,
+                    Err(bad(format!(
+                        "{command} takes one object argument, e.g. {{}}"
+                    ))),
+                )
+            }
+        };
+        if let Err(e) = self.root.clone() {
+            return self.respond(
+                id,
+                Err(rpc_error(
+                    ErrorCode::RequestFailed,
+                    format!("Rein is idle: {e}"),
+                )),
+            );
+        }
+        match self.command(id.clone(), command, &args) {
+            Ok(Some(request)) => self.forward(ReplyTo::Client(id), command, request),
+            Ok(None) => {}
+            Err(e) => self.respond(id, Err(e)),
+        }
+    }
+
+    /// Checks a command's arguments; returns the engine request to forward, or answers itself.
+    fn command(
+        &mut self,
+        id: RequestId,
+        command: &str,
+        args: &Args,
+    ) -> Result<Option<Request>, lsp_server::ResponseError> {
+        Ok(Some(match command {
+            "rein.start" => {
+                self.start(id, args)?;
+                return Ok(None);
+            }
+            "rein.state" => {
+                if self.engine.is_none() {
+                    let root = self.root.clone().map_err(bad)?;
+                    let state = control::load(&root).map_err(to_rpc)?;
+                    self.respond(id, Ok(json!({ "state": state })));
+                    return Ok(None);
+                }
+                Request::State
+            }
+            "rein.pause" => Request::Pause,
+            "rein.resume" => Request::Resume,
+            "rein.steer" => {
+                let text = text_arg(args, command, "text", true)?.unwrap_or_default();
+                let urgent = bool_arg(args, command, "urgent")?;
+                let location = match args.get("uri").filter(|u| !u.is_null()) {
+                    None => None,
+                    Some(uri) => {
+                        let uri: lsp_types::Uri = serde_json::from_value(uri.clone())
+                            .map_err(|_| bad("rein.steer: \"uri\" must be a file URI"))?;
+                        let path = self
+                            .rel_path(&uri)
+                            .ok_or_else(|| bad(format!("rein.steer: \"uri\" {} is not a file inside the workspace", uri.as_str())))?;
+                        let range: Option<lsp_types::Range> = match args.get("range").filter(|r| !r.is_null()) {
+                            None => None,
+                            Some(r) => Some(serde_json::from_value(r.clone()).map_err(|_| {
+                                bad("rein.steer: \"range\" must be an LSP range {start: {line, character}, end: {...}}")
+                            })?),
+                        };
+                        let (line, end) = range.map_or((0, None), |r| (r.start.line, Some(r.end.line).filter(|e| *e != r.start.line)));
+                        Some(Location { path, line, end_line: end })
+                    }
+                };
+                Request::Steer {
+                    text,
+                    location,
+                    source: ConstraintSource::Command,
+                    urgent,
+                }
+            }
+            "rein.abort" => Request::Abort {
+                keep_changes: bool_arg(args, command, "keepChanges")?,
+            },
+            "rein.takeover" => Request::Takeover {
+                reason: text_arg(args, command, "reason", false)?,
+            },
+            "rein.handback" => Request::Handback {
+                note: text_arg(args, command, "note", false)?,
+            },
+            "rein.decide" => Request::Decide {
+                decision_id: text_arg(args, command, "decisionId", true)?.unwrap_or_default(),
+                choice: text_arg(args, command, "choice", true)?.unwrap_or_default(),
+            },
+            "rein.release" => {
+                let uri = self.uri_arg(args, command)?;
+                let path = self.rel_path(&uri).ok_or_else(|| bad(format!("{command}: {} is not inside the workspace", uri.as_str())))?;
+                Request::Release { path }
+            }
+            "rein.rewind" => Request::Rewind {
+                checkpoint: text_arg(args, command, "checkpoint", true)?.unwrap_or_default(),
+            },
+            "rein.sendSteerComment" | "rein.dismissSteerComment" => {
+                let uri = self.uri_arg(args, command)?;
+                let line = args
+                    .get("line")
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| bad(format!("{command} needs {{\"uri\": URI, \"line\": NUMBER}}")))?;
+                let path = self.rel_path(&uri).ok_or_else(|| bad(format!("{command}: {} is not inside the workspace", uri.as_str())))?;
+                let comment = self
+                    .comments
+                    .get(&uri)
+                    .and_then(|cs| cs.iter().find(|c| c.line as u64 == line))
+                    .cloned()
+                    .ok_or_else(|| bad(format!("{command}: there is no `rein:` comment on line {line} of an open document {}", uri.as_str())))?;
+                if command == "rein.dismissSteerComment" {
+                    self.dismissed.insert((path, comment.text));
+                    self.publish(&uri);
+                    self.respond(id, Ok(json!({})));
+                } else {
+                    self.send_comment(&path, &comment, Some(id));
+                }
+                return Ok(None);
+            }
+            "rein.steerSelection" => {
+                return Err(bad(
+                    "rein.steerSelection is handled by the editor: it asks for the text, then calls rein.steer with uri and range",
+                ))
+            }
+            other => return Err(bad(format!("unknown command {other}; rein knows: {}", COMMANDS.join(", ")))),
+        }))
+    }
+
+    fn uri_arg(
+        &self,
+        args: &Args,
+        command: &str,
+    ) -> Result<lsp_types::Uri, lsp_server::ResponseError> {
+        args.get("uri")
+            .and_then(|u| serde_json::from_value(u.clone()).ok())
+            .ok_or_else(|| bad(format!("{command} needs {{\"uri\": FILE_URI}}")))
+    }
+
+    fn start(&mut self, id: RequestId, args: &Args) -> Result<(), lsp_server::ResponseError> {
+        let goal = text_arg(args, "rein.start", "goal", true)?.unwrap_or_default();
+        let agent = match args.get("agent").filter(|a| !a.is_null()) {
+            Some(a @ Value::Object(_)) => a.clone(),
+            Some(_) => return Err(bad("rein.start: \"agent\" must be an object like {\"kind\": \"script\", \"plan\": \"plan.json\"}")),
+            None => self.config.agent.clone(),
+        };
+        if self.task_active() {
+            let s = self
+                .state
+                .as_ref()
+                .map(|s| (s.task.id.clone(), s.status.as_str()))
+                .unwrap_or_default();
+            return Err(rpc_error(
+                ErrorCode::RequestFailed,
+                format!(
+                    "task {} is still {}; resume, finish or abort it before starting another",
+                    s.0, s.1
+                ),
+            ));
+        }
+        let root = self.root.clone().map_err(bad)?;
+        let started = {
+            let _rt = self.rt.enter();
+            control::start(&root, &goal, agent, self.config.engine(), self.notify_fn())
+        };
+        let (handle, state) = started.map_err(to_rpc)?;
+        if let Some(old) = self.engine.replace(handle) {
+            old.tell(Request::Shutdown);
+        }
+        self.steer_sent.clear();
+        // Unsaved buffers are the human's work in progress: the agent sees and respects them.
+        let dirty: Vec<(String, String)> = self
+            .docs
+            .iter()
+            .filter_map(|(uri, doc)| {
+                let path = self.rel_path(uri)?;
+                let text = doc.text();
+                let disk = std::fs::read_to_string(root.join(&path)).ok();
+                (disk.as_deref() != Some(text.as_str())).then_some((path, text))
+            })
+            .collect();
+        if let Some(engine) = &self.engine {
+            for (path, text) in dirty {
+                engine.tell(Request::Buffer {
+                    path: path.clone(),
+                    content: Some(text.into_bytes()),
+                });
+                engine.tell(Request::Hold { path });
+            }
+        }
+        let task_id = state.task.id.clone();
+        self.on_state(state.clone());
+        self.respond(id, Ok(json!({ "taskId": task_id, "state": state })));
+        Ok(())
+    }
+
+    /// Answers whoever waited for an engine reply.
+    pub(super) fn on_reply(
+        &mut self,
+        to: ReplyTo,
+        command: &str,
+        result: Result<Reply, ControlError>,
+    ) {
+        let value: RpcResult = result.map_err(to_rpc).map(|reply| match reply {
+            Reply::State(s) => json!({ "state": s }),
+            Reply::Steered {
+                constraint_id,
+                state,
+            } => json!({ "constraintId": constraint_id, "state": state }),
+            Reply::Handover { handover, state } => {
+                json!({ "handover": handover, "markdown": handover.markdown, "state": state })
+            }
+            Reply::Handback { report, state } => {
+                json!({ "reconcile": report, "markdown": report.markdown(), "state": state })
+            }
+        });
+        match to {
+            ReplyTo::Client(id) => self.respond(id, value),
+            ReplyTo::SteerComment { path, text, client } => {
+                match &value {
+                    Ok(v) => {
+                        if let Some(cid) = v.get("constraintId").and_then(Value::as_str) {
+                            self.steer_sent.insert((path.clone(), text), cid.to_owned());
+                        }
+                    }
+                    Err(e) if client.is_none() => {
+                        self.show(
+                            MessageType::WARNING,
+                            &format!("the steer comment in {path} was not sent: {}", e.message),
+                        );
+                    }
+                    Err(_) => {}
+                }
+                if let Some(uri) = self.uri_of(&path) {
+                    self.publish(&uri);
+                }
+                if let Some(id) = client {
+                    self.respond(id, value);
+                }
+            }
+            ReplyTo::Nobody => {
+                if let Err(e) = value {
+                    tracing::info!(
+                        "{command} from an editor prompt was not taken: {}",
+                        e.message
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Server settings from three sources, highest precedence first: `initializationOptions`,
+//! `workspace/configuration` (section `rein`), and `rein.toml` at the workspace root. A bad
+//! value is reported and ignored, never fatal.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::control::EngineConfig;
+
+/// The settings the server acts on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The agent used when `rein.start` names none.
+    pub agent: Value,
+    /// Send new steer comments when their file is saved.
+    pub steer_on_save: bool,
+    /// Extra commands that run without asking.
+    pub allow: Vec<String>,
+    /// Extra commands that always need approval.
+    pub irreversible: Vec<String>,
+    /// Time between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            agent: json!({"kind": "script", "plan": ".rein/plan.json"}),
+            steer_on_save: true,
+            allow: Vec::new(),
+            irreversible: Vec::new(),
+            kill_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The three sources, kept apart so one can change without re-reading the others.
+#[derive(Debug, Default, Clone)]
+pub struct Sources {
+    /// From `initializationOptions`.
+    pub init: Option<Value>,
+    /// From `workspace/configuration`.
+    pub workspace: Option<Value>,
+    /// From `rein.toml`.
+    pub file: Option<Value>,
+}
+
+/// Reads `rein.toml` at `root`: None when absent, an error message when it does not parse.
+pub fn read_file(root: &Path) -> Result<Option<Value>, String> {
+    let path = root.join("rein.toml");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let table: toml::Table =
+        toml::from_str(&text).map_err(|e| format!("{} is not valid TOML: {e}", path.display()))?;
+    serde_json::to_value(table)
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn merge(into: &mut Value, from: &Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) if !v.is_null() => *slot = v.clone(),
+        _ => {}
+    }
+}
+
+impl Sources {
+    /// The merged settings, and one message per value that was ignored.
+    pub fn resolve(&self) -> (Config, Vec<String>) {
+        let mut merged = json!({});
+        for src in [&self.file, &self.workspace, &self.init]
+            .into_iter()
+            .flatten()
+        {
+            if src.is_object() {
+                merge(&mut merged, src);
+            }
+        }
+        let mut cfg = Config::default();
+        let mut problems = Vec::new();
+        if let Some(agent) = merged.get("agent").filter(|a| !a.is_null()) {
+            if agent.get("kind").and_then(Value::as_str).is_some() {
+                cfg.agent = agent.clone();
+            } else {
+                problems.push("rein setting \"agent\" needs a \"kind\" (e.g. {\"kind\": \"script\", \"plan\": \"plan.json\"}); using the default".into());
+            }
+        }
+        if let Some(v) = merged.pointer("/steer/onSave").filter(|v| !v.is_null()) {
+            match v.as_bool() {
+                Some(b) => cfg.steer_on_save = b,
+                None => problems
+                    .push("rein setting \"steer.onSave\" must be true or false; using true".into()),
+            }
+        }
+        for (key, slot) in [
+            ("allow", &mut cfg.allow),
+            ("irreversible", &mut cfg.irreversible),
+        ] {
+            if let Some(v) = merged
+                .pointer(&format!("/policy/{key}"))
+                .filter(|v| !v.is_null())
+            {
+                match serde_json::from_value::<Vec<String>>(v.clone()) {
+                    Ok(list) => *slot = list,
+                    Err(_) => problems.push(format!(
+                        "rein setting \"policy.{key}\" must be a list of command strings; ignored"
+                    )),
+                }
+            }
+        }
+        if let Some(v) = merged.get("killGraceMs").filter(|v| !v.is_null()) {
+            match v.as_u64().filter(|ms| *ms <= 600_000) {
+                Some(ms) => cfg.kill_grace = Duration::from_millis(ms),
+                None => problems.push("rein setting \"killGraceMs\" must be a whole number of milliseconds up to 600000; using 2000".into()),
+            }
+        }
+        (cfg, problems)
+    }
+}
+
+impl Config {
+    /// The engine settings these imply.
+    pub fn engine(&self) -> EngineConfig {
+        let mut e = EngineConfig::default();
+        e.policy.allow.extend(self.allow.iter().cloned());
+        e.policy
+            .irreversible
+            .extend(self.irreversible.iter().cloned());
+        e.kill_grace = self.kill_grace;
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precedence_is_init_then_workspace_then_file() {
+        let s = Sources {
+            file: Some(
+                json!({"steer": {"onSave": false}, "killGraceMs": 10, "agent": {"kind": "script", "plan": "f.json"}}),
+            ),
+            workspace: Some(json!({"killGraceMs": 20, "agent": {"plan": "w.json"}})),
+            init: Some(json!({"killGraceMs": 30})),
+        };
+        let (cfg, problems) = s.resolve();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert!(!cfg.steer_on_save);
+        assert_eq!(cfg.kill_grace, Duration::from_millis(30));
+        assert_eq!(cfg.agent, json!({"kind": "script", "plan": "w.json"}));
+    }
+
+    #[test]
+    fn bad_values_are_reported_and_ignored() {
+        let s = Sources {
+            init: Some(
+                json!({"steer": {"onSave": "yes"}, "policy": {"allow": "cargo"}, "killGraceMs": -1, "agent": {"plan": "x"}}),
+            ),
+            ..Default::default()
+        };
+        let (cfg, problems) = s.resolve();
+        assert_eq!(cfg, Config::default());
+        assert_eq!(problems.len(), 4, "{problems:?}");
+    }
+
+    #[test]
+    fn rein_toml_is_read_and_a_broken_one_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_file(dir.path()), Ok(None));
+        std::fs::write(
+            dir.path().join("rein.toml"),
+            "[steer]\nonSave = false\n[policy]\nallow = [\"cargo test\"]\n",
+        )
+        .unwrap();
+        let v = read_file(dir.path()).unwrap().unwrap();
+        let (cfg, _) = Sources {
+            file: Some(v),
+            ..Default::default()
+        }
+        .resolve();
+        assert!(!cfg.steer_on_save);
+        assert!(cfg.engine().policy.allow.contains(&"cargo test".to_owned()));
+        std::fs::write(dir.path().join("rein.toml"), "[steer\n").unwrap();
+        assert!(read_file(dir.path())
+            .unwrap_err()
+            .contains("not valid TOML"));
+    }
+}

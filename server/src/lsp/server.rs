@@ -1,0 +1,861 @@
+//! The event loop: one thread handles every client message, engine notice, command reply and
+//! log line in a single total order over a closed `Event` enum (the rust-analyzer and ruff
+//! design), so a `didChange` is never reordered against anything. The loop never waits on
+//! agent work: engine requests are sent off and their replies come back as events.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+use lsp_server::{ErrorCode, Message, Notification, Request as RpcRequest, RequestId, Response};
+use lsp_types::{
+    Diagnostic, DiagnosticSeverity, MessageType, NumberOrString, Position, Range, Uri,
+};
+use serde_json::{json, Value};
+
+use super::config::{self, Config, Sources};
+use super::documents::{Documents, Encoding};
+use super::log::LogLine;
+use super::steer::{self, SteerComment};
+use super::transport::{self, Incoming};
+use crate::control::{self, ControlError, Handle, Level, Notice, Reply, Request};
+use crate::state::{ConstraintStatus, Status, TaskState};
+
+/// Who waits for an engine reply.
+#[derive(Debug, Clone)]
+pub(super) enum ReplyTo {
+    /// A client request, answered with the command's result.
+    Client(RequestId),
+    /// A steer comment sent on save or by code action (answering the client if it asked).
+    SteerComment {
+        path: String,
+        text: String,
+        client: Option<RequestId>,
+    },
+    /// Nobody: failures are logged (answers to `showMessageRequest`).
+    Nobody,
+}
+
+/// Everything the loop handles, in one total order.
+pub(super) enum Event {
+    Client(Incoming),
+    Engine(Notice),
+    Reply {
+        to: ReplyTo,
+        command: String,
+        result: Result<Reply, ControlError>,
+    },
+    Log(LogLine),
+}
+
+/// Requests the server sent to the client and waits on.
+#[derive(Debug)]
+enum Outgoing {
+    Configuration,
+    Decision { decision: String },
+    Other,
+}
+
+/// What the client said it can do.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct ClientCaps {
+    pub progress: bool,
+    pub show_message_request: bool,
+    pub configuration: bool,
+}
+
+/// A live work-done progress.
+struct Progress {
+    token: String,
+    last: (String, Option<u32>),
+}
+
+/// The server's whole state, owned by the loop thread.
+pub(super) struct Server {
+    out: Sender<Message>,
+    events: Sender<Event>,
+    pub(super) rt: tokio::runtime::Runtime,
+    initialized: bool,
+    shutting_down: bool,
+    pub(super) root: Result<PathBuf, String>,
+    pub(super) encoding: Encoding,
+    pub(super) caps: ClientCaps,
+    sources: Sources,
+    pub(super) config: Config,
+    pub(super) docs: Documents,
+    /// What each open file holds on disk, as far as the server knows.
+    baseline: HashMap<Uri, String>,
+    pub(super) engine: Option<Handle>,
+    pub(super) state: Option<TaskState>,
+    /// Steer comments sent, by (path, text), to their constraint id.
+    pub(super) steer_sent: HashMap<(String, String), String>,
+    pub(super) dismissed: HashSet<(String, String)>,
+    pub(super) comments: HashMap<Uri, Vec<SteerComment>>,
+    published: HashMap<Uri, Vec<Diagnostic>>,
+    progress: Option<Progress>,
+    progress_runs: u32,
+    asked: HashSet<(String, String)>,
+    outgoing: HashMap<RequestId, Outgoing>,
+    next_id: i32,
+}
+
+/// Runs the server over the given streams until the client exits. Returns the exit code the
+/// process should end with (1 when the client exits without `shutdown`, as LSP says).
+pub fn run(
+    input: impl BufRead + Send + 'static,
+    output: impl Write + Send + 'static,
+    logs: Option<Receiver<LogLine>>,
+) -> i32 {
+    let (out_tx, out_rx) = crossbeam_channel::unbounded();
+    let (in_tx, in_rx) = crossbeam_channel::unbounded();
+    let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
+    let reader = std::thread::Builder::new()
+        .name("rein-lsp-reader".into())
+        .spawn(move || transport::read_loop(input, in_tx));
+    let writer = std::thread::Builder::new()
+        .name("rein-lsp-writer".into())
+        .spawn(move || transport::write_loop(output, out_rx));
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("rein-engine")
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the engine runtime: {e}");
+            return 1;
+        }
+    };
+    let mut server = Server {
+        out: out_tx,
+        events: ev_tx,
+        rt,
+        initialized: false,
+        shutting_down: false,
+        root: Err("the client has not sent initialize yet".into()),
+        encoding: Encoding::Utf16,
+        caps: ClientCaps::default(),
+        sources: Sources::default(),
+        config: Config::default(),
+        docs: Documents::new(),
+        baseline: HashMap::new(),
+        engine: None,
+        state: None,
+        steer_sent: HashMap::new(),
+        dismissed: HashSet::new(),
+        comments: HashMap::new(),
+        published: HashMap::new(),
+        progress: None,
+        progress_runs: 0,
+        asked: HashSet::new(),
+        outgoing: HashMap::new(),
+        next_id: 0,
+    };
+    let logs = logs.unwrap_or_else(crossbeam_channel::never);
+    let code = loop {
+        let event = crossbeam_channel::select! {
+            recv(in_rx) -> m => match m { Ok(m) => Event::Client(m), Err(_) => break 1 },
+            recv(ev_rx) -> e => match e { Ok(e) => e, Err(_) => break 1 },
+            recv(logs) -> l => match l { Ok(l) => Event::Log(l), Err(_) => continue },
+        };
+        if let Some(code) = server.handle(event) {
+            break code;
+        }
+    };
+    if let Some(engine) = server.engine.take() {
+        // Leave a running task paused, not half-done, when the editor goes away.
+        let reply = engine.send(Request::Shutdown);
+        let _ = server.rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(5), reply).await
+        });
+    }
+    drop(server);
+    if let Ok(w) = writer {
+        let _ = w.join();
+    }
+    // The reader blocks on stdin; it ends with the process.
+    drop(reader);
+    code
+}
+
+pub(super) fn rpc_error(code: ErrorCode, message: impl Into<String>) -> lsp_server::ResponseError {
+    lsp_server::ResponseError {
+        code: code as i32,
+        message: message.into(),
+        data: None,
+    }
+}
+
+impl Server {
+    fn handle(&mut self, event: Event) -> Option<i32> {
+        match event {
+            Event::Client(Incoming::Message(Message::Request(req))) => self.on_request(req),
+            Event::Client(Incoming::Message(Message::Notification(n))) => {
+                return self.on_notification(n)
+            }
+            Event::Client(Incoming::Message(Message::Response(r))) => self.on_response(r),
+            Event::Client(Incoming::Invalid(resp)) => self.send(Message::Response(resp)),
+            Event::Client(Incoming::Closed) => return Some(if self.shutting_down { 0 } else { 1 }),
+            Event::Engine(notice) => self.on_notice(notice),
+            Event::Reply {
+                to,
+                command,
+                result,
+            } => self.on_reply(to, &command, result),
+            Event::Log(line) => self.notify(
+                "window/logMessage",
+                json!({"type": line.level, "message": line.text}),
+            ),
+        }
+        None
+    }
+
+    pub(super) fn send(&self, msg: Message) {
+        let _ = self.out.send(msg);
+    }
+
+    pub(super) fn notify(&self, method: &str, params: Value) {
+        self.send(Message::Notification(Notification::new(
+            method.to_owned(),
+            params,
+        )));
+    }
+
+    pub(super) fn respond(&self, id: RequestId, result: Result<Value, lsp_server::ResponseError>) {
+        let resp = match result {
+            Ok(v) => Response::new_ok(id, v),
+            Err(e) => Response {
+                id,
+                result: None,
+                error: Some(e),
+            },
+        };
+        self.send(Message::Response(resp));
+    }
+
+    fn request_client(&mut self, method: &str, params: Value, kind: Outgoing) {
+        self.next_id += 1;
+        let id = RequestId::from(format!("rein-{}", self.next_id));
+        self.outgoing.insert(id.clone(), kind);
+        self.send(Message::Request(RpcRequest::new(
+            id,
+            method.to_owned(),
+            params,
+        )));
+    }
+
+    pub(super) fn show(&self, level: MessageType, text: &str) {
+        self.notify(
+            "window/showMessage",
+            json!({"type": level, "message": text}),
+        );
+    }
+
+    /// Sends `req` to the engine; its reply comes back to the loop as an event.
+    pub(super) fn forward(&mut self, to: ReplyTo, command: &str, req: Request) {
+        let Some(engine) = &self.engine else {
+            let err = ControlError::NotNow("no task is active; start one with rein.start".into());
+            self.on_reply(to, command, Err(err));
+            return;
+        };
+        let rx = engine.send(req);
+        let tx = self.events.clone();
+        let command = command.to_owned();
+        self.rt.spawn(async move {
+            let result = rx.await.unwrap_or(Err(ControlError::Gone));
+            let _ = tx.send(Event::Reply {
+                to,
+                command,
+                result,
+            });
+        });
+    }
+
+    /// A callback that feeds engine notices into the loop.
+    pub(super) fn notify_fn(&self) -> control::Notify {
+        let tx = self.events.clone();
+        Arc::new(move |n| {
+            let _ = tx.send(Event::Engine(n));
+        })
+    }
+
+    /// True while a task can still take steps or commands.
+    pub(super) fn task_active(&self) -> bool {
+        self.engine.is_some() && self.state.as_ref().is_some_and(|s| !s.status.is_terminal())
+    }
+
+    fn on_request(&mut self, req: RpcRequest) {
+        if self.shutting_down {
+            return self.respond(
+                req.id,
+                Err(rpc_error(
+                    ErrorCode::InvalidRequest,
+                    "the server is shutting down",
+                )),
+            );
+        }
+        if !self.initialized && req.method != "initialize" {
+            return self.respond(
+                req.id,
+                Err(rpc_error(
+                    ErrorCode::ServerNotInitialized,
+                    format!("{} before initialize: send initialize first", req.method),
+                )),
+            );
+        }
+        match req.method.as_str() {
+            "initialize" => self.initialize(req),
+            "shutdown" => {
+                self.shutting_down = true;
+                if let Some(engine) = &self.engine {
+                    engine.tell(Request::Shutdown);
+                }
+                self.respond(req.id, Ok(Value::Null));
+            }
+            "workspace/executeCommand" => self.execute_command(req),
+            "textDocument/codeAction" => self.code_action(req),
+            other => self.respond(
+                req.id,
+                Err(rpc_error(
+                    ErrorCode::MethodNotFound,
+                    format!("rein does not handle {other}"),
+                )),
+            ),
+        }
+    }
+
+    fn initialize(&mut self, req: RpcRequest) {
+        if self.initialized {
+            return self.respond(
+                req.id,
+                Err(rpc_error(
+                    ErrorCode::InvalidRequest,
+                    "initialize was already sent",
+                )),
+            );
+        }
+        let params: lsp_types::InitializeParams = match serde_json::from_value(req.params) {
+            Ok(p) => p,
+            Err(e) => {
+                return self.respond(
+                    req.id,
+                    Err(rpc_error(
+                        ErrorCode::InvalidParams,
+                        format!("bad initialize params: {e}"),
+                    )),
+                )
+            }
+        };
+        let caps = &params.capabilities;
+        self.encoding = Encoding::negotiate(
+            caps.general
+                .as_ref()
+                .and_then(|g| g.position_encodings.as_deref()),
+        );
+        let window = caps.window.as_ref();
+        self.caps = ClientCaps {
+            progress: window.and_then(|w| w.work_done_progress).unwrap_or(false),
+            show_message_request: window.and_then(|w| w.show_message.as_ref()).is_some(),
+            configuration: caps
+                .workspace
+                .as_ref()
+                .and_then(|w| w.configuration)
+                .unwrap_or(false),
+        };
+        #[allow(deprecated)]
+        let folder = params
+            .workspace_folders
+            .as_ref()
+            .and_then(|f| f.first())
+            .map(|f| f.uri.clone())
+            .or(params.root_uri.clone());
+        let dir = match folder {
+            Some(uri) => uri_to_path(&uri)
+                .ok_or_else(|| format!("the workspace {} is not a local folder", uri.as_str())),
+            None => std::env::current_dir().map_err(|e| e.to_string()),
+        };
+        self.root = dir.and_then(|d| {
+            crate::checkpoint::workdir_root(&d).map_err(|e| {
+                format!("{e}. Rein works on a git working tree: open a folder inside one (or run `git init`)")
+            })
+        });
+        self.sources.init = params.initialization_options;
+        self.initialized = true;
+        let result = json!({
+            "capabilities": {
+                "positionEncoding": self.encoding.kind(),
+                "textDocumentSync": {"openClose": true, "change": 2, "save": {"includeText": false}},
+                "codeActionProvider": {"codeActionKinds": ["quickfix", "source"], "resolveProvider": false},
+                "executeCommandProvider": {"commands": super::commands::COMMANDS},
+            },
+            "serverInfo": {"name": "rein", "version": env!("CARGO_PKG_VERSION")},
+        });
+        self.respond(req.id, Ok(result));
+    }
+
+    fn on_notification(&mut self, n: Notification) -> Option<i32> {
+        if n.method == "exit" {
+            return Some(if self.shutting_down { 0 } else { 1 });
+        }
+        if !self.initialized {
+            return None;
+        }
+        match n.method.as_str() {
+            "initialized" => self.on_initialized(),
+            "textDocument/didOpen" => self.did_open(n.params),
+            "textDocument/didChange" => self.did_change(n.params),
+            "textDocument/didSave" => self.did_save(n.params),
+            "textDocument/didClose" => self.did_close(n.params),
+            "workspace/didChangeConfiguration" => self.fetch_configuration(),
+            _ => {}
+        }
+        None
+    }
+
+    fn on_initialized(&mut self) {
+        let root = match &self.root {
+            Ok(r) => r.clone(),
+            Err(e) => {
+                self.show(MessageType::WARNING, &format!("Rein is idle: {e}"));
+                return;
+            }
+        };
+        match config::read_file(&root) {
+            Ok(v) => self.sources.file = v,
+            Err(e) => self.show(
+                MessageType::ERROR,
+                &format!("{e}; using the other settings"),
+            ),
+        }
+        self.apply_config();
+        self.fetch_configuration();
+        let recovered = {
+            let _rt = self.rt.enter();
+            control::recover(&root, self.config.engine(), self.notify_fn())
+        };
+        match recovered {
+            Ok(Some((handle, state))) => {
+                self.engine = Some(handle);
+                self.on_state(state);
+            }
+            Ok(None) => {}
+            Err(e) => self.show(
+                MessageType::ERROR,
+                &format!("cannot reopen this repository's Rein task: {e}"),
+            ),
+        }
+    }
+
+    fn fetch_configuration(&mut self) {
+        if self.caps.configuration {
+            self.request_client(
+                "workspace/configuration",
+                json!({"items": [{"section": "rein"}]}),
+                Outgoing::Configuration,
+            );
+        }
+    }
+
+    fn apply_config(&mut self) {
+        let (cfg, problems) = self.sources.resolve();
+        for p in problems {
+            self.show(MessageType::ERROR, &p);
+        }
+        self.config = cfg;
+    }
+
+    fn on_response(&mut self, r: Response) {
+        match self.outgoing.remove(&r.id) {
+            Some(Outgoing::Configuration) => {
+                if let Some(v) = r
+                    .result
+                    .and_then(|v| v.as_array().and_then(|a| a.first().cloned()))
+                {
+                    self.sources.workspace = Some(v);
+                    self.apply_config();
+                }
+            }
+            Some(Outgoing::Decision { decision }) => {
+                let choice = r
+                    .result
+                    .as_ref()
+                    .and_then(|v| v.get("title"))
+                    .and_then(Value::as_str);
+                if let Some(choice) = choice {
+                    let req = Request::Decide {
+                        decision_id: decision,
+                        choice: choice.to_owned(),
+                    };
+                    self.forward(ReplyTo::Nobody, "rein.decide", req);
+                }
+            }
+            Some(Outgoing::Other) | None => {}
+        }
+    }
+
+    // ---- documents -------------------------------------------------------------------
+
+    /// The repo-relative path of a file URI inside the workspace.
+    pub(super) fn rel_path(&self, uri: &Uri) -> Option<String> {
+        let root = self.root.as_ref().ok()?;
+        let path = uri_to_path(uri)?;
+        let rel = path
+            .strip_prefix(root)
+            .map(Path::to_path_buf)
+            .ok()
+            .or_else(|| {
+                let canon = path.parent()?.canonicalize().ok()?.join(path.file_name()?);
+                canon.strip_prefix(root).ok().map(Path::to_path_buf)
+            })?;
+        let parts: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("/"))
+    }
+
+    /// The URI of a repo-relative path.
+    pub(super) fn uri_of(&self, rel: &str) -> Option<Uri> {
+        let root = self.root.as_ref().ok()?;
+        let url = url::Url::from_file_path(root.join(rel)).ok()?;
+        Uri::from_str(url.as_str()).ok()
+    }
+
+    fn did_open(&mut self, params: Value) {
+        let Ok(p) = serde_json::from_value::<lsp_types::DidOpenTextDocumentParams>(params) else {
+            return tracing::warn!("ignored a malformed didOpen");
+        };
+        let uri = p.text_document.uri;
+        let disk = uri_to_path(&uri).and_then(|p| std::fs::read_to_string(p).ok());
+        self.baseline.insert(
+            uri.clone(),
+            disk.unwrap_or_else(|| p.text_document.text.clone()),
+        );
+        self.docs
+            .open(uri.clone(), &p.text_document.text, p.text_document.version);
+        self.buffer_changed(&uri, false);
+    }
+
+    fn did_change(&mut self, params: Value) {
+        let Ok(p) = serde_json::from_value::<lsp_types::DidChangeTextDocumentParams>(params) else {
+            return tracing::warn!("ignored a malformed didChange");
+        };
+        let uri = p.text_document.uri;
+        if let Err(e) = self.docs.change(
+            &uri,
+            p.text_document.version,
+            &p.content_changes,
+            self.encoding,
+        ) {
+            return tracing::warn!("ignored a didChange: {e}");
+        }
+        self.buffer_changed(&uri, true);
+    }
+
+    /// Tells the engine what the buffer holds; an edit while a task is active holds the file.
+    fn buffer_changed(&mut self, uri: &Uri, edited: bool) {
+        let Some(doc) = self.docs.get(uri) else {
+            return;
+        };
+        let text = doc.text();
+        self.comments.insert(uri.clone(), steer::scan(&text));
+        if let (Some(path), Some(engine)) = (self.rel_path(uri), &self.engine) {
+            let dirty = self.baseline.get(uri).is_none_or(|b| *b != text);
+            if dirty {
+                engine.tell(Request::Buffer {
+                    path: path.clone(),
+                    content: Some(text.into_bytes()),
+                });
+                if edited && self.task_active() {
+                    engine.tell(Request::Hold { path });
+                }
+            } else {
+                engine.tell(Request::Buffer {
+                    path,
+                    content: None,
+                });
+            }
+        }
+        self.publish(uri);
+    }
+
+    fn did_save(&mut self, params: Value) {
+        let Ok(p) = serde_json::from_value::<lsp_types::DidSaveTextDocumentParams>(params) else {
+            return tracing::warn!("ignored a malformed didSave");
+        };
+        let uri = p.text_document.uri;
+        let Some(doc) = self.docs.get_mut(&uri) else {
+            return;
+        };
+        doc.mark_saved();
+        let text = doc.text();
+        self.baseline.insert(uri.clone(), text);
+        if let (Some(path), Some(engine)) = (self.rel_path(&uri), &self.engine) {
+            engine.tell(Request::Buffer {
+                path,
+                content: None,
+            });
+        }
+        if self.config.steer_on_save && self.task_active() {
+            let path = self.rel_path(&uri);
+            for c in self.comments.get(&uri).cloned().unwrap_or_default() {
+                if let Some(path) = &path {
+                    let key = (path.clone(), c.text.clone());
+                    if !self.steer_sent.contains_key(&key) && !self.dismissed.contains(&key) {
+                        self.send_comment(path, &c, None);
+                    }
+                }
+            }
+        }
+    }
+
+    fn did_close(&mut self, params: Value) {
+        let Ok(p) = serde_json::from_value::<lsp_types::DidCloseTextDocumentParams>(params) else {
+            return tracing::warn!("ignored a malformed didClose");
+        };
+        let uri = p.text_document.uri;
+        self.docs.close(&uri);
+        self.baseline.remove(&uri);
+        self.comments.remove(&uri);
+        if let (Some(path), Some(engine)) = (self.rel_path(&uri), &self.engine) {
+            engine.tell(Request::Buffer {
+                path,
+                content: None,
+            });
+        }
+        if self.published.remove(&uri).is_some() {
+            self.notify(
+                "textDocument/publishDiagnostics",
+                json!({"uri": uri, "diagnostics": []}),
+            );
+        }
+    }
+
+    /// Sends one steer comment to the agent as a constraint anchored at its line.
+    pub(super) fn send_comment(&mut self, path: &str, c: &SteerComment, client: Option<RequestId>) {
+        let req = Request::Steer {
+            text: c.text.clone(),
+            location: Some(crate::state::Location {
+                path: path.to_owned(),
+                line: c.line as u32,
+                end_line: None,
+            }),
+            source: crate::state::ConstraintSource::Comment,
+            urgent: false,
+        };
+        let to = ReplyTo::SteerComment {
+            path: path.to_owned(),
+            text: c.text.clone(),
+            client,
+        };
+        self.forward(to, "rein.sendSteerComment", req);
+    }
+
+    // ---- what the engine says ------------------------------------------------------------
+
+    fn on_notice(&mut self, notice: Notice) {
+        match notice {
+            Notice::State(s) => self.on_state(*s),
+            Notice::Wrote { path } => {
+                let Some(uri) = self.uri_of(&path) else {
+                    return;
+                };
+                if self.docs.get(&uri).is_some() {
+                    // The reload that follows is the agent's content, not a human edit.
+                    if let Some(disk) = self
+                        .root
+                        .as_ref()
+                        .ok()
+                        .and_then(|r| std::fs::read_to_string(r.join(&path)).ok())
+                    {
+                        self.baseline.insert(uri.clone(), disk);
+                    }
+                }
+                self.notify("rein/filesChanged", json!({"uris": [uri]}));
+            }
+            Notice::Message { level, text } => {
+                let t = match level {
+                    Level::Info => MessageType::INFO,
+                    Level::Warning => MessageType::WARNING,
+                    Level::Error => MessageType::ERROR,
+                };
+                self.show(t, &text);
+            }
+        }
+    }
+
+    pub(super) fn on_state(&mut self, s: TaskState) {
+        if self
+            .state
+            .as_ref()
+            .is_some_and(|old| old.task.id == s.task.id && old.version >= s.version)
+        {
+            return;
+        }
+        self.notify("rein/stateChanged", json!({ "state": s }));
+        self.update_progress(&s);
+        self.ask_decisions(&s);
+        self.state = Some(s);
+        let uris: Vec<Uri> = self.docs.iter().map(|(u, _)| u.clone()).collect();
+        for uri in uris {
+            self.publish(&uri);
+        }
+    }
+
+    fn update_progress(&mut self, s: &TaskState) {
+        if !self.caps.progress {
+            return;
+        }
+        let running = s.status == Status::Running;
+        let message = match s.steps.last() {
+            Some(st) if st.n > 0 => format!("step {}: {}", st.n, st.action),
+            _ => "starting".to_owned(),
+        };
+        let percentage = s.remaining_moves.map(|r| {
+            let done = s.agent_moves;
+            (u64::from(done) * 100 / u64::from(done + r).max(1)) as u32
+        });
+        match (&mut self.progress, running) {
+            (None, true) => {
+                self.progress_runs += 1;
+                let token = format!("rein/task/{}/{}", s.task.id, self.progress_runs);
+                self.request_client(
+                    "window/workDoneProgress/create",
+                    json!({"token": token}),
+                    Outgoing::Other,
+                );
+                let mut begin = json!({"kind": "begin", "title": format!("Rein: {}", s.task.goal), "message": message, "cancellable": false});
+                if let Some(p) = percentage {
+                    begin["percentage"] = json!(p);
+                }
+                self.notify("$/progress", json!({"token": token, "value": begin}));
+                self.progress = Some(Progress {
+                    token,
+                    last: (message, percentage),
+                });
+            }
+            (Some(p), true) => {
+                if p.last != (message.clone(), percentage) {
+                    let mut report = json!({"kind": "report", "message": message});
+                    if let Some(pc) = percentage {
+                        report["percentage"] = json!(pc);
+                    }
+                    let token = p.token.clone();
+                    p.last = (message, percentage);
+                    self.notify("$/progress", json!({"token": token, "value": report}));
+                }
+            }
+            (Some(_), false) => {
+                if let Some(p) = self.progress.take() {
+                    let why = s
+                        .stop_reason
+                        .clone()
+                        .unwrap_or_else(|| s.status.as_str().to_owned());
+                    self.notify(
+                        "$/progress",
+                        json!({"token": p.token, "value": {"kind": "end", "message": why}}),
+                    );
+                }
+            }
+            (None, false) => {}
+        }
+    }
+
+    fn ask_decisions(&mut self, s: &TaskState) {
+        if !self.caps.show_message_request {
+            return;
+        }
+        for d in &s.decisions {
+            let key = (s.task.id.clone(), d.id.clone());
+            if d.options.is_empty() || self.asked.contains(&key) {
+                continue;
+            }
+            self.asked.insert(key);
+            let mut message = d.question.clone();
+            if let Some(detail) = &d.detail {
+                message.push_str("\n\n");
+                message.push_str(detail);
+            }
+            let actions: Vec<Value> = d.options.iter().map(|o| json!({"title": o})).collect();
+            self.request_client(
+                "window/showMessageRequest",
+                json!({"type": MessageType::WARNING, "message": message, "actions": actions}),
+                Outgoing::Decision {
+                    decision: d.id.clone(),
+                },
+            );
+        }
+    }
+
+    /// Publishes the diagnostics of one open document, when they changed.
+    pub(super) fn publish(&mut self, uri: &Uri) {
+        let Some(doc) = self.docs.get(uri) else {
+            return;
+        };
+        let path = self.rel_path(uri);
+        let mut diags = Vec::new();
+        let state = self.state.as_ref();
+        if let (Some(path), Some(s)) = (&path, state) {
+            if s.held_files.contains(path) && !s.status.is_terminal() {
+                diags.push(Diagnostic {
+                    range: Range::new(Position::new(0, 0), Position::new(0, 0)),
+                    severity: Some(DiagnosticSeverity::INFORMATION),
+                    code: Some(NumberOrString::String("held".into())),
+                    source: Some("rein".into()),
+                    message: "You hold this file: the agent's writes to it wait for you. Hand it back with the code action, rein.release or rein.handback.".into(),
+                    ..Default::default()
+                });
+            }
+        }
+        for c in self
+            .comments
+            .get(uri)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            let key = (path.clone().unwrap_or_default(), c.text.clone());
+            if self.dismissed.contains(&key) {
+                continue;
+            }
+            let status = match self.steer_sent.get(&key) {
+                Some(id) => match state.and_then(|s| s.constraints.iter().find(|k| &k.id == id)) {
+                    Some(k) if k.status == ConstraintStatus::Delivered => {
+                        format!("delivered at step {}", k.delivered_at_step.unwrap_or(0))
+                    }
+                    Some(_) => "queued".to_owned(),
+                    None => "sent".to_owned(),
+                },
+                None if self.task_active() => {
+                    "not sent yet: save the file or use the code action".to_owned()
+                }
+                None => "no task is active: start one, then save to send it".to_owned(),
+            };
+            diags.push(Diagnostic {
+                range: doc.range_of_line_bytes(c.line, c.start, c.end, self.encoding),
+                severity: Some(DiagnosticSeverity::INFORMATION),
+                code: Some(NumberOrString::String("steer".into())),
+                source: Some("rein".into()),
+                message: format!("Steer for the agent: {} — {status}", c.text),
+                ..Default::default()
+            });
+        }
+        if self.published.get(uri) == Some(&diags) {
+            return;
+        }
+        let version = doc.version();
+        self.notify(
+            "textDocument/publishDiagnostics",
+            json!({"uri": uri, "version": version, "diagnostics": diags}),
+        );
+        self.published.insert(uri.clone(), diags);
+    }
+}
+
+/// The local path of a `file:` URI.
+pub(super) fn uri_to_path(uri: &Uri) -> Option<PathBuf> {
+    url::Url::parse(uri.as_str()).ok()?.to_file_path().ok()
+}

@@ -1,0 +1,273 @@
+//! JSON-RPC over stdio with `Content-Length` framing, tolerant of anything a broken or hostile
+//! client sends: bad headers are skipped, bad JSON is answered with a parse error, oversized
+//! bodies are drained and refused, and the reader keeps going. (lsp-server's own reader stops
+//! at the first malformed message, which would take the whole server down with it.)
+
+use std::io::{self, BufRead, Read, Write};
+
+use crossbeam_channel::Sender;
+use lsp_server::{ErrorCode, Message, RequestId, Response, ResponseError};
+
+/// The largest body accepted; a larger one is read past and refused.
+pub const MAX_BODY: usize = 64 * 1024 * 1024;
+
+/// What the reader hands the event loop.
+#[derive(Debug)]
+pub enum Incoming {
+    /// A well-formed message.
+    Message(Message),
+    /// Something that could not be taken; the loop answers it with this error.
+    Invalid(Response),
+    /// The client closed the stream.
+    Closed,
+}
+
+fn invalid(id: Option<RequestId>, code: ErrorCode, message: String) -> Incoming {
+    Incoming::Invalid(Response {
+        // JSON-RPC says a response to an unidentifiable request carries a null id.
+        id: id.unwrap_or_else(|| RequestId::from(String::new())),
+        result: None,
+        error: Some(ResponseError {
+            code: code as i32,
+            message,
+            data: None,
+        }),
+    })
+}
+
+/// Reads one header block; returns the body length, or why the block is unusable.
+fn read_headers(input: &mut impl BufRead) -> io::Result<Option<Result<usize, String>>> {
+    let mut length: Option<Result<usize, String>> = None;
+    let mut saw_any = false;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = input.take(8192).read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Ok(if saw_any {
+                Some(Err("the stream ended inside a header".into()))
+            } else {
+                None
+            });
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches(['\r', '\n']);
+        if text.is_empty() {
+            if !saw_any {
+                // Stray blank lines between messages are harmless.
+                continue;
+            }
+            return Ok(Some(length.unwrap_or_else(|| {
+                Err("a header block without Content-Length".into())
+            })));
+        }
+        saw_any = true;
+        match text.split_once(':') {
+            Some((name, value)) if name.trim().eq_ignore_ascii_case("content-length") => {
+                length = Some(
+                    value
+                        .trim()
+                        .parse::<usize>()
+                        .map_err(|_| format!("Content-Length {:?} is not a number", value.trim())),
+                );
+            }
+            Some(_) => {}
+            None => {
+                if length.is_none() {
+                    length = Some(Err(format!("{text:?} is not a header")));
+                }
+            }
+        }
+    }
+}
+
+/// Reads messages from `input` until it closes, sending each (or the error to answer) to `tx`.
+pub fn read_loop(mut input: impl BufRead, tx: Sender<Incoming>) {
+    loop {
+        let len = match read_headers(&mut input) {
+            Ok(None) => break,
+            Ok(Some(Ok(len))) => len,
+            Ok(Some(Err(why))) => {
+                tracing::warn!("bad message framing: {why}");
+                if tx
+                    .send(invalid(
+                        None,
+                        ErrorCode::ParseError,
+                        format!("bad message framing: {why}"),
+                    ))
+                    .is_err()
+                {
+                    return;
+                }
+                continue;
+            }
+            Err(e) => {
+                tracing::error!("cannot read from the client: {e}");
+                break;
+            }
+        };
+        if len > MAX_BODY {
+            if io::copy(&mut (&mut input).take(len as u64), &mut io::sink()).is_err() {
+                break;
+            }
+            let msg = format!("message of {len} bytes refused: the limit is {MAX_BODY} bytes");
+            if tx
+                .send(invalid(None, ErrorCode::InvalidRequest, msg))
+                .is_err()
+            {
+                return;
+            }
+            continue;
+        }
+        let mut body = vec![0; len];
+        if let Err(e) = input.read_exact(&mut body) {
+            tracing::error!("the client closed the stream inside a message: {e}");
+            break;
+        }
+        if tx.send(decode(&body)).is_err() {
+            return;
+        }
+    }
+    let _ = tx.send(Incoming::Closed);
+}
+
+/// Turns one body into a message, or the error response it deserves.
+pub fn decode(body: &[u8]) -> Incoming {
+    let value: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return invalid(None, ErrorCode::ParseError, format!("not JSON: {e}")),
+    };
+    let id = value.get("id").and_then(|id| match id {
+        serde_json::Value::Number(n) => n
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .map(RequestId::from),
+        serde_json::Value::String(s) => Some(RequestId::from(s.clone())),
+        _ => None,
+    });
+    let has_method = value.get("method").is_some_and(|m| m.is_string());
+    if !value.is_object() || (!has_method && id.is_none()) {
+        return invalid(
+            id,
+            ErrorCode::InvalidRequest,
+            "not a JSON-RPC request, notification or response".into(),
+        );
+    }
+    match serde_json::from_value::<Message>(value) {
+        Ok(m) => Incoming::Message(m),
+        Err(e) => invalid(
+            id,
+            ErrorCode::InvalidRequest,
+            format!("not a valid JSON-RPC message: {e}"),
+        ),
+    }
+}
+
+/// Writes messages to `output` until the channel closes.
+pub fn write_loop(mut output: impl Write, rx: crossbeam_channel::Receiver<Message>) {
+    for msg in rx {
+        let json = match serde_json::to_string(&msg) {
+            Ok(j) => j,
+            Err(e) => {
+                tracing::error!("cannot serialize a message: {e}");
+                continue;
+            }
+        };
+        let framed = format!("Content-Length: {}\r\n\r\n{json}", json.len());
+        if output
+            .write_all(framed.as_bytes())
+            .and_then(|()| output.flush())
+            .is_err()
+        {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(input: &[u8]) -> Vec<Incoming> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        read_loop(io::BufReader::new(input), tx);
+        rx.into_iter().collect()
+    }
+
+    fn frame(body: &str) -> String {
+        format!("Content-Length: {}\r\n\r\n{body}", body.len())
+    }
+
+    #[test]
+    fn good_bad_and_ugly_messages_all_get_an_answer_and_reading_goes_on() {
+        let mut input = String::new();
+        input.push_str(&frame(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+        ));
+        input.push_str(&frame("{not json"));
+        input.push_str("Content-Type: x\r\n\r\n");
+        input.push_str("Content-Length: abc\r\n\r\n");
+        input.push_str(&frame(r#"[1,2,3]"#));
+        input.push_str(&frame(r#"{"jsonrpc":"2.0","id":7,"method":5}"#));
+        input.push_str(&frame(
+            r#"{"jsonrpc":"2.0","method":"initialized","params":{}}"#,
+        ));
+        let got = read_all(input.as_bytes());
+        let kinds: Vec<String> = got
+            .iter()
+            .map(|i| match i {
+                Incoming::Message(_) => "ok".to_owned(),
+                Incoming::Invalid(r) => r
+                    .error
+                    .as_ref()
+                    .map(|e| e.code.to_string())
+                    .unwrap_or_default(),
+                Incoming::Closed => "closed".to_owned(),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["ok", "-32700", "-32700", "-32700", "-32600", "-32600", "ok", "closed"]
+        );
+        let Incoming::Invalid(r) = &got[5] else {
+            panic!()
+        };
+        assert_eq!(r.id, RequestId::from(7));
+    }
+
+    #[test]
+    fn an_oversized_body_is_drained_and_refused() {
+        let mut input = format!("Content-Length: {}\r\n\r\n", MAX_BODY + 10).into_bytes();
+        input.extend(std::iter::repeat_n(b'x', MAX_BODY + 10));
+        input.extend(frame(r#"{"jsonrpc":"2.0","method":"exit"}"#).into_bytes());
+        let got = read_all(&input);
+        assert!(
+            matches!(&got[0], Incoming::Invalid(r) if r.error.as_ref().unwrap().message.contains("refused"))
+        );
+        assert!(
+            matches!(&got[1], Incoming::Message(Message::Notification(n)) if n.method == "exit")
+        );
+    }
+
+    #[test]
+    fn a_truncated_stream_closes_cleanly() {
+        let got = read_all(b"Content-Length: 100\r\n\r\n{\"a\":");
+        assert!(matches!(got.last(), Some(Incoming::Closed)));
+    }
+
+    #[test]
+    fn written_messages_are_framed() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        tx.send(Message::Notification(lsp_server::Notification::new(
+            "x".into(),
+            serde_json::json!({}),
+        )))
+        .unwrap();
+        drop(tx);
+        let mut out = Vec::new();
+        write_loop(&mut out, rx);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("Content-Length: "), "{text}");
+        assert!(text.ends_with(r#""method":"x","params":{}}"#), "{text}");
+    }
+}

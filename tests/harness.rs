@@ -1,0 +1,424 @@
+//! A small LSP client for the end-to-end tests: spawns the real `rein lsp`, frames JSON-RPC
+//! over its stdio, records every notification, answers the server's own requests, and waits
+//! on state with generous timeouts (never asserting on wall-clock time).
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// How long any single wait may take before the test fails with what it saw.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The rein binary under test: `$REIN_BIN`, else the workspace's debug build.
+pub fn rein_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("REIN_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/rein");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build` (./tests/run does)",
+        p.display()
+    );
+    p
+}
+
+/// Runs git in `dir`, panicking on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "Test")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "Test")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A committed git repository with these files and a scripted plan in `.rein/plan.json`.
+pub fn repo(files: &[(&str, &str)], steps: Value) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    git(dir.path(), &["init", "-q", "-b", "main"]);
+    for (p, c) in files {
+        write(dir.path(), p, c);
+    }
+    write(
+        dir.path(),
+        ".rein/plan.json",
+        &json!({ "steps": steps }).to_string(),
+    );
+    git(dir.path(), &["add", "-A"]);
+    git(dir.path(), &["commit", "-q", "-m", "initial"]);
+    dir
+}
+
+/// Writes a file under `root`.
+pub fn write(root: &Path, path: &str, content: &str) {
+    let p = root.join(path);
+    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    std::fs::write(p, content).expect("write");
+}
+
+/// Reads a file under `root` ("" when missing).
+pub fn read(root: &Path, path: &str) -> String {
+    std::fs::read_to_string(root.join(path)).unwrap_or_default()
+}
+
+/// The `file:` URI of a path.
+pub fn uri(path: &Path) -> String {
+    url::Url::from_file_path(path)
+        .expect("absolute path")
+        .to_string()
+}
+
+/// A JSON-RPC error as (code, message).
+pub type RpcError = (i64, String);
+
+/// A running `rein lsp` and everything it has said.
+pub struct Lsp {
+    child: Child,
+    stdin: ChildStdin,
+    rx: mpsc::Receiver<Value>,
+    backlog: VecDeque<Value>,
+    next_id: i64,
+    /// Every notification received, in order.
+    pub notifications: Vec<Value>,
+    /// Every request the server sent, in order.
+    pub server_requests: Vec<Value>,
+    /// The latest task state from `rein/stateChanged`.
+    pub state: Value,
+    /// How to answer `window/showMessageRequest` (an action title), if at all.
+    pub answer_decisions: Option<String>,
+    /// What to answer `workspace/configuration` with.
+    pub configuration: Value,
+    /// The workspace root.
+    pub root: PathBuf,
+}
+
+fn read_frames(out: impl Read, tx: mpsc::Sender<Value>) {
+    let mut r = BufReader::new(out);
+    loop {
+        let mut len = None;
+        loop {
+            let mut line = String::new();
+            match r.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some(v) = line.strip_prefix("Content-Length:") {
+                len = v.trim().parse::<usize>().ok();
+            }
+        }
+        let mut body = vec![0; len.expect("the server always sends Content-Length")];
+        if r.read_exact(&mut body).is_err() {
+            return;
+        }
+        let v: Value = serde_json::from_slice(&body).expect("the server only writes JSON");
+        if tx.send(v).is_err() {
+            return;
+        }
+    }
+}
+
+impl Lsp {
+    /// Starts the server in `root` without initializing it.
+    pub fn spawn(root: &Path) -> Lsp {
+        let mut child = Command::new(rein_bin())
+            .arg("lsp")
+            .current_dir(root)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("rein lsp starts");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || read_frames(stdout, tx));
+        Lsp {
+            child,
+            stdin,
+            rx,
+            backlog: VecDeque::new(),
+            next_id: 0,
+            notifications: Vec::new(),
+            server_requests: Vec::new(),
+            state: Value::Null,
+            answer_decisions: None,
+            configuration: Value::Null,
+            root: root.to_owned(),
+        }
+    }
+
+    /// Starts and initializes the server with these client capabilities and options.
+    pub fn start(root: &Path, capabilities: Value, init_options: Value) -> (Lsp, Value) {
+        let mut lsp = Lsp::spawn(root);
+        let root_uri = uri(root);
+        let result = lsp
+            .request(
+                "initialize",
+                json!({
+                    "processId": std::process::id(),
+                    "rootUri": root_uri,
+                    "workspaceFolders": [{"uri": root_uri, "name": "ws"}],
+                    "capabilities": capabilities,
+                    "initializationOptions": init_options,
+                }),
+            )
+            .expect("initialize succeeds");
+        lsp.notify("initialized", json!({}));
+        (lsp, result)
+    }
+
+    /// The capabilities of a full-featured editor.
+    pub fn rich_client() -> Value {
+        json!({
+            "general": {"positionEncodings": ["utf-8", "utf-16"]},
+            "window": {"workDoneProgress": true, "showMessage": {"messageActionItem": {"additionalPropertiesSupport": false}}},
+            "workspace": {"configuration": true},
+        })
+    }
+
+    /// Writes raw bytes to the server's stdin.
+    pub fn raw(&mut self, bytes: &[u8]) {
+        self.stdin.write_all(bytes).expect("server stdin open");
+        self.stdin.flush().expect("flush");
+    }
+
+    /// Sends one framed JSON value.
+    pub fn send(&mut self, msg: &Value) {
+        let body = msg.to_string();
+        self.raw(format!("Content-Length: {}\r\n\r\n{body}", body.len()).as_bytes());
+    }
+
+    /// Sends a notification.
+    pub fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    fn recv(&mut self, deadline: Instant) -> Option<Value> {
+        if let Some(v) = self.backlog.pop_front() {
+            return Some(v);
+        }
+        self.rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .ok()
+    }
+
+    /// Records a message the server sent on its own, answering its requests.
+    fn observe(&mut self, msg: &Value) {
+        let method = msg.get("method").and_then(Value::as_str);
+        match (method, msg.get("id")) {
+            (Some(m), Some(id)) => {
+                self.server_requests.push(msg.clone());
+                let result = match m {
+                    "workspace/configuration" => json!([self.configuration.clone()]),
+                    "window/showMessageRequest" => match &self.answer_decisions {
+                        Some(title) => json!({ "title": title }),
+                        None => Value::Null,
+                    },
+                    _ => Value::Null,
+                };
+                let id = id.clone();
+                self.send(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+            }
+            (Some(m), None) => {
+                if m == "rein/stateChanged" {
+                    self.state = msg["params"]["state"].clone();
+                }
+                self.notifications.push(msg.clone());
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends a request and waits for its response.
+    pub fn request(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        self.response(json!(id), method)
+    }
+
+    /// Waits for the response with this id.
+    pub fn response(&mut self, id: Value, what: &str) -> Result<Value, RpcError> {
+        let deadline = Instant::now() + PATIENCE;
+        let mut others = VecDeque::new();
+        let found = loop {
+            let Some(msg) = self.recv(deadline) else {
+                panic!("no response to {what}; state: {}", self.state);
+            };
+            if msg.get("method").is_none() && msg.get("id") == Some(&id) {
+                break msg;
+            }
+            if msg.get("method").is_some() {
+                self.observe(&msg);
+            } else {
+                others.push_back(msg);
+            }
+        };
+        self.backlog.extend(others);
+        match found.get("error") {
+            Some(e) => Err((
+                e["code"].as_i64().unwrap_or(0),
+                e["message"].as_str().unwrap_or("").to_owned(),
+            )),
+            None => Ok(found["result"].clone()),
+        }
+    }
+
+    /// Executes a `rein.*` command.
+    pub fn command(&mut self, name: &str, arg: Value) -> Result<Value, RpcError> {
+        let r = self.request(
+            "workspace/executeCommand",
+            json!({"command": name, "arguments": [arg]}),
+        );
+        if let Ok(v) = &r {
+            if let Some(s) = v.get("state").filter(|s| !s.is_null()) {
+                if s["version"].as_u64() >= self.state["version"].as_u64()
+                    || self.state.is_null()
+                    || s["task"]["id"] != self.state["task"]["id"]
+                {
+                    self.state = s.clone();
+                }
+            }
+        }
+        r
+    }
+
+    /// Executes a command that must succeed.
+    pub fn ok(&mut self, name: &str, arg: Value) -> Value {
+        self.command(name, arg.clone())
+            .unwrap_or_else(|e| panic!("{name} {arg} failed: {e:?}"))
+    }
+
+    /// Reads messages until `pred` holds for the latest state.
+    pub fn wait_state(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        while !pred(&self.state) {
+            match self.recv(deadline) {
+                Some(msg) => self.observe(&msg),
+                None => panic!("timed out waiting for {what}; state: {:#}", self.state),
+            }
+        }
+        self.state.clone()
+    }
+
+    /// Reads messages until a notification satisfying `pred` has arrived (including ones
+    /// already seen after index `from`); returns it.
+    pub fn wait_notification(
+        &mut self,
+        what: &str,
+        from: usize,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(n) = self.notifications.iter().skip(from).find(|n| pred(n)) {
+                return n.clone();
+            }
+            match self.recv(deadline) {
+                Some(msg) => self.observe(&msg),
+                None => panic!("timed out waiting for {what}"),
+            }
+        }
+    }
+
+    /// The latest diagnostics published for `uri`.
+    pub fn diagnostics(&self, uri: &str) -> Vec<Value> {
+        self.notifications
+            .iter()
+            .rev()
+            .find(|n| n["method"] == "textDocument/publishDiagnostics" && n["params"]["uri"] == uri)
+            .and_then(|n| n["params"]["diagnostics"].as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    /// Waits until the diagnostics of `uri` satisfy `pred`.
+    pub fn wait_diagnostics(
+        &mut self,
+        what: &str,
+        uri: &str,
+        pred: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let d = self.diagnostics(uri);
+            if pred(&d) {
+                return d;
+            }
+            match self.recv(deadline) {
+                Some(msg) => self.observe(&msg),
+                None => panic!("timed out waiting for {what}; diagnostics: {d:#?}"),
+            }
+        }
+    }
+
+    /// Opens a document in the server.
+    pub fn open(&mut self, path: &str, text: &str) -> String {
+        let u = uri(&self.root.join(path));
+        self.notify(
+            "textDocument/didOpen",
+            json!({"textDocument": {"uri": u, "languageId": "plaintext", "version": 1, "text": text}}),
+        );
+        u
+    }
+
+    /// Shuts the server down politely and returns its exit code.
+    pub fn shutdown(mut self) -> Option<i32> {
+        let _ = self.request("shutdown", Value::Null);
+        self.notify("exit", Value::Null);
+        self.wait_exit()
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait_exit(&mut self) -> Option<i32> {
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// True while the server process runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Lsp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Number of completed agent steps in a state.
+pub fn agent_steps(s: &Value) -> usize {
+    s["steps"]
+        .as_array()
+        .map_or(0, |a| a.iter().filter(|st| st["author"] == "agent").count())
+}

@@ -1,0 +1,751 @@
+//! The language server end to end: the real binary over stdio JSON-RPC on real git
+//! repositories — every command, its error paths, live notifications, progress, decisions,
+//! steer comments, code actions, human-held buffers and position encodings.
+
+use rein_e2e::*;
+use serde_json::{json, Value};
+
+const LIB: &str = "pub fn answer() -> u32 {\n    41\n}\n";
+const LIB_FIXED: &str = "pub fn answer() -> u32 {\n    42\n}\n";
+const LIB_STALE: &str =
+    "pub fn answer() -> u32 {\n    41\n}\n\npub fn double(x: u32) -> u32 {\n    x * 2\n}\n";
+
+fn status(s: &Value) -> &str {
+    s["status"].as_str().unwrap_or("")
+}
+
+/// Options that let tests run shell scripts as `sh -c '…'` without a decision.
+fn sh_allowed() -> Value {
+    json!({"policy": {"allow": ["sh"]}})
+}
+
+#[test]
+fn initialize_negotiates_the_encoding_and_advertises_every_command() {
+    let dir = repo(&[("a.txt", "a\n")], json!([]));
+    let (lsp, init) = Lsp::start(dir.path(), Lsp::rich_client(), Value::Null);
+    assert_eq!(init["capabilities"]["positionEncoding"], "utf-8");
+    let cmds: Vec<&str> = init["capabilities"]["executeCommandProvider"]["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    for c in [
+        "rein.start",
+        "rein.pause",
+        "rein.resume",
+        "rein.steer",
+        "rein.abort",
+        "rein.takeover",
+        "rein.handback",
+        "rein.decide",
+        "rein.release",
+        "rein.rewind",
+        "rein.state",
+    ] {
+        assert!(cmds.contains(&c), "{c} not advertised");
+    }
+    assert_eq!(init["capabilities"]["textDocumentSync"]["change"], 2);
+    assert_eq!(lsp.shutdown(), Some(0));
+
+    let (lsp, init) = Lsp::start(dir.path(), json!({}), Value::Null);
+    assert_eq!(init["capabilities"]["positionEncoding"], "utf-16");
+    drop(lsp);
+}
+
+#[test]
+fn requests_before_initialize_and_unknown_methods_are_refused() {
+    let dir = repo(&[("a.txt", "a\n")], json!([]));
+    let mut lsp = Lsp::spawn(dir.path());
+    let err = lsp
+        .request("workspace/executeCommand", json!({"command": "rein.state"}))
+        .unwrap_err();
+    assert_eq!(err.0, -32002);
+    let (mut lsp, _) = Lsp::start(dir.path(), json!({}), Value::Null);
+    let err = lsp.request("textDocument/hover", json!({})).unwrap_err();
+    assert_eq!(err.0, -32601);
+    let err = lsp.command("rein.fly", json!({})).unwrap_err();
+    assert_eq!(err.0, -32602);
+    assert!(err.1.contains("rein knows"), "{}", err.1);
+}
+
+#[test]
+fn the_full_cycle_start_steer_pause_resume_takeover_handback_keeps_the_human_fix() {
+    let dir = repo(
+        &[("src/lib.rs", LIB)],
+        json!([
+            {"plan": ["read", "extend"]},
+            {"read": "src/lib.rs"},
+            {"run": {"cmd": "ls"}, "think_ms": 1500},
+            {"write": {"path": "src/lib.rs", "content": LIB_STALE}, "think_ms": 200},
+            {"finish": "extended"}
+        ]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    let started = lsp.ok("rein.start", json!({"goal": "extend the lib"}));
+    assert!(started["taskId"].as_str().is_some_and(|t| !t.is_empty()));
+    assert_eq!(status(&started["state"]), "running");
+    lsp.wait_state("the read", |s| agent_steps(s) >= 2);
+
+    let steered = lsp.ok("rein.steer", json!({"text": "keep the API stable"}));
+    let cid = steered["constraintId"].as_str().unwrap().to_owned();
+    let s = lsp.wait_state("delivery", |s| {
+        s["constraints"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["status"] == "delivered"))
+    });
+    assert_eq!(s["constraints"][0]["id"], cid.as_str());
+    assert_eq!(
+        s["constraints"][0]["deliveredAtStep"], 3,
+        "delivered before the next move"
+    );
+
+    let paused = lsp.ok("rein.pause", json!({}));
+    assert_eq!(status(&paused["state"]), "paused");
+    let resumed = lsp.ok("rein.resume", json!({}));
+    assert_eq!(status(&resumed["state"]), "running");
+    lsp.ok("rein.pause", json!({}));
+    let taken = lsp.ok("rein.takeover", json!({"reason": "I know the answer"}));
+    assert_eq!(taken["state"]["control"]["holder"], "human");
+    assert!(taken["markdown"]
+        .as_str()
+        .unwrap()
+        .contains("I know the answer"));
+    assert_eq!(taken["handover"]["goal"], "extend the lib");
+    assert!(taken["handover"]["steps"].as_array().unwrap().len() >= 3);
+
+    write(root, "src/lib.rs", LIB_FIXED);
+    let back = lsp.ok("rein.handback", json!({"note": "fixed it"}));
+    assert_eq!(back["state"]["control"]["holder"], "agent");
+    assert_eq!(back["reconcile"]["changes"][0]["path"], "src/lib.rs");
+    assert!(back["markdown"].as_str().unwrap().contains("fixed it"));
+
+    let done = lsp.wait_state("done", |s| status(s) == "done");
+    assert_eq!(done["control"]["holder"], "none");
+    let result = read(root, "src/lib.rs");
+    assert!(
+        result.contains("    42") && result.contains("pub fn double"),
+        "{result}"
+    );
+    // Every state change was announced, in version order.
+    let versions: Vec<u64> = lsp
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "rein/stateChanged")
+        .map(|n| n["params"]["state"]["version"].as_u64().unwrap())
+        .collect();
+    assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+    assert!(lsp
+        .notifications
+        .iter()
+        .any(|n| n["method"] == "rein/filesChanged"));
+}
+
+#[test]
+fn illegal_commands_and_bad_arguments_say_why_and_change_nothing() {
+    let dir = repo(
+        &[("a.txt", "a\n")],
+        json!([{"read": "a.txt", "think_ms": 600000}]),
+    );
+    let (mut lsp, _) = Lsp::start(dir.path(), json!({}), Value::Null);
+    let err = lsp.command("rein.pause", json!({})).unwrap_err();
+    assert_eq!(err.0, -32803);
+    assert!(err.1.contains("start one with rein.start"), "{}", err.1);
+    let none = lsp.ok("rein.state", json!({}));
+    assert!(none["state"].is_null());
+    assert_eq!(lsp.command("rein.start", json!({})).unwrap_err().0, -32602);
+    assert_eq!(
+        lsp.command("rein.start", json!({"goal": "   "}))
+            .unwrap_err()
+            .0,
+        -32602
+    );
+    let err = lsp
+        .command(
+            "rein.start",
+            json!({"goal": "g", "agent": {"kind": "oracle"}}),
+        )
+        .unwrap_err();
+    assert_eq!(err.0, -32602);
+    assert!(err.1.contains("unknown agent kind"), "{}", err.1);
+    let err = lsp
+        .command(
+            "rein.start",
+            json!({"goal": "g", "agent": {"kind": "script", "plan": "missing.json"}}),
+        )
+        .unwrap_err();
+    assert!(err.1.contains("missing.json"), "{}", err.1);
+
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    let version = lsp.ok("rein.state", json!({}))["state"]["version"].clone();
+    let cases = [
+        (
+            "rein.start",
+            json!({"goal": "again"}),
+            -32803,
+            "still running",
+        ),
+        ("rein.handback", json!({}), -32803, "take over first"),
+        ("rein.resume", json!({}), -32803, "already running"),
+        (
+            "rein.decide",
+            json!({"decisionId": "d1", "choice": "approve"}),
+            -32803,
+            "no open decision",
+        ),
+        (
+            "rein.decide",
+            json!({"decisionId": 7}),
+            -32602,
+            "decisionId",
+        ),
+        ("rein.release", json!({}), -32602, "uri"),
+        (
+            "rein.release",
+            json!({"uri": uri(&dir.path().join("a.txt"))}),
+            -32803,
+            "not held",
+        ),
+        (
+            "rein.release",
+            json!({"uri": "file:///etc/passwd"}),
+            -32602,
+            "not inside the workspace",
+        ),
+        (
+            "rein.rewind",
+            json!({"checkpoint": "step:0"}),
+            -32803,
+            "pause or take over",
+        ),
+        ("rein.rewind", json!({}), -32602, "checkpoint"),
+        ("rein.steer", json!({"text": ""}), -32602, "empty"),
+        ("rein.steer", json!({"text": 5}), -32602, "text"),
+        (
+            "rein.steer",
+            json!({"text": "x", "uri": "nope"}),
+            -32602,
+            "uri",
+        ),
+        (
+            "rein.abort",
+            json!({"keepChanges": "yes"}),
+            -32602,
+            "true or false",
+        ),
+        ("rein.pause", json!([1]), -32602, "object"),
+    ];
+    for (cmd, arg, code, want) in cases {
+        let err = lsp.command(cmd, arg.clone()).unwrap_err();
+        assert_eq!(err.0, code, "{cmd} {arg}: {}", err.1);
+        assert!(err.1.contains(want), "{cmd} {arg}: {}", err.1);
+    }
+    assert_eq!(
+        lsp.ok("rein.state", json!({}))["state"]["version"],
+        version,
+        "refusals change nothing"
+    );
+    lsp.ok("rein.abort", json!({"keepChanges": true}));
+    let err = lsp.command("rein.resume", json!({})).unwrap_err();
+    assert!(err.1.contains("ended"), "{}", err.1);
+}
+
+#[test]
+fn progress_runs_while_the_agent_works_and_ends_on_stop() {
+    let dir = repo(
+        &[("a.txt", "a\n")],
+        json!([{"read": "a.txt"}, {"read": "a.txt", "think_ms": 200}, {"read": "a.txt", "think_ms": 600000}]),
+    );
+    let (mut lsp, _) = Lsp::start(dir.path(), Lsp::rich_client(), Value::Null);
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("two steps", |s| agent_steps(s) >= 2);
+    lsp.ok("rein.pause", json!({}));
+    let end = lsp.wait_notification("progress end", 0, |n| {
+        n["method"] == "$/progress" && n["params"]["value"]["kind"] == "end"
+    });
+    let token = end["params"]["token"].clone();
+    let mine: Vec<&Value> = lsp
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "$/progress" && n["params"]["token"] == token)
+        .collect();
+    assert_eq!(mine[0]["params"]["value"]["kind"], "begin");
+    assert!(mine.iter().any(|n| n["params"]["value"]["kind"] == "report"
+        && n["params"]["value"]["percentage"].as_u64().is_some()));
+    assert!(end["params"]["value"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("paused"));
+    assert!(lsp
+        .server_requests
+        .iter()
+        .any(|r| r["method"] == "window/workDoneProgress/create" && r["params"]["token"] == token));
+}
+
+#[test]
+fn a_gated_command_is_decided_from_a_show_message_request_or_rein_decide() {
+    let dir = repo(
+        &[("a.txt", "a\n")],
+        json!([
+            {"run": {"cmd": "echo one > one.txt", "irreversible": true}},
+            {"run": {"cmd": "echo two > two.txt", "irreversible": true}},
+            {"finish": "f"}
+        ]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    lsp.answer_decisions = Some("approve".into());
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("first command ran", |s| agent_steps(s) >= 1);
+    assert_eq!(read(root, "one.txt"), "one\n");
+    let asked = lsp
+        .server_requests
+        .iter()
+        .find(|r| r["method"] == "window/showMessageRequest")
+        .expect("asked")
+        .clone();
+    assert!(asked["params"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("echo one"));
+    lsp.answer_decisions = None;
+    let s = lsp.wait_state("second decision", |s| status(s) == "awaiting_decision");
+    let id = s["decisions"][0]["id"].as_str().unwrap().to_owned();
+    // The same decision shows as code actions and is answered with rein.decide.
+    let u = lsp.open("a.txt", "a\n");
+    let actions = lsp
+        .request("textDocument/codeAction", json!({"textDocument": {"uri": u}, "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}, "context": {"diagnostics": []}}))
+        .unwrap();
+    let titles: Vec<&str> = actions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["title"].as_str().unwrap())
+        .collect();
+    assert!(
+        titles.iter().any(|t| t.starts_with("Rein: approve")),
+        "{titles:?}"
+    );
+    assert!(
+        titles.iter().any(|t| t.starts_with("Rein: deny")),
+        "{titles:?}"
+    );
+    lsp.ok("rein.decide", json!({"decisionId": id, "choice": "deny"}));
+    lsp.wait_state("done", |s| status(s) == "done");
+    assert!(!root.join("two.txt").exists());
+}
+
+#[test]
+fn steer_comments_show_send_on_save_and_report_delivery() {
+    let dir = repo(
+        &[("src/app.py", "x = 1\n")],
+        json!([{"read": "src/app.py"}, {"read": "src/app.py", "think_ms": 300}, {"read": "src/app.py", "think_ms": 600000}]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    let text = "x = 1\n# rein: use the logging module, not print\n";
+    let u = lsp.open("src/app.py", "x = 1\n");
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [{"text": text}]}),
+    );
+    let d = lsp.wait_diagnostics("steer diagnostics", &u, |d| d.len() == 1);
+    assert_eq!(d[0]["code"], "steer");
+    assert_eq!(d[0]["severity"], 3);
+    assert_eq!(d[0]["range"]["start"]["line"], 1);
+    assert!(
+        d[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("use the logging module"),
+        "{d:#?}"
+    );
+    assert!(d[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no task is active"));
+
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("first step", |s| agent_steps(s) >= 1);
+    write(root, "src/app.py", text);
+    lsp.notify("textDocument/didSave", json!({"textDocument": {"uri": u}}));
+    let s = lsp.wait_state("comment delivered", |s| {
+        s["constraints"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["status"] == "delivered"))
+    });
+    let c = &s["constraints"][0];
+    assert_eq!(c["source"], "comment");
+    assert_eq!(c["text"], "use the logging module, not print");
+    assert_eq!(c["location"]["path"], "src/app.py");
+    assert_eq!(c["location"]["line"], 1);
+    lsp.wait_diagnostics("delivered", &u, |d| {
+        d.iter()
+            .any(|d| d["message"].as_str().unwrap().contains("delivered at step"))
+    });
+
+    // A second comment, typed after the save: dismissed by code action, never sent.
+    let more = format!("{text}y = 2  // rein: not a python comment\n");
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 3}, "contentChanges": [{"text": more}]}),
+    );
+    let steers = |d: &[Value]| {
+        d.iter()
+            .filter(|d| d["code"] == "steer")
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    lsp.wait_diagnostics("second comment", &u, |d| steers(d).len() == 2);
+    let range = json!({"start": {"line": 2, "character": 0}, "end": {"line": 2, "character": 0}});
+    let actions = lsp
+        .request(
+            "textDocument/codeAction",
+            json!({"textDocument": {"uri": u}, "range": range, "context": {"diagnostics": []}}),
+        )
+        .unwrap();
+    let dismiss = actions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["title"].as_str().unwrap().contains("dismiss"))
+        .expect("dismiss offered")
+        .clone();
+    assert!(actions
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["title"].as_str().unwrap().contains("send this steer")));
+    lsp.ok(
+        dismiss["command"]["command"].as_str().unwrap(),
+        dismiss["command"]["arguments"][0].clone(),
+    );
+    let d = lsp.wait_diagnostics("dismissed", &u, |d| steers(d).len() == 1);
+    assert!(steers(&d)[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("logging"));
+    assert_eq!(lsp.state["constraints"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn a_steer_comment_sent_by_code_action_carries_its_location() {
+    let dir = repo(
+        &[("a.rs", "fn a() {}\n")],
+        json!([{"read": "a.rs", "think_ms": 600000}]),
+    );
+    let (mut lsp, _) = Lsp::start(dir.path(), json!({}), json!({"steer": {"onSave": false}}));
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    let u = lsp.open("a.rs", "fn a() {}\n\n/* rein: keep this API stable */\n");
+    let r = lsp.ok("rein.sendSteerComment", json!({"uri": u, "line": 2}));
+    let cid = r["constraintId"].as_str().unwrap();
+    let c = r["state"]["constraints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == cid)
+        .unwrap()
+        .clone();
+    assert_eq!(c["text"], "keep this API stable");
+    assert_eq!(c["location"]["line"], 2);
+    assert_eq!(c["source"], "comment");
+    let err = lsp
+        .command("rein.sendSteerComment", json!({"uri": u, "line": 0}))
+        .unwrap_err();
+    assert!(err.1.contains("no `rein:` comment on line 0"), "{}", err.1);
+}
+
+#[test]
+fn code_actions_follow_the_moment() {
+    let dir = repo(
+        &[("a.txt", "a\nb\n")],
+        json!([{"read": "a.txt", "think_ms": 600000}]),
+    );
+    let (mut lsp, _) = Lsp::start(dir.path(), json!({}), Value::Null);
+    let u = lsp.open("a.txt", "a\nb\n");
+    let titles = |lsp: &mut Lsp, range: Value| -> Vec<String> {
+        lsp.request(
+            "textDocument/codeAction",
+            json!({"textDocument": {"uri": u}, "range": range, "context": {"diagnostics": []}}),
+        )
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["title"].as_str().unwrap().to_owned())
+        .collect()
+    };
+    let point = json!({"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}});
+    let selection =
+        json!({"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 1}});
+    assert!(
+        titles(&mut lsp, point.clone()).is_empty(),
+        "nothing to offer without a task"
+    );
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    let t = titles(&mut lsp, point.clone());
+    assert!(
+        t.contains(&"Rein: pause the agent".to_owned())
+            && t.contains(&"Rein: take over from the agent".to_owned()),
+        "{t:?}"
+    );
+    assert!(!t.iter().any(|t| t.contains("selection")), "{t:?}");
+    let t = titles(&mut lsp, selection);
+    assert!(
+        t.iter().any(|t| t.contains("steer about this selection")),
+        "{t:?}"
+    );
+    // The human edits the buffer: the file is held, and handing it back is offered.
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [{"text": "A\nb\n"}]}),
+    );
+    lsp.wait_state("held", |s| s["heldFiles"] == json!(["a.txt"]));
+    let t = titles(&mut lsp, point.clone());
+    assert!(
+        t.contains(&"Rein: hand this file back to the agent".to_owned()),
+        "{t:?}"
+    );
+    lsp.ok("rein.pause", json!({}));
+    let t = titles(&mut lsp, point);
+    assert!(!t.iter().any(|t| t.contains("pause")), "{t:?}");
+}
+
+#[test]
+fn an_edited_buffer_is_held_and_the_agent_respects_the_unsaved_text() {
+    let dir = repo(
+        &[("src/lib.rs", LIB)],
+        json!([
+            {"read": "src/lib.rs"},
+            {"write": {"path": "src/lib.rs", "content": LIB_STALE}, "think_ms": 800},
+            {"finish": "f"}
+        ]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    let u = lsp.open("src/lib.rs", LIB);
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("read", |s| agent_steps(s) >= 1);
+    // The human types the fix but does not save.
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [
+            {"range": {"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 6}}, "text": "42"}
+        ]}),
+    );
+    let s = lsp.wait_state("held-file decision", |s| status(s) == "awaiting_decision");
+    assert_eq!(s["heldFiles"], json!(["src/lib.rs"]));
+    assert_eq!(s["decisions"][0]["kind"], "held_file");
+    assert!(s["stopReason"].as_str().unwrap().contains("src/lib.rs"));
+    let d = lsp.wait_diagnostics("held diagnostic", &u, |d| {
+        d.iter().any(|d| d["code"] == "held")
+    });
+    assert_eq!(d[0]["range"]["start"]["line"], 0);
+    assert_eq!(
+        read(root, "src/lib.rs"),
+        LIB,
+        "a dirty buffer's file is never written while held"
+    );
+    // Saving does not release; the release does, and the merge keeps the unsaved fix.
+    lsp.ok("rein.release", json!({"uri": u}));
+    lsp.wait_state("done", |s| status(s) == "done");
+    let result = read(root, "src/lib.rs");
+    assert!(
+        result.contains("    42"),
+        "the unsaved fix is respected:\n{result}"
+    );
+    assert!(result.contains("pub fn double"), "{result}");
+}
+
+#[test]
+fn positions_are_converted_in_the_negotiated_encoding_for_non_ascii_text() {
+    for (offers, unit) in [
+        (json!(["utf-8", "utf-16"]), "utf-8"),
+        (json!(["utf-16"]), "utf-16"),
+    ] {
+        let dir = repo(&[("s.txt", "x\n")], json!([]));
+        let caps = json!({"general": {"positionEncodings": offers}});
+        let (mut lsp, init) = Lsp::start(dir.path(), caps, Value::Null);
+        assert_eq!(init["capabilities"]["positionEncoding"], unit);
+        let line = "é😀 ß";
+        let u = lsp.open("s.txt", &format!("{line}\n"));
+        // Insert a steer comment right after the emoji, at a position in the client's units.
+        let after_emoji = if unit == "utf-8" { 2 + 4 } else { 1 + 2 };
+        lsp.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [
+                {"range": {"start": {"line": 0, "character": after_emoji}, "end": {"line": 0, "character": after_emoji}}, "text": " # rein: ünïcödé 🦀"}
+            ]}),
+        );
+        let d = lsp.wait_diagnostics("steer", &u, |d| !d.is_empty());
+        let msg = d[0]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("ünïcödé 🦀 ß"),
+            "{unit}: the edit landed right after the emoji: {msg}"
+        );
+        let start = d[0]["range"]["start"]["character"].as_u64().unwrap();
+        assert_eq!(
+            start as usize,
+            after_emoji + 1,
+            "{unit}: range start in client units"
+        );
+        let end = d[0]["range"]["end"]["character"].as_u64().unwrap();
+        let tail = " # rein: ünïcödé 🦀 ß";
+        let tail_units = if unit == "utf-8" {
+            tail.len()
+        } else {
+            tail.encode_utf16().count()
+        };
+        assert_eq!(end as usize, after_emoji + tail_units, "{unit}: range end");
+    }
+}
+
+#[test]
+fn commands_are_answered_while_the_agent_is_mid_step_and_edits_apply_in_order() {
+    let dir = repo(
+        &[("a.txt", "a\n")],
+        json!([{"run": {"cmd": "sh -c 'sleep 60; : midstep-marker-4410'"}}, {"finish": "f"}]),
+    );
+    let (mut lsp, _) = Lsp::start(dir.path(), json!({}), sh_allowed());
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    // While the command runs, the loop keeps answering.
+    for _ in 0..20 {
+        let s = lsp.ok("rein.state", json!({}));
+        assert_eq!(status(&s["state"]), "running");
+    }
+    // 300 incremental edits in a burst: the final text proves they applied in order.
+    let u = lsp.open("b.txt", "");
+    for i in 0..300 {
+        lsp.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": u, "version": i + 2}, "contentChanges": [
+                {"range": {"start": {"line": i, "character": 0}, "end": {"line": i, "character": 0}}, "text": format!("{i}\n")}
+            ]}),
+        );
+    }
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 400}, "contentChanges": [
+            {"range": {"start": {"line": 300, "character": 0}, "end": {"line": 300, "character": 0}}, "text": "// rein: last line is 300\n"}
+        ]}),
+    );
+    let d = lsp.wait_diagnostics("steer after the burst", &u, |d| {
+        d.iter().any(|d| d["code"] == "steer")
+    });
+    let steer = d.iter().find(|d| d["code"] == "steer").unwrap();
+    assert_eq!(
+        steer["range"]["start"]["line"], 300,
+        "every edit applied, in order"
+    );
+    assert!(
+        d.iter().any(|d| d["code"] == "held"),
+        "edited during a task: the file is held"
+    );
+    let paused = lsp.ok("rein.pause", json!({}));
+    assert_eq!(status(&paused["state"]), "paused");
+    lsp.ok("rein.abort", json!({}));
+}
+
+#[test]
+fn takeover_rewind_and_release_work_over_the_protocol() {
+    let dir = repo(
+        &[("a.txt", "v0\n")],
+        json!([
+            {"write": {"path": "a.txt", "content": "v1\n"}},
+            {"write": {"path": "a.txt", "content": "v2\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("two writes", |s| agent_steps(s) >= 2);
+    lsp.ok("rein.takeover", json!({}));
+    let r = lsp.ok("rein.rewind", json!({"checkpoint": "step:1"}));
+    assert_eq!(read(root, "a.txt"), "v1\n");
+    assert!(r["state"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["action"].as_str().unwrap().starts_with("rewound")));
+    let err = lsp
+        .command("rein.rewind", json!({"checkpoint": "ffff"}))
+        .unwrap_err();
+    assert_eq!(err.0, -32602);
+    // A held file is released by URI.
+    let u = lsp.open("a.txt", "v1\n");
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [{"text": "mine\n"}]}),
+    );
+    lsp.wait_state("held", |s| s["heldFiles"] == json!(["a.txt"]));
+    let r = lsp.ok("rein.release", json!({"uri": u}));
+    assert_eq!(r["state"]["heldFiles"], json!([]));
+    let r = lsp.ok("rein.abort", json!({"keepChanges": true}));
+    assert_eq!(status(&r["state"]), "aborted");
+}
+
+#[test]
+fn a_restarted_server_recovers_the_task_as_paused() {
+    let dir = repo(
+        &[("a.txt", "a\n")],
+        json!([{"write": {"path": "b.txt", "content": "b\n"}}, {"read": "a.txt", "think_ms": 600000}]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("a step", |s| agent_steps(s) >= 1);
+    drop(lsp); // the editor dies without a shutdown
+    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    let s = lsp.wait_state("recovered", |s| !s.is_null());
+    assert_eq!(status(&s), "paused");
+    assert!(
+        s["stopReason"].as_str().unwrap().starts_with("interrupted"),
+        "{s:#}"
+    );
+    assert_eq!(agent_steps(&s), 1);
+    let r = lsp.ok("rein.resume", json!({}));
+    assert_eq!(status(&r["state"]), "running");
+}
+
+#[test]
+fn configuration_comes_from_rein_toml_workspace_and_init_options_and_bad_config_is_reported() {
+    let dir = repo(
+        &[
+            ("a.txt", "a\n"),
+            (
+                "other.json",
+                &json!({"steps": [{"finish": "from toml"}]}).to_string(),
+            ),
+        ],
+        json!([{"finish": "default"}]),
+    );
+    let root = dir.path();
+    write(
+        root,
+        "rein.toml",
+        "[agent]\nkind = \"script\"\nplan = \"other.json\"\n[steer]\nonSave = \"sometimes\"\n",
+    );
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    let r = lsp.ok("rein.start", json!({"goal": "g"}));
+    assert_eq!(r["state"]["task"]["agent"]["plan"], "other.json");
+    lsp.wait_notification("bad config reported", 0, |n| {
+        n["method"] == "window/showMessage"
+            && n["params"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("steer.onSave")
+    });
+    let s = lsp.wait_state("done", |s| status(s) == "done");
+    assert_eq!(s["summary"], "from toml");
+    drop(lsp);
+    // Initialization options win over rein.toml.
+    let (mut lsp, _) = Lsp::start(
+        root,
+        json!({}),
+        json!({"agent": {"kind": "script", "plan": ".rein/plan.json"}}),
+    );
+    let r = lsp.ok("rein.start", json!({"goal": "g2"}));
+    assert_eq!(r["state"]["task"]["agent"]["plan"], ".rein/plan.json");
+}
