@@ -197,6 +197,44 @@ impl Checkpoints {
     /// The first checkpoint of a chain is always created, even when it equals the base.
     pub fn snapshot(&mut self, meta: SnapshotMeta<'_>) -> Result<Snapshot> {
         let tree_id = self.refresh()?;
+        self.commit_tree(tree_id, meta)
+    }
+
+    /// Checkpoints only `paths`, as they are on disk, on top of the tip: what one agent step
+    /// wrote, without sweeping in whatever else changed meanwhile (that is someone else's
+    /// change, for the next full snapshot to record under its own author). Ignored paths are
+    /// left out, as a full snapshot would.
+    pub fn snapshot_paths(&mut self, meta: SnapshotMeta<'_>, paths: &[String]) -> Result<Snapshot> {
+        let mut index = self.private_index()?;
+        if index.read(false).is_err() {
+            // Without a trustworthy index there is no tip tree to build on: take it all.
+            return self.snapshot(meta);
+        }
+        for p in paths {
+            validate_rel_path(p)?;
+            let rel = Path::new(p);
+            if self.repo.is_path_ignored(rel).unwrap_or(false) {
+                continue;
+            }
+            let on_disk = self.repo.workdir().map(|w| w.join(rel));
+            if on_disk.is_some_and(|f| fs::symlink_metadata(f).is_ok()) {
+                match index.add_path(rel) {
+                    Ok(()) => {}
+                    Err(e) if e.code() == ErrorCode::NotFound => index.remove_path(rel)?,
+                    Err(e) => return Err(e.into()),
+                }
+            } else if index.get_path(rel, 0).is_some() {
+                index.remove_path(rel)?;
+            }
+        }
+        if let Err(e) = index.write() {
+            tracing::warn!(error = %e, path = %self.index_path.display(), "could not save the private index");
+        }
+        let tree_id = index.write_tree()?;
+        self.commit_tree(tree_id, meta)
+    }
+
+    fn commit_tree(&mut self, tree_id: Oid, meta: SnapshotMeta<'_>) -> Result<Snapshot> {
         let tip = self.tip_commit()?;
         if let Some(tip) = &tip {
             if tip.tree_id() == tree_id {

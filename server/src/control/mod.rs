@@ -264,6 +264,17 @@ impl Handle {
     }
 }
 
+/// What an agent step may have changed, so its checkpoint takes that and nothing else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Touched {
+    /// Nothing in the tree (a read, a plan, a question).
+    Nothing,
+    /// One file it wrote.
+    Path(String),
+    /// Anything (a command); held files are recorded as the human's first.
+    Anything,
+}
+
 /// A move that waits for the human's decision.
 struct Pending {
     mv: agent::Move,
@@ -481,6 +492,13 @@ pub fn recover(
         notify,
     );
     engine.tip = engine.ckpt.tip()?;
+    if !engine.state().status.is_terminal() {
+        // Whatever changed since the last checkpoint (the interrupted step's partial work, or
+        // the user's) is recorded first, so nothing is lost and the agent is told.
+        if let Some(report) = engine.absorb(false, "found after the interruption")? {
+            engine.add_note(report.markdown());
+        }
+    }
     let state = engine.store.state().clone();
     tokio::spawn(engine.run());
     Ok(Some((Handle { tx }, state)))
@@ -815,14 +833,30 @@ impl Engine {
         }
     }
 
-    /// Records a completed agent step with its checkpoint.
-    fn complete(&mut self, action: String, status: StepStatus, outcome: Outcome) -> Flow {
+    /// Records a completed agent step with its checkpoint. The checkpoint holds exactly what
+    /// the step `touched`, so a change the human made meanwhile is never taken for the agent's.
+    fn complete(
+        &mut self,
+        action: String,
+        status: StepStatus,
+        outcome: Outcome,
+        touched: Touched,
+    ) -> Flow {
+        if touched == Touched::Anything {
+            self.absorb_held("changed by you during the agent's step");
+        }
         let n = self.next_n();
-        let id = match self.ckpt.snapshot(SnapshotMeta {
+        let meta = SnapshotMeta {
             step: n,
             author: Author::Agent,
             action: &action,
-        }) {
+        };
+        let snap = match &touched {
+            Touched::Anything => self.ckpt.snapshot(meta),
+            Touched::Nothing => self.ckpt.snapshot_paths(meta, &[]),
+            Touched::Path(p) => self.ckpt.snapshot_paths(meta, std::slice::from_ref(p)),
+        };
+        let id = match snap {
             Ok(snap) => {
                 self.tip = Some(snap.id.clone());
                 Some(snap.id)

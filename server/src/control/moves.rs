@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Engine, Flow, Level, Notice, Pending, Phase};
+use super::{Engine, Flow, Level, Notice, Pending, Phase, Touched};
 use crate::agent::{Move, Outcome};
 use crate::checkpoint::{FileChange, SnapshotMeta};
 use crate::exec::{self, Process};
@@ -59,7 +59,7 @@ impl Engine {
                 } else {
                     StepStatus::Failed
                 };
-                self.complete(action, status, outcome)
+                self.complete(action, status, outcome, Touched::Nothing)
             }
             Move::Write { .. } | Move::Edit { .. } => self.write_move(mv),
             Move::Run {
@@ -123,6 +123,7 @@ impl Engine {
                     action,
                     StepStatus::Done,
                     ok(format!("plan set ({count} items)")),
+                    Touched::Nothing,
                 )
             }
             Move::Ask(ref q) => {
@@ -139,7 +140,7 @@ impl Engine {
                 )
             }
             Move::Finish(summary) => {
-                self.complete(action, StepStatus::Done, ok("finished"));
+                self.complete(action, StepStatus::Done, ok("finished"), Touched::Nothing);
                 self.commit(|s| {
                     s.status = Status::Done;
                     s.control = state::Control {
@@ -181,36 +182,70 @@ impl Engine {
         outcome
     }
 
-    /// The file as the agent last saw it: its last read or write, else the last agent
-    /// checkpoint, else the tree at the start.
+    /// The file as the agent last saw it: its last read or write, else the file as it was
+    /// when the task started (what the agent knew of a file it never opened). The merge
+    /// against the file now then carries every change since, the human's included.
     fn view_of(&self, path: &str) -> Option<Vec<u8>> {
         if let Some(v) = self.views.get(path) {
             return v.clone();
         }
-        let s = self.state();
-        let at = s
-            .last_agent_checkpoint
-            .clone()
-            .or_else(|| s.steps.first().and_then(|st| st.checkpoint.clone()));
-        at.and_then(|c| self.ckpt.file_at(&c, path).ok().flatten())
+        let start = self
+            .state()
+            .steps
+            .first()
+            .and_then(|st| st.checkpoint.clone());
+        start.and_then(|c| self.ckpt.file_at(&c, path).ok().flatten())
     }
 
     fn write_move(&mut self, mv: Move) -> Flow {
         let action = mv.describe();
         let Some(raw) = mv.target() else {
-            return self.complete(action, StepStatus::Failed, failed("not a write"));
+            return self.complete(
+                action,
+                StepStatus::Failed,
+                failed("not a write"),
+                Touched::Nothing,
+            );
         };
         let path = match self.sandbox.check(raw) {
             Ok(p) => p,
-            Err(e) => return self.complete(action, StepStatus::Failed, failed(e.to_string())),
+            Err(e) => {
+                return self.complete(
+                    action,
+                    StepStatus::Failed,
+                    failed(e.to_string()),
+                    Touched::Nothing,
+                )
+            }
         };
+        let disk = match self.sandbox.read(&path) {
+            Ok(d) => d,
+            Err(e) => {
+                return self.complete(
+                    action,
+                    StepStatus::Failed,
+                    failed(e.to_string()),
+                    Touched::Nothing,
+                )
+            }
+        };
+        if let Move::Write { content, .. } = &mv {
+            let now = self.overlay.get(&path).or(disk.as_ref());
+            if now.map(Vec::as_slice) == Some(content.as_bytes()) {
+                // Nothing would change (e.g. a step redone after a crash): no need to ask.
+                self.views
+                    .insert(path.clone(), Some(content.as_bytes().to_vec()));
+                return self.complete(
+                    action,
+                    StepStatus::Done,
+                    ok(format!("{path} already has this content")),
+                    Touched::Nothing,
+                );
+            }
+        }
         if self.state().held_files.contains(&path) {
             return self.ask_held(path, mv);
         }
-        let disk = match self.sandbox.read(&path) {
-            Ok(d) => d,
-            Err(e) => return self.complete(action, StepStatus::Failed, failed(e.to_string())),
-        };
         // A file that changed under the agent since the last checkpoint is the human's.
         let at_tip = self
             .tip
@@ -268,6 +303,7 @@ impl Engine {
                     action,
                     StepStatus::Done,
                     ok(format!("{path} already has this content")),
+                    Touched::Nothing,
                 )
             }
             Verdict::Conflict {
@@ -318,6 +354,7 @@ impl Engine {
                 failed(format!(
                     "the text to replace is not in {path} as it is now; read it again"
                 )),
+                Touched::Nothing,
             ),
             Verdict::Ambiguous(n) => self.complete(
                 action,
@@ -325,6 +362,7 @@ impl Engine {
                 failed(format!(
                     "the text to replace occurs {n} times in {path}; include more context"
                 )),
+                Touched::Nothing,
             ),
         }
     }
@@ -338,7 +376,12 @@ impl Engine {
         merged: bool,
     ) -> Flow {
         if let Err(e) = self.sandbox.write(path, &bytes) {
-            return self.complete(action, StepStatus::Failed, failed(e.to_string()));
+            return self.complete(
+                action,
+                StepStatus::Failed,
+                failed(e.to_string()),
+                Touched::Nothing,
+            );
         }
         self.views
             .insert(path.to_owned(), Some(memory.unwrap_or(bytes)));
@@ -350,7 +393,12 @@ impl Engine {
         } else {
             format!("wrote {path}")
         };
-        self.complete(action, StepStatus::Done, ok(text))
+        self.complete(
+            action,
+            StepStatus::Done,
+            ok(text),
+            Touched::Path(path.to_owned()),
+        )
     }
 
     fn ask_held(&mut self, path: String, mv: Move) -> Flow {
@@ -422,23 +470,43 @@ impl Engine {
                     let cmd = cmd.clone();
                     self.run_command(action, &cmd, *timeout, true).await
                 }
-                _ => self.complete(action, StepStatus::Failed, failed("not a command")),
+                _ => self.complete(
+                    action,
+                    StepStatus::Failed,
+                    failed("not a command"),
+                    Touched::Nothing,
+                ),
             },
             (DecisionKind::Question, answer) => {
                 let text = format!("The human answered: {answer}");
-                self.complete(action, StepStatus::Done, ok(text))
+                self.complete(action, StepStatus::Done, ok(text), Touched::Nothing)
             }
             (DecisionKind::MergeConflict, "keep mine") => match p.proposal {
                 Some(bytes) => self.apply_write(action, &path, bytes, None, true),
-                None => self.complete(action, StepStatus::Failed, failed("nothing to write")),
+                None => self.complete(
+                    action,
+                    StepStatus::Failed,
+                    failed("nothing to write"),
+                    Touched::Nothing,
+                ),
             },
             (DecisionKind::MergeConflict, "take agent's") => match p.alternative {
                 Some(bytes) => self.apply_write(action, &path, bytes, None, true),
-                None => self.complete(action, StepStatus::Failed, failed("nothing to write")),
+                None => self.complete(
+                    action,
+                    StepStatus::Failed,
+                    failed("nothing to write"),
+                    Touched::Nothing,
+                ),
             },
             (DecisionKind::ProtectedLines, "approve") => match p.proposal {
                 Some(bytes) => self.apply_write(action, &path, bytes, None, false),
-                None => self.complete(action, StepStatus::Failed, failed("nothing to write")),
+                None => self.complete(
+                    action,
+                    StepStatus::Failed,
+                    failed("nothing to write"),
+                    Touched::Nothing,
+                ),
             },
             (DecisionKind::HeldFile, "release") => self.write_move(p.mv),
             (_, other) => {
@@ -446,7 +514,7 @@ impl Engine {
                     "not done: the human chose \"{other}\" for: {}",
                     p.decision.question
                 );
-                self.complete(action, StepStatus::Skipped, failed(text))
+                self.complete(action, StepStatus::Skipped, failed(text), Touched::Nothing)
             }
         }
     }
@@ -463,7 +531,14 @@ impl Engine {
     ) -> Flow {
         let mut proc = match Process::spawn(&self.root, cmd) {
             Ok(p) => p,
-            Err(e) => return self.complete(action, StepStatus::Failed, failed(e.to_string())),
+            Err(e) => {
+                return self.complete(
+                    action,
+                    StepStatus::Failed,
+                    failed(e.to_string()),
+                    Touched::Nothing,
+                )
+            }
         };
         let mut deadline = timeout.map(|t| Instant::now() + t);
         let mut frozen_at: Option<Instant> = None;
@@ -506,11 +581,19 @@ impl Engine {
                 } else {
                     StepStatus::Failed
                 };
-                self.complete(action, status, command_outcome(&out, None))
+                self.complete(
+                    action,
+                    status,
+                    command_outcome(&out, None),
+                    Touched::Anything,
+                )
             }
-            CommandEnd::Exited(Err(e)) => {
-                self.complete(action, StepStatus::Failed, failed(e.to_string()))
-            }
+            CommandEnd::Exited(Err(e)) => self.complete(
+                action,
+                StepStatus::Failed,
+                failed(e.to_string()),
+                Touched::Anything,
+            ),
             CommandEnd::TimedOut => {
                 let out = proc.terminate(self.cfg.kill_grace).await;
                 let note = format!(
@@ -521,7 +604,7 @@ impl Engine {
                     Ok(out) => command_outcome(&out, Some(&note)),
                     Err(e) => failed(format!("{note}: {e}")),
                 };
-                self.complete(action, StepStatus::Failed, outcome)
+                self.complete(action, StepStatus::Failed, outcome, Touched::Anything)
             }
             CommandEnd::Cut => {
                 if let Err(e) = proc.terminate(self.cfg.kill_grace).await {
@@ -546,7 +629,12 @@ impl Engine {
     /// except files the human holds.
     fn roll_back(&mut self, action: String) -> Flow {
         let Some(tip) = self.tip.clone() else {
-            return self.complete(action, StepStatus::RolledBack, failed("interrupted"));
+            return self.complete(
+                action,
+                StepStatus::RolledBack,
+                failed("interrupted"),
+                Touched::Anything,
+            );
         };
         let held = self.state().held_files.clone();
         match self.ckpt.diff_worktree(&tip, &Default::default()) {
@@ -570,7 +658,49 @@ impl Engine {
             failed(format!(
                 "step {n} ({action}) was interrupted by the human and rolled back to the last checkpoint"
             )),
-        )
+         Touched::Anything)
+    }
+
+    /// Records changes to held files since the last checkpoint as the human's, on their own,
+    /// so a command's whole-tree checkpoint does not take them for the agent's.
+    pub(super) fn absorb_held(&mut self, why: &str) {
+        let Some(tip) = self.tip.clone() else { return };
+        let changed: Vec<String> = self
+            .state()
+            .held_files
+            .iter()
+            .filter(|p| {
+                self.sandbox.read(p).ok().flatten() != self.ckpt.file_at(&tip, p).ok().flatten()
+            })
+            .cloned()
+            .collect();
+        if changed.is_empty() {
+            return;
+        }
+        let n = self.next_n();
+        let meta = SnapshotMeta {
+            step: n,
+            author: Author::Human,
+            action: why,
+        };
+        let recorded = self.ckpt.snapshot_paths(meta, &changed).and_then(|snap| {
+            if !snap.created {
+                return Ok(None);
+            }
+            self.tip = Some(snap.id.clone());
+            Ok(Some((self.ckpt.diff(&tip, &snap.id)?, snap.id)))
+        });
+        match recorded {
+            Ok(Some((changes, id))) => {
+                let report = self.record_human(n, why, &changes, Some(id), true);
+                self.add_note(report.markdown());
+            }
+            Ok(None) => {}
+            Err(e) => self.say(
+                Level::Error,
+                format!("cannot checkpoint your changes to held files: {e}"),
+            ),
+        }
     }
 
     /// Checkpoints whatever changed since the last checkpoint as the human's change. With

@@ -405,6 +405,7 @@ impl Engine {
                     ok: false,
                     text: "not applied: the human took over before deciding".into(),
                 },
+                super::Touched::Nothing,
             );
         }
         if let Some(r) = self.absorb(false, "changed outside the agent")? {

@@ -145,8 +145,9 @@ pub fn decode(body: &[u8]) -> Incoming {
         serde_json::Value::String(s) => Some(RequestId::from(s.clone())),
         _ => None,
     });
-    let has_method = value.get("method").is_some_and(|m| m.is_string());
-    if !value.is_object() || (!has_method && id.is_none()) {
+    let method = value.get("method");
+    let has_method = method.is_some_and(|m| m.is_string());
+    if !value.is_object() || (!has_method && id.is_none()) || (method.is_some() && !has_method) {
         return invalid(
             id,
             ErrorCode::InvalidRequest,

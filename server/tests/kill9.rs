@@ -1,0 +1,113 @@
+//! kill -9 of a process mid-task, then a new engine on the same repository: the state file
+//! parses, the task is paused with reason "interrupted", every completed step is there with
+//! its checkpoint, and resuming finishes the task.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use rein::control::{self, Request};
+use rein::state::{Author, Status};
+use serde_json::json;
+use support::*;
+
+fn agent_steps_on_disk(root: &std::path::Path) -> usize {
+    match control::load(root) {
+        Ok(Some(s)) => s
+            .steps
+            .iter()
+            .filter(|st| st.author == Author::Agent)
+            .count(),
+        _ => 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_task_then_recover_resumes_as_paused_with_every_step() {
+    for (trial, kill_after) in [(0, 1), (1, 4), (2, 9)] {
+        let dir = repo(&[("a.txt", "a\n")]);
+        let root = dir.path();
+        let steps: Vec<_> = (0..12)
+            .map(|i| json!({"write": {"path": format!("f{i}.txt"), "content": format!("{i}\n")}, "think_ms": 40}))
+            .chain([json!({"finish": "all written"})])
+            .collect();
+        let plan = root.join("plan.json");
+        std::fs::write(&plan, json!({ "steps": steps }).to_string()).unwrap();
+        git(root, &["add", "plan.json"]);
+        git(root, &["commit", "-q", "-m", "plan"]);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
+            .args(["run", "--plan", plan.to_str().unwrap()])
+            .arg(root)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        eventually("steps to complete", || {
+            agent_steps_on_disk(root) >= kill_after
+        })
+        .await;
+        // SIGKILL: no destructor, no flush, no goodbye.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let before = control::load(root)
+            .unwrap()
+            .expect("the state file parses after kill -9");
+        let done_before: Vec<_> = before
+            .steps
+            .iter()
+            .filter(|s| s.author == Author::Agent)
+            .cloned()
+            .collect();
+        assert!(done_before.len() >= kill_after, "trial {trial}");
+
+        let (notify, mut notices) = channel();
+        let (handle, s) = control::recover(root, test_config(), notify)
+            .unwrap()
+            .expect("a task to recover");
+        assert_eq!(s.status, Status::Paused, "trial {trial}");
+        assert!(
+            s.stop_reason
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("interrupted"),
+            "{:?}",
+            s.stop_reason
+        );
+        for st in &done_before {
+            assert!(s.steps.contains(st), "trial {trial}: step {} kept", st.n);
+            let ck = st.checkpoint.clone().unwrap();
+            git(root, &["cat-file", "-e", &format!("{ck}^{{commit}}")]);
+        }
+        let mut run = Run {
+            handle,
+            notices: {
+                let (_n, rx) = channel();
+                drop(_n);
+                rx
+            },
+            state: s,
+            root: root.to_owned(),
+        };
+        std::mem::swap(&mut run.notices, &mut notices);
+        run.call(Request::Resume).await;
+        let end = run.until("done", |s| s.status == Status::Done).await;
+        for i in 0..12 {
+            assert_eq!(
+                read(root, &format!("f{i}.txt")),
+                format!("{i}\n"),
+                "trial {trial}: file {i}"
+            );
+        }
+        let agent = end
+            .steps
+            .iter()
+            .filter(|s| s.author == Author::Agent)
+            .count();
+        assert!(
+            agent >= 13,
+            "trial {trial}: every move made once more at most ({agent})"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
