@@ -75,6 +75,9 @@ pub struct TaskState {
     /// How many agent moves have completed; a restarted agent resumes after them.
     #[serde(default)]
     pub agent_moves: u32,
+    /// How many decisions were ever asked, so every decision gets a fresh id.
+    #[serde(default)]
+    pub decisions_asked: u32,
     /// How many moves the agent says are left, when it knows (for progress).
     #[serde(default)]
     pub remaining_moves: Option<u32>,
@@ -203,7 +206,7 @@ pub enum PlanStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Step {
-    /// Step number, from 1.
+    /// Step number; step 0 records the working tree as it was when the task started.
     pub n: u32,
     /// What was done, in one line.
     pub action: String,
@@ -718,6 +721,7 @@ mod tests {
             human_changes: vec![],
             stop_reason: None,
             agent_moves: 0,
+            decisions_asked: 0,
             remaining_moves: None,
             head: None,
             protected_lines: BTreeMap::new(),

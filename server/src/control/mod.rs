@@ -398,6 +398,7 @@ pub fn start(
         human_changes: Vec::new(),
         stop_reason: None,
         agent_moves: 0,
+        decisions_asked: 0,
         remaining_moves: agent.remaining(),
         head: base,
         protected_lines: Default::default(),

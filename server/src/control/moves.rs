@@ -431,7 +431,7 @@ impl Engine {
         proposal: Option<Vec<u8>>,
         alternative: Option<Vec<u8>>,
     ) -> Flow {
-        let id = format!("d{}", self.next_n());
+        let id = format!("d{}", self.state().decisions_asked + 1);
         let decision = state::Decision {
             id,
             kind,
@@ -443,6 +443,7 @@ impl Engine {
         let d = decision.clone();
         self.commit(|s| {
             s.status = Status::AwaitingDecision;
+            s.decisions_asked += 1;
             s.decisions = vec![d];
             s.stop_reason = Some(format!("waiting for your decision: {question}"));
         });
@@ -479,6 +480,7 @@ impl Engine {
             },
             (DecisionKind::Question, answer) => {
                 let text = format!("The human answered: {answer}");
+                let action = format!("{action} → answered: {answer}");
                 self.complete(action, StepStatus::Done, ok(text), Touched::Nothing)
             }
             (DecisionKind::MergeConflict, "keep mine") => match p.proposal {

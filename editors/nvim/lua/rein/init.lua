@@ -1,0 +1,511 @@
+--- Rein for Neovim: a thin client over `rein lsp`.
+---
+--- All task logic lives in the server. This module starts the client (one per git root),
+--- keeps the latest task state pushed by `rein/stateChanged`, sends `rein.*` commands with
+--- `workspace/executeCommand` and shows their results.
+local M = {}
+
+local uv = vim.uv or vim.loop
+local has_011 = vim.fn.has("nvim-0.11") == 1
+
+M.name = "rein"
+
+---@class rein.Config
+local defaults = {
+  --- The server command. Default: `{ $REIN_BIN or "rein", "lsp" }`.
+  cmd = nil,
+  --- `initializationOptions` keys (see docs/protocol.md); nil ones are left out so that
+  --- `workspace/configuration` and `rein.toml` apply.
+  agent = nil,
+  steer = nil,
+  policy = nil,
+  killGraceMs = nil,
+  --- Extra `initializationOptions`, merged over the keys above.
+  init_options = nil,
+  --- Answer for `workspace/configuration` (section `rein`).
+  settings = nil,
+  --- Attach every file buffer inside a git work tree (starting the server for its root).
+  autostart = true,
+  --- Where the handover / reconcile report opens: "split", "vsplit", "tab", "float" or false.
+  report = "split",
+  --- Put the cursor in the report window (otherwise it stays where it was).
+  report_focus = false,
+  --- vim.notify when a task ends or needs a decision.
+  notify = true,
+  --- Deep-merged over the client capabilities Rein sends.
+  capabilities = nil,
+  --- Called as on_attach(client, bufnr).
+  on_attach = nil,
+  --- Statusline prefix.
+  prefix = "Rein: ",
+}
+
+M.config = vim.deepcopy(defaults)
+M._setup_done = false
+--- client id -> latest state (table), or vim.NIL when the repository has no task.
+M._states = {}
+--- client id -> last reconcile object (from rein.handback).
+M._reconciles = {}
+--- client id -> callbacks waiting for the client to be initialized.
+M._pending = {}
+
+local function notify(msg, level)
+  vim.notify("Rein: " .. msg, level or vim.log.levels.INFO, { title = "Rein" })
+end
+M.notify = notify
+
+--- Calls a client method in a way that works on 0.10 (dot) and 0.11+ (colon).
+local function client_call(client, method, ...)
+  if has_011 then
+    return client[method](client, ...)
+  end
+  return client[method](...)
+end
+M._client_call = client_call
+
+local function server_cmd()
+  if M.config.cmd then
+    return M.config.cmd
+  end
+  local bin = vim.env.REIN_BIN
+  if not bin or bin == "" then
+    bin = "rein"
+  end
+  return { bin, "lsp" }
+end
+M.server_cmd = server_cmd
+
+--- The `initializationOptions` sent to the server.
+function M.init_options()
+  local o = {}
+  for _, k in ipairs({ "agent", "steer", "policy", "killGraceMs" }) do
+    if M.config[k] ~= nil then
+      o[k] = M.config[k]
+    end
+  end
+  o = vim.tbl_deep_extend("force", o, M.config.init_options or {})
+  if next(o) == nil then
+    return vim.empty_dict()
+  end
+  return o
+end
+
+--- The client capabilities.
+function M.capabilities()
+  local caps = vim.lsp.protocol.make_client_capabilities()
+  caps.general = caps.general or {}
+  caps.general.positionEncodings = { "utf-8", "utf-16" }
+  caps.window = caps.window or {}
+  caps.window.workDoneProgress = true
+  caps.window.showMessage = caps.window.showMessage
+    or { messageActionItem = { additionalPropertiesSupport = false } }
+  caps.window.showDocument = caps.window.showDocument or { support = true }
+  caps.workspace = caps.workspace or {}
+  caps.workspace.configuration = true
+  caps.workspace.workspaceFolders = true
+  return vim.tbl_deep_extend("force", caps, M.config.capabilities or {})
+end
+
+--- The git work tree containing `source` (a buffer number or a path), or nil.
+function M.root_of(source)
+  local ok, root = pcall(vim.fs.root, source, ".git")
+  if ok and root then
+    return vim.fs.normalize(root)
+  end
+  return nil
+end
+
+local function is_file_buffer(bufnr)
+  if not vim.api.nvim_buf_is_valid(bufnr) then
+    return false
+  end
+  if vim.bo[bufnr].buftype ~= "" then
+    return false
+  end
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  return name ~= "" and not name:match("^%a[%w+.-]*://")
+end
+
+-- State -------------------------------------------------------------------------------
+
+local function is_newer(prev, new)
+  if prev == nil or prev == vim.NIL or new == vim.NIL then
+    return true
+  end
+  if type(prev.task) ~= "table" or type(new.task) ~= "table" or prev.task.id ~= new.task.id then
+    return true
+  end
+  return (new.version or 0) >= (prev.version or 0)
+end
+
+--- Records a state for a client (if it is not older than the one we have) and refreshes
+--- the statusline. Fires `User ReinStateChanged` with `data = {client_id, state}`.
+function M._set_state(client_id, state)
+  if state == nil then
+    return
+  end
+  local prev = M._states[client_id]
+  if not is_newer(prev, state) then
+    return
+  end
+  M._states[client_id] = state
+  vim.schedule(function()
+    pcall(vim.cmd, "redrawstatus!")
+    pcall(vim.api.nvim_exec_autocmds, "User", {
+      pattern = "ReinStateChanged",
+      modeline = false,
+      data = { client_id = client_id, state = state },
+    })
+  end)
+  if M.config.notify then
+    local old = (prev ~= nil and prev ~= vim.NIL) and prev or {}
+    local same_task = type(old.task) == "table" and type(state) == "table" and old.task.id == state.task.id
+    if state ~= vim.NIL and (not same_task or old.status ~= state.status) then
+      local s = state.status
+      if s == "done" then
+        notify("the agent finished" .. (type(state.summary) == "string" and (": " .. state.summary) or ""))
+      elseif s == "failed" then
+        notify("the run failed: " .. tostring(state.stopReason or "?"), vim.log.levels.ERROR)
+      elseif s == "awaiting_decision" then
+        local d = type(state.decisions) == "table" and state.decisions[1] or nil
+        if d then
+          notify(("decision %s: %s  (:Rein decide)"):format(d.id, d.question), vim.log.levels.WARN)
+        end
+      end
+    end
+  end
+end
+
+-- Clients -----------------------------------------------------------------------------
+
+--- Every running Rein client.
+function M.clients(filter)
+  filter = vim.tbl_extend("force", { name = M.name }, filter or {})
+  local get = vim.lsp.get_clients or vim.lsp.get_active_clients
+  local out = {}
+  for _, c in ipairs(get(filter)) do
+    if not client_call(c, "is_stopped") then
+      table.insert(out, c)
+    end
+  end
+  return out
+end
+
+local function contains(root, path)
+  if not root or not path then
+    return false
+  end
+  return path == root or path:sub(1, #root + 1) == root .. "/"
+end
+
+--- The Rein client for `bufnr` (default: current buffer): the one attached to it, else the
+--- one whose root contains the buffer's file or the working directory.
+function M.get_client(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local attached = M.clients({ bufnr = bufnr })
+  if attached[1] then
+    return attached[1]
+  end
+  local name = vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_buf_get_name(bufnr) or ""
+  local path = name ~= "" and vim.fs.normalize(name) or nil
+  local cwd = vim.fs.normalize(uv.cwd())
+  local best
+  for _, c in ipairs(M.clients()) do
+    local root = c.config.root_dir and vim.fs.normalize(c.config.root_dir)
+    if contains(root, path) or contains(root, cwd) then
+      if not best or #root > #vim.fs.normalize(best.config.root_dir) then
+        best = c
+      end
+    end
+  end
+  return best
+end
+
+local function flush_pending(client)
+  local queue = M._pending[client.id] or {}
+  M._pending[client.id] = nil
+  for _, cb in ipairs(queue) do
+    local ok, err = pcall(cb, client)
+    if not ok then
+      notify(tostring(err), vim.log.levels.ERROR)
+    end
+  end
+end
+
+--- The client configuration for a root.
+function M.client_config(root)
+  local commands = require("rein.commands").client_commands()
+  return {
+    name = M.name,
+    cmd = server_cmd(),
+    root_dir = root,
+    workspace_folders = { { uri = vim.uri_from_fname(root), name = root } },
+    init_options = M.init_options(),
+    settings = M.config.settings or { rein = vim.empty_dict() },
+    capabilities = M.capabilities(),
+    commands = commands,
+    handlers = {
+      ["rein/stateChanged"] = function(_, params, ctx)
+        if type(params) == "table" then
+          -- `null` (no task) arrives as nil: Neovim decodes JSON null in objects to nil.
+          M._set_state(ctx.client_id, params.state == nil and vim.NIL or params.state)
+        end
+      end,
+      ["rein/filesChanged"] = function(_, params)
+        if type(params) == "table" and type(params.uris) == "table" then
+          vim.schedule(function()
+            M.reload(params.uris)
+          end)
+        end
+      end,
+    },
+    on_init = function(client)
+      M._states[client.id] = M._states[client.id] or vim.NIL
+      client_call(client, "request", "workspace/executeCommand", {
+        command = "rein.state",
+        arguments = { vim.empty_dict() },
+      }, function(err, result)
+        if not err and type(result) == "table" then
+          M._set_state(client.id, result.state == nil and vim.NIL or result.state)
+        end
+      end)
+      vim.schedule(function()
+        flush_pending(client)
+      end)
+    end,
+    on_exit = function(code, _, client_id)
+      vim.schedule(function()
+        M._states[client_id] = nil
+        M._pending[client_id] = nil
+        pcall(vim.cmd, "redrawstatus!")
+        if code ~= 0 then
+          notify(("the server exited with code %d (see :LspLog)"):format(code), vim.log.levels.WARN)
+        end
+      end)
+    end,
+    on_attach = function(client, bufnr)
+      if M.config.on_attach then
+        M.config.on_attach(client, bufnr)
+      end
+    end,
+  }
+end
+
+--- Starts (or reuses) the client for `root`; attaches `bufnr` when given.
+--- Returns the client id or nil.
+function M.start(root, bufnr)
+  local config = M.client_config(root)
+  if bufnr then
+    return vim.lsp.start(config, { bufnr = bufnr })
+  end
+  for _, c in ipairs(M.clients()) do
+    if c.config.root_dir and vim.fs.normalize(c.config.root_dir) == root then
+      return c.id
+    end
+  end
+  if has_011 then
+    return vim.lsp.start(config, { attach = false })
+  end
+  return vim.lsp.start_client(config)
+end
+
+--- Attaches a file buffer inside a git work tree to Rein.
+function M.attach(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  if not is_file_buffer(bufnr) then
+    return nil
+  end
+  local root = M.root_of(bufnr)
+  if not root then
+    return nil
+  end
+  return M.start(root, bufnr)
+end
+
+--- Runs `cb(client)` once the client for the current buffer (started if needed) is ready.
+function M.with_client(cb)
+  local client = M.get_client(0)
+  if not client then
+    local id = M.attach(0)
+    if not id then
+      local root = M.root_of(uv.cwd())
+      if not root then
+        notify("not inside a git work tree (Rein needs one)", vim.log.levels.ERROR)
+        return
+      end
+      id = M.start(root)
+    end
+    client = id and vim.lsp.get_client_by_id(id)
+    if not client then
+      notify("could not start the server " .. table.concat(server_cmd(), " "), vim.log.levels.ERROR)
+      return
+    end
+  end
+  if client.initialized then
+    cb(client)
+  else
+    M._pending[client.id] = M._pending[client.id] or {}
+    table.insert(M._pending[client.id], cb)
+  end
+end
+
+--- Sends `rein.<name>` with one argument object. `on_result(result, client)` runs on success;
+--- errors are shown with vim.notify (and passed to `on_error(err)` when given).
+function M.exec(command, args, on_result, on_error)
+  if not command:match("^rein%.") then
+    command = "rein." .. command
+  end
+  if args == nil or (type(args) == "table" and next(args) == nil) then
+    args = vim.empty_dict()
+  end
+  M.with_client(function(client)
+    client_call(client, "request", "workspace/executeCommand", {
+      command = command,
+      arguments = { args },
+    }, function(err, result)
+      if err then
+        notify(err.message or vim.inspect(err), vim.log.levels.ERROR)
+        if on_error then
+          on_error(err)
+        end
+        return
+      end
+      if type(result) == "table" then
+        if result.state ~= nil then
+          M._set_state(client.id, result.state)
+        elseif command == "rein.state" then
+          M._set_state(client.id, vim.NIL)
+        end
+      end
+      if on_result then
+        on_result(result, client)
+      end
+    end, vim.api.nvim_get_current_buf())
+  end)
+end
+
+--- Reloads buffers of `uris` that are loaded and unmodified.
+function M.reload(uris)
+  for _, uri in ipairs(uris) do
+    local ok, fname = pcall(vim.uri_to_fname, uri)
+    local bufnr = ok and vim.fn.bufnr(fname) or -1
+    if bufnr > 0 and vim.api.nvim_buf_is_loaded(bufnr) and not vim.bo[bufnr].modified then
+      -- Reload without the "file changed" prompt, for this buffer only.
+      local au = vim.api.nvim_create_autocmd("FileChangedShell", {
+        buffer = bufnr,
+        once = true,
+        callback = function()
+          if vim.v.fcs_reason ~= "deleted" then
+            vim.v.fcs_choice = "reload"
+          end
+        end,
+      })
+      pcall(vim.cmd, "checktime " .. bufnr)
+      pcall(vim.api.nvim_del_autocmd, au)
+    end
+  end
+end
+
+-- Public state helpers -----------------------------------------------------------------
+
+--- The latest task state for the current buffer's repository: a table, vim.NIL when the
+--- repository has no task, or nil when Rein is not running there.
+function M.state(bufnr)
+  local client = M.get_client(bufnr)
+  if not client then
+    return nil
+  end
+  return M._states[client.id]
+end
+
+local decision_words = {
+  approve_command = "needs approval",
+  protected_lines = "needs approval",
+  merge_conflict = "merge conflict",
+  held_file = "file held",
+  question = "question for you",
+}
+
+--- One-line description of a state (without prefix).
+function M.describe(state)
+  if state == nil then
+    return nil
+  end
+  if state == vim.NIL or type(state) ~= "table" then
+    return "no task"
+  end
+  local steps = type(state.steps) == "table" and #state.steps or 0
+  local last = steps > 0 and state.steps[steps].n or 0
+  local s = state.status
+  local function needs()
+    local d = type(state.decisions) == "table" and state.decisions[1]
+    if d then
+      return " (" .. (decision_words[d.kind] or "needs decision") .. ")"
+    end
+    return ""
+  end
+  if s == "running" then
+    return ("agent running · step %d"):format(last + 1)
+  elseif s == "paused" then
+    return "paused" .. needs()
+  elseif s == "awaiting_decision" then
+    local n = needs()
+    return "paused" .. (n ~= "" and n or " (needs decision)")
+  elseif s == "human" then
+    return "you hold control"
+  elseif s == "done" then
+    return ("done · %d step%s"):format(last, last == 1 and "" or "s")
+  elseif s == "aborted" then
+    return "aborted"
+  elseif s == "failed" then
+    return "failed"
+  end
+  return tostring(s)
+end
+
+--- Statusline component: "Rein: agent running · step 7", "Rein: you hold control", …
+--- Empty when Rein is not running for the current buffer.
+function M.statusline(opts)
+  local ok, text = pcall(function()
+    local d = M.describe(M.state(0))
+    if not d then
+      return ""
+    end
+    local prefix = (opts and opts.prefix) or M.config.prefix
+    return prefix .. d
+  end)
+  return ok and text or ""
+end
+
+-- Setup --------------------------------------------------------------------------------
+
+--- Configures Rein and starts the client for file buffers in git work trees.
+function M.setup(opts)
+  M.config = vim.tbl_deep_extend("force", vim.deepcopy(defaults), opts or {})
+  M._setup_done = true
+  local group = vim.api.nvim_create_augroup("rein", { clear = true })
+  if M.config.autostart then
+    vim.api.nvim_create_autocmd({ "BufReadPost", "BufNewFile", "BufEnter" }, {
+      group = group,
+      callback = function(ev)
+        if #M.clients({ bufnr = ev.buf }) == 0 then
+          M.attach(ev.buf)
+        end
+      end,
+    })
+    for _, b in ipairs(vim.api.nvim_list_bufs()) do
+      if vim.api.nvim_buf_is_loaded(b) then
+        M.attach(b)
+      end
+    end
+  end
+  vim.api.nvim_create_autocmd("LspProgress", {
+    group = group,
+    callback = function()
+      pcall(vim.cmd, "redrawstatus")
+    end,
+  })
+  return M
+end
+
+return M

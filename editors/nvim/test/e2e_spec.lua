@@ -1,0 +1,211 @@
+-- The whole loop through the plugin's own commands against the real server:
+-- start, pause, steer, take over, edit and write a buffer, hand back, finish.
+local T = require("runner")
+local H = require("helpers")
+
+H.stub_ui()
+H.capture_notify()
+
+local root, rein, app
+local progress = {}
+vim.api.nvim_create_autocmd("LspProgress", {
+  callback = function(ev)
+    local p = ev.data and ev.data.params
+    if p and p.value then
+      table.insert(progress, { token = p.token, kind = p.value.kind, message = p.value.message })
+    end
+  end,
+})
+
+local plan = {
+  steps = {
+    { plan = { "look at the app", "add a greeting", "bump the version" }, think_ms = 200 },
+    { read = "app.txt", think_ms = 1500 },
+    { write = { path = "greeting.txt", content = "hello from the agent\n" }, think_ms = 1500 },
+    { edit = { path = "app.txt", old = "version = 1", new = "version = 2" }, think_ms = 800 },
+    { finish = "greeting added, version bumped", think_ms = 300 },
+  },
+}
+
+T.scenario("start, pause, steer, take over, edit, hand back", {
+  {
+    "setup attaches the buffer and the statusline says there is no task",
+    function()
+      root = H.repo({ ["app.txt"] = "name = demo\nversion = 1\n", ["README.md"] = "# demo\n" }, plan)
+      vim.cmd("cd " .. vim.fn.fnameescape(root))
+      rein = H.setup()
+      vim.cmd("edit " .. vim.fn.fnameescape(root .. "/app.txt"))
+      app = vim.api.nvim_get_current_buf()
+      local client = H.wait_client()
+      T.eq(vim.fs.normalize(client.config.root_dir), root)
+      T.truthy(vim.lsp.buf_is_attached(app, client.id), "app.txt attached")
+      T.eq(H.statusline(), "Rein: no task")
+    end,
+  },
+  {
+    ":Rein start asks for the goal and the agent runs",
+    function()
+      table.insert(H.inputs, "add a greeting and bump the version")
+      H.cmd("Rein start")
+      H.wait_status("running")
+      T.eq(H.prompts[#H.prompts].prompt, "Rein goal: ")
+      T.eq(H.state().task.goal, "add a greeting and bump the version")
+      T.match(H.statusline(), "^Rein: agent running · step %d+$")
+      -- Step 0 records the tree as it was; step 1 is the agent's plan.
+      local s = H.wait_steps(2)
+      if s.status == "running" and #s.steps == 2 then
+        T.eq(H.statusline(), "Rein: agent running · step 2")
+      end
+    end,
+  },
+  {
+    ":Rein pause stops it at once",
+    function()
+      H.cmd("Rein pause")
+      local s = H.wait_status("paused")
+      T.eq(s.control.holder, "agent")
+      T.eq(H.statusline(), "Rein: paused")
+    end,
+  },
+  {
+    ":Rein steer asks for the text and queues a constraint",
+    function()
+      table.insert(H.inputs, "say hello politely")
+      H.cmd("Rein steer")
+      local s = T.wait(function()
+        local s = H.state()
+        return s and #(s.constraints or {}) > 0 and s
+      end, "a constraint")
+      T.eq(s.constraints[1].text, "say hello politely")
+      T.eq(s.constraints[1].source, "command")
+      T.eq(s.status, "paused")
+    end,
+  },
+  {
+    ":Rein takeover gives you control and opens the handover",
+    function()
+      table.insert(H.inputs, "I want to set the owner myself")
+      local win = vim.api.nvim_get_current_win()
+      H.cmd("Rein takeover")
+      local s = H.wait_status("human")
+      T.eq(s.control.holder, "human")
+      T.eq(H.statusline(), "Rein: you hold control")
+      local handover = T.wait(function()
+        return H.named_buf_text("rein://handover")
+      end, "the handover report")
+      T.contains(handover, "add a greeting and bump the version")
+      T.truthy(vim.fn.bufwinid("rein://handover") ~= -1, "handover shown in a window")
+      T.eq(vim.api.nvim_get_current_win(), win, "cursor stays in the code window")
+    end,
+  },
+  {
+    "you edit app.txt and write it",
+    function()
+      T.eq(vim.api.nvim_get_current_buf(), app)
+      vim.api.nvim_buf_set_lines(app, -1, -1, false, { "owner = human" })
+      H.cmd("write")
+      T.eq(T.read_file(root .. "/app.txt"), "name = demo\nversion = 1\nowner = human\n")
+      T.wait(function()
+        local s = H.state()
+        return s and vim.tbl_contains(s.heldFiles or {}, "app.txt")
+      end, "app.txt to be held")
+    end,
+  },
+  {
+    ":Rein handback shows the reconcile report and the agent finishes",
+    function()
+      table.insert(H.inputs, "owner is set; carry on")
+      H.cmd("Rein handback")
+      local report = T.wait(function()
+        return H.named_buf_text("rein://reconcile")
+      end, "the reconcile report")
+      T.contains(report, "app.txt")
+      local s = H.wait_status("done")
+      T.eq(s.control.holder, "none")
+      T.eq(#s.heldFiles, 0)
+      T.match(H.statusline(), "^Rein: done · %d+ steps$")
+      T.contains(H.messages_text(), "the agent finished")
+      -- $/progress reached Neovim's native handling: begin … end on the task's token.
+      local kinds = {}
+      for _, p in ipairs(progress) do
+        T.match(tostring(p.token), "^rein/task/")
+        kinds[p.kind] = true
+      end
+      T.truthy(kinds.begin and kinds["end"], "progress begin and end: " .. vim.inspect(progress))
+    end,
+  },
+  {
+    "the tree has the agent's work and your edit survived",
+    function()
+      T.eq(T.read_file(root .. "/greeting.txt"), "hello from the agent\n")
+      T.eq(T.read_file(root .. "/app.txt"), "name = demo\nversion = 2\nowner = human\n")
+      -- app.txt was open and clean when the agent edited it: the buffer was reloaded.
+      T.wait(function()
+        return H.buf_text(app) == "name = demo\nversion = 2\nowner = human\n"
+      end, "the app.txt buffer to reload")
+      T.eq(vim.bo[app].modified, false)
+    end,
+  },
+  {
+    ":Rein steps fills the quickfix list with both sides' steps",
+    function()
+      H.cmd("Rein steps")
+      local qf = T.wait(function()
+        local info = vim.fn.getqflist({ title = 1 })
+        return info.title == "Rein steps" and H.qf_text()
+      end, "the steps quickfix list")
+      T.contains(qf, "[agent] done: plan (3 items)")
+      T.contains(qf, "greeting.txt|1| step")
+      T.contains(qf, "[agent] done: write greeting.txt")
+      T.contains(qf, "[agent] done: edit app.txt")
+      T.contains(qf, "[human]")
+      T.truthy(vim.fn.getqflist({ winid = 1 }).winid ~= 0, "quickfix window open")
+      vim.cmd("cclose")
+    end,
+  },
+  {
+    ":Rein changes lists your change to app.txt",
+    function()
+      H.cmd("Rein changes")
+      local qf = T.wait(function()
+        local info = vim.fn.getqflist({ title = 1 })
+        return info.title == "Rein changes" and H.qf_text()
+      end, "the changes quickfix list")
+      T.match(qf, "app%.txt|3| modified %+1 %-0")
+      vim.cmd("cclose")
+    end,
+  },
+  {
+    ":Rein state shows the state in a float",
+    function()
+      H.cmd("Rein state")
+      local text = T.wait(function()
+        return H.named_buf_text("rein://state")
+      end, "the state float")
+      T.contains(text, "# Rein: add a greeting and bump the version")
+      T.contains(text, "Holder:  none since ")
+      T.contains(text, "Status:  done · ")
+      T.contains(text, "say hello politely")
+      T.contains(text, "- [x] add a greeting")
+      local win = vim.fn.bufwinid("rein://state")
+      T.truthy(vim.api.nvim_win_get_config(win).relative ~= "", "a floating window")
+      vim.api.nvim_win_close(win, true)
+    end,
+  },
+  {
+    ":checkhealth rein has no ERROR",
+    function()
+      local text = H.checkhealth()
+      T.no_contains(text, "ERROR")
+      T.contains(text, "done · ")
+    end,
+  },
+  {
+    "no unexpected prompt and no error message",
+    function()
+      for _, m in ipairs(H.messages) do
+        T.truthy(m.level ~= vim.log.levels.ERROR, "error message: " .. m.msg)
+      end
+    end,
+  },
+})

