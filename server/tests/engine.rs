@@ -744,3 +744,34 @@ async fn rewind_restores_a_checkpoint_after_checkpointing_the_present() {
     assert!(bad.contains("rein log"), "{bad}");
     run.call(Request::Abort { keep_changes: true }).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_search_are_confined_and_respect_gitignore() {
+    let dir = repo(&[
+        ("src/a.rs", "fn alpha() {}\n"),
+        (".gitignore", "target/\n"),
+        ("target/x.rs", "fn alpha() {}\n"),
+    ]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([{"list": ""}, {"search": "alpha"}, {"search": {"pattern": "(", "path": "src"}}, {"list": "../.."}, {"finish": "f"}]),
+    );
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let agent: Vec<_> = s
+        .steps
+        .iter()
+        .filter(|st| st.author == Author::Agent)
+        .map(|st| st.status)
+        .collect();
+    assert_eq!(
+        agent,
+        [
+            StepStatus::Done,
+            StepStatus::Done,
+            StepStatus::Failed,
+            StepStatus::Failed,
+            StepStatus::Done
+        ]
+    );
+}

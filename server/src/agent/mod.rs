@@ -44,6 +44,35 @@ pub enum Move {
         /// The agent declares it cannot be undone (always gated).
         irreversible: bool,
     },
+    /// List the files under a directory ("" for the whole tree).
+    List {
+        /// Repo-relative directory.
+        path: String,
+    },
+    /// Search file contents for a regular expression.
+    Search {
+        /// The regular expression.
+        pattern: String,
+        /// Repo-relative directory to search ("" for the whole tree).
+        path: String,
+    },
+    /// An agent with tools of its own asks before using one (ACP `session/request_permission`);
+    /// the outcome says whether it may.
+    Permission {
+        /// What the agent wants to do, in its words.
+        title: String,
+        /// The tool kind: read, edit, delete, move, search, execute, think, fetch, other.
+        kind: String,
+        /// Files the tool call touches.
+        paths: Vec<String>,
+        /// The command line, for `execute`.
+        command: Option<String>,
+    },
+    /// The agent changed the tree on its own (a tool call that completed): checkpoint it.
+    Observe {
+        /// What it did, in one line.
+        action: String,
+    },
     /// Replace the plan.
     Plan(Vec<String>),
     /// Ask the human a question.
@@ -68,6 +97,11 @@ impl Move {
             Move::Write { path, .. } => format!("write {path}"),
             Move::Edit { path, .. } => format!("edit {path}"),
             Move::Run { cmd, .. } => format!("run {}", one_line(cmd)),
+            Move::List { path } if path.is_empty() => "list files".to_owned(),
+            Move::List { path } => format!("list {path}"),
+            Move::Search { pattern, .. } => format!("search {}", one_line(pattern)),
+            Move::Permission { title, .. } => format!("ask permission: {}", one_line(title)),
+            Move::Observe { action } => one_line(action),
             Move::Plan(items) => format!("plan ({} items)", items.len()),
             Move::Ask(q) => format!("ask: {}", one_line(q)),
             Move::Finish(s) => format!("finish: {}", one_line(s)),
@@ -130,6 +164,24 @@ pub enum AgentError {
     Exhausted,
 }
 
+/// A change of control the agent is told about. The engine stops asking for moves on its
+/// own; agents that run a session of their own (ACP) act on these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    /// Frozen; expect to continue unchanged.
+    Pause,
+    /// Continuing after a pause.
+    Resume,
+    /// A correction is waiting (delivered in the next context); `true` when urgent.
+    Steer(bool),
+    /// The human took control.
+    Takeover,
+    /// The human gave control back (a reconcile report is in the next context).
+    Handback,
+    /// The attempt is over: stop and release everything.
+    Abort,
+}
+
 /// A boxed future, so agents stay object-safe.
 pub type MoveFuture<'a> = Pin<Box<dyn Future<Output = Result<Move, AgentError>> + Send + 'a>>;
 
@@ -144,6 +196,10 @@ pub trait Agent: Send {
     fn remaining(&self) -> Option<u32> {
         None
     }
+
+    /// Tells the agent that control changed. Must not block: an agent with its own process
+    /// queues what it needs to send.
+    fn interrupt(&mut self, _what: Interrupt) {}
 }
 
 /// Builds the agent a spec names. `skip` moves are treated as already made, so an agent

@@ -67,7 +67,7 @@ impl ScriptAgent {
     }
 }
 
-const ACTIONS: &str = "read, write, edit, run, plan, ask, finish";
+const ACTIONS: &str = "read, write, edit, run, list, search, plan, ask, finish";
 
 fn parse_step(v: &serde_json::Value) -> Result<Scripted, String> {
     let obj = v
@@ -132,6 +132,26 @@ fn parse_step(v: &serde_json::Value) -> Result<Scripted, String> {
                 irreversible,
             }
         }
+        "list" => Move::List {
+            path: arg
+                .as_str()
+                .ok_or("\"list\" takes a directory string (\"\" for all)")?
+                .to_owned(),
+        },
+        "search" => match arg {
+            serde_json::Value::String(p) => Move::Search {
+                pattern: p.clone(),
+                path: String::new(),
+            },
+            _ => Move::Search {
+                pattern: text("pattern", arg)?,
+                path: arg
+                    .get("path")
+                    .and_then(|p| p.as_str())
+                    .unwrap_or("")
+                    .to_owned(),
+            },
+        },
         "plan" => Move::Plan(
             arg.as_array()
                 .ok_or("\"plan\" takes a list of strings")?

@@ -324,6 +324,8 @@ struct Engine {
     reconcile_note: Option<String>,
     /// Constraints delivered for the move being made.
     delivering: Vec<String>,
+    /// Interrupts for the agent that arrived while it was out thinking.
+    agent_signals: Vec<agent::Interrupt>,
     tip: Option<String>,
 }
 
@@ -586,7 +588,16 @@ impl Engine {
             last_result: None,
             reconcile_note: None,
             delivering: Vec::new(),
+            agent_signals: Vec::new(),
             tip: None,
+        }
+    }
+
+    /// Tells the agent about a change of control (now, or once its think is dropped).
+    fn signal_agent(&mut self, what: agent::Interrupt) {
+        match self.agent.as_mut() {
+            Some(a) => a.interrupt(what),
+            None => self.agent_signals.push(what),
         }
     }
 
@@ -691,6 +702,9 @@ impl Engine {
                 other => break other,
             }
         };
+        for signal in self.agent_signals.drain(..) {
+            agent.interrupt(signal);
+        }
         self.agent = Some(agent);
         match got {
             Ok(Ok(mv)) => {

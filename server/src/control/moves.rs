@@ -106,6 +106,53 @@ impl Engine {
                     }
                 }
             }
+            Move::List { path } => {
+                let outcome = match self.sandbox.list(&path) {
+                    Ok((files, cut)) => ok(listing(files, cut)),
+                    Err(e) => failed(e.to_string()),
+                };
+                let status = if outcome.ok {
+                    StepStatus::Done
+                } else {
+                    StepStatus::Failed
+                };
+                self.complete(action, status, outcome, Touched::Nothing)
+            }
+            Move::Search { pattern, path } => {
+                let outcome = match self.sandbox.search(&pattern, &path) {
+                    Ok((hits, cut)) if hits.is_empty() && !cut => {
+                        ok(format!("no line matches {pattern}"))
+                    }
+                    Ok((hits, cut)) => ok(listing(hits, cut)),
+                    Err(e) => failed(e.to_string()),
+                };
+                let status = if outcome.ok {
+                    StepStatus::Done
+                } else {
+                    StepStatus::Failed
+                };
+                self.complete(action, status, outcome, Touched::Nothing)
+            }
+            Move::Permission { .. } => self.permission(mv).await,
+            Move::Observe { .. } => {
+                let changed = match self.tip.clone() {
+                    Some(tip) => self
+                        .ckpt
+                        .diff_worktree(&tip, &Default::default())
+                        .map(|c| c.into_iter().map(|c| c.path).collect::<Vec<_>>())
+                        .unwrap_or_default(),
+                    None => Vec::new(),
+                };
+                for path in &changed {
+                    (self.notify)(Notice::Wrote { path: path.clone() });
+                }
+                let text = if changed.is_empty() {
+                    "no files changed".to_owned()
+                } else {
+                    format!("checkpointed: {}", changed.join(", "))
+                };
+                self.complete(action, StepStatus::Done, ok(text), Touched::Anything)
+            }
             Move::Plan(items) => {
                 let count = items.len();
                 self.commit(|s| {
@@ -157,6 +204,78 @@ impl Engine {
                     }
                 });
                 Flow::Continue
+            }
+        }
+    }
+
+    /// Answers an agent that asks before using a tool of its own: reads and searches are
+    /// allowed, edits inside the tree are allowed (they are checkpointed) unless a file is
+    /// held, commands follow the policy, and anything else asks the human.
+    async fn permission(&mut self, mv: Move) -> Flow {
+        let Move::Permission {
+            title,
+            kind,
+            paths,
+            command,
+        } = &mv
+        else {
+            return self.complete(
+                mv.describe(),
+                StepStatus::Failed,
+                failed("not a permission"),
+                Touched::Nothing,
+            );
+        };
+        let action = mv.describe();
+        let mut clean = Vec::new();
+        for p in paths {
+            match self.sandbox.check(p) {
+                Ok(c) => clean.push(c),
+                Err(e) => {
+                    let text = format!("rejected: {e}");
+                    return self.complete(
+                        action,
+                        StepStatus::Failed,
+                        failed(text),
+                        Touched::Nothing,
+                    );
+                }
+            }
+        }
+        let ask = match kind.as_str() {
+            "read" | "search" | "think" => None,
+            "edit" | "delete" | "move" => {
+                if let Some(held) = clean.iter().find(|p| self.state().held_files.contains(p)) {
+                    return self.ask_held(held.clone(), mv);
+                }
+                None
+            }
+            "execute" => match command.as_deref().map(|c| self.cfg.policy.classify(c)) {
+                Some(exec::Verdict::Run) => None,
+                Some(exec::Verdict::Ask { reason, .. }) => Some(reason),
+                None => Some("the command line is not known".to_owned()),
+            },
+            other => Some(format!(
+                "a tool of kind \"{other}\" may act outside the tree"
+            )),
+        };
+        match ask {
+            None => self.complete(action, StepStatus::Done, ok("allowed"), Touched::Nothing),
+            Some(reason) => {
+                let question = format!("The agent asks to {title}: {reason}. Approve?");
+                let detail = command
+                    .clone()
+                    .or_else(|| (!clean.is_empty()).then(|| clean.join("\n")));
+                self.ask(
+                    DecisionKind::ApproveCommand,
+                    question,
+                    &["approve", "deny"],
+                    detail,
+                    None,
+                    mv,
+                    None,
+                    None,
+                )
             }
         }
     }
@@ -466,6 +585,23 @@ impl Engine {
         let action = p.mv.describe();
         let path = p.decision.path.clone().unwrap_or_default();
         match (p.decision.kind, choice.as_str()) {
+            (DecisionKind::ApproveCommand, "approve")
+                if matches!(p.mv, Move::Permission { .. }) =>
+            {
+                self.complete(
+                    action,
+                    StepStatus::Done,
+                    ok("allowed by the human"),
+                    Touched::Nothing,
+                )
+            }
+            (DecisionKind::HeldFile, "release") if matches!(p.mv, Move::Permission { .. }) => self
+                .complete(
+                    action,
+                    StepStatus::Done,
+                    ok("allowed: the human released the file"),
+                    Touched::Nothing,
+                ),
             (DecisionKind::ApproveCommand, "approve") => match &p.mv {
                 Move::Run { cmd, timeout, .. } => {
                     let cmd = cmd.clone();
@@ -829,6 +965,17 @@ impl Engine {
         self.commit(|s| s.head = to);
         Some((was, now))
     }
+}
+
+fn listing(lines: Vec<String>, cut: bool) -> String {
+    let mut text = lines.join("\n");
+    if cut {
+        text.push_str(&format!(
+            "\n[… cut at {} results; narrow the directory or pattern]",
+            exec::RESULT_CAP
+        ));
+    }
+    text
 }
 
 fn command_outcome(out: &exec::Output, note: Option<&str>) -> Outcome {

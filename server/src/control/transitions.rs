@@ -166,6 +166,7 @@ impl Engine {
             s.stop_reason = Some(reason);
         });
         super::journal(&self.store, "paused", serde_json::json!({}));
+        self.signal_agent(crate::agent::Interrupt::Pause);
         (Ok(Reply::State(self.boxed_state())), flow)
     }
 
@@ -215,6 +216,7 @@ impl Engine {
             s.control.reason = "resumed by the user".into();
         });
         super::journal(&self.store, "resumed", serde_json::json!({}));
+        self.signal_agent(crate::agent::Interrupt::Resume);
         Ok(Reply::State(self.boxed_state()))
     }
 
@@ -271,6 +273,8 @@ impl Engine {
             "steered",
             serde_json::json!({ "id": id, "urgent": urgent }),
         );
+        self.signal_agent(crate::agent::Interrupt::Abort);
+        self.signal_agent(crate::agent::Interrupt::Steer(urgent));
         let flow = match phase {
             // The move being thought about would ignore the steer: ask again with it.
             Phase::Think => Flow::Rethink,
@@ -425,6 +429,7 @@ impl Engine {
             s.stop_reason = Some(reason_text);
         });
         super::journal(&self.store, "taken_over", serde_json::json!({ "why": why }));
+        self.signal_agent(crate::agent::Interrupt::Takeover);
         Ok(Reply::Handover {
             handover: Box::new(handover),
             state: self.boxed_state(),
@@ -487,6 +492,7 @@ impl Engine {
             "handed_back",
             serde_json::json!({ "files": report.changes.len() }),
         );
+        self.signal_agent(crate::agent::Interrupt::Handback);
         Ok(Reply::Handback {
             report: Box::new(report),
             state: self.boxed_state(),

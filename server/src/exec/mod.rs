@@ -8,6 +8,7 @@
 mod policy;
 mod process;
 mod sandbox;
+mod search;
 mod shell;
 
 use std::io;
@@ -15,6 +16,7 @@ use std::io;
 pub use policy::{Policy, Verdict};
 pub use process::{Output, Process, OUTPUT_CAP};
 pub use sandbox::{Sandbox, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, TEMP_PREFIX};
+pub use search::RESULT_CAP;
 
 /// Why touching the world failed.
 #[derive(Debug, thiserror::Error)]

@@ -83,6 +83,20 @@ impl Sandbox {
         Ok(clean)
     }
 
+    /// Validates `rel` as a directory in the tree (every component a real directory, no
+    /// symlinks) and returns it clean; a missing directory is an error naming it.
+    pub fn check_dir(&self, rel: &str) -> Result<String, ExecError> {
+        let clean = lexical(rel)?;
+        let all: Vec<&str> = clean.split('/').collect();
+        match self.walk(&clean, &all, false)? {
+            Some(_) => Ok(clean),
+            None => Err(ExecError::PathRefused {
+                path: shown(&clean),
+                why: "there is no such directory in the working tree".into(),
+            }),
+        }
+    }
+
     /// Reads a file in the tree; `None` when it does not exist.
     pub fn read(&self, rel: &str) -> Result<Option<Vec<u8>>, ExecError> {
         let clean = lexical(rel)?;
