@@ -162,6 +162,13 @@ pub enum AgentError {
     /// The agent has no more moves but never finished.
     #[error("the agent ran out of moves without finishing")]
     Exhausted,
+    /// The model service failed (authentication, timeout, malformed output, overload); the
+    /// message says what to check.
+    #[error("the model failed: {0}")]
+    Model(String),
+    /// An agent process or its protocol peer failed (crashed, misbehaved, did not start).
+    #[error("the agent process failed: {0}")]
+    Peer(String),
 }
 
 /// A change of control the agent is told about. The engine stops asking for moves on its

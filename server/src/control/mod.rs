@@ -495,6 +495,14 @@ pub fn recover(
         notify,
     );
     engine.tip = engine.ckpt.tip()?;
+    if let Some(why) = engine
+        .agent_error
+        .clone()
+        .filter(|_| !engine.state().status.is_terminal())
+    {
+        // No agent, no way on: say so plainly rather than leave a task that cannot resume.
+        engine.fail(format!("the agent cannot be rebuilt after the restart ({why}); every step is kept: abort or rewind, then start again"));
+    }
     if !engine.state().status.is_terminal() {
         // Whatever changed since the last checkpoint (the interrupted step's partial work, or
         // the user's) is recorded first, so nothing is lost and the agent is told.
@@ -712,7 +720,8 @@ impl Engine {
                 self.execute(mv).await
             }
             Ok(Err(e)) => {
-                self.fail(format!("the agent failed: {e}"));
+                // Never a crash: the task waits, with the reason, for the user to fix and resume.
+                self.stop_on_error(format!("{e}"));
                 Flow::Continue
             }
             Err(Flow::Shutdown) => {
