@@ -749,3 +749,57 @@ fn configuration_comes_from_rein_toml_workspace_and_init_options_and_bad_config_
     let r = lsp.ok("rein.start", json!({"goal": "g2"}));
     assert_eq!(r["state"]["task"]["agent"]["plan"], ".rein/plan.json");
 }
+
+#[test]
+fn the_agents_latest_change_can_be_reverted_or_kept_by_code_action() {
+    let dir = repo(
+        &[("a.txt", "one\ntwo\nthree\nfour\n")],
+        json!([{"edit": {"path": "a.txt", "old": "two\n", "new": "TWO (agent)\nextra (agent)\n"}}, {"finish": "f"}]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("done", |s| status(s) == "done");
+    let text = read(root, "a.txt");
+    assert_eq!(text, "one\nTWO (agent)\nextra (agent)\nthree\nfour\n");
+    let u = lsp.open("a.txt", &text);
+    let at = |line: u32| json!({"start": {"line": line, "character": 0}, "end": {"line": line, "character": 0}});
+    let actions = |lsp: &mut Lsp, line: u32| -> Vec<Value> {
+        lsp.request(
+            "textDocument/codeAction",
+            json!({"textDocument": {"uri": u}, "range": at(line), "context": {"diagnostics": []}}),
+        )
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+    };
+    assert!(actions(&mut lsp, 0).is_empty(), "line 0 is not the agent's");
+    let here = actions(&mut lsp, 2);
+    let revert = here
+        .iter()
+        .find(|a| {
+            a["title"]
+                .as_str()
+                .unwrap()
+                .starts_with("Rein: revert the agent's change")
+        })
+        .expect("revert offered");
+    let edit = &revert["edit"]["changes"][u.as_str()][0];
+    assert_eq!(edit["newText"], "two\n");
+    assert_eq!(edit["range"]["start"]["line"], 1);
+    assert_eq!(edit["range"]["end"]["line"], 3);
+    let keep = here
+        .iter()
+        .find(|a| a["title"].as_str().unwrap().starts_with("Rein: keep"))
+        .expect("keep offered")
+        .clone();
+    lsp.ok(
+        keep["command"]["command"].as_str().unwrap(),
+        keep["command"]["arguments"][0].clone(),
+    );
+    assert!(
+        actions(&mut lsp, 2).is_empty(),
+        "a kept change is not offered again"
+    );
+}

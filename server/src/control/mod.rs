@@ -23,6 +23,7 @@ use crate::checkpoint::{
     self, CheckpointError, CheckpointInfo, Checkpoints, Overlay, SnapshotMeta,
 };
 use crate::exec::{ExecError, Policy, Process, Sandbox};
+use crate::reconcile::merge::LineChange;
 use crate::reconcile::Report;
 use crate::state::{
     self, Author, ConstraintSource, ConstraintStatus, Control, Holder, Location, StateError,
@@ -111,6 +112,11 @@ pub enum Request {
         /// The buffer's text.
         content: Option<Vec<u8>>,
     },
+    /// The line changes the agent's latest step made to this file (for revert/keep).
+    AgentHunks {
+        /// Repo-relative path.
+        path: String,
+    },
     /// Stop the engine; a running task is left paused.
     Shutdown,
 }
@@ -141,6 +147,15 @@ pub enum Reply {
         /// The state after.
         state: Box<TaskState>,
     },
+    /// The agent's latest changes to one file.
+    Hunks {
+        /// The step that made them (0 when the agent never changed the file).
+        step: u32,
+        /// The changed runs of lines, as that step left them.
+        changes: Vec<LineChange>,
+        /// The state.
+        state: Box<TaskState>,
+    },
 }
 
 impl Reply {
@@ -150,7 +165,8 @@ impl Reply {
             Reply::State(s)
             | Reply::Steered { state: s, .. }
             | Reply::Handover { state: s, .. }
-            | Reply::Handback { state: s, .. } => s,
+            | Reply::Handback { state: s, .. }
+            | Reply::Hunks { state: s, .. } => s,
         }
     }
 }

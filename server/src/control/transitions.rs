@@ -96,6 +96,7 @@ impl Engine {
             Request::Release { path } => (self.release(&path), Flow::Continue),
             Request::Rewind { checkpoint } => (self.rewind(&checkpoint), Flow::Continue),
             Request::Hold { path } => (self.hold(&path), Flow::Continue),
+            Request::AgentHunks { path } => (self.agent_hunks(&path), Flow::Continue),
             Request::Buffer { path, content } => {
                 match self.sandbox.check(&path) {
                     Ok(p) => match content {
@@ -603,6 +604,48 @@ impl Engine {
             self.commit(|s| s.held_files.push(path));
         }
         Ok(Reply::State(self.boxed_state()))
+    }
+
+    /// The line changes of the newest agent step that changed `raw`, between that step's
+    /// checkpoint and the one before it.
+    fn agent_hunks(&mut self, raw: &str) -> Answer {
+        let path = self
+            .sandbox
+            .check(raw)
+            .map_err(|e| ControlError::BadArgument(e.to_string()))?;
+        let mut prev: Option<String> = None;
+        let mut found = None;
+        for st in &self.state().steps {
+            if let (Author::Agent, StepStatus::Done, Some(p), Some(c)) =
+                (st.author, st.status, &prev, &st.checkpoint)
+            {
+                if p != c {
+                    let before = self.ckpt.file_at(p, &path)?;
+                    let after = self.ckpt.file_at(c, &path)?;
+                    if before != after {
+                        found = Some((st.n, before, after));
+                    }
+                }
+            }
+            if st.checkpoint.is_some() {
+                prev = st.checkpoint.clone();
+            }
+        }
+        let (step, changes) = match found {
+            Some((n, before, after)) => {
+                let text = |b: Option<Vec<u8>>| String::from_utf8(b.unwrap_or_default()).ok();
+                match (text(before), text(after)) {
+                    (Some(b), Some(a)) => (n, crate::reconcile::merge::line_changes(&b, &a)),
+                    _ => (n, Vec::new()),
+                }
+            }
+            None => (0, Vec::new()),
+        };
+        Ok(Reply::Hunks {
+            step,
+            changes,
+            state: self.boxed_state(),
+        })
     }
 
     fn rewind(&mut self, spec: &str) -> Answer {

@@ -4,7 +4,11 @@
 use lsp_server::ErrorCode;
 use serde_json::{json, Value};
 
-use super::server::{rpc_error, Server};
+use lsp_types::{Range, Uri};
+
+use super::server::{rpc_error, ReplyTo, Server};
+use crate::control::Request;
+use crate::reconcile::merge::LineChange;
 use crate::state::{DecisionKind, Status};
 
 fn action(title: &str, kind: &str, command: &str, arg: Value) -> Value {
@@ -112,6 +116,72 @@ impl Server {
                 arg,
             ));
         }
-        self.respond(req.id, Ok(Value::Array(out)));
+        match (&path, self.engine.is_some() && self.state.is_some()) {
+            (Some(path), true) => {
+                let to = ReplyTo::CodeAction {
+                    id: req.id,
+                    uri,
+                    range: p.range,
+                    actions: out,
+                };
+                self.forward(
+                    to,
+                    "rein.agentHunks",
+                    Request::AgentHunks { path: path.clone() },
+                );
+            }
+            _ => self.respond(req.id, Ok(Value::Array(out))),
+        }
+    }
+
+    /// Revert / keep actions for the agent's latest changes to this document that are still
+    /// there, as the step left them, within the requested lines.
+    pub(super) fn hunk_actions(&self, uri: &Uri, range: Range, reply: &Value) -> Vec<Value> {
+        let Some(doc) = self.docs.get(uri) else {
+            return Vec::new();
+        };
+        let step = reply["step"].as_u64().unwrap_or(0);
+        let Ok(changes) = serde_json::from_value::<Vec<LineChange>>(reply["changes"].clone())
+        else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for c in changes {
+            let lines = c.after.lines().count().max(1) as u32;
+            let first = c.after_start as u32;
+            let last = first + lines - 1;
+            if range.end.line < first || range.start.line > last {
+                continue;
+            }
+            if self
+                .kept
+                .contains(&(uri.as_str().to_owned(), step, u64::from(first)))
+            {
+                continue;
+            }
+            let now: String = (c.after_start..c.after_start + c.after.lines().count())
+                .filter_map(|l| doc.line(l))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let agent: String = c.after.lines().map(|l| format!("{l}\n")).collect();
+            if now != agent {
+                continue; // edited since: no longer the agent's change as it made it
+            }
+            let end = first + c.after.lines().count() as u32;
+            let edit_range = json!({"start": {"line": first, "character": 0}, "end": {"line": end, "character": 0}});
+            let title = format!("Rein: revert the agent's change here (step {step})");
+            out.push(json!({
+                "title": title,
+                "kind": "quickfix",
+                "edit": {"changes": {uri.as_str(): [{"range": edit_range, "newText": c.before}]}},
+            }));
+            out.push(action(
+                &format!("Rein: keep the agent's change here (step {step})"),
+                "quickfix",
+                "rein.keepAgentChange",
+                json!({"uri": uri, "step": step, "line": first}),
+            ));
+        }
+        out
     }
 }

@@ -25,6 +25,7 @@ pub const COMMANDS: &[&str] = &[
     "rein.state",
     "rein.sendSteerComment",
     "rein.dismissSteerComment",
+    "rein.keepAgentChange",
 ];
 
 type Args = Map<String, Value>;
@@ -198,6 +199,17 @@ impl Server {
                 }
                 return Ok(None);
             }
+            "rein.keepAgentChange" => {
+                let uri = self.uri_arg(args, command)?;
+                let step = args.get("step").and_then(Value::as_u64);
+                let line = args.get("line").and_then(Value::as_u64);
+                let (Some(step), Some(line)) = (step, line) else {
+                    return Err(bad(format!("{command} needs {{\"uri\": URI, \"step\": NUMBER, \"line\": NUMBER}}")));
+                };
+                self.kept.insert((uri.as_str().to_owned(), step, line));
+                self.respond(id, Ok(json!({})));
+                return Ok(None);
+            }
             "rein.steerSelection" => {
                 return Err(bad(
                     "rein.steerSelection is handled by the editor: it asks for the text, then calls rein.steer with uri and range",
@@ -293,6 +305,11 @@ impl Server {
             Reply::Handback { report, state } => {
                 json!({ "reconcile": report, "markdown": report.markdown(), "state": state })
             }
+            Reply::Hunks {
+                step,
+                changes,
+                state,
+            } => json!({ "step": step, "changes": changes, "state": state }),
         });
         match to {
             ReplyTo::Client(id) => self.respond(id, value),
@@ -317,6 +334,18 @@ impl Server {
                 if let Some(id) = client {
                     self.respond(id, value);
                 }
+            }
+            ReplyTo::CodeAction {
+                id,
+                uri,
+                range,
+                actions,
+            } => {
+                let mut actions = actions;
+                if let Ok(v) = &value {
+                    actions.extend(self.hunk_actions(&uri, range, v));
+                }
+                self.respond(id, Ok(Value::Array(actions)));
             }
             ReplyTo::Nobody => {
                 if let Err(e) = value {

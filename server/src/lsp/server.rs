@@ -35,6 +35,13 @@ pub(super) enum ReplyTo {
         text: String,
         client: Option<RequestId>,
     },
+    /// A code action request, completed with the agent's hunks in the document.
+    CodeAction {
+        id: RequestId,
+        uri: Uri,
+        range: Range,
+        actions: Vec<Value>,
+    },
     /// Nobody: failures are logged (answers to `showMessageRequest`).
     Nobody,
 }
@@ -93,6 +100,8 @@ pub(super) struct Server {
     /// Steer comments sent, by (path, text), to their constraint id.
     pub(super) steer_sent: HashMap<(String, String), String>,
     pub(super) dismissed: HashSet<(String, String)>,
+    /// Agent changes the human chose to keep: (uri, step, first line).
+    pub(super) kept: HashSet<(String, u64, u64)>,
     pub(super) comments: HashMap<Uri, Vec<SteerComment>>,
     published: HashMap<Uri, Vec<Diagnostic>>,
     progress: Option<Progress>,
@@ -147,6 +156,7 @@ pub fn run(
         state: None,
         steer_sent: HashMap::new(),
         dismissed: HashSet::new(),
+        kept: HashSet::new(),
         comments: HashMap::new(),
         published: HashMap::new(),
         progress: None,

@@ -142,6 +142,37 @@ pub fn diff_stat(before: &str, after: &str) -> (usize, usize) {
         })
 }
 
+/// One run of changed lines: `before` (starting at 0-based line `before_start` of the old
+/// text) became `after` (starting at line `after_start` of the new text); both keep their
+/// line terminators.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LineChange {
+    /// First changed line of the old text.
+    pub before_start: usize,
+    /// The old lines.
+    pub before: String,
+    /// First changed line of the new text.
+    pub after_start: usize,
+    /// The new lines.
+    pub after: String,
+}
+
+/// The runs of changed lines from `before` to `after`, in order.
+pub fn line_changes(before: &str, after: &str) -> Vec<LineChange> {
+    let old = split_lines(before);
+    let new = split_lines(after);
+    diff_hunks(&old, &new)
+        .into_iter()
+        .map(|h| LineChange {
+            before_start: h.base.start,
+            before: old[h.base.clone()].concat(),
+            after_start: h.side.start,
+            after: new[h.side.clone()].concat(),
+        })
+        .collect()
+}
+
 /// Lines with their terminators; an empty text has no lines.
 fn split_lines(text: &str) -> Vec<&str> {
     text.split_inclusive('\n').collect()
@@ -504,6 +535,26 @@ fn push_diff_lines(out: &mut String, tag: char, lines: &[&str]) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn line_changes_locate_each_run() {
+        let c = super::line_changes("a\nb\nc\nd\n", "a\nB\nc\nd\ne\n");
+        assert_eq!(c.len(), 2);
+        assert_eq!(
+            (
+                c[0].before_start,
+                c[0].before.as_str(),
+                c[0].after_start,
+                c[0].after.as_str()
+            ),
+            (1, "b\n", 1, "B\n")
+        );
+        assert_eq!(
+            (c[1].after_start, c[1].after.as_str(), c[1].before.as_str()),
+            (4, "e\n", "")
+        );
+        assert!(super::line_changes("x\n", "x\n").is_empty());
+    }
+
     use super::*;
     use proptest::prelude::*;
 
