@@ -538,7 +538,7 @@ impl StateStore {
         if bytes == self.written {
             return Ok(None);
         }
-        match parse_hand_edit(&self.state, &bytes) {
+        match check_hand_edit(&self.state, &bytes) {
             Ok((next, edit)) => {
                 self.state = next;
                 self.state.version += 1;
@@ -593,8 +593,9 @@ impl StateStore {
 }
 
 /// Checks a hand-edited file against the current state: only `plan` and `constraints` may
-/// change, and only against the current version.
-fn parse_hand_edit(current: &TaskState, bytes: &[u8]) -> Result<(TaskState, HandEdit), String> {
+/// change, and only against the current version. Returns the state to take and what changed,
+/// or why the edit is refused.
+pub fn check_hand_edit(current: &TaskState, bytes: &[u8]) -> Result<(TaskState, HandEdit), String> {
     let mut edited: TaskState = serde_json::from_slice(bytes)
         .map_err(|e| format!("it is not valid JSON for a Rein state ({e})"))?;
     if edited.version != current.version {

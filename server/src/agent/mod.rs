@@ -2,6 +2,7 @@
 //! building an agent from its JSON spec. Agents never touch the world themselves: they
 //! propose moves and the engine carries them out through `exec`.
 
+mod openai;
 mod script;
 
 use std::future::Future;
@@ -224,8 +225,9 @@ pub fn build(
     })?;
     match kind {
         "script" => Ok(Box::new(ScriptAgent::from_spec(spec, root, skip)?)),
+        "openai" => Ok(Box::new(openai::OpenAiAgent::from_spec(spec, skip)?)),
         other => Err(AgentError::Spec(format!(
-            "unknown agent kind \"{other}\"; this build knows \"script\""
+            "unknown agent kind \"{other}\"; this build knows \"script\" and \"openai\""
         ))),
     }
 }

@@ -274,7 +274,6 @@ impl Engine {
             "steered",
             serde_json::json!({ "id": id, "urgent": urgent }),
         );
-        self.signal_agent(crate::agent::Interrupt::Abort);
         self.signal_agent(crate::agent::Interrupt::Steer(urgent));
         let flow = match phase {
             // The move being thought about would ignore the steer: ask again with it.
@@ -338,6 +337,7 @@ impl Engine {
             "aborted",
             serde_json::json!({ "keepChanges": keep_changes, "attempt": snap.id }),
         );
+        self.signal_agent(crate::agent::Interrupt::Abort);
         Ok(Reply::State(self.boxed_state()))
     }
 

@@ -11,12 +11,17 @@ use crate::control::Request;
 use crate::reconcile::merge::LineChange;
 use crate::state::{DecisionKind, Status};
 
+/// A code action running `command`. Controls carry no kind (`""`): editors show kindless
+/// actions in the quick-fix menu, while `source` would hide them under "Source Action…".
 fn action(title: &str, kind: &str, command: &str, arg: Value) -> Value {
-    json!({
+    let mut a = json!({
         "title": title,
-        "kind": kind,
         "command": {"title": title, "command": command, "arguments": [arg]},
-    })
+    });
+    if !kind.is_empty() {
+        a["kind"] = json!(kind);
+    }
+    a
 }
 
 impl Server {
@@ -42,13 +47,13 @@ impl Server {
             if s.status == Status::Running {
                 out.push(action(
                     "Rein: pause the agent",
-                    "source",
+                    "",
                     "rein.pause",
                     json!({}),
                 ));
                 out.push(action(
                     "Rein: take over from the agent",
-                    "source",
+                    "",
                     "rein.takeover",
                     json!({}),
                 ));
@@ -56,7 +61,7 @@ impl Server {
             if active && p.range.start != p.range.end {
                 out.push(action(
                     "Rein: steer about this selection…",
-                    "source",
+                    "",
                     "rein.steerSelection",
                     json!({"uri": uri_json, "range": p.range}),
                 ));

@@ -1,0 +1,728 @@
+// Rein for VS Code: a thin shell over `rein lsp`. Every decision is the server's; this file
+// gives each control a native home (palette, keybindings, status bar, view, context menu).
+
+import * as fs from 'fs';
+import * as path from 'path';
+import * as vscode from 'vscode';
+import {
+  LanguageClient,
+  LanguageClientOptions,
+  Executable,
+  ExecuteCommandRequest,
+  DidChangeConfigurationNotification,
+  State as ClientState,
+} from 'vscode-languageclient/node';
+import {
+  TaskState,
+  Decision,
+  statusText,
+  legalControls,
+  CONTROLS,
+  checkpointChoices,
+  stepRange,
+  inlineChoice,
+  isActive,
+  serverSettings,
+  resolveServerPath,
+  errorMessage,
+} from './model';
+import { ReinTree, Node } from './view';
+import * as git from './git';
+
+const REPORT_SCHEME = 'rein-report';
+const GIT_SCHEME = 'rein-git';
+
+let client: LanguageClient | undefined;
+let state: TaskState | null = null;
+let output: vscode.OutputChannel;
+let statusItem: vscode.StatusBarItem;
+let tree: ReinTree;
+let treeView: vscode.TreeView<Node>;
+let workspaceRoot: vscode.Uri | undefined;
+let repoRoot: vscode.Uri | undefined;
+let extensionPath = '';
+const reports = new Map<string, string>();
+const reportChanged = new vscode.EventEmitter<vscode.Uri>();
+
+/** For tests and other extensions: the current state and a way to run a server command. */
+export interface ReinApi {
+  state(): TaskState | null;
+  call(command: string, arg?: object): Promise<unknown>;
+}
+
+export async function activate(context: vscode.ExtensionContext): Promise<ReinApi> {
+  extensionPath = context.extensionPath;
+  output = teeToFile(vscode.window.createOutputChannel('Rein'), process.env.REIN_VSCODE_LOG);
+  workspaceRoot = vscode.workspace.workspaceFolders?.find((f) => f.uri.scheme === 'file')?.uri;
+  repoRoot = workspaceRoot;
+  if (workspaceRoot) {
+    const top = await git.repoTop(workspaceRoot.fsPath);
+    if (top) repoRoot = vscode.Uri.file(top);
+  }
+
+  statusItem = vscode.window.createStatusBarItem('rein.status', vscode.StatusBarAlignment.Left, 1000);
+  statusItem.name = 'Rein';
+  statusItem.command = 'rein.ui.menu';
+  context.subscriptions.push(statusItem, output);
+
+  tree = new ReinTree(() => repoRoot);
+  treeView = vscode.window.createTreeView('rein.task', { treeDataProvider: tree, showCollapseAll: false });
+  context.subscriptions.push(treeView);
+
+  context.subscriptions.push(
+    vscode.workspace.registerTextDocumentContentProvider(REPORT_SCHEME, {
+      onDidChange: reportChanged.event,
+      provideTextDocumentContent: (uri) => reports.get(uri.path) ?? '',
+    }),
+    vscode.workspace.registerTextDocumentContentProvider(GIT_SCHEME, {
+      provideTextDocumentContent: (uri) =>
+        repoRoot ? git.showFile(repoRoot.fsPath, uri.query, uri.path.replace(/^\//, '')) : '',
+    }),
+  );
+
+  const cmd = (id: string, fn: (...args: any[]) => unknown) =>
+    context.subscriptions.push(vscode.commands.registerCommand(id, fn));
+  cmd('rein.ui.start', startTask);
+  cmd('rein.ui.pause', () => call('rein.pause'));
+  cmd('rein.ui.resume', () => call('rein.resume'));
+  cmd('rein.ui.steer', () => steer());
+  cmd('rein.ui.steerSelection', (uri?: vscode.Uri, range?: unknown) => steerSelection(uri, range));
+  // The server's "steer about this selection…" code action: {uri, range} in LSP terms; the
+  // client asks for the text, then sends rein.steer with uri and range.
+  cmd('rein.steerSelection', (arg?: { uri?: string; range?: unknown }) => {
+    if (client && arg && typeof arg.uri === 'string' && arg.range) {
+      const p2c = client.protocol2CodeConverter;
+      return steerSelection(p2c.asUri(arg.uri), p2c.asRange(arg.range as any));
+    }
+    return steerSelection();
+  });
+  cmd('rein.ui.abort', abort);
+  cmd('rein.ui.takeover', takeover);
+  cmd('rein.ui.handback', handback);
+  cmd('rein.ui.state', showState);
+  cmd('rein.ui.rewind', rewind);
+  cmd('rein.ui.menu', menu);
+  cmd('rein.ui.decide', (node?: Node) => decide(node));
+  cmd('rein.ui.approve', (node?: Node) => decideInline(node, 'approve'));
+  cmd('rein.ui.deny', (node?: Node) => decideInline(node, 'deny'));
+  cmd('rein.ui.release', (arg?: Node | vscode.Uri) => release(arg));
+  cmd('rein.ui.openStep', (n: number) => openStep(n));
+  cmd('rein.ui.refresh', refresh);
+  cmd('rein.ui.restartServer', restartServer);
+
+  context.subscriptions.push(
+    vscode.workspace.onDidChangeConfiguration((e) => {
+      if (!e.affectsConfiguration('rein')) return;
+      if (e.affectsConfiguration('rein.serverPath')) {
+        void vscode.window
+          .showInformationMessage('Rein: the server path changed.', 'Restart the Server')
+          .then((a) => a && restartServer());
+      }
+      if (client?.isRunning()) {
+        void client.sendNotification(DidChangeConfigurationNotification.type, { settings: { rein: settings() } });
+      }
+    }),
+    { dispose: () => void client?.stop() },
+  );
+
+  render();
+  await startClient();
+  return { state: () => state, call: (c, a) => call(c, a ?? {}) };
+}
+
+export async function deactivate(): Promise<void> {
+  await client?.stop();
+  client = undefined;
+}
+
+function settings() {
+  const cfg = vscode.workspace.getConfiguration('rein');
+  // Only values the user set, so that unset ones leave rein.toml in force.
+  return serverSettings((key) => {
+    const i = cfg.inspect(key);
+    return i?.workspaceFolderValue ?? i?.workspaceValue ?? i?.globalValue;
+  });
+}
+
+/** The output channel, also copied to `file` when set (REIN_VSCODE_LOG, used by the e2e test). */
+function teeToFile(channel: vscode.OutputChannel, file: string | undefined): vscode.OutputChannel {
+  if (!file) return channel;
+  const write = (s: string) => {
+    try {
+      fs.appendFileSync(file, s);
+    } catch {
+      // The log copy is best effort.
+    }
+  };
+  return new Proxy(channel, {
+    get(target, prop, receiver) {
+      if (prop === 'append') return (v: string) => (write(v), target.append(v));
+      if (prop === 'appendLine') return (v: string) => (write(v + '\n'), target.appendLine(v));
+      const value = Reflect.get(target, prop, receiver);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}
+
+function log(msg: string) {
+  output.appendLine(`[${new Date().toISOString()}] ${msg}`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The language client
+
+async function startClient(): Promise<void> {
+  if (!workspaceRoot) {
+    log('no folder is open: Rein needs a git working tree as the first workspace folder');
+    render();
+    return;
+  }
+  const cfg = vscode.workspace.getConfiguration('rein');
+  const resolved = resolveServerPath({
+    setting: cfg.get<string>('serverPath') ?? '',
+    workspaceRoot: workspaceRoot.fsPath,
+    pathEnv: process.env.PATH,
+    extensionPath,
+    home: process.env.HOME,
+    exists: (p) => {
+      try {
+        if (!fs.statSync(p).isFile()) return false;
+        try {
+          fs.accessSync(p, fs.constants.X_OK);
+        } catch {
+          // A .vsix may drop the executable bit of the bundled binary: put it back.
+          if (!p.startsWith(path.join(extensionPath, 'bin'))) return false;
+          fs.chmodSync(p, 0o755);
+        }
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    platform: process.platform,
+  });
+  log(`server: ${resolved.path} (${resolved.from})`);
+  const run: Executable = { command: resolved.path, args: ['lsp'], options: { cwd: workspaceRoot.fsPath } };
+  const clientOptions: LanguageClientOptions = {
+    documentSelector: [{ scheme: 'file', pattern: `${workspaceRoot.fsPath.replace(/[[\]{}*?]/g, '?')}/**/*` }],
+    initializationOptions: settings(),
+    outputChannel: output,
+    middleware: {
+      // Server commands run from code actions come through here: fill in what the server
+      // needs the client to ask for, report errors readably, and open the reports.
+      executeCommand: async (command, args) => {
+        let arg = (args[0] ?? {}) as Record<string, unknown>;
+        if (command === 'rein.steer' && typeof arg.text !== 'string') {
+          const text = await askSteerText(arg.uri ? 'Steer about this selection' : undefined);
+          if (text === undefined) return undefined;
+          arg = { ...arg, text: text.text, urgent: arg.urgent ?? text.urgent };
+        }
+        if (command === 'rein.takeover' && arg.reason === undefined) {
+          const reason = await askReason();
+          if (reason === undefined) return undefined;
+          arg = { ...arg, reason };
+        }
+        if (command === 'rein.handback' && !(await saveBeforeHandback())) return undefined;
+        return call(command, arg);
+      },
+      workspace: {
+        configuration: async (params, token, next) => {
+          const res = await next(params, token);
+          if (!Array.isArray(res)) return res;
+          return params.items.map((item, i) => (item.section === 'rein' ? settings() : res[i]));
+        },
+      },
+    },
+  };
+  client = new LanguageClient('rein', 'Rein', { run, debug: run }, clientOptions);
+  client.onDidChangeState((e) => {
+    log(`client: ${ClientState[e.oldState]} -> ${ClientState[e.newState]}`);
+    render();
+    // After an automatic restart the state may have moved on without us.
+    if (e.oldState === ClientState.Starting && e.newState === ClientState.Running) void refresh();
+  });
+  client.onNotification('rein/stateChanged', (p: { state: TaskState | null }) => setState(p?.state ?? null));
+  client.onNotification('rein/filesChanged', (p: { uris: string[] }) => void reloadClean(p?.uris ?? []));
+  try {
+    await client.start();
+  } catch (e) {
+    log(`server failed to start: ${e}`);
+    const pick = await vscode.window.showErrorMessage(
+      `Rein: could not start the language server (${resolved.path} lsp): ${(e as Error)?.message ?? e}`,
+      'Open Settings',
+      'Show Log',
+    );
+    if (pick === 'Open Settings') void vscode.commands.executeCommand('workbench.action.openSettings', 'rein.serverPath');
+    if (pick === 'Show Log') output.show();
+    render();
+    return;
+  }
+  render();
+}
+
+async function restartServer(): Promise<void> {
+  const c = client;
+  client = undefined;
+  try {
+    await c?.stop();
+  } catch (e) {
+    log(`stop: ${e}`);
+  }
+  await startClient();
+}
+
+function serverUp(): boolean {
+  return !!client && client.state === ClientState.Running;
+}
+
+/** Runs a server command; shows refusals and errors as notifications; applies the state. */
+async function call<T = any>(command: string, arg: object = {}): Promise<T | undefined> {
+  if (!client || !serverUp()) {
+    const pick = await vscode.window.showErrorMessage('Rein: the language server is not running.', 'Restart the Server', 'Show Log');
+    if (pick === 'Restart the Server') void restartServer();
+    if (pick === 'Show Log') output.show();
+    return undefined;
+  }
+  log(`-> ${command} ${JSON.stringify(arg)}`);
+  try {
+    const res = (await client.sendRequest(ExecuteCommandRequest.type, { command, arguments: [arg] })) as any;
+    if (res && typeof res === 'object' && 'state' in res) setState(res.state ?? null, true);
+    await afterCommand(command, res);
+    return res as T;
+  } catch (e) {
+    const m = errorMessage(command, e);
+    log(`<- ${command} failed: ${(e as any)?.code ?? ''} ${m.text}`);
+    if (m.severity === 'warning') void vscode.window.showWarningMessage(`Rein: ${m.text}`);
+    else void vscode.window.showErrorMessage(m.text.startsWith('Rein') ? m.text : `Rein: ${m.text}`);
+    return undefined;
+  }
+}
+
+async function afterCommand(command: string, res: any): Promise<void> {
+  if (!res || typeof res !== 'object') return;
+  const open = vscode.workspace.getConfiguration('rein').get<boolean>('openReports', true);
+  if (command === 'rein.takeover' && typeof res.markdown === 'string') {
+    if (open) await showReport('/Rein handover.md', res.markdown);
+    notice(open, 'Rein: you hold control. Edit freely; hand back when you are done.');
+  }
+  if (command === 'rein.handback' && typeof res.markdown === 'string') {
+    if (open) await showReport('/Rein reconcile report.md', res.markdown);
+    const n = Array.isArray(res.reconcile?.changes) ? res.reconcile.changes.length : 0;
+    notice(open, `Rein: handed back to the agent (${n} changed file${n === 1 ? '' : 's'} reported).`);
+  }
+}
+
+/** A transient status bar message when a report is on screen anyway, else a notification. */
+function notice(quiet: boolean, text: string): void {
+  if (quiet) vscode.window.setStatusBarMessage(`$(info) ${text}`, 6000);
+  else void vscode.window.showInformationMessage(text);
+}
+
+async function showReport(name: string, markdown: string): Promise<void> {
+  const uri = vscode.Uri.from({ scheme: REPORT_SCHEME, path: name });
+  reports.set(uri.path, markdown);
+  reportChanged.fire(uri);
+  try {
+    // Locked: the preview stays on the report instead of following the active editor.
+    await vscode.commands.executeCommand('markdown.showPreview', uri, [uri], { locked: true });
+  } catch (e) {
+    log(`markdown preview unavailable (${e}); opening the report as text`);
+    const doc = await vscode.workspace.openTextDocument(uri);
+    await vscode.window.showTextDocument(doc, { preview: true });
+  }
+}
+
+function setState(next: TaskState | null, fromReply = false): void {
+  // Replies and notifications interleave; never step back to an older version of one task.
+  if (next && state && next.task?.id === state.task?.id && next.version < state.version) return;
+  if (!next && fromReply && state) return;
+  state = next;
+  render();
+}
+
+async function refresh(): Promise<void> {
+  if (!serverUp()) {
+    render();
+    return;
+  }
+  try {
+    const res = (await client!.sendRequest(ExecuteCommandRequest.type, { command: 'rein.state', arguments: [{}] })) as any;
+    state = res?.state ?? null;
+  } catch (e) {
+    log(`rein.state failed: ${(e as Error)?.message ?? e}`);
+  }
+  render();
+}
+
+function render(): void {
+  const st = statusText(state, !(client && client.state === ClientState.Stopped));
+  if (!client && !workspaceRoot) {
+    statusItem.text = '$(circle-slash) Rein: no folder';
+  } else if (client?.state === ClientState.Starting) {
+    statusItem.text = '$(loading~spin) Rein: starting';
+  } else {
+    statusItem.text = st.text;
+  }
+  const md = new vscode.MarkdownString(st.tooltip.map((l) => l.replace(/([\\`*_{}[\]()#+\-.!|<>])/g, '\\$1')).join('  \n'));
+  statusItem.tooltip = md;
+  statusItem.backgroundColor =
+    st.tone === 'warning'
+      ? new vscode.ThemeColor('statusBarItem.warningBackground')
+      : st.tone === 'error'
+        ? new vscode.ThemeColor('statusBarItem.errorBackground')
+        : undefined;
+  const plain = statusItem.text.replace(/\$\([^)]*\)\s*/g, '');
+  statusItem.accessibilityInformation = { label: plain.startsWith('Rein') ? plain : `Rein: ${plain}` };
+  statusItem.show();
+
+  tree.update(state);
+  const decisions = state?.decisions ?? [];
+  treeView.badge = decisions.length ? { value: decisions.length, tooltip: `${decisions.length} open decision(s)` } : undefined;
+  treeView.description = state ? st.text.replace(/\$\([^)]*\)\s*/g, '') : undefined;
+
+  void vscode.commands.executeCommand('setContext', 'rein.active', isActive(state));
+  void vscode.commands.executeCommand('setContext', 'rein.status', state?.status ?? 'none');
+  void vscode.commands.executeCommand('setContext', 'rein.holder', state?.control.holder ?? 'none');
+
+  const stateUri = vscode.Uri.from({ scheme: REPORT_SCHEME, path: '/Rein state.json' });
+  if (reports.has(stateUri.path)) {
+    reports.set(stateUri.path, JSON.stringify(state, null, 2) + '\n');
+    reportChanged.fire(stateUri);
+  }
+}
+
+/** The agent wrote these files: make sure open, clean buffers show the new content. */
+async function reloadClean(uris: string[]): Promise<void> {
+  // VS Code's file watcher reloads clean buffers by itself; this only catches a missed event.
+  await new Promise((r) => setTimeout(r, 600));
+  for (const raw of uris) {
+    const uri = vscode.Uri.parse(raw);
+    const doc = vscode.workspace.textDocuments.find((d) => d.uri.toString() === uri.toString());
+    if (!doc || doc.isDirty) continue;
+    let disk: string;
+    try {
+      disk = await fs.promises.readFile(uri.fsPath, 'utf8');
+    } catch {
+      continue;
+    }
+    if (doc.isDirty || doc.getText() === disk) continue;
+    log(`reloading ${uri.fsPath} from disk (the agent wrote it)`);
+    try {
+      await vscode.commands.executeCommand('workbench.action.files.revert', uri);
+    } catch (e) {
+      log(`revert failed: ${e}`);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands
+
+async function startTask(): Promise<void> {
+  if (isActive(state)) {
+    void vscode.window.showWarningMessage(
+      `Rein: a task is already ${state.status.replace('_', ' ')} ("${state.task.goal}"). Finish or abort it before starting another.`,
+    );
+    return;
+  }
+  const goal = await vscode.window.showInputBox({
+    title: 'Rein: Start Task',
+    prompt: 'What should the agent do?',
+    placeHolder: 'e.g. add input validation to the parser',
+    ignoreFocusOut: true,
+    validateInput: (v) => (v.trim() ? undefined : 'Give the agent a goal'),
+  });
+  if (!goal?.trim()) return;
+  const agent = settings().agent;
+  await call('rein.start', agent ? { goal: goal.trim(), agent } : { goal: goal.trim() });
+}
+
+/** Asks for a steer's text; the button toggles "urgent" (cut the in-flight step first). */
+function askSteerText(title?: string): Promise<{ text: string; urgent: boolean } | undefined> {
+  return new Promise((resolve) => {
+    const box = vscode.window.createInputBox();
+    let urgent = false;
+    const urgentOff = { iconPath: new vscode.ThemeIcon('zap'), tooltip: 'Urgent: cut the current step first (off)' };
+    const urgentOn = { iconPath: new vscode.ThemeIcon('flame'), tooltip: 'Urgent: cut the current step first (on)' };
+    box.title = title ?? 'Rein: Steer the Agent';
+    box.prompt = 'A correction the agent gets before its next step (it keeps running). Enter to send.';
+    box.placeholder = 'e.g. use the existing helper instead of a new one';
+    box.ignoreFocusOut = true;
+    box.buttons = [urgentOff];
+    let done = false;
+    const finish = (v: { text: string; urgent: boolean } | undefined) => {
+      if (done) return;
+      done = true;
+      resolve(v);
+      box.dispose();
+    };
+    box.onDidTriggerButton(() => {
+      urgent = !urgent;
+      box.buttons = [urgent ? urgentOn : urgentOff];
+      box.prompt = urgent
+        ? 'URGENT: the step in flight is cut (rolled back) and the agent gets this first.'
+        : 'A correction the agent gets before its next step (it keeps running). Enter to send.';
+    });
+    box.onDidAccept(() => {
+      const text = box.value.trim();
+      if (!text) {
+        box.validationMessage = 'Say what the agent should do differently';
+        return;
+      }
+      finish({ text, urgent });
+    });
+    box.onDidHide(() => finish(undefined));
+    box.show();
+  });
+}
+
+async function steer(): Promise<void> {
+  const t = await askSteerText();
+  if (!t) return;
+  const res = await call<{ constraintId: string }>('rein.steer', { text: t.text, ...(t.urgent ? { urgent: true } : {}) });
+  if (res) vscode.window.setStatusBarMessage(`$(comment) Rein: steer ${res.constraintId} queued for the next step`, 4000);
+}
+
+async function steerSelection(uriArg?: vscode.Uri, rangeArg?: unknown): Promise<void> {
+  const editor = vscode.window.activeTextEditor;
+  let uri = uriArg instanceof vscode.Uri ? uriArg : editor?.document.uri;
+  let range: vscode.Range | undefined = rangeArg instanceof vscode.Range ? rangeArg : undefined;
+  if (!range && editor && (!uri || editor.document.uri.toString() === uri.toString())) {
+    const sel = editor.selection;
+    range = sel.isEmpty ? editor.document.lineAt(sel.active.line).range : new vscode.Range(sel.start, sel.end);
+    uri = editor.document.uri;
+  }
+  if (!uri || !range || !client) {
+    return steer();
+  }
+  const t = await askSteerText(`Steer about ${path.basename(uri.fsPath)}:${range.start.line + 1}${range.end.line !== range.start.line ? `-${range.end.line + 1}` : ''}`);
+  if (!t) return;
+  const c2p = client.code2ProtocolConverter;
+  const res = await call<{ constraintId: string }>('rein.steer', {
+    text: t.text,
+    uri: c2p.asUri(uri),
+    range: c2p.asRange(range),
+    ...(t.urgent ? { urgent: true } : {}),
+  });
+  if (res) vscode.window.setStatusBarMessage(`$(comment) Rein: steer ${res.constraintId} queued for the next step`, 4000);
+}
+
+async function abort(): Promise<void> {
+  if (!isActive(state)) {
+    void vscode.window.showWarningMessage('Rein: there is no running task to abort.');
+    return;
+  }
+  const pick = await vscode.window.showQuickPick(
+    [
+      { label: '$(discard) Discard the agent\'s changes', detail: 'Your own edits are kept. The attempt stays recoverable under refs/rein/<task>/aborted.', keep: false },
+      { label: '$(check) Keep the agent\'s changes', detail: 'Leave the working tree exactly as it is.', keep: true },
+    ],
+    { title: `Rein: Abort "${state.task.goal}"`, placeHolder: 'Stop the task. What about the changes the agent made?', ignoreFocusOut: true },
+  );
+  if (!pick) return;
+  await call('rein.abort', { keepChanges: pick.keep });
+}
+
+function askReason(): Thenable<string | undefined> {
+  return vscode.window.showInputBox({
+    title: 'Rein: Take Over',
+    prompt: 'Why are you taking over? (optional; Enter to skip)',
+    placeHolder: 'e.g. it keeps breaking the tests',
+    ignoreFocusOut: true,
+  });
+}
+
+async function takeover(): Promise<void> {
+  const reason = await askReason();
+  if (reason === undefined) return;
+  await call('rein.takeover', reason.trim() ? { reason: reason.trim() } : {});
+}
+
+/** Offers to save dirty files before a hand back; false when the user cancels. */
+async function saveBeforeHandback(): Promise<boolean> {
+  const dirty = vscode.workspace.textDocuments.filter((d) => d.isDirty && d.uri.scheme === 'file');
+  if (!dirty.length) return true;
+  const names = dirty.map((d) => vscode.workspace.asRelativePath(d.uri)).join(', ');
+  const save = 'Save and Hand Back';
+  const keep = 'Hand Back Without Saving';
+  const pick = await vscode.window.showWarningMessage(
+    `Rein: ${dirty.length} file${dirty.length === 1 ? ' has' : 's have'} unsaved changes (${names}).`,
+    { modal: true, detail: 'Save before handing back? Unsaved edits are still reported to the agent, marked unsaved.' },
+    save,
+    keep,
+  );
+  if (pick === save) {
+    for (const d of dirty) await d.save();
+    return true;
+  }
+  return pick === keep;
+}
+
+async function handback(): Promise<void> {
+  if (state && state.control.holder !== 'human') {
+    void vscode.window.showWarningMessage('Rein: the agent holds control, so there is nothing to hand back; take over first.');
+    return;
+  }
+  if (!(await saveBeforeHandback())) return;
+  const note = await vscode.window.showInputBox({
+    title: 'Rein: Hand Back',
+    prompt: 'A note for the agent (optional; Enter to skip)',
+    placeHolder: 'e.g. I fixed the parser; carry on with the tests',
+    ignoreFocusOut: true,
+  });
+  if (note === undefined) return;
+  await call('rein.handback', note.trim() ? { note: note.trim() } : {});
+}
+
+async function showState(): Promise<void> {
+  await refresh();
+  const uri = vscode.Uri.from({ scheme: REPORT_SCHEME, path: '/Rein state.json' });
+  reports.set(uri.path, JSON.stringify(state, null, 2) + '\n');
+  reportChanged.fire(uri);
+  const doc = await vscode.workspace.openTextDocument(uri);
+  await vscode.window.showTextDocument(doc, { preview: true });
+}
+
+async function rewind(): Promise<void> {
+  if (!state) {
+    void vscode.window.showWarningMessage('Rein: there is no task, so no checkpoints to rewind to.');
+    return;
+  }
+  const choices = checkpointChoices(state);
+  if (!choices.length) {
+    void vscode.window.showWarningMessage('Rein: this task has no checkpoints yet.');
+    return;
+  }
+  const pick = await vscode.window.showQuickPick(
+    choices.map((c) => ({ ...c, label: `$(history) ${c.label}` })),
+    { title: 'Rein: Rewind', placeHolder: 'Put the working tree back to the end of which step? (the current tree is checkpointed first)', ignoreFocusOut: true, matchOnDescription: true },
+  );
+  if (!pick) return;
+  await call('rein.rewind', { checkpoint: pick.checkpoint });
+}
+
+async function menu(): Promise<void> {
+  const st = statusText(state, serverUp());
+  const items: (vscode.QuickPickItem & { command?: string })[] = legalControls(state).map((c) => ({
+    label: CONTROLS[c].label,
+    detail: CONTROLS[c].detail,
+    command: CONTROLS[c].command,
+  }));
+  if (!serverUp()) items.unshift({ label: '$(debug-restart) Restart the Rein server', command: 'rein.ui.restartServer' });
+  items.push({ label: '', kind: vscode.QuickPickItemKind.Separator });
+  items.push({ label: '$(list-tree) Show the Rein view', command: 'rein.task.focus' });
+  items.push({ label: '$(output) Show the Rein log', command: '__log' });
+  const pick = await vscode.window.showQuickPick(items, {
+    title: `Rein: ${st.text.replace(/\$\([^)]*\)\s*/g, '')}`,
+    placeHolder: state ? state.task.goal : 'No task in this repository',
+  });
+  if (!pick?.command) return;
+  if (pick.command === '__log') output.show();
+  else await vscode.commands.executeCommand(pick.command);
+}
+
+function decisionOf(node?: Node): Decision | undefined {
+  if (node && node.kind === 'decision') {
+    // Answer the decision as it is now, not as the tree item was drawn.
+    return state?.decisions?.find((d) => d.id === node.decision.id) ?? node.decision;
+  }
+  return undefined;
+}
+
+async function decide(node?: Node): Promise<void> {
+  let d = decisionOf(node);
+  const open = state?.decisions ?? [];
+  if (!d) {
+    if (!open.length) {
+      void vscode.window.showInformationMessage('Rein: no decision is open.');
+      return;
+    }
+    if (open.length === 1) d = open[0];
+    else {
+      const p = await vscode.window.showQuickPick(open.map((x) => ({ label: x.question, description: x.kind.replace('_', ' '), d: x })), { title: 'Rein: Answer which decision?' });
+      if (!p) return;
+      d = p.d;
+    }
+  }
+  let choice: string | undefined;
+  if (d.kind === 'question') {
+    choice = await vscode.window.showInputBox({ title: `Rein: the agent asks`, prompt: d.question, ignoreFocusOut: true });
+  } else {
+    const p = await vscode.window.showQuickPick(
+      d.options.map((o) => ({ label: o, choice: o })),
+      { title: `Rein: ${d.question}`, placeHolder: d.detail ?? d.question, ignoreFocusOut: true },
+    );
+    choice = p?.choice;
+  }
+  if (!choice?.trim()) return;
+  await call('rein.decide', { decisionId: d.id, choice: choice.trim() });
+}
+
+async function decideInline(node: Node | undefined, which: 'approve' | 'deny'): Promise<void> {
+  const d = decisionOf(node) ?? (state?.decisions?.length === 1 ? state.decisions[0] : undefined);
+  if (!d) return decide(node);
+  const choice = inlineChoice(d, which);
+  if (!choice) return decide(node);
+  await call('rein.decide', { decisionId: d.id, choice });
+}
+
+async function release(arg?: Node | vscode.Uri): Promise<void> {
+  let uri: vscode.Uri | undefined;
+  if (arg instanceof vscode.Uri) uri = arg;
+  else if (arg && (arg as Node).kind === 'held' && repoRoot) uri = vscode.Uri.joinPath(repoRoot, (arg as { path: string }).path);
+  if (!uri) {
+    const held = state?.heldFiles ?? [];
+    if (!held.length || !repoRoot) {
+      void vscode.window.showInformationMessage('Rein: you hold no files.');
+      return;
+    }
+    const p = held.length === 1 ? held[0] : await vscode.window.showQuickPick(held, { title: 'Rein: Hand which file back to the agent?' });
+    if (!p) return;
+    uri = vscode.Uri.joinPath(repoRoot, p);
+  }
+  await call('rein.release', { uri: client ? client.code2ProtocolConverter.asUri(uri) : uri.toString() });
+}
+
+async function openStep(n: number): Promise<void> {
+  if (!state || !repoRoot) return;
+  const step = state.steps?.find((s) => s.n === n);
+  const range = stepRange(state, n);
+  if (!step || !range) {
+    void vscode.window.showInformationMessage(`Rein: step ${n} has no checkpoint to show.`);
+    return;
+  }
+  if (range.same) {
+    void vscode.window.showInformationMessage(`Rein: step ${n} (${step.action}) changed no files.`);
+    return;
+  }
+  const cwd = repoRoot.fsPath;
+  const from = range.from ?? (await git.resolveOrEmpty(cwd, `${range.to}^`));
+  let files;
+  try {
+    files = await git.changedFiles(cwd, from, range.to);
+  } catch (e) {
+    void vscode.window.showErrorMessage(`Rein: cannot read the diff of step ${n}: ${(e as Error).message}`);
+    return;
+  }
+  if (!files.length) {
+    void vscode.window.showInformationMessage(`Rein: step ${n} (${step.action}) changed no files.`);
+    return;
+  }
+  const side = (ref: string, p: string) => vscode.Uri.from({ scheme: GIT_SCHEME, path: `/${p}`, query: ref });
+  const triple = (f: { path: string }) =>
+    [vscode.Uri.joinPath(repoRoot!, f.path), side(from, f.path), side(range.to, f.path)] as const;
+  const title = `Step ${n}: ${step.action}`;
+  if (files.length === 1) {
+    const [, l, r] = triple(files[0]);
+    await vscode.commands.executeCommand('vscode.diff', l, r, `${files[0].path} (${title})`, { preview: true });
+    return;
+  }
+  try {
+    await vscode.commands.executeCommand('vscode.changes', title, files.map(triple));
+  } catch {
+    const p = await vscode.window.showQuickPick(files.map((f) => ({ label: f.path, description: f.status, f })), { title });
+    if (!p) return;
+    const [, l, r] = triple(p.f);
+    await vscode.commands.executeCommand('vscode.diff', l, r, `${p.f.path} (${title})`);
+  }
+}

@@ -1,0 +1,416 @@
+// Pure logic over Rein's task state: what the status bar says, which controls are legal,
+// how the view labels things, which checkpoints a step spans. No `vscode` import here, so
+// everything in this file is unit-tested with `node --test` (see test/model.test.ts).
+
+export type Status =
+  | 'running'
+  | 'paused'
+  | 'awaiting_decision'
+  | 'human'
+  | 'aborted'
+  | 'done'
+  | 'failed';
+
+export type Holder = 'agent' | 'human' | 'none';
+
+export interface Location {
+  path: string;
+  line: number;
+  endLine?: number | null;
+}
+
+export interface PlanItem {
+  id?: string;
+  text: string;
+  status?: 'pending' | 'active' | 'done' | 'skipped';
+}
+
+export interface Step {
+  n: number;
+  action: string;
+  author: 'agent' | 'human';
+  status: 'done' | 'failed' | 'skipped' | 'rolled_back';
+  checkpoint?: string | null;
+}
+
+export interface Constraint {
+  id?: string;
+  text: string;
+  source?: 'command' | 'comment' | 'human';
+  status?: 'queued' | 'delivered';
+  deliveredAtStep?: number | null;
+  location?: Location | null;
+}
+
+export type DecisionKind =
+  | 'approve_command'
+  | 'merge_conflict'
+  | 'protected_lines'
+  | 'held_file'
+  | 'question';
+
+export interface Decision {
+  id: string;
+  kind: DecisionKind;
+  question: string;
+  options: string[];
+  detail?: string | null;
+  path?: string | null;
+}
+
+export interface TaskState {
+  version: number;
+  task: { id: string; goal: string; base?: string | null; agent?: unknown; started: string };
+  status: Status;
+  control: { holder: Holder; since: string; reason: string };
+  heldFiles?: string[];
+  plan?: PlanItem[];
+  steps?: Step[];
+  constraints?: Constraint[];
+  decisions?: Decision[];
+  lastAgentCheckpoint?: string | null;
+  humanChanges?: unknown[];
+  stopReason?: string | null;
+  agentMoves?: number;
+  remainingMoves?: number | null;
+  head?: string | null;
+  protectedLines?: Record<string, string[]>;
+  summary?: string | null;
+}
+
+export const TERMINAL: readonly Status[] = ['aborted', 'done', 'failed'];
+
+export function isTerminal(status: Status): boolean {
+  return TERMINAL.includes(status);
+}
+
+/** A task exists and has not ended. */
+export function isActive(state: TaskState | null | undefined): state is TaskState {
+  return !!state && !isTerminal(state.status);
+}
+
+/** The number of the last step taken (0 before the first). */
+export function lastStep(state: TaskState): number {
+  const steps = state.steps ?? [];
+  return steps.reduce((m, s) => Math.max(m, s.n), 0);
+}
+
+const DECISION_WAIT: Record<DecisionKind, string> = {
+  approve_command: 'needs approval',
+  protected_lines: 'needs approval',
+  merge_conflict: 'merge conflict',
+  held_file: 'needs a file you hold',
+  question: 'agent asks you',
+};
+
+export type Tone = 'normal' | 'warning' | 'error';
+
+export interface StatusText {
+  /** The status bar text, with `$(codicon)` icons. */
+  text: string;
+  /** One line per fact, for the tooltip (Markdown-safe plain text). */
+  tooltip: string[];
+  tone: Tone;
+}
+
+/** What the status bar shows: who holds control and where the run is. */
+export function statusText(state: TaskState | null | undefined, serverUp = true): StatusText {
+  if (!serverUp) {
+    return { text: '$(circle-slash) Rein: server stopped', tooltip: ['The Rein language server is not running. Click for controls.'], tone: 'error' };
+  }
+  if (!state) {
+    return { text: '$(circle-outline) Rein: no task', tooltip: ['No Rein task in this repository. Click to start one.'], tone: 'normal' };
+  }
+  const n = lastStep(state);
+  let text: string;
+  let tone: Tone = 'normal';
+  switch (state.status) {
+    case 'running':
+      text = `$(sync~spin) Agent running · step ${n + 1}`;
+      break;
+    case 'paused':
+      text = state.stopReason?.startsWith('interrupted')
+        ? `$(debug-pause) Paused: interrupted · step ${n}`
+        : `$(debug-pause) Paused · step ${n}`;
+      tone = 'warning';
+      break;
+    case 'awaiting_decision': {
+      const d = (state.decisions ?? [])[0];
+      text = `$(debug-pause) Paused: ${d ? DECISION_WAIT[d.kind] ?? 'needs your decision' : 'needs your decision'}`;
+      tone = 'warning';
+      break;
+    }
+    case 'human':
+      text = '$(person) You hold control';
+      break;
+    case 'done':
+      text = `$(check) Agent done · ${n} step${n === 1 ? '' : 's'}`;
+      break;
+    case 'aborted':
+      text = '$(circle-slash) Task aborted';
+      break;
+    case 'failed':
+      text = '$(error) Task failed';
+      tone = 'error';
+      break;
+    default:
+      text = `$(question) Rein: ${String(state.status)}`;
+  }
+  return { text, tooltip: tooltipLines(state), tone };
+}
+
+function holderText(h: Holder): string {
+  return h === 'agent' ? 'the agent' : h === 'human' ? 'you' : 'nobody (the task ended)';
+}
+
+export function tooltipLines(state: TaskState): string[] {
+  const lines = [`Task: ${state.task.goal}`, `Status: ${state.status.replace('_', ' ')}`];
+  lines.push(`Control: ${holderText(state.control.holder)} — ${state.control.reason}`);
+  if (state.stopReason) lines.push(`Why stopped: ${state.stopReason}`);
+  const plan = state.plan ?? [];
+  if (plan.length) {
+    const done = plan.filter((p) => p.status === 'done' || p.status === 'skipped').length;
+    lines.push(`Plan: ${done}/${plan.length} done`);
+  }
+  const queued = (state.constraints ?? []).filter((c) => c.status !== 'delivered').length;
+  if (queued) lines.push(`Steers queued: ${queued}`);
+  const held = state.heldFiles ?? [];
+  if (held.length) lines.push(`You hold: ${held.join(', ')}`);
+  const open = state.decisions ?? [];
+  for (const d of open) lines.push(`Decision ${d.id}: ${d.question}`);
+  if (state.summary) lines.push(`Summary: ${state.summary}`);
+  lines.push('Click for the controls you can use now.');
+  return lines;
+}
+
+export type Control =
+  | 'start'
+  | 'pause'
+  | 'resume'
+  | 'steer'
+  | 'decide'
+  | 'takeover'
+  | 'handback'
+  | 'release'
+  | 'rewind'
+  | 'abort'
+  | 'state';
+
+/** The controls that are legal now, most useful first (the server stays the authority). */
+export function legalControls(state: TaskState | null | undefined): Control[] {
+  if (!state || isTerminal(state.status)) {
+    const c: Control[] = ['start'];
+    if (state && checkpointChoices(state).length) c.push('rewind');
+    if (state) c.push('state');
+    return c;
+  }
+  const held: Control[] = (state.heldFiles ?? []).length ? ['release'] : [];
+  switch (state.status) {
+    case 'running':
+      return ['pause', 'steer', 'takeover', ...held, 'abort', 'state'];
+    case 'paused':
+      return ['resume', 'steer', 'takeover', ...held, 'rewind', 'abort', 'state'];
+    case 'awaiting_decision':
+      return ['decide', 'steer', 'takeover', ...held, 'abort', 'state'];
+    case 'human':
+      return ['handback', 'steer', ...held, 'rewind', 'abort', 'state'];
+    default:
+      return ['state'];
+  }
+}
+
+export interface ControlInfo {
+  label: string;
+  detail: string;
+  command: string;
+}
+
+export const CONTROLS: Record<Control, ControlInfo> = {
+  start: { label: '$(play) Start task…', detail: 'Give the agent a goal', command: 'rein.ui.start' },
+  pause: { label: '$(debug-pause) Pause', detail: 'Freeze the agent, keep everything', command: 'rein.ui.pause' },
+  resume: { label: '$(debug-continue) Resume', detail: 'Let the agent carry on', command: 'rein.ui.resume' },
+  steer: { label: '$(comment) Steer…', detail: 'A correction the agent gets before its next step', command: 'rein.ui.steer' },
+  decide: { label: '$(question) Answer the open decision…', detail: 'The agent waits for you', command: 'rein.ui.decide' },
+  takeover: { label: '$(person) Take over…', detail: 'Stop the agent and hold control yourself', command: 'rein.ui.takeover' },
+  handback: { label: '$(debug-step-over) Hand back…', detail: 'Give control back; the agent reconciles your changes', command: 'rein.ui.handback' },
+  release: { label: '$(unlock) Hand a file back…', detail: 'Let the agent write a file you hold', command: 'rein.ui.release' },
+  rewind: { label: '$(history) Rewind…', detail: 'Put the tree back to a checkpoint', command: 'rein.ui.rewind' },
+  abort: { label: '$(debug-stop) Abort…', detail: 'Stop the task, keep or discard its changes', command: 'rein.ui.abort' },
+  state: { label: '$(json) Show state', detail: 'The task state as JSON', command: 'rein.ui.state' },
+};
+
+export interface CheckpointChoice {
+  checkpoint: string;
+  label: string;
+  description: string;
+  step: number;
+}
+
+/** Checkpoints to rewind to, newest first, one per checkpoint id. */
+export function checkpointChoices(state: TaskState): CheckpointChoice[] {
+  const seen = new Set<string>();
+  const out: CheckpointChoice[] = [];
+  const steps = [...(state.steps ?? [])].sort((a, b) => b.n - a.n);
+  for (const s of steps) {
+    if (!s.checkpoint || seen.has(s.checkpoint)) continue;
+    seen.add(s.checkpoint);
+    out.push({
+      checkpoint: s.checkpoint,
+      step: s.n,
+      label: `Step ${s.n}: ${s.action}`,
+      description: `${s.author} · ${s.checkpoint.slice(0, 8)}${s.status === 'done' ? '' : ` · ${s.status.replace('_', ' ')}`}`,
+    });
+  }
+  return out;
+}
+
+/**
+ * The two commits a step's diff spans: `to` is the step's checkpoint, `from` the checkpoint of
+ * the closest earlier step that has one, or `null` when there is none (then the caller diffs
+ * against the checkpoint's git parent, the task's base). `same` when the step changed nothing.
+ */
+export function stepRange(state: TaskState, n: number): { from: string | null; to: string; same: boolean } | null {
+  const steps = [...(state.steps ?? [])].sort((a, b) => a.n - b.n);
+  const i = steps.findIndex((s) => s.n === n);
+  if (i < 0) return null;
+  const to = steps[i].checkpoint;
+  if (!to) return null;
+  for (let j = i - 1; j >= 0; j--) {
+    const c = steps[j].checkpoint;
+    if (c) return { from: c, to, same: c === to };
+  }
+  return { from: null, to, same: false };
+}
+
+export interface NameStatus {
+  status: 'A' | 'M' | 'D' | 'T' | string;
+  path: string;
+}
+
+/** Parses `git diff --name-status --no-renames -z` output. */
+export function parseNameStatus(out: string): NameStatus[] {
+  const parts = out.split('\0');
+  const res: NameStatus[] = [];
+  for (let i = 0; i + 1 < parts.length; i += 2) {
+    const status = parts[i].trim();
+    const path = parts[i + 1];
+    if (!status || !path) continue;
+    res.push({ status: status[0], path });
+  }
+  return res;
+}
+
+export function planIcon(status: PlanItem['status']): string {
+  switch (status) {
+    case 'done':
+      return 'pass';
+    case 'active':
+      return 'arrow-right';
+    case 'skipped':
+      return 'circle-slash';
+    default:
+      return 'circle-large-outline';
+  }
+}
+
+export function stepIcon(step: Step): string {
+  if (step.status === 'failed') return 'error';
+  if (step.status === 'rolled_back') return 'discard';
+  if (step.status === 'skipped') return 'debug-step-over';
+  return step.author === 'human' ? 'person' : 'hubot';
+}
+
+export function stepDescription(step: Step): string {
+  const parts: string[] = [step.author];
+  if (step.status !== 'done') parts.push(step.status.replace('_', ' '));
+  if (step.checkpoint) parts.push(step.checkpoint.slice(0, 7));
+  return parts.join(' · ');
+}
+
+export function constraintDescription(c: Constraint): string {
+  const parts: string[] = [];
+  if (c.status === 'delivered') {
+    parts.push(c.deliveredAtStep != null ? `delivered at step ${c.deliveredAtStep}` : 'delivered');
+  } else {
+    parts.push('queued');
+  }
+  if (c.location) parts.push(`${c.location.path}:${c.location.line + 1}`);
+  return parts.join(' · ');
+}
+
+/** Tree-item context value of a decision: `decision:` plus its options, for menu `when`s. */
+export function decisionContext(d: Decision): string {
+  const opts = d.kind === 'question' ? ['answer'] : d.options.map((o) => o.replace(/\s+/g, '-'));
+  return `decision:${opts.join(',')}`;
+}
+
+/** The option that answers "approve" / "deny" for an inline button, if the decision has one. */
+export function inlineChoice(d: Decision, which: 'approve' | 'deny'): string | undefined {
+  return d.options.find((o) => o.toLowerCase() === which);
+}
+
+/** Settings as sent to the server (initializationOptions / workspace configuration `rein`). */
+export interface ReinSettings {
+  agent?: unknown;
+  steer?: { onSave?: boolean };
+  policy?: unknown;
+}
+
+/**
+ * Builds the `rein` configuration object from explicitly set values only, so unset settings
+ * leave `rein.toml` in force (the server ranks the editor's values above the file's).
+ */
+export function serverSettings(get: (key: string) => unknown): ReinSettings {
+  const out: ReinSettings = {};
+  const agent = get('agent');
+  if (agent && typeof agent === 'object' && Object.keys(agent as object).length) out.agent = agent;
+  const onSave = get('steer.onSave');
+  if (typeof onSave === 'boolean') out.steer = { onSave };
+  const policy = get('policy');
+  if (policy && typeof policy === 'object' && Object.keys(policy as object).length) out.policy = policy;
+  return out;
+}
+
+export interface ResolveEnv {
+  setting: string;
+  workspaceRoot?: string;
+  pathEnv?: string;
+  extensionPath: string;
+  home?: string;
+  exists: (p: string) => boolean;
+  platform?: string;
+}
+
+/** Where the `rein` binary is: the setting, else `rein` on PATH, else the bundled `bin/rein`. */
+export function resolveServerPath(env: ResolveEnv): { path: string; from: 'setting' | 'path' | 'bundled' | 'none' } {
+  const sep = env.platform === 'win32' ? ';' : ':';
+  const exe = env.platform === 'win32' ? 'rein.exe' : 'rein';
+  const join = (a: string, b: string) => (a.endsWith('/') ? a + b : `${a}/${b}`);
+  let setting = env.setting.trim();
+  if (setting) {
+    if (setting.startsWith('~/') && env.home) setting = join(env.home, setting.slice(2));
+    if (env.workspaceRoot) setting = setting.replace(/\$\{workspaceFolder\}/g, env.workspaceRoot);
+    if (!setting.startsWith('/') && !/^[A-Za-z]:[\\/]/.test(setting) && env.workspaceRoot && setting.includes('/')) {
+      setting = join(env.workspaceRoot, setting);
+    }
+    return { path: setting, from: 'setting' };
+  }
+  for (const dir of (env.pathEnv ?? '').split(sep)) {
+    if (!dir) continue;
+    const p = join(dir, exe);
+    if (env.exists(p)) return { path: p, from: 'path' };
+  }
+  const bundled = join(join(env.extensionPath, 'bin'), exe);
+  if (env.exists(bundled)) return { path: bundled, from: 'bundled' };
+  return { path: exe, from: 'none' };
+}
+
+/** A one-line description of a JSON-RPC error for a notification. */
+export function errorMessage(command: string, err: unknown): { text: string; severity: 'warning' | 'error' } {
+  const e = err as { code?: number; message?: string };
+  const msg = e?.message ?? String(err);
+  // -32803 RequestFailed: not legal now; the message says what to do instead.
+  if (e?.code === -32803) return { text: msg, severity: 'warning' };
+  if (e?.code === -32602) return { text: msg, severity: 'error' };
+  return { text: `Rein: ${command} failed: ${msg}`, severity: 'error' };
+}

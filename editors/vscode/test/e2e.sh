@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# End-to-end test of the Rein extension in real VS Code (code-server) driven by headless
+# Chromium. Builds and packages the extension, installs code-server and Chromium if missing,
+# runs test/e2e.mjs, and ends with "vscode-e2e: N passed, M failed".
+#   REIN_BIN   the rein binary the test workspace uses (default: <repo>/target/debug/rein,
+#              built with cargo if missing)
+#   KEEP=1     keep the scratch repository
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(git -C "$HERE" rev-parse --show-toplevel)
+export REIN_BIN=${REIN_BIN:-$ROOT/target/debug/rein}
+export ARTIFACTS=${ARTIFACTS:-$ROOT/tests/artifacts/vscode}
+export SCREENSHOT=${SCREENSHOT:-$ARTIFACTS/vscode.png}
+cd "$HERE"
+
+fail() { echo "vscode-e2e: setup failed: $*" >&2; echo "vscode-e2e: 0 passed, 1 failed"; exit 1; }
+
+if [ ! -d node_modules/vscode-languageclient ] || [ ! -d node_modules/playwright-core ]; then
+  echo "== npm ci"
+  npm ci --no-fund --no-audit --loglevel=error || fail "npm ci"
+fi
+if [ ! -x "$REIN_BIN" ]; then
+  echo "== cargo build --bin rein"
+  (cd "$ROOT" && cargo build --bin rein) || fail "cargo build"
+fi
+echo "== build and package"
+npm run --silent build || fail "build"
+# The test points rein.serverPath at REIN_BIN, so the .vsix need not carry a copy.
+REIN_NO_BUNDLE=1 npm run --silent package >/dev/null || fail "package"
+VSIX=$(ls -t "$HERE"/rein-*.vsix | head -1)
+export VSIX
+
+echo "== code-server"
+INSTALLER="$ROOT/../shared/tools/install-code-server.sh"
+[ -f "$INSTALLER" ] || fail "missing $INSTALLER"
+CODE_SERVER=$(bash "$INSTALLER" | tail -1) || fail "code-server install"
+[ -x "$CODE_SERVER" ] || fail "code-server not at $CODE_SERVER"
+export CODE_SERVER
+
+if [ ! -x /usr/bin/chromium ]; then
+  echo "== apt-get install chromium"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || fail "chromium install"
+fi
+export CHROMIUM=/usr/bin/chromium
+
+rm -rf "$ARTIFACTS" && mkdir -p "$ARTIFACTS"
+echo "== e2e (artifacts: $ARTIFACTS)"
+node test/e2e.mjs

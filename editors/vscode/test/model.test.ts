@@ -1,0 +1,171 @@
+// Unit tests of the pure logic (no VS Code needed): `npm test`.
+import { test } from 'node:test';
+import * as assert from 'node:assert/strict';
+import {
+  TaskState,
+  statusText,
+  legalControls,
+  checkpointChoices,
+  stepRange,
+  parseNameStatus,
+  serverSettings,
+  resolveServerPath,
+  decisionContext,
+  inlineChoice,
+  constraintDescription,
+  errorMessage,
+  isActive,
+  tooltipLines,
+} from '../src/model';
+
+function mk(over: Partial<TaskState> = {}): TaskState {
+  return {
+    version: 3,
+    task: { id: 't1', goal: 'add a greeting', started: '2025-01-01T00:00:00Z' },
+    status: 'running',
+    control: { holder: 'agent', since: '2025-01-01T00:00:00Z', reason: 'started' },
+    steps: [],
+    plan: [],
+    constraints: [],
+    decisions: [],
+    heldFiles: [],
+    ...over,
+  };
+}
+
+const steps = [
+  { n: 1, action: 'read README.md', author: 'agent' as const, status: 'done' as const, checkpoint: 'aaaa1111' },
+  { n: 2, action: 'write src/a.txt', author: 'agent' as const, status: 'done' as const, checkpoint: 'bbbb2222' },
+  { n: 3, action: 'run make', author: 'agent' as const, status: 'done' as const, checkpoint: 'bbbb2222' },
+  { n: 4, action: 'your edits', author: 'human' as const, status: 'done' as const, checkpoint: 'cccc3333' },
+  { n: 5, action: 'run deploy', author: 'agent' as const, status: 'rolled_back' as const, checkpoint: null },
+];
+
+test('status text: no task, no server', () => {
+  assert.equal(statusText(null).text, '$(circle-outline) Rein: no task');
+  assert.equal(statusText(null, false).text, '$(circle-slash) Rein: server stopped');
+  assert.equal(statusText(null, false).tone, 'error');
+});
+
+test('status text: running shows the step being worked on', () => {
+  const s = mk({ steps: steps.slice(0, 4).map((x) => ({ ...x })) });
+  const st = statusText(s);
+  assert.equal(st.text, '$(sync~spin) Agent running · step 5');
+  assert.equal(st.tone, 'normal');
+  assert.equal(statusText(mk()).text, '$(sync~spin) Agent running · step 1');
+});
+
+test('status text: paused, interrupted, decisions', () => {
+  assert.equal(statusText(mk({ status: 'paused', steps: steps.slice(0, 2) })).text, '$(debug-pause) Paused · step 2');
+  assert.equal(statusText(mk({ status: 'paused', stopReason: 'interrupted: rein stopped' })).text, '$(debug-pause) Paused: interrupted · step 0');
+  const d = (kind: any) => mk({ status: 'awaiting_decision', decisions: [{ id: 'd1', kind, question: 'Run ./deploy.sh?', options: ['approve', 'deny'] }] });
+  assert.equal(statusText(d('approve_command')).text, '$(debug-pause) Paused: needs approval');
+  assert.equal(statusText(d('question')).text, '$(debug-pause) Paused: agent asks you');
+  assert.equal(statusText(d('merge_conflict')).text, '$(debug-pause) Paused: merge conflict');
+  assert.equal(statusText(d('held_file')).text, '$(debug-pause) Paused: needs a file you hold');
+  assert.equal(statusText(d('approve_command')).tone, 'warning');
+  assert.equal(statusText(mk({ status: 'awaiting_decision' })).text, '$(debug-pause) Paused: needs your decision');
+});
+
+test('status text: human and terminal states', () => {
+  assert.equal(statusText(mk({ status: 'human', control: { holder: 'human', since: '', reason: 'taken over' } })).text, '$(person) You hold control');
+  assert.equal(statusText(mk({ status: 'done', steps: steps.slice(0, 1) })).text, '$(check) Agent done · 1 step');
+  assert.equal(statusText(mk({ status: 'done', steps })).text, '$(check) Agent done · 5 steps');
+  assert.equal(statusText(mk({ status: 'aborted' })).text, '$(circle-slash) Task aborted');
+  assert.equal(statusText(mk({ status: 'failed' })).tone, 'error');
+});
+
+test('tooltip names control, plan progress, queued steers and held files', () => {
+  const lines = tooltipLines(
+    mk({
+      plan: [{ text: 'a', status: 'done' }, { text: 'b', status: 'active' }, { text: 'c' }],
+      constraints: [{ text: 'x', status: 'queued' }, { text: 'y', status: 'delivered', deliveredAtStep: 2 }],
+      heldFiles: ['src/a.rs'],
+    }),
+  );
+  assert.ok(lines.includes('Task: add a greeting'));
+  assert.ok(lines.includes('Control: the agent — started'));
+  assert.ok(lines.includes('Plan: 1/3 done'));
+  assert.ok(lines.includes('Steers queued: 1'));
+  assert.ok(lines.includes('You hold: src/a.rs'));
+});
+
+test('legal controls follow the status', () => {
+  assert.deepEqual(legalControls(null), ['start']);
+  assert.deepEqual(legalControls(mk()), ['pause', 'steer', 'takeover', 'abort', 'state']);
+  assert.deepEqual(legalControls(mk({ status: 'paused' })), ['resume', 'steer', 'takeover', 'rewind', 'abort', 'state']);
+  assert.deepEqual(legalControls(mk({ status: 'awaiting_decision' })), ['decide', 'steer', 'takeover', 'abort', 'state']);
+  assert.deepEqual(legalControls(mk({ status: 'human', heldFiles: ['a'] })), ['handback', 'steer', 'release', 'rewind', 'abort', 'state']);
+  assert.deepEqual(legalControls(mk({ status: 'done' })), ['start', 'state']);
+  assert.deepEqual(legalControls(mk({ status: 'done', steps })), ['start', 'rewind', 'state']);
+  assert.ok(!isActive(mk({ status: 'aborted' })));
+  assert.ok(isActive(mk({ status: 'human' })));
+});
+
+test('checkpoint choices: newest first, one per checkpoint', () => {
+  const c = checkpointChoices(mk({ steps }));
+  assert.deepEqual(c.map((x) => x.checkpoint), ['cccc3333', 'bbbb2222', 'aaaa1111']);
+  assert.equal(c[0].label, 'Step 4: your edits');
+  assert.equal(c[0].description, 'human · cccc3333');
+  assert.equal(c[1].step, 3);
+});
+
+test('step range spans the previous checkpoint to this one', () => {
+  const s = mk({ steps });
+  assert.deepEqual(stepRange(s, 1), { from: null, to: 'aaaa1111', same: false });
+  assert.deepEqual(stepRange(s, 2), { from: 'aaaa1111', to: 'bbbb2222', same: false });
+  assert.deepEqual(stepRange(s, 3), { from: 'bbbb2222', to: 'bbbb2222', same: true });
+  assert.deepEqual(stepRange(s, 4), { from: 'bbbb2222', to: 'cccc3333', same: false });
+  assert.equal(stepRange(s, 5), null);
+  assert.equal(stepRange(s, 9), null);
+});
+
+test('name-status parsing (-z)', () => {
+  assert.deepEqual(parseNameStatus('M\0src/a.rs\0A\0new file.txt\0D\0old\0'), [
+    { status: 'M', path: 'src/a.rs' },
+    { status: 'A', path: 'new file.txt' },
+    { status: 'D', path: 'old' },
+  ]);
+  assert.deepEqual(parseNameStatus(''), []);
+});
+
+test('server settings carry only what the user set', () => {
+  const vals: Record<string, unknown> = {};
+  assert.deepEqual(serverSettings((k) => vals[k]), {});
+  vals['agent'] = { kind: 'script', plan: '.rein/plan.json' };
+  vals['steer.onSave'] = false;
+  vals['policy'] = {};
+  assert.deepEqual(serverSettings((k) => vals[k]), { agent: { kind: 'script', plan: '.rein/plan.json' }, steer: { onSave: false } });
+});
+
+test('server path: setting, then PATH, then bundled', () => {
+  const base = { extensionPath: '/ext', pathEnv: '/usr/bin:/opt/rein/bin', workspaceRoot: '/ws', home: '/home/u', platform: 'linux' };
+  assert.deepEqual(resolveServerPath({ ...base, setting: '/x/rein', exists: () => false }), { path: '/x/rein', from: 'setting' });
+  assert.equal(resolveServerPath({ ...base, setting: '~/bin/rein', exists: () => false }).path, '/home/u/bin/rein');
+  assert.equal(resolveServerPath({ ...base, setting: '${workspaceFolder}/target/debug/rein', exists: () => false }).path, '/ws/target/debug/rein');
+  assert.equal(resolveServerPath({ ...base, setting: 'target/debug/rein', exists: () => false }).path, '/ws/target/debug/rein');
+  assert.deepEqual(resolveServerPath({ ...base, setting: '', exists: (p) => p === '/opt/rein/bin/rein' || p === '/ext/bin/rein' }), { path: '/opt/rein/bin/rein', from: 'path' });
+  assert.deepEqual(resolveServerPath({ ...base, setting: ' ', exists: (p) => p === '/ext/bin/rein' }), { path: '/ext/bin/rein', from: 'bundled' });
+  assert.deepEqual(resolveServerPath({ ...base, setting: '', exists: () => false }), { path: 'rein', from: 'none' });
+});
+
+test('decision context values drive the inline approve/deny buttons', () => {
+  const d = { id: 'd1', kind: 'approve_command' as const, question: 'Run it?', options: ['approve', 'deny'] };
+  assert.equal(decisionContext(d), 'decision:approve,deny');
+  assert.match(decisionContext(d), /^decision:.*approve/);
+  assert.equal(decisionContext({ ...d, kind: 'held_file', options: ['release', 'skip', 'take over'] }), 'decision:release,skip,take-over');
+  assert.equal(decisionContext({ ...d, kind: 'question', options: [] }), 'decision:answer');
+  assert.equal(inlineChoice(d, 'deny'), 'deny');
+  assert.equal(inlineChoice({ ...d, options: ['keep mine'] }, 'approve'), undefined);
+});
+
+test('constraint descriptions', () => {
+  assert.equal(constraintDescription({ text: 'x' }), 'queued');
+  assert.equal(constraintDescription({ text: 'x', status: 'delivered', deliveredAtStep: 3, location: { path: 'a.rs', line: 9 } }), 'delivered at step 3 · a.rs:10');
+});
+
+test('error messages: refusals are warnings with the server text', () => {
+  assert.deepEqual(errorMessage('rein.handback', { code: -32803, message: 'take over first' }), { text: 'take over first', severity: 'warning' });
+  assert.equal(errorMessage('rein.steer', { code: -32602, message: 'needs text' }).severity, 'error');
+  assert.equal(errorMessage('rein.rewind', new Error('boom')).text, 'Rein: rein.rewind failed: boom');
+});
