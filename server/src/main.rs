@@ -16,8 +16,9 @@ const HELP: &str = "rein — keep a person in charge of a coding agent
 USAGE:
     rein lsp                         run the language server on stdio (editors start this)
     rein demo [DIR]                  the guided demo: an editor session over the real protocol
-    rein run --plan FILE [--goal TEXT] [DIR]
-                                     run a scripted task without an editor
+    rein run (--plan FILE | --agent JSON) [--goal TEXT] [DIR]
+                                     run a task without an editor: a scripted plan, or
+                                     any agent spec, e.g. '{\"kind\": \"openai\", ...}'
     rein status [DIR]                the current task's state
     rein log [DIR]                   the current task's checkpoints, newest first
     rein restore CHECKPOINT [DIR]    put the tree back to a checkpoint (the present is
@@ -147,19 +148,32 @@ fn init_stderr_log() {
 /// `rein run`: a scripted task in the terminal, one line per step, until it stops.
 fn run_task(args: &[String]) -> Result<i32> {
     let mut plan = None;
+    let mut agent = None;
     let mut goal = "run the scripted plan".to_owned();
     let mut rest = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--plan" => plan = Some(it.next().context("--plan needs a file")?.clone()),
+            "--agent" => {
+                let text = it.next().context("--agent needs a JSON agent spec")?;
+                agent = Some(
+                    serde_json::from_str::<serde_json::Value>(text)
+                        .context("--agent is not JSON")?,
+                );
+            }
             "--goal" => goal = it.next().context("--goal needs a text")?.clone(),
             _ => rest.push(a.clone()),
         }
     }
-    let plan = plan.context("rein run needs --plan FILE (a JSON {\"steps\": [...]})")?;
-    let plan =
-        std::fs::canonicalize(&plan).with_context(|| format!("cannot find the plan {plan}"))?;
+    let spec = match (plan, agent) {
+        (Some(plan), None) => {
+            let plan = std::fs::canonicalize(&plan).with_context(|| format!("cannot find the plan {plan}"))?;
+            serde_json::json!({"kind": "script", "plan": plan})
+        }
+        (None, Some(agent)) => agent,
+        _ => bail!("rein run needs exactly one of --plan FILE (a JSON {{\"steps\": [...]}}) or --agent JSON"),
+    };
     let dir = dir_arg(&rest)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
@@ -167,7 +181,6 @@ fn run_task(args: &[String]) -> Result<i32> {
         let notify: rein::control::Notify = std::sync::Arc::new(move |n| {
             let _ = tx.send(n);
         });
-        let spec = serde_json::json!({"kind": "script", "plan": plan});
         let (handle, state) = rein::control::start(
             &dir,
             &goal,
