@@ -520,6 +520,46 @@ impl Engine {
         )
     }
 
+    /// Writes a chosen merge resolution unless it would change lines the human wrote, in
+    /// which case the human approves that first.
+    fn write_guarded(&mut self, action: String, path: String, bytes: Vec<u8>, mv: Move) -> Flow {
+        let protected = self
+            .state()
+            .protected_lines
+            .get(&path)
+            .cloned()
+            .unwrap_or_default();
+        let now = self
+            .overlay
+            .get(&path)
+            .cloned()
+            .or_else(|| self.sandbox.read(&path).ok().flatten());
+        let dropped = match (
+            now.as_deref().map(std::str::from_utf8),
+            std::str::from_utf8(&bytes),
+        ) {
+            (Some(Ok(n)), Ok(b)) => crate::reconcile::merge::dropped_protected(n, b, &protected),
+            _ => Vec::new(),
+        };
+        if dropped.is_empty() {
+            return self.apply_write(action, &path, bytes, None, true);
+        }
+        let question = format!(
+            "The resolution for {path} would still change {} line(s) you wrote. Approve?",
+            dropped.len()
+        );
+        self.ask(
+            DecisionKind::ProtectedLines,
+            question,
+            &["approve", "deny"],
+            Some(dropped.join("\n")),
+            Some(path),
+            mv,
+            Some(bytes),
+            None,
+        )
+    }
+
     fn ask_held(&mut self, path: String, mv: Move) -> Flow {
         let question = format!(
             "The agent wants to {}, but you hold {path}. Release it to the agent, skip this step, or take over?",
@@ -619,8 +659,10 @@ impl Engine {
                 let action = format!("{action} → answered: {answer}");
                 self.complete(action, StepStatus::Done, ok(text), Touched::Nothing)
             }
+            // A resolution still carries the agent's other, non-overlapping changes: they
+            // pass the same guard for lines the human wrote.
             (DecisionKind::MergeConflict, "keep mine") => match p.proposal {
-                Some(bytes) => self.apply_write(action, &path, bytes, None, true),
+                Some(bytes) => self.write_guarded(action, path, bytes, p.mv),
                 None => self.complete(
                     action,
                     StepStatus::Failed,
@@ -629,7 +671,7 @@ impl Engine {
                 ),
             },
             (DecisionKind::MergeConflict, "take agent's") => match p.alternative {
-                Some(bytes) => self.apply_write(action, &path, bytes, None, true),
+                Some(bytes) => self.write_guarded(action, path, bytes, p.mv),
                 None => self.complete(
                     action,
                     StepStatus::Failed,
