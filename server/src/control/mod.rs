@@ -817,6 +817,11 @@ impl Engine {
             Ok(None) => {}
             Err(e) => self.stop_on_error(format!("cannot checkpoint the working tree: {e}")),
         }
+        self.note_moved_head();
+    }
+
+    /// Tells the agent, in its next context, that the user's HEAD moved.
+    fn note_moved_head(&mut self) {
         if let Some((from, to)) = self.check_head() {
             self.add_note(format!(
                 "The user's HEAD moved from {} to {}.",

@@ -54,12 +54,7 @@ impl Engine {
         match mv {
             Move::Read { path } => {
                 let outcome = self.read(&path);
-                let status = if outcome.ok {
-                    StepStatus::Done
-                } else {
-                    StepStatus::Failed
-                };
-                self.complete(action, status, outcome, Touched::Nothing)
+                self.looked(action, outcome)
             }
             Move::Write { .. } | Move::Edit { .. } => self.write_move(mv),
             Move::Run {
@@ -111,12 +106,7 @@ impl Engine {
                     Ok((files, cut)) => ok(listing(files, cut)),
                     Err(e) => failed(e.to_string()),
                 };
-                let status = if outcome.ok {
-                    StepStatus::Done
-                } else {
-                    StepStatus::Failed
-                };
-                self.complete(action, status, outcome, Touched::Nothing)
+                self.looked(action, outcome)
             }
             Move::Search { pattern, path } => {
                 let outcome = match self.sandbox.search(&pattern, &path) {
@@ -126,12 +116,7 @@ impl Engine {
                     Ok((hits, cut)) => ok(listing(hits, cut)),
                     Err(e) => failed(e.to_string()),
                 };
-                let status = if outcome.ok {
-                    StepStatus::Done
-                } else {
-                    StepStatus::Failed
-                };
-                self.complete(action, status, outcome, Touched::Nothing)
+                self.looked(action, outcome)
             }
             Move::Permission { .. } => self.permission(mv).await,
             Move::Observe { .. } => {
@@ -278,6 +263,16 @@ impl Engine {
                 )
             }
         }
+    }
+
+    /// Records a step that only looked at the tree (read, list, search).
+    fn looked(&mut self, action: String, outcome: Outcome) -> Flow {
+        let status = if outcome.ok {
+            StepStatus::Done
+        } else {
+            StepStatus::Failed
+        };
+        self.complete(action, status, outcome, Touched::Nothing)
     }
 
     /// Reads what the human sees: the unsaved buffer if there is one, else the file.

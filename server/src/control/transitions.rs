@@ -202,13 +202,7 @@ impl Engine {
                 if let Some(report) = self.absorb(false, "changed while paused")? {
                     self.add_note(report.markdown());
                 }
-                if let Some((from, to)) = self.check_head() {
-                    self.add_note(format!(
-                        "The user's HEAD moved from {} to {}.",
-                        from.as_deref().unwrap_or("(none)"),
-                        to.as_deref().unwrap_or("(none)")
-                    ));
-                }
+                self.note_moved_head();
             }
         }
         self.commit(|s| {
