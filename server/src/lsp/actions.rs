@@ -45,12 +45,7 @@ impl Server {
         if let Some(s) = self.state.as_ref().filter(|_| self.engine.is_some()) {
             let active = !s.status.is_terminal();
             if s.status == Status::Running {
-                out.push(action(
-                    "Rein: pause the agent",
-                    "",
-                    "rein.pause",
-                    json!({}),
-                ));
+                out.push(action("Rein: pause the agent", "", "rein.pause", json!({})));
                 out.push(action(
                     "Rein: take over from the agent",
                     "",
