@@ -1,15 +1,27 @@
 //! `bench`: what Rein's checkpoints and reconcile scans cost, next to the git CLI doing the
-//! same work, on generated repositories of 1k, 10k and 50k files (200k with `--huge`).
+//! same work, on generated repositories of 1k, 10k and 50k files (200k with `--huge`); then,
+//! over the real `rein lsp` stdio, how fast the controls take effect, when steers are
+//! delivered, how many `didChange` edits a 5 MB buffer takes per second, and how much memory
+//! the server holds (module `lsp`).
 //!
-//! Every verdict is a ratio against a baseline measured in the same run, on the same repository
-//! and the same working-tree state: the machines this runs on are shared and noisy, so absolute
-//! milliseconds move from run to run while ratios move much less. Nothing here fails on a missed
-//! target; a miss is printed as MISSED and the process still exits 0. See docs/performance.md.
+//! Every checkpoint verdict is a ratio against a baseline measured in the same run, on the same
+//! repository and the same working-tree state: the machines this runs on are shared and noisy,
+//! so absolute milliseconds move from run to run while ratios move much less. Nothing here fails
+//! on a missed target; a miss is printed as MISSED and the process still exits 0. See
+//! docs/performance.md.
 //!
 //! ```text
-//! cargo build --release --bin bench
+//! cargo build --release --bin bench --bin rein
 //! target/release/bench [--quick] [--huge] [--sizes 1000,10000] [--json FILE] [--keep]
+//!                      [--no-lsp | --lsp-only]
 //! ```
+
+// bench.rs is a crate root, so its modules would be looked up next to it, in src/bin/, where
+// cargo would take them for binaries of their own.
+#[path = "bench/client.rs"]
+mod client;
+#[path = "bench/lsp.rs"]
+mod lsp;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -27,13 +39,16 @@ use rein::state::Author;
 use serde::Serialize;
 
 const USAGE: &str = "\
-usage: bench [--quick] [--huge] [--sizes N,N,...] [--json FILE] [--keep]
+usage: bench [--quick] [--huge] [--sizes N,N,...] [--json FILE] [--keep] [--no-lsp | --lsp-only]
 
   --quick        1k and 10k files only, few repetitions (well under a minute)
   --huge         also run a 200k-file repository (slow; not for CI)
   --sizes LIST   run exactly these repository sizes (comma-separated file counts)
   --json FILE    also write machine-readable results to FILE
   --keep         keep the generated repositories (their path is printed)
+  --no-lsp       skip the measurements over `rein lsp` (control latency, steer delivery,
+                 didChange throughput, memory)
+  --lsp-only     run only those (they need the rein binary built next to bench)
 ";
 
 /// Rein's warm checkpoint must beat the warm git CLI by this factor.
@@ -49,6 +64,16 @@ const CHANGED: [usize; 2] = [1, 100];
 const FILES_PER_DIR: usize = 25;
 
 fn main() {
+    // The memory measurement runs `git status` under a copy of this program, so that
+    // getrusage(RUSAGE_CHILDREN) sees that one child and nothing else.
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("--maxrss-child") {
+        if let Err(e) = lsp::maxrss_child(argv.get(2..).unwrap_or_default()) {
+            eprintln!("bench --maxrss-child: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
     match run() {
         Ok(()) => {}
         Err(e) => {
@@ -63,6 +88,10 @@ struct Args {
     sizes: Vec<usize>,
     json: Option<PathBuf>,
     keep: bool,
+    /// Run the checkpoint and reconcile scenarios against the git CLI.
+    git: bool,
+    /// Run the measurements over `rein lsp`.
+    lsp: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -71,12 +100,16 @@ fn parse_args() -> Result<Args> {
     let mut sizes = None;
     let mut json = None;
     let mut keep = false;
+    let mut no_lsp = false;
+    let mut lsp_only = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => quick = true,
             "--huge" => huge = true,
             "--keep" => keep = true,
+            "--no-lsp" => no_lsp = true,
+            "--lsp-only" => lsp_only = true,
             "--json" => json = Some(PathBuf::from(args.next().context("--json needs a FILE")?)),
             "--sizes" => {
                 let list = args
@@ -101,6 +134,9 @@ fn parse_args() -> Result<Args> {
             other => bail!("unknown argument {other:?}\n{USAGE}"),
         }
     }
+    if no_lsp && lsp_only {
+        bail!("--no-lsp and --lsp-only leave nothing to run\n{USAGE}");
+    }
     let sizes = match sizes {
         Some(s) => s,
         None if quick => vec![1_000, 10_000],
@@ -112,6 +148,8 @@ fn parse_args() -> Result<Args> {
         sizes,
         json,
         keep,
+        git: !lsp_only,
+        lsp: !no_lsp,
     })
 }
 
@@ -134,6 +172,12 @@ fn cold_reps_for(files: usize, quick: bool) -> usize {
 
 fn run() -> Result<()> {
     let args = parse_args()?;
+    // Found first, so a missing binary fails in a second rather than after the git scenarios.
+    let rein = if args.lsp {
+        Some(lsp::rein_binary()?)
+    } else {
+        None
+    };
     let machine = Machine::detect()?;
     let scratch = Scratch::new(args.keep)?;
     eprintln!(
@@ -152,11 +196,18 @@ fn run() -> Result<()> {
         scaling: None,
         load_at_end: String::new(),
         generation_ms: BTreeMap::new(),
+        lsp: None,
     };
-    for &files in &args.sizes {
-        bench_size(&scratch.path, files, args.quick, &mut report)?;
+    if args.git {
+        for &files in &args.sizes {
+            bench_size(&scratch.path, files, args.quick, &mut report)?;
+        }
     }
     report.scaling = report.scaling();
+    if let Some(rein) = &rein {
+        let plan = lsp::Plan::new(args.quick);
+        report.lsp = Some(lsp::run(rein, &scratch.path, &plan)?);
+    }
     report.load_at_end = load_average();
 
     print!("{}", report.markdown());
@@ -952,6 +1003,8 @@ struct Report {
     floors: Vec<Floor>,
     scaling: Option<Scaling>,
     generation_ms: BTreeMap<usize, f64>,
+    /// The measurements over `rein lsp`, unless skipped.
+    lsp: Option<lsp::LspReport>,
 }
 
 impl Report {
@@ -1016,6 +1069,17 @@ impl Report {
             "Machine: {} core(s), {}, Linux {}, {}; load average {} at start, {} at end.\n",
             m.cores, m.cpu, m.kernel, m.git, m.load_at_start, self.load_at_end
         );
+        if !self.comparisons.is_empty() {
+            self.git_markdown(&mut out);
+        }
+        if let Some(lsp) = &self.lsp {
+            out.push_str(&lsp.markdown());
+        }
+        out
+    }
+
+    /// The checkpoint and reconcile tables.
+    fn git_markdown(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "| files | scenario | changed | Rein | median ms | p90 ms | baseline | median ms | p90 ms | ratio | paired | target | verdict |"
@@ -1147,6 +1211,5 @@ impl Report {
                 );
             }
         }
-        out
     }
 }
