@@ -2,6 +2,7 @@
 //! building an agent from its JSON spec. Agents never touch the world themselves: they
 //! propose moves and the engine carries them out through `exec`.
 
+mod acp;
 mod openai;
 mod script;
 
@@ -226,8 +227,9 @@ pub fn build(
     match kind {
         "script" => Ok(Box::new(ScriptAgent::from_spec(spec, root, skip)?)),
         "openai" => Ok(Box::new(openai::OpenAiAgent::from_spec(spec, skip)?)),
+        "acp" => Ok(Box::new(acp::AcpAgent::from_spec(spec, root, skip)?)),
         other => Err(AgentError::Spec(format!(
-            "unknown agent kind \"{other}\"; this build knows \"script\" and \"openai\""
+            "unknown agent kind \"{other}\"; this build knows \"script\", \"openai\" and \"acp\""
         ))),
     }
 }

@@ -1,0 +1,562 @@
+//! A real ACP agent whose decisions are scripted, for Rein's ACP tests: it speaks the
+//! protocol over stdio through the `agent-client-protocol` crate's agent side, and plays one
+//! list of actions per prompt from a JSON scenario file. Everything it receives and every
+//! answer it gets is appended to the scenario's log (JSON lines) for the tests to read.
+//!
+//! Usage: `acp_test_agent SCENARIO.json`, where the scenario is
+//! `{"log": PATH, "steering"?: bool, "late_steering"?: bool, "auth"?: [METHOD_ID…],
+//!   "modes"?: {"current": ID, "available": [ID…]},
+//!   "turns": [[ACTION…]…]}` (or `"sessions": [TURNS…]`, one list of turns for each process
+//! started with this scenario, counted by the log's `start` events) and an action is one of
+//! `{"say": TEXT}`, `{"permission": {"title", "kind", "paths"?, "command"?}}`,
+//! `{"read": PATH, "line"?, "limit"?}`, `{"write": {"path", "content"}}`,
+//! `{"terminal": {"command", "args"?}}`, `{"edit_file": {"path", "content", "title"?}}`
+//! (the agent writes the file itself and reports the tool call), `{"wait_cancel": true}`,
+//! `{"ignore_cancel": true}`, `{"wait_steering": true}`, `{"sleep_ms": N}`, `{"crash": CODE}`,
+//! `{"stop": "max_tokens" | "refusal"}`. A turn ends with `end_turn` after its actions.
+//! With `late_steering`, a steer wakes the turn but is answered `promptRequired` only once
+//! that turn has ended (the race where a correction arrives as the agent finishes).
+//! With `auth`, the agent offers those auth methods and refuses `session/new` ("Authentication
+//! required") until it is authenticated with the first of them.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, AuthMethod, AuthMethodAgent, AuthenticateRequest, AuthenticateResponse,
+    CancelNotification, ContentBlock, ContentChunk, CreateTerminalRequest, InitializeRequest,
+    InitializeResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
+    PermissionOptionKind, PromptRequest, PromptResponse, ReadTextFileRequest,
+    ReleaseTerminalRequest, RequestPermissionOutcome, RequestPermissionRequest, SessionId,
+    SessionMode, SessionModeId, SessionModeState, SessionNotification, SessionUpdate,
+    SetSessionModeRequest, SetSessionModeResponse, StopReason, TerminalOutputRequest, TextContent,
+    ToolCall, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    WaitForTerminalExitRequest, WriteTextFileRequest,
+};
+use agent_client_protocol::v1::{ConnectionTo, Responder};
+use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
+use futures::SinkExt;
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+const SESSION: &str = "test-session";
+
+struct State {
+    scenario: Value,
+    /// This process's turns.
+    turns: Vec<Value>,
+    log: Mutex<std::fs::File>,
+    cwd: Mutex<PathBuf>,
+    turn: AtomicUsize,
+    cancelled: AtomicBool,
+    steered: AtomicUsize,
+    /// Steering messages a `wait_steering` has already taken.
+    consumed: AtomicUsize,
+    /// Turns answered so far.
+    ended: AtomicUsize,
+    /// The client authenticated with the method the scenario asks for.
+    authenticated: AtomicBool,
+    news: Notify,
+}
+
+impl State {
+    fn log(&self, entry: Value) {
+        if let Ok(mut f) = self.log.lock() {
+            let _ = writeln!(f, "{entry}");
+            let _ = f.flush();
+        }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        let cwd = self.cwd.lock().map(|c| c.clone()).unwrap_or_default();
+        cwd.join(rel)
+    }
+
+    /// Waits until `done` holds, woken by every cancel or steer.
+    async fn until(&self, done: impl Fn(&State) -> bool) {
+        loop {
+            let woken = self.news.notified();
+            if done(self) {
+                return;
+            }
+            woken.await;
+        }
+    }
+}
+
+fn text(t: impl Into<String>) -> ContentBlock {
+    ContentBlock::Text(TextContent::new(t.into()))
+}
+
+fn fail(why: impl std::fmt::Display) -> ! {
+    eprintln!("acp_test_agent: {why}");
+    std::process::exit(2)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let Some(file) = std::env::args().nth(1) else {
+        fail("usage: acp_test_agent SCENARIO.json")
+    };
+    let scenario: Value = match std::fs::read_to_string(&file).map(|t| serde_json::from_str(&t)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => fail(format!("{file} is not JSON: {e}")),
+        Err(e) => fail(format!("cannot read {file}: {e}")),
+    };
+    let Some(log_path) = scenario.get("log").and_then(Value::as_str) else {
+        fail("the scenario needs \"log\"")
+    };
+    // The how-manyth process of this scenario this is: earlier ones logged a start each.
+    let started = std::fs::read_to_string(log_path)
+        .map(|t| {
+            t.lines()
+                .filter(|l| l.contains("\"event\":\"start\""))
+                .count()
+        })
+        .unwrap_or(0);
+    let turns = match scenario.get("sessions").and_then(Value::as_array) {
+        Some(sessions) => sessions.get(started).cloned(),
+        None => scenario.get("turns").cloned(),
+    }
+    .and_then(|t| t.as_array().cloned())
+    .unwrap_or_default();
+    let log = match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)
+    {
+        Ok(f) => f,
+        Err(e) => fail(format!("cannot open the log {log_path}: {e}")),
+    };
+    let st = Arc::new(State {
+        scenario,
+        turns,
+        log: Mutex::new(log),
+        cwd: Mutex::new(PathBuf::new()),
+        turn: AtomicUsize::new(0),
+        cancelled: AtomicBool::new(false),
+        steered: AtomicUsize::new(0),
+        consumed: AtomicUsize::new(0),
+        ended: AtomicUsize::new(0),
+        authenticated: AtomicBool::new(false),
+        news: Notify::new(),
+    });
+    st.log(json!({"event": "start", "pid": std::process::id(), "process": started}));
+
+    // Plain threads for stdio: the agent reads and writes whole lines and never needs more.
+    let (out_tx, out_rx) = futures::channel::mpsc::unbounded::<String>();
+    std::thread::spawn(move || {
+        let mut stdout = std::io::stdout().lock();
+        for line in futures::executor::block_on_stream(out_rx) {
+            if writeln!(stdout, "{line}").is_err() || stdout.flush().is_err() {
+                return;
+            }
+        }
+    });
+    let (in_tx, in_rx) = futures::channel::mpsc::unbounded::<std::io::Result<String>>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if in_tx.unbounded_send(Ok(line)).is_err() {
+                return;
+            }
+        }
+    });
+    let transport = Lines::new(out_tx.sink_map_err(std::io::Error::other), in_rx);
+
+    let (a, b, c, d, e, f, g) = (
+        st.clone(),
+        st.clone(),
+        st.clone(),
+        st.clone(),
+        st.clone(),
+        st.clone(),
+        st.clone(),
+    );
+    let served = Agent
+        .v1()
+        .name("acp-test-agent")
+        .on_receive_request(
+            async move |q: InitializeRequest, r: Responder<InitializeResponse>, _cx| {
+                let caps = &q.client_capabilities;
+                a.log(json!({
+                    "event": "initialize",
+                    "fs_read": caps.fs.read_text_file,
+                    "fs_write": caps.fs.write_text_file,
+                    "terminal": caps.terminal,
+                }));
+                let methods = auth_methods(&a.scenario)
+                    .into_iter()
+                    .map(|id| AuthMethod::Agent(AuthMethodAgent::new(id.clone(), id)))
+                    .collect();
+                let mut resp = InitializeResponse::new(q.protocol_version)
+                    .agent_capabilities(AgentCapabilities::new())
+                    .auth_methods(methods);
+                if a.scenario.get("steering").and_then(Value::as_bool) == Some(true) {
+                    let mut meta = serde_json::Map::new();
+                    meta.insert("steering".into(), json!({"supported": true}));
+                    resp = resp.meta(meta);
+                }
+                r.respond(resp)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |q: NewSessionRequest, r: Responder<NewSessionResponse>, _cx| {
+                b.log(json!({
+                    "event": "session",
+                    "cwd": q.cwd,
+                    "mcp_servers": q.mcp_servers.len(),
+                }));
+                if !auth_methods(&b.scenario).is_empty() && !b.authenticated.load(Ordering::SeqCst)
+                {
+                    return r.respond_with_error(agent_client_protocol::Error::auth_required());
+                }
+                if let Ok(mut cwd) = b.cwd.lock() {
+                    *cwd = q.cwd.clone();
+                }
+                let mut resp = NewSessionResponse::new(SESSION);
+                if let Some(m) = b.scenario.get("modes") {
+                    let current = m.get("current").and_then(Value::as_str).unwrap_or("");
+                    let available = m
+                        .get("available")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .map(|id| SessionMode::new(id.to_owned(), id.to_owned()))
+                        .collect();
+                    resp = resp.modes(SessionModeState::new(
+                        SessionModeId::new(current),
+                        available,
+                    ));
+                }
+                r.respond(resp)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |q: AuthenticateRequest, r: Responder<AuthenticateResponse>, _cx| {
+                let id = q.method_id.0.to_string();
+                g.log(json!({"event": "authenticate", "method": id}));
+                if auth_methods(&g.scenario).first() == Some(&id) {
+                    g.authenticated.store(true, Ordering::SeqCst);
+                    r.respond(AuthenticateResponse::new())
+                } else {
+                    r.respond_with_error(agent_client_protocol::Error::auth_required())
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |q: SetSessionModeRequest, r: Responder<SetSessionModeResponse>, _cx| {
+                c.log(json!({"event": "set_mode", "mode": q.mode_id.0.as_ref()}));
+                r.respond(SetSessionModeResponse::new())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |q: PromptRequest,
+                        r: Responder<PromptResponse>,
+                        cx: ConnectionTo<Client>| {
+                let turn = d.turn.fetch_add(1, Ordering::SeqCst);
+                let words: Vec<String> = q
+                    .prompt
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::Text(t) => Some(t.text.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                d.log(json!({"event": "prompt", "turn": turn, "text": words.join("\n")}));
+                d.cancelled.store(false, Ordering::SeqCst);
+                let st = d.clone();
+                // The turn runs outside the dispatch loop: it sends requests and awaits them.
+                tokio::spawn(async move {
+                    let reason = play(&st, &cx, turn).await;
+                    st.log(json!({"event": "stop", "turn": turn, "reason": reason}));
+                    let stop = match reason {
+                        "cancelled" => StopReason::Cancelled,
+                        "max_tokens" => StopReason::MaxTokens,
+                        "refusal" => StopReason::Refusal,
+                        _ => StopReason::EndTurn,
+                    };
+                    let _ = r.respond(PromptResponse::new(stop));
+                    st.ended.fetch_add(1, Ordering::SeqCst);
+                    st.news.notify_waiters();
+                });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |_n: CancelNotification, _cx| {
+                e.log(json!({"event": "cancel"}));
+                e.cancelled.store(true, Ordering::SeqCst);
+                e.news.notify_waiters();
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            async move |q: UntypedMessage, r: Responder<Value>, _cx| {
+                if q.method != "_session/steering" {
+                    return r.respond_with_error(agent_client_protocol::Error::method_not_found());
+                }
+                let words: Vec<String> = q
+                    .params
+                    .get("prompt")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|b| b.get("text").and_then(Value::as_str).map(str::to_owned))
+                    .collect();
+                f.log(json!({"event": "steering", "text": words.join("\n")}));
+                let running = f.ended.load(Ordering::SeqCst);
+                f.steered.fetch_add(1, Ordering::SeqCst);
+                f.news.notify_waiters();
+                if f.scenario.get("late_steering").and_then(Value::as_bool) != Some(true) {
+                    return r.respond(json!({"outcome": "injected"}));
+                }
+                let st = f.clone();
+                tokio::spawn(async move {
+                    st.until(|s| s.ended.load(Ordering::SeqCst) > running).await;
+                    let _ =
+                        r.respond(json!({"outcome": "promptRequired", "reason": "noRunningTurn"}));
+                });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_to(transport)
+        .await;
+    if let Err(e) = served {
+        fail(format!("connection failed: {e}"));
+    }
+}
+
+/// The auth methods the scenario offers, the one that works first.
+fn auth_methods(scenario: &Value) -> Vec<String> {
+    scenario
+        .get("auth")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Plays one turn's actions; returns the stop reason.
+async fn play(st: &State, cx: &ConnectionTo<Client>, turn: usize) -> &'static str {
+    let actions: Vec<Value> = st
+        .turns
+        .get(turn)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for action in actions {
+        if st.cancelled.load(Ordering::SeqCst) {
+            return "cancelled";
+        }
+        if let Some(reason) = act(st, cx, &action).await {
+            return reason;
+        }
+    }
+    if st.cancelled.load(Ordering::SeqCst) {
+        return "cancelled";
+    }
+    "end_turn"
+}
+
+fn notify(cx: &ConnectionTo<Client>, update: SessionUpdate) {
+    let _ = cx.send_notification(SessionNotification::new(SESSION, update));
+}
+
+/// One action; `Some(reason)` ends the turn.
+async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'static str> {
+    let session = SessionId::new(SESSION);
+    if let Some(t) = action.get("say").and_then(Value::as_str) {
+        notify(
+            cx,
+            SessionUpdate::AgentMessageChunk(ContentChunk::new(text(t))),
+        );
+    } else if let Some(p) = action.get("permission") {
+        let title = p.get("title").and_then(Value::as_str).unwrap_or("a tool");
+        let kind: ToolKind =
+            serde_json::from_value(p.get("kind").cloned().unwrap_or(json!("other")))
+                .unwrap_or(ToolKind::Other);
+        let locations = p
+            .get("paths")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(|rel| ToolCallLocation::new(st.path(rel)))
+            .collect::<Vec<_>>();
+        let raw = p.get("command").map(|c| json!({"command": c}));
+        let call = ToolCallUpdate::new(
+            "perm-call",
+            ToolCallUpdateFields::new()
+                .title(title.to_owned())
+                .kind(kind)
+                .locations(locations)
+                .raw_input(raw),
+        );
+        let options = vec![
+            PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
+            PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
+        ];
+        let answer = cx
+            .send_request(RequestPermissionRequest::new(session, call, options))
+            .block_task()
+            .await;
+        let outcome = match answer {
+            Ok(a) => match a.outcome {
+                RequestPermissionOutcome::Selected(s) => s.option_id.0.to_string(),
+                _ => "cancelled".to_owned(),
+            },
+            Err(e) => format!("error: {e}"),
+        };
+        st.log(json!({"event": "permission", "title": title, "outcome": outcome}));
+    } else if let Some(path) = action.get("read").and_then(Value::as_str) {
+        let mut q = ReadTextFileRequest::new(session, st.path(path));
+        if let Some(l) = action.get("line").and_then(Value::as_u64) {
+            q = q.line(u32::try_from(l).ok());
+        }
+        if let Some(l) = action.get("limit").and_then(Value::as_u64) {
+            q = q.limit(u32::try_from(l).ok());
+        }
+        match cx.send_request(q).block_task().await {
+            Ok(r) => {
+                st.log(json!({"event": "read", "path": path, "ok": true, "content": r.content}))
+            }
+            Err(e) => {
+                st.log(json!({"event": "read", "path": path, "ok": false, "error": e.to_string()}))
+            }
+        }
+    } else if let Some(w) = action.get("write") {
+        let path = w.get("path").and_then(Value::as_str).unwrap_or("");
+        let content = w.get("content").and_then(Value::as_str).unwrap_or("");
+        let q = WriteTextFileRequest::new(session, st.path(path), content);
+        match cx.send_request(q).block_task().await {
+            Ok(_) => st.log(json!({"event": "write", "path": path, "ok": true})),
+            Err(e) => {
+                st.log(json!({"event": "write", "path": path, "ok": false, "error": e.to_string()}))
+            }
+        }
+    } else if let Some(t) = action.get("terminal") {
+        terminal(st, cx, t).await;
+    } else if let Some(e) = action.get("edit_file") {
+        let path = e.get("path").and_then(Value::as_str).unwrap_or("");
+        let content = e.get("content").and_then(Value::as_str).unwrap_or("");
+        let title = e
+            .get("title")
+            .and_then(Value::as_str)
+            .unwrap_or("Edit a file");
+        let id = format!("edit-{path}");
+        notify(
+            cx,
+            SessionUpdate::ToolCall(
+                ToolCall::new(id.clone(), title)
+                    .kind(ToolKind::Edit)
+                    .status(ToolCallStatus::InProgress)
+                    .locations(vec![ToolCallLocation::new(st.path(path))]),
+            ),
+        );
+        let full = st.path(path);
+        if let Some(dir) = full.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let ok = std::fs::write(&full, content).is_ok();
+        notify(
+            cx,
+            SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                id,
+                ToolCallUpdateFields::new().status(ToolCallStatus::Completed),
+            )),
+        );
+        st.log(json!({"event": "edited", "path": path, "ok": ok}));
+    } else if action.get("wait_cancel").is_some() {
+        st.until(|s| s.cancelled.load(Ordering::SeqCst)).await;
+        return Some("cancelled");
+    } else if action.get("ignore_cancel").is_some() {
+        st.log(json!({"event": "ignoring_cancel"}));
+        std::future::pending::<()>().await;
+    } else if action.get("wait_steering").is_some() {
+        // A steer that came before this action counts: it may arrive with the last answer.
+        let seen = st.consumed.load(Ordering::SeqCst);
+        st.until(|s| s.cancelled.load(Ordering::SeqCst) || s.steered.load(Ordering::SeqCst) > seen)
+            .await;
+        st.consumed.fetch_add(1, Ordering::SeqCst);
+    } else if let Some(ms) = action.get("sleep_ms").and_then(Value::as_u64) {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    } else if let Some(code) = action.get("crash").and_then(Value::as_i64) {
+        eprintln!("acp_test_agent: simulated crash with code {code}");
+        std::process::exit(i32::try_from(code).unwrap_or(1));
+    } else if let Some(reason) = action.get("stop").and_then(Value::as_str) {
+        return Some(match reason {
+            "max_tokens" => "max_tokens",
+            "refusal" => "refusal",
+            _ => "end_turn",
+        });
+    } else {
+        st.log(json!({"event": "unknown_action", "action": action}));
+    }
+    None
+}
+
+/// `terminal/create`, then its output, exit status and release, all logged.
+async fn terminal(st: &State, cx: &ConnectionTo<Client>, t: &Value) {
+    let session = SessionId::new(SESSION);
+    let command = t.get("command").and_then(Value::as_str).unwrap_or("true");
+    let args: Vec<String> = t
+        .get("args")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    let mut q = CreateTerminalRequest::new(session.clone(), command).args(args);
+    if let Some(cwd) = t.get("cwd").and_then(Value::as_str) {
+        q = q.cwd(Path::new(cwd).to_owned());
+    }
+    let id = match cx.send_request(q).block_task().await {
+        Ok(r) => r.terminal_id,
+        Err(e) => {
+            st.log(json!({"event": "terminal", "ok": false, "error": e.to_string()}));
+            return;
+        }
+    };
+    let output = cx
+        .send_request(TerminalOutputRequest::new(session.clone(), id.clone()))
+        .block_task()
+        .await;
+    let exit = cx
+        .send_request(WaitForTerminalExitRequest::new(session.clone(), id.clone()))
+        .block_task()
+        .await;
+    let released = cx
+        .send_request(ReleaseTerminalRequest::new(session, id))
+        .block_task()
+        .await
+        .is_ok();
+    match (output, exit) {
+        (Ok(o), Ok(x)) => st.log(json!({
+            "event": "terminal",
+            "ok": true,
+            "output": o.output,
+            "truncated": o.truncated,
+            "exit_code": x.exit_status.exit_code,
+            "released": released,
+        })),
+        (o, x) => st.log(json!({
+            "event": "terminal",
+            "ok": false,
+            "error": format!("{:?} / {:?}", o.err(), x.err()),
+        })),
+    }
+}

@@ -1,0 +1,1117 @@
+//! An agent spoken to over the Agent Client Protocol (Claude, Codex, Gemini, Goose through
+//! their ACP adapters), with Rein as the ACP client.
+//!
+//! The agent runs its own session; Rein turns it into a stream of moves. Every request the
+//! agent makes of its client (a permission, a file read or write, a terminal) becomes one
+//! move, answered with the engine's outcome when the engine next asks for a move; a tool the
+//! agent ran on its own becomes an `Observe` move so the engine checkpoints what it changed;
+//! the end of the turn becomes `Finish`. Corrections and the reconcile report reach the agent
+//! through `_session/steering` when it takes that, else by cancelling the turn and prompting
+//! again in the same session. The connection itself lives on a thread of its own (`worker`),
+//! talking to this side through a shared inbox (`link`).
+
+mod link;
+mod worker;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_client_protocol::v1::schema::{
+    ContentBlock, CreateTerminalRequest, CreateTerminalResponse, KillTerminalResponse,
+    PermissionOptionKind, ReadTextFileResponse, ReleaseTerminalResponse, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId,
+    SessionNotification, SessionUpdate, StopReason, TerminalExitStatus, TerminalOutputResponse,
+    ToolCallStatus, ToolKind, WaitForTerminalExitResponse, WriteTextFileResponse,
+};
+use tokio::sync::mpsc;
+
+use super::{Agent, AgentError, Context, Interrupt, Move, MoveFuture, Outcome};
+use link::{error, Event, Incoming, Shared};
+use worker::{Cmd, Launch};
+
+/// How long a cancelled turn may take to end before the agent is killed.
+const CANCEL_GRACE: Duration = Duration::from_secs(2);
+/// The longest summary kept from the agent's last message.
+const SUMMARY_CHARS: usize = 4000;
+/// How many stderr lines a crash report quotes.
+const CRASH_LINES: usize = 6;
+
+const ABOUT_REIN: &str = "A person supervises you through Rein. They may pause you, correct you, \
+or take over and edit files themselves; when they hand back you get a report of what they \
+changed. Never undo their changes. When the task is done, end your turn with a short summary \
+of what you did.";
+
+/// An ACP agent process driven one move at a time.
+pub struct AcpAgent {
+    launch: Launch,
+    /// The root as the agent may spell it (symlinks resolved).
+    root_canon: PathBuf,
+    /// Steps already made before a restart of Rein (told to the first session).
+    skip: u32,
+    link: Option<Link>,
+    /// The open session and whether it takes steering.
+    session: Option<(SessionId, bool)>,
+    /// The turn whose prompt is running.
+    turn: Option<u64>,
+    turns: u64,
+    /// Rein cancelled the running turn and expects `stopReason: cancelled`.
+    cancel_sent: bool,
+    /// Steering messages sent whose fate (taken into the turn or not) is not known yet.
+    steers_pending: u32,
+    /// The turn ended while a steer's fate was unknown: the summary to finish with if the
+    /// agent took it.
+    ended: Option<String>,
+    /// The session has had its first prompt (the goal).
+    introduced: bool,
+    /// Messages for the next prompt: corrections and reconcile reports.
+    queued: Vec<String>,
+    /// Constraints inside `queued` (so the first prompt does not list them twice).
+    queued_constraints: Vec<String>,
+    /// Why this session replaced an earlier one, for its first prompt.
+    restarted: Option<String>,
+    /// The agent's text since its last tool call, and the text before that.
+    chunks: String,
+    last_text: String,
+    tools: HashMap<String, Tool>,
+    terminals: HashMap<String, Ran>,
+    terminal_count: u64,
+    /// Constraints of the current step already passed on.
+    delivered: Vec<String>,
+    /// The reconcile report of the current step as far as it was passed on.
+    delivered_report: Option<String>,
+}
+
+struct Link {
+    cmds: mpsc::UnboundedSender<Cmd>,
+    shared: Arc<Shared>,
+}
+
+/// What Rein knows of one of the agent's tool calls.
+struct Tool {
+    title: String,
+    kind: ToolKind,
+    done: bool,
+}
+
+/// A command Rein ran for a `terminal/create`.
+struct Ran {
+    output: String,
+    truncated: bool,
+    exit_code: Option<u32>,
+    signal: Option<String>,
+}
+
+impl Ran {
+    fn status(&self) -> TerminalExitStatus {
+        TerminalExitStatus::new()
+            .exit_code(self.exit_code)
+            .signal(self.signal.clone())
+    }
+}
+
+impl AcpAgent {
+    /// Builds from `{"kind": "acp", "command": [PROGRAM, ARGS…], "env"?: {K: V},
+    /// "mode"?: MODE}`. The process starts on the first move, in `root`.
+    pub fn from_spec(spec: &serde_json::Value, root: &Path, skip: u32) -> Result<Self, AgentError> {
+        const EXAMPLE: &str =
+            r#"{"kind": "acp", "command": ["npx", "-y", "@agentclientprotocol/claude-agent-acp"]}"#;
+        let words = spec
+            .get("command")
+            .and_then(|c| c.as_array())
+            .ok_or_else(|| {
+                AgentError::Spec(format!(
+                    "an ACP agent needs \"command\": the program and its arguments as an array, e.g. {EXAMPLE}"
+                ))
+            })?
+            .iter()
+            .map(|w| w.as_str().map(str::to_owned))
+            .collect::<Option<Vec<String>>>()
+            .ok_or_else(|| {
+                AgentError::Spec(format!(
+                    "every word of \"command\" must be a string, e.g. {EXAMPLE}"
+                ))
+            })?;
+        let Some((program, args)) = words.split_first().filter(|(p, _)| !p.trim().is_empty())
+        else {
+            return Err(AgentError::Spec(format!(
+                "\"command\" is empty; name the agent's program, e.g. {EXAMPLE}"
+            )));
+        };
+        let mut program = PathBuf::from(program);
+        if program.is_relative() && program.components().count() > 1 {
+            // `./agent` means the one in the working tree, whatever Rein's own directory.
+            program = root.join(program);
+        }
+        let env = match spec.get("env") {
+            None | Some(serde_json::Value::Null) => Vec::new(),
+            Some(serde_json::Value::Object(vars)) => vars
+                .iter()
+                .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| {
+                    AgentError::Spec(
+                        "every value in \"env\" must be a string, e.g. {\"GOOSE_MODE\": \"approve\"}"
+                            .into(),
+                    )
+                })?,
+            Some(_) => {
+                return Err(AgentError::Spec(
+                    "\"env\" must be an object of strings, e.g. {\"GOOSE_MODE\": \"approve\"}".into(),
+                ))
+            }
+        };
+        if let Some((name, _)) = env.iter().find(|(k, _)| looks_secret(k)) {
+            // The spec is saved with the task in .git/rein, so it must not carry secrets.
+            return Err(AgentError::Spec(format!(
+                "\"env\" is saved with the task in .git/rein, so it must not hold secrets such as {name}; set {name} in the environment Rein runs in (the agent inherits it)"
+            )));
+        }
+        let mode =
+            match spec.get("mode") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::String(m)) => Some(m.clone()),
+                Some(_) => return Err(AgentError::Spec(
+                    "\"mode\" must be the id of one of the agent's session modes, e.g. \"default\""
+                        .into(),
+                )),
+            };
+        Ok(AcpAgent {
+            launch: Launch {
+                program,
+                args: args.to_vec(),
+                env,
+                root: root.to_owned(),
+                mode,
+                grace: CANCEL_GRACE,
+            },
+            root_canon: root.canonicalize().unwrap_or_else(|_| root.to_owned()),
+            skip,
+            link: None,
+            session: None,
+            turn: None,
+            turns: 0,
+            cancel_sent: false,
+            steers_pending: 0,
+            ended: None,
+            introduced: false,
+            queued: Vec::new(),
+            queued_constraints: Vec::new(),
+            restarted: None,
+            chunks: String::new(),
+            last_text: String::new(),
+            tools: HashMap::new(),
+            terminals: HashMap::new(),
+            terminal_count: 0,
+            delivered: Vec::new(),
+            delivered_report: None,
+        })
+    }
+
+    fn name(&self) -> String {
+        self.launch
+            .program
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| self.launch.program.display().to_string())
+    }
+
+    /// The running connection, started (with a new session) when there is none.
+    fn connect(&mut self) -> Arc<Shared> {
+        if let Some(link) = &self.link {
+            return link.shared.clone();
+        }
+        let shared = Arc::new(Shared::default());
+        let cmds = worker::start(self.launch.clone(), shared.clone());
+        self.link = Some(Link {
+            cmds,
+            shared: shared.clone(),
+        });
+        self.session = None;
+        self.turn = None;
+        self.cancel_sent = false;
+        self.steers_pending = 0;
+        self.ended = None;
+        self.introduced = false;
+        self.tools.clear();
+        shared
+    }
+
+    /// Forgets the connection (its thread ends the process when told, or already has).
+    fn disconnect(&mut self) {
+        if let Some(link) = self.link.take() {
+            let _ = link.cmds.send(Cmd::Stop);
+        }
+        self.session = None;
+        self.turn = None;
+    }
+
+    fn send(&mut self, cmd: Cmd) -> Result<(), AgentError> {
+        let sent = self.link.as_ref().is_some_and(|l| l.cmds.send(cmd).is_ok());
+        if sent {
+            return Ok(());
+        }
+        self.disconnect();
+        Err(AgentError::Peer(format!(
+            "the connection to the agent `{}` stopped unexpectedly; resume to start it again",
+            self.name()
+        )))
+    }
+
+    /// Answers the request the engine just carried out with its outcome.
+    fn answer_inflight(&mut self, ctx: &Context) {
+        let Some(inc) = self.link.as_ref().and_then(|l| l.shared.take_inflight()) else {
+            return;
+        };
+        match &ctx.last_result {
+            Some(out) => self.answer(inc, out),
+            None => inc.refuse("Rein lost the outcome of this request; ask again"),
+        }
+    }
+
+    fn answer(&mut self, inc: Incoming, out: &Outcome) {
+        let sent = match inc {
+            Incoming::Permission(q, r) => r.respond(permission_answer(&q, out.ok)),
+            Incoming::Read(q, r) if out.ok => r.respond(ReadTextFileResponse::new(lines_of(
+                &out.text, q.line, q.limit,
+            ))),
+            Incoming::Write(_, r) if out.ok => r.respond(WriteTextFileResponse::new()),
+            Incoming::Create(q, r) => match ran(&out.text, q.output_byte_limit) {
+                Some(result) => {
+                    self.terminal_count += 1;
+                    let id = format!("rein-{}", self.terminal_count);
+                    self.terminals.insert(id.clone(), result);
+                    r.respond(CreateTerminalResponse::new(id))
+                }
+                None => r.respond_with_error(error(&out.text)),
+            },
+            Incoming::Read(_, r) => r.respond_with_error(error(&out.text)),
+            Incoming::Write(_, r) => r.respond_with_error(error(&out.text)),
+            other => {
+                other.refuse("Rein has no move for this request");
+                Ok(())
+            }
+        };
+        if let Err(e) = sent {
+            tracing::debug!("cannot answer the agent: {e}");
+        }
+    }
+
+    /// Passes on corrections and the reconcile report that are new since last asked:
+    /// steered into the running turn when the agent takes that, else queued for the next
+    /// prompt (cancelling the running turn so it comes at once).
+    fn take_news(&mut self, ctx: &Context) -> Result<(), AgentError> {
+        if ctx.new_constraints.is_empty() {
+            self.delivered.clear();
+        }
+        let fresh: Vec<String> = ctx
+            .new_constraints
+            .iter()
+            .filter(|c| !self.delivered.contains(c))
+            .cloned()
+            .collect();
+        self.delivered.extend(fresh.iter().cloned());
+        let report = match &ctx.reconcile {
+            None => {
+                self.delivered_report = None;
+                None
+            }
+            Some(r) => {
+                // The engine appends to the report as more happens; pass on only the rest.
+                let new = match &self.delivered_report {
+                    Some(old) if r.starts_with(old.as_str()) => r[old.len()..].trim().to_owned(),
+                    _ => r.trim().to_owned(),
+                };
+                self.delivered_report = Some(r.clone());
+                (!new.is_empty()).then_some(new)
+            }
+        };
+        if fresh.is_empty() && report.is_none() {
+            return Ok(());
+        }
+        let text = news(&fresh, report.as_deref());
+        let running = self.turn.is_some() && !self.cancel_sent;
+        let steering = self.session.as_ref().is_some_and(|(_, s)| *s);
+        if running && steering {
+            self.steers_pending += 1;
+            return self.send(Cmd::Steer { text });
+        }
+        self.queued.push(text);
+        self.queued_constraints.extend(fresh);
+        if running {
+            self.cancel_turn()?;
+        }
+        Ok(())
+    }
+
+    /// Cancels the running turn: its requests are refused from now on, and `session/cancel`
+    /// goes out (the agent is killed if it does not end the turn within the grace).
+    fn cancel_turn(&mut self) -> Result<(), AgentError> {
+        if let Some(link) = &self.link {
+            link.shared.begin_cancel();
+        }
+        self.cancel_sent = true;
+        self.send(Cmd::Cancel)
+    }
+
+    /// Starts a turn when the session is open and idle: the goal first, else what is queued.
+    fn kick(&mut self, ctx: &Context) -> Result<(), AgentError> {
+        if self.session.is_none() || self.turn.is_some() || self.ended.is_some() {
+            return Ok(());
+        }
+        let text = if self.introduced {
+            followup(&self.queued, &ctx.goal)
+        } else {
+            self.intro(ctx)
+        };
+        self.introduced = true;
+        self.queued.clear();
+        self.queued_constraints.clear();
+        self.restarted = None;
+        self.skip = 0;
+        self.turns += 1;
+        let turn = self.turns;
+        self.send(Cmd::Prompt { turn, text })?;
+        self.turn = Some(turn);
+        self.cancel_sent = false;
+        self.chunks.clear();
+        self.last_text.clear();
+        self.tools.clear();
+        Ok(())
+    }
+
+    /// The session's first prompt: the goal, the plan, standing constraints, then whatever
+    /// is queued.
+    fn intro(&self, ctx: &Context) -> String {
+        let mut text = ctx.goal.trim().to_owned();
+        if !ctx.plan.is_empty() {
+            text.push_str("\n\nThe plan so far:");
+            for p in &ctx.plan {
+                text.push_str(&format!("\n- {p}"));
+            }
+        }
+        let standing: Vec<&String> = ctx
+            .constraints
+            .iter()
+            .filter(|c| !self.queued_constraints.contains(c))
+            .collect();
+        if !standing.is_empty() {
+            text.push_str("\n\nInstructions from the person supervising you (follow them):");
+            for c in standing {
+                text.push_str(&format!("\n- {c}"));
+            }
+        }
+        if self.skip > 0 {
+            text.push_str(&format!(
+                "\n\nRein restarted while this task was running; the work of its first {} steps is in the working tree. Continue from there.",
+                self.skip
+            ));
+        }
+        if let Some(why) = &self.restarted {
+            text.push_str(&format!("\n\n{why}"));
+        }
+        for q in &self.queued {
+            text.push_str(&format!("\n\n{q}"));
+        }
+        text.push_str(&format!("\n\n{ABOUT_REIN}"));
+        text
+    }
+
+    fn handle(&mut self, ev: Event) -> Option<Result<Move, AgentError>> {
+        match ev {
+            Event::Ready { session, steering } => {
+                self.session = Some((session, steering));
+                None
+            }
+            Event::Failed(why) => {
+                self.disconnect();
+                Some(Err(AgentError::Peer(format!(
+                    "the agent `{}` could not start: {why}",
+                    self.name()
+                ))))
+            }
+            Event::Request(inc) => self.request(*inc),
+            Event::Update(n) => self.update(*n),
+            Event::PromptDone { turn, result } => self.prompt_done(turn, result),
+            Event::Steered { text, injected } => {
+                self.steers_pending = self.steers_pending.saturating_sub(1);
+                if !injected {
+                    // Not taken into the turn: it goes with the next prompt, at once.
+                    self.queued.push(text);
+                    if self.turn.is_some() && !self.cancel_sent {
+                        if let Err(e) = self.cancel_turn() {
+                            return Some(Err(e));
+                        }
+                    }
+                }
+                if self.steers_pending > 0 {
+                    return None;
+                }
+                // The turn already ended: finish if the agent took everything, else prompt.
+                let summary = self.ended.take()?;
+                if !self.queued.is_empty() {
+                    return None;
+                }
+                self.disconnect();
+                Some(Ok(Move::Finish(summary)))
+            }
+            Event::Exited {
+                status,
+                stderr,
+                killed,
+            } => {
+                let cancelling = self.cancel_sent;
+                self.link = None;
+                self.session = None;
+                self.turn = None;
+                self.cancel_sent = false;
+                match killed {
+                    // It ignored a cancel Rein sent: start afresh, with what was queued.
+                    Some(why) if cancelling => {
+                        self.restarted = Some(format!(
+                            "Your previous session was ended because {why}. This is a new session; everything done so far is in the working tree."
+                        ));
+                        None
+                    }
+                    killed => {
+                        let how = match killed {
+                            Some(why) => format!("was ended by Rein because {why}"),
+                            None => format!("exited unexpectedly ({status})"),
+                        };
+                        self.restarted = Some(format!(
+                            "Your previous session ended when the agent process {how}. This is a new session; everything done so far is in the working tree."
+                        ));
+                        let mut msg = format!("the agent process `{}` {how}", self.name());
+                        let last: Vec<&String> = stderr.iter().rev().take(CRASH_LINES).collect();
+                        if !last.is_empty() {
+                            msg.push_str("; its last words on stderr:");
+                            for l in last.into_iter().rev() {
+                                msg.push_str(&format!("\n  {l}"));
+                            }
+                        }
+                        msg.push_str("\nResume to start it again in a new session.");
+                        Some(Err(AgentError::Peer(msg)))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Turns a request into a move (parking it until the engine has carried it out), or
+    /// answers it at once when it needs none.
+    fn request(&mut self, inc: Incoming) -> Option<Result<Move, AgentError>> {
+        let ours = self.session.as_ref().map(|(s, _)| s);
+        if ours != Some(inc.session()) {
+            inc.refuse("unknown session");
+            return None;
+        }
+        let mv = match inc {
+            Incoming::Permission(q, r) => {
+                let mv = self.permission_move(&q);
+                self.park(Incoming::Permission(q, r));
+                mv
+            }
+            Incoming::Read(q, r) => {
+                let mv = Move::Read {
+                    path: self.relative(&q.path),
+                };
+                self.park(Incoming::Read(q, r));
+                mv
+            }
+            Incoming::Write(mut q, r) => {
+                let mv = Move::Write {
+                    path: self.relative(&q.path),
+                    content: std::mem::take(&mut q.content),
+                };
+                self.park(Incoming::Write(q, r));
+                mv
+            }
+            Incoming::Create(q, r) => match self.command_line(&q) {
+                Ok(cmd) => {
+                    self.park(Incoming::Create(q, r));
+                    Move::Run {
+                        cmd,
+                        timeout: None,
+                        irreversible: false,
+                    }
+                }
+                Err(why) => {
+                    Incoming::Create(q, r).refuse(&why);
+                    return None;
+                }
+            },
+            Incoming::Output(q, r) => {
+                let sent = match self.terminals.get(q.terminal_id.0.as_ref()) {
+                    Some(t) => r.respond(
+                        TerminalOutputResponse::new(t.output.clone(), t.truncated)
+                            .exit_status(t.status()),
+                    ),
+                    None => r.respond_with_error(no_terminal(&q.terminal_id.0)),
+                };
+                log_answer(sent);
+                return None;
+            }
+            Incoming::Wait(q, r) => {
+                let sent = match self.terminals.get(q.terminal_id.0.as_ref()) {
+                    Some(t) => r.respond(WaitForTerminalExitResponse::new(t.status())),
+                    None => r.respond_with_error(no_terminal(&q.terminal_id.0)),
+                };
+                log_answer(sent);
+                return None;
+            }
+            Incoming::Release(q, r) => {
+                let sent = match self.terminals.remove(q.terminal_id.0.as_ref()) {
+                    Some(_) => r.respond(ReleaseTerminalResponse::new()),
+                    None => r.respond_with_error(no_terminal(&q.terminal_id.0)),
+                };
+                log_answer(sent);
+                return None;
+            }
+            Incoming::Kill(q, r) => {
+                // Rein ran the command to its end before answering `create`: nothing to kill.
+                let sent = match self.terminals.get(q.terminal_id.0.as_ref()) {
+                    Some(_) => r.respond(KillTerminalResponse::new()),
+                    None => r.respond_with_error(no_terminal(&q.terminal_id.0)),
+                };
+                log_answer(sent);
+                return None;
+            }
+        };
+        Some(Ok(mv))
+    }
+
+    fn park(&self, inc: Incoming) {
+        match &self.link {
+            Some(link) => link.shared.park(inc),
+            None => inc.refuse("the agent connection is gone"),
+        }
+    }
+
+    fn permission_move(&mut self, q: &RequestPermissionRequest) -> Move {
+        let id = q.tool_call.tool_call_id.0.to_string();
+        let f = &q.tool_call.fields;
+        let known = self.tools.get(&id);
+        let title = f
+            .title
+            .clone()
+            .or_else(|| known.map(|t| t.title.clone()))
+            .unwrap_or_else(|| "use a tool".into());
+        let kind = f.kind.or(known.map(|t| t.kind)).unwrap_or(ToolKind::Other);
+        let mut paths: Vec<String> = Vec::new();
+        for l in f.locations.iter().flatten() {
+            let p = self.relative(&l.path);
+            if !paths.contains(&p) {
+                paths.push(p);
+            }
+        }
+        let command = match kind {
+            ToolKind::Execute => f.raw_input.as_ref().and_then(command_of),
+            _ => None,
+        };
+        self.tools
+            .entry(id)
+            .and_modify(|t| {
+                t.title = title.clone();
+                t.kind = kind;
+            })
+            .or_insert(Tool {
+                title: title.clone(),
+                kind,
+                done: false,
+            });
+        Move::Permission {
+            title,
+            kind: kind_name(kind),
+            paths,
+            command,
+        }
+    }
+
+    fn update(&mut self, n: SessionNotification) -> Option<Result<Move, AgentError>> {
+        if self.session.as_ref().map(|(s, _)| s) != Some(&n.session_id) {
+            return None;
+        }
+        let (id, title, kind, status) = match n.update {
+            SessionUpdate::AgentMessageChunk(c) => {
+                if let ContentBlock::Text(t) = c.content {
+                    self.chunks.push_str(&t.text);
+                }
+                return None;
+            }
+            SessionUpdate::ToolCall(tc) => (
+                tc.tool_call_id.0.to_string(),
+                Some(tc.title),
+                Some(tc.kind),
+                Some(tc.status),
+            ),
+            SessionUpdate::ToolCallUpdate(u) => (
+                u.tool_call_id.0.to_string(),
+                u.fields.title,
+                u.fields.kind,
+                u.fields.status,
+            ),
+            _ => return None,
+        };
+        // The summary is what the agent says after its last tool call.
+        if !self.chunks.trim().is_empty() {
+            self.last_text = std::mem::take(&mut self.chunks);
+        }
+        let tool = self.tools.entry(id).or_insert(Tool {
+            title: "a tool call".into(),
+            kind: ToolKind::Other,
+            done: false,
+        });
+        if let Some(t) = title {
+            tool.title = t;
+        }
+        if let Some(k) = kind {
+            tool.kind = k;
+        }
+        let ended = matches!(
+            status,
+            Some(ToolCallStatus::Completed | ToolCallStatus::Failed)
+        );
+        if !ended || tool.done {
+            return None;
+        }
+        tool.done = true;
+        // A tool that may have changed the tree ran on its own: checkpoint what it did, so
+        // its changes are the agent's, not taken for the human's at the next boundary.
+        let changes_tree = !matches!(
+            tool.kind,
+            ToolKind::Read
+                | ToolKind::Search
+                | ToolKind::Think
+                | ToolKind::Fetch
+                | ToolKind::SwitchMode
+        );
+        changes_tree.then(|| {
+            Ok(Move::Observe {
+                action: tool.title.clone(),
+            })
+        })
+    }
+
+    fn prompt_done(
+        &mut self,
+        turn: u64,
+        result: Result<StopReason, String>,
+    ) -> Option<Result<Move, AgentError>> {
+        if self.turn != Some(turn) {
+            return None;
+        }
+        self.turn = None;
+        let expected = std::mem::take(&mut self.cancel_sent);
+        let why = match result {
+            Ok(StopReason::EndTurn) if !self.queued.is_empty() => return None,
+            Ok(StopReason::EndTurn) => {
+                let text = if self.chunks.trim().is_empty() {
+                    std::mem::take(&mut self.last_text)
+                } else {
+                    std::mem::take(&mut self.chunks)
+                };
+                let text = text.trim();
+                let summary = if text.is_empty() {
+                    "the agent ended its turn".to_owned()
+                } else if text.chars().count() > SUMMARY_CHARS {
+                    format!("{}…", text.chars().take(SUMMARY_CHARS).collect::<String>())
+                } else {
+                    text.to_owned()
+                };
+                if self.steers_pending > 0 {
+                    // A correction may not have reached the agent: wait for its fate.
+                    self.ended = Some(summary);
+                    return None;
+                }
+                // The task is over: the process goes (a later move would start a new one).
+                self.disconnect();
+                return Some(Ok(Move::Finish(summary)));
+            }
+            Ok(StopReason::Cancelled) if expected => return None,
+            Ok(StopReason::Cancelled) => "it cancelled its own turn (stopReason cancelled) although Rein did not ask it to".to_owned(),
+            Ok(StopReason::MaxTokens) => "it reached its output token limit (stopReason max_tokens); resume to let it go on, or steer it to a smaller step".to_owned(),
+            Ok(StopReason::MaxTurnRequests) => "it reached its limit of model requests for one turn (stopReason max_turn_requests); resume to let it go on".to_owned(),
+            Ok(StopReason::Refusal) => "it refused to go on (stopReason refusal); steer it or take over, then resume".to_owned(),
+            Ok(other) => format!("it ended its turn for a reason Rein does not know ({other:?}); resume to prompt it again"),
+            Err(e) => format!("its turn failed: {e}; resume to prompt it again"),
+        };
+        Some(Err(AgentError::Peer(format!(
+            "the agent `{}` stopped: {why}",
+            self.name()
+        ))))
+    }
+
+    /// A path as the engine takes it: relative to the working tree when inside it; anything
+    /// else is passed on as it is, for the engine to refuse.
+    fn relative(&self, p: &Path) -> String {
+        for base in [&self.launch.root, &self.root_canon] {
+            if let Ok(r) = p.strip_prefix(base) {
+                return r.to_string_lossy().into_owned();
+            }
+        }
+        p.to_string_lossy().into_owned()
+    }
+
+    /// The shell command line for a `terminal/create`: its cwd, env and words, quoted.
+    fn command_line(&self, q: &CreateTerminalRequest) -> Result<String, String> {
+        if q.command.trim().is_empty() {
+            return Err("the command is empty".into());
+        }
+        let mut line = String::new();
+        if let Some(cwd) = &q.cwd {
+            let rel = self.relative(cwd);
+            if Path::new(&rel).is_absolute() {
+                return Err(format!(
+                    "Rein runs commands only inside the working tree, and {} is outside it",
+                    cwd.display()
+                ));
+            }
+            if !rel.is_empty() && rel != "." {
+                line.push_str(&format!("cd {} && ", quote(&rel)));
+            }
+        }
+        for v in &q.env {
+            let ok = v
+                .name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && v.name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                return Err(format!("{:?} is not an environment variable name", v.name));
+            }
+            line.push_str(&format!("{}={} ", v.name, quote(&v.value)));
+        }
+        if q.args.is_empty() {
+            // Agents often put a whole shell line in `command`.
+            line.push_str(&q.command);
+        } else {
+            line.push_str(&quote(&q.command));
+            for a in &q.args {
+                line.push(' ');
+                line.push_str(&quote(a));
+            }
+        }
+        Ok(line)
+    }
+}
+
+impl Agent for AcpAgent {
+    fn next_move<'a>(&'a mut self, ctx: &'a Context) -> MoveFuture<'a> {
+        Box::pin(async move {
+            // Everything before the wait is synchronous and remembered, so a dropped future
+            // loses nothing: the next call carries on from the same state.
+            self.answer_inflight(ctx);
+            self.take_news(ctx)?;
+            loop {
+                let shared = self.connect();
+                self.kick(ctx)?;
+                let ev = shared.next().await;
+                if let Some(out) = self.handle(ev) {
+                    return out;
+                }
+            }
+        })
+    }
+
+    fn interrupt(&mut self, what: Interrupt) {
+        let Some(link) = &self.link else { return };
+        match what {
+            // The agent's requests simply wait: the engine asks for no move while paused.
+            Interrupt::Pause => {}
+            // Their news reaches the agent with the next prompt (ctx carries it).
+            Interrupt::Resume | Interrupt::Handback | Interrupt::Steer(_) => {}
+            Interrupt::Takeover => {
+                if self.turn.is_some() && !self.cancel_sent {
+                    if let Err(e) = self.cancel_turn() {
+                        tracing::warn!("cannot cancel the agent's turn: {e}");
+                    }
+                }
+            }
+            Interrupt::Abort => {
+                let _ = link.cmds.send(Cmd::Abort);
+            }
+        }
+    }
+}
+
+impl Drop for AcpAgent {
+    fn drop(&mut self) {
+        self.disconnect();
+    }
+}
+
+/// An environment variable that by its name holds a credential.
+fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    ["KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL"]
+        .iter()
+        .any(|w| upper.contains(w))
+}
+
+fn log_answer(sent: Result<(), agent_client_protocol::Error>) {
+    if let Err(e) = sent {
+        tracing::debug!("cannot answer the agent: {e}");
+    }
+}
+
+fn no_terminal(id: &str) -> agent_client_protocol::Error {
+    error(format!("there is no terminal {id:?}"))
+}
+
+/// The message passing on corrections and what the person changed.
+fn news(corrections: &[String], report: Option<&str>) -> String {
+    let mut text = String::new();
+    if !corrections.is_empty() {
+        text.push_str("Corrections from the person supervising you (follow them from now on):");
+        for c in corrections {
+            text.push_str(&format!("\n- {c}"));
+        }
+    }
+    if let Some(r) = report {
+        if !text.is_empty() {
+            text.push_str("\n\n");
+        }
+        text.push_str(
+            "What the person changed while you were stopped (read it before you act, and never undo their changes):\n",
+        );
+        text.push_str(r);
+    }
+    text
+}
+
+/// A later prompt in the same session.
+fn followup(queued: &[String], goal: &str) -> String {
+    if queued.is_empty() {
+        return format!("Continue with the task: {}", goal.trim());
+    }
+    format!(
+        "{}\n\nThen continue with the task: {}",
+        queued.join("\n\n"),
+        goal.trim()
+    )
+}
+
+/// The option that says yes (once, if the agent offers that) or no; `cancelled` when the
+/// agent offers no such option.
+fn permission_answer(q: &RequestPermissionRequest, ok: bool) -> RequestPermissionResponse {
+    let wanted = if ok {
+        [
+            PermissionOptionKind::AllowOnce,
+            PermissionOptionKind::AllowAlways,
+        ]
+    } else {
+        [
+            PermissionOptionKind::RejectOnce,
+            PermissionOptionKind::RejectAlways,
+        ]
+    };
+    let pick = wanted
+        .iter()
+        .find_map(|k| q.options.iter().find(|o| o.kind == *k))
+        .map(|o| o.option_id.clone());
+    RequestPermissionResponse::new(match pick {
+        Some(id) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id)),
+        None => RequestPermissionOutcome::Cancelled,
+    })
+}
+
+/// The tool kind as ACP spells it (`switch_mode`, …).
+fn kind_name(kind: ToolKind) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "other".into())
+}
+
+/// The command line in a tool call's raw input: a string, or words (with `sh -c LINE`
+/// unwrapped to LINE, which is what Rein's policy judges).
+fn command_of(raw: &serde_json::Value) -> Option<String> {
+    match raw.get("command").or_else(|| raw.get("cmd"))? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Array(words) => {
+            let words: Vec<&str> = words.iter().map(|w| w.as_str()).collect::<Option<_>>()?;
+            match words.as_slice() {
+                [sh, flag, line]
+                    if matches!(*sh, "sh" | "bash" | "zsh" | "/bin/sh" | "/bin/bash")
+                        && matches!(*flag, "-c" | "-lc") =>
+                {
+                    Some((*line).to_owned())
+                }
+                _ => Some(words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ")),
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Quotes a word for `sh` (bare when it needs no quoting).
+fn quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// Lines `line` (1-based) .. `line + limit` of a file's text.
+fn lines_of(text: &str, line: Option<u32>, limit: Option<u32>) -> String {
+    if line.is_none() && limit.is_none() {
+        return text.to_owned();
+    }
+    let start = line.unwrap_or(1).max(1) as usize - 1;
+    let lines = text.split_inclusive('\n').skip(start);
+    match limit {
+        Some(n) => lines.take(n as usize).collect(),
+        None => lines.collect(),
+    }
+}
+
+/// What a command the engine ran printed and how it ended, from the outcome text the engine
+/// writes ("exit code N", then "stdout:" and "stderr:" sections). None when it did not run
+/// (denied, refused, rolled back).
+fn ran(text: &str, limit: Option<u64>) -> Option<Ran> {
+    let mut rest = text;
+    let (mut exit_code, mut signal) = (None, None);
+    let mut known = false;
+    for _ in 0..2 {
+        let (line, after) = rest.split_once('\n').unwrap_or((rest, ""));
+        if let Some(c) = line.strip_prefix("exit code ") {
+            exit_code = c.trim().parse().ok();
+        } else if let Some(s) = line.strip_prefix("killed by signal ") {
+            signal = Some(s.trim().to_owned());
+        } else if line.starts_with("timed out after ") {
+            known = true;
+            rest = after;
+            continue;
+        } else {
+            break;
+        }
+        known = true;
+        rest = after;
+        break;
+    }
+    if !known {
+        return None;
+    }
+    let mut output = rest.strip_prefix("stdout:\n").unwrap_or(rest).to_owned();
+    let mut truncated = false;
+    if let Some(max) = limit.and_then(|l| usize::try_from(l).ok()) {
+        if output.len() > max {
+            // Keep the end, where the result usually is, cut at a character boundary.
+            let mut cut = output.len() - max;
+            while !output.is_char_boundary(cut) {
+                cut += 1;
+            }
+            output = output[cut..].to_owned();
+            truncated = true;
+        }
+    }
+    Some(Ran {
+        output,
+        truncated,
+        exit_code,
+        signal,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn specs_are_checked_with_examples() {
+        let root = Path::new("/tmp");
+        for bad in [
+            json!({"kind": "acp"}),
+            json!({"kind": "acp", "command": []}),
+            json!({"kind": "acp", "command": "npx x"}),
+            json!({"kind": "acp", "command": ["npx", 3]}),
+            json!({"kind": "acp", "command": ["x"], "env": {"K": 1}}),
+            json!({"kind": "acp", "command": ["x"], "mode": 2}),
+            json!({"kind": "acp", "command": ["x"], "env": {"ANTHROPIC_API_KEY": "sk-…"}}),
+        ] {
+            let Err(AgentError::Spec(msg)) = AcpAgent::from_spec(&bad, root, 0) else {
+                panic!("{bad} should be refused");
+            };
+            assert!(msg.contains('"'), "{msg}");
+        }
+        let ok = AcpAgent::from_spec(
+            &json!({"kind": "acp", "command": ["./bin/agent", "--acp"], "env": {"K": "V"}, "mode": "default"}),
+            root,
+            0,
+        )
+        .expect("a good spec");
+        assert_eq!(ok.launch.program, Path::new("/tmp/./bin/agent"));
+        assert_eq!(ok.launch.env, vec![("K".to_owned(), "V".to_owned())]);
+    }
+
+    #[test]
+    fn quoting_and_commands() {
+        assert_eq!(quote("cargo"), "cargo");
+        assert_eq!(quote("a b"), "'a b'");
+        assert_eq!(quote("it's"), r"'it'\''s'");
+        assert_eq!(quote(""), "''");
+        assert_eq!(
+            command_of(&json!({"command": ["bash", "-lc", "cargo test"]})),
+            Some("cargo test".into())
+        );
+        assert_eq!(
+            command_of(&json!({"command": ["rm", "-rf", "a b"]})),
+            Some("rm -rf 'a b'".into())
+        );
+        assert_eq!(command_of(&json!({"command": "ls"})), Some("ls".into()));
+        assert_eq!(command_of(&json!({"command": 3})), None);
+    }
+
+    #[test]
+    fn reads_slice_by_line_and_limit() {
+        let text = "a\nb\nc\nd\n";
+        assert_eq!(lines_of(text, None, None), text);
+        assert_eq!(lines_of(text, Some(2), Some(2)), "b\nc\n");
+        assert_eq!(lines_of(text, Some(3), None), "c\nd\n");
+        assert_eq!(lines_of(text, None, Some(1)), "a\n");
+        assert_eq!(lines_of(text, Some(9), None), "");
+    }
+
+    #[test]
+    fn command_outcomes_are_read_back() {
+        let r = ran("exit code 3\nstdout:\nhello\n\nstderr:\noops\n", None).expect("ran");
+        assert_eq!(r.exit_code, Some(3));
+        assert_eq!(r.output, "hello\n\nstderr:\noops\n");
+        let r = ran(
+            "timed out after 5 s and was killed\nkilled by signal 9\n",
+            None,
+        )
+        .expect("ran");
+        assert_eq!((r.exit_code, r.signal.as_deref()), (None, Some("9")));
+        assert!(ran("not done: the human chose \"deny\"", None).is_none());
+        let r = ran("exit code 0\nstdout:\nabcdéf\n", Some(4)).expect("ran");
+        assert!(r.truncated);
+        assert!(
+            r.output.len() <= 4 && r.output.ends_with("f\n"),
+            "{:?}",
+            r.output
+        );
+    }
+
+    #[test]
+    fn news_and_followups_carry_everything() {
+        let n = news(&["use tabs".into()], Some("src/a.rs changed"));
+        assert!(
+            n.contains("- use tabs") && n.contains("src/a.rs changed"),
+            "{n}"
+        );
+        let f = followup(&[n], "fix it");
+        assert!(f.ends_with("continue with the task: fix it"), "{f}");
+        assert_eq!(followup(&[], "fix it"), "Continue with the task: fix it");
+    }
+}

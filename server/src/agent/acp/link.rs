@@ -1,0 +1,270 @@
+//! What passes between the ACP connection thread and the engine's side of an ACP agent: the
+//! agent's requests (each with the responder that answers it), its session updates, and the
+//! connection's own news, queued in one inbox in the order they happened.
+//!
+//! The connection's dispatch loop only ever pushes here and returns, so it never blocks on the
+//! engine. While a turn is being cancelled the inbox answers new permission requests with
+//! `cancelled` itself, so an agent winding down never waits on a person who is not looking.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+
+use agent_client_protocol::v1::schema::{
+    CreateTerminalRequest, CreateTerminalResponse, KillTerminalRequest, KillTerminalResponse,
+    ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest, ReleaseTerminalResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SessionId,
+    SessionNotification, StopReason, TerminalOutputRequest, TerminalOutputResponse,
+    WaitForTerminalExitRequest, WaitForTerminalExitResponse, WriteTextFileRequest,
+    WriteTextFileResponse,
+};
+use agent_client_protocol::v1::Responder;
+use tokio::sync::Notify;
+
+/// A request from the agent with the responder that answers it.
+pub(super) enum Incoming {
+    Permission(
+        Box<RequestPermissionRequest>,
+        Responder<RequestPermissionResponse>,
+    ),
+    Read(ReadTextFileRequest, Responder<ReadTextFileResponse>),
+    Write(WriteTextFileRequest, Responder<WriteTextFileResponse>),
+    Create(CreateTerminalRequest, Responder<CreateTerminalResponse>),
+    Output(TerminalOutputRequest, Responder<TerminalOutputResponse>),
+    Wait(
+        WaitForTerminalExitRequest,
+        Responder<WaitForTerminalExitResponse>,
+    ),
+    Release(ReleaseTerminalRequest, Responder<ReleaseTerminalResponse>),
+    Kill(KillTerminalRequest, Responder<KillTerminalResponse>),
+}
+
+/// A JSON-RPC error the agent reads: `message` says what happened.
+pub(super) fn error(message: impl Into<String>) -> agent_client_protocol::Error {
+    agent_client_protocol::Error::new(-32603, message)
+}
+
+/// Logs a failed answer: the agent is gone or the connection closed, which the connection
+/// thread reports on its own.
+fn sent(what: &str, r: Result<(), agent_client_protocol::Error>) {
+    if let Err(e) = r {
+        tracing::debug!("cannot answer the agent's {what}: {e}");
+    }
+}
+
+impl Incoming {
+    /// The session the request belongs to.
+    pub(super) fn session(&self) -> &SessionId {
+        match self {
+            Incoming::Permission(q, _) => &q.session_id,
+            Incoming::Read(q, _) => &q.session_id,
+            Incoming::Write(q, _) => &q.session_id,
+            Incoming::Create(q, _) => &q.session_id,
+            Incoming::Output(q, _) => &q.session_id,
+            Incoming::Wait(q, _) => &q.session_id,
+            Incoming::Release(q, _) => &q.session_id,
+            Incoming::Kill(q, _) => &q.session_id,
+        }
+    }
+
+    /// Answers without doing anything: a permission is `cancelled` (what ACP asks of a
+    /// client after `session/cancel`), anything else an error saying `why`.
+    pub(super) fn refuse(self, why: &str) {
+        match self {
+            Incoming::Permission(_, r) => sent(
+                "permission request",
+                r.respond(RequestPermissionResponse::new(
+                    RequestPermissionOutcome::Cancelled,
+                )),
+            ),
+            Incoming::Read(_, r) => sent("read", r.respond_with_error(error(why))),
+            Incoming::Write(_, r) => sent("write", r.respond_with_error(error(why))),
+            Incoming::Create(_, r) => sent("terminal", r.respond_with_error(error(why))),
+            Incoming::Output(_, r) => sent("terminal output", r.respond_with_error(error(why))),
+            Incoming::Wait(_, r) => sent("terminal wait", r.respond_with_error(error(why))),
+            Incoming::Release(_, r) => sent("terminal release", r.respond_with_error(error(why))),
+            Incoming::Kill(_, r) => sent("terminal kill", r.respond_with_error(error(why))),
+        }
+    }
+}
+
+/// Something that happened on the connection, in order.
+pub(super) enum Event {
+    /// The session is open.
+    Ready {
+        session: SessionId,
+        /// The agent takes `_session/steering` into a running turn.
+        steering: bool,
+    },
+    /// The agent could not be started or set up; the text says why.
+    Failed(String),
+    /// A request from the agent.
+    Request(Box<Incoming>),
+    /// A `session/update` notification.
+    Update(Box<SessionNotification>),
+    /// A `session/prompt` ended.
+    PromptDone {
+        turn: u64,
+        result: Result<StopReason, String>,
+    },
+    /// A `_session/steering` request was answered.
+    Steered {
+        text: String,
+        /// The agent took the message into its running turn.
+        injected: bool,
+    },
+    /// The agent process ended.
+    Exited {
+        /// Its exit status, in words.
+        status: String,
+        /// The last lines it wrote to stderr.
+        stderr: Vec<String>,
+        /// Why Rein stopped it, when Rein did.
+        killed: Option<String>,
+    },
+}
+
+const STOPPED: &str = "cancelled: the person supervising you stopped this turn";
+
+#[derive(Default)]
+struct Inbox {
+    events: VecDeque<Event>,
+    /// A turn is being cancelled: requests are answered at once instead of queued.
+    cancelling: bool,
+    /// The request the engine is carrying out as a move, answered with its outcome.
+    inflight: Option<Incoming>,
+}
+
+/// The inbox shared by the connection thread and the engine's side.
+#[derive(Default)]
+pub(super) struct Shared {
+    inbox: Mutex<Inbox>,
+    notify: Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inbox> {
+        // A panic elsewhere must not take the agent down with it: the data is still usable.
+        self.inbox.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues an event.
+    pub(super) fn push(&self, ev: Event) {
+        self.lock().events.push_back(ev);
+        self.notify.notify_one();
+    }
+
+    /// Queues a request from the agent, or refuses it at once while a turn is cancelled.
+    pub(super) fn deliver(&self, inc: Incoming) {
+        let mut inbox = self.lock();
+        if inbox.cancelling {
+            drop(inbox);
+            inc.refuse(STOPPED);
+            return;
+        }
+        inbox.events.push_back(Event::Request(Box::new(inc)));
+        drop(inbox);
+        self.notify.notify_one();
+    }
+
+    /// The next event; waits for one. Cancel-safe: an event is only taken in the poll that
+    /// returns it.
+    pub(super) async fn next(&self) -> Event {
+        loop {
+            let notified = self.notify.notified();
+            if let Some(ev) = self.lock().events.pop_front() {
+                return ev;
+            }
+            notified.await;
+        }
+    }
+
+    /// Starts cancelling the running turn: the request being carried out and every queued
+    /// request are answered as stopped, and new ones will be until the turn ends.
+    pub(super) fn begin_cancel(&self) {
+        let mut inbox = self.lock();
+        inbox.cancelling = true;
+        let inflight = inbox.inflight.take();
+        let mut requests = Vec::new();
+        let mut rest = VecDeque::with_capacity(inbox.events.len());
+        for ev in inbox.events.drain(..) {
+            match ev {
+                Event::Request(inc) => requests.push(*inc),
+                other => rest.push_back(other),
+            }
+        }
+        inbox.events = rest;
+        drop(inbox);
+        for inc in inflight.into_iter().chain(requests) {
+            inc.refuse(STOPPED);
+        }
+    }
+
+    /// Ends a cancel when nothing is running any more.
+    pub(super) fn end_cancel(&self) {
+        self.lock().cancelling = false;
+    }
+
+    /// Queues the end of a turn, which also ends any cancel of it.
+    pub(super) fn turn_ended(&self, ev: Event) {
+        let mut inbox = self.lock();
+        inbox.cancelling = false;
+        inbox.events.push_back(ev);
+        drop(inbox);
+        self.notify.notify_one();
+    }
+
+    /// Keeps the request the engine is now carrying out, to answer it with the outcome.
+    pub(super) fn park(&self, inc: Incoming) {
+        if let Some(old) = self.lock().inflight.replace(inc) {
+            // Never two at once: the engine answers one move before asking for the next.
+            old.refuse("superseded by a later request");
+        }
+    }
+
+    /// The request being carried out, if any.
+    pub(super) fn take_inflight(&self) -> Option<Incoming> {
+        self.lock().inflight.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn next_returns_events_in_order_and_waits_for_more() {
+        let shared = std::sync::Arc::new(Shared::default());
+        shared.push(Event::Failed("one".into()));
+        shared.push(Event::Failed("two".into()));
+        let Event::Failed(a) = shared.next().await else {
+            panic!("expected the first event")
+        };
+        let Event::Failed(b) = shared.next().await else {
+            panic!("expected the second event")
+        };
+        assert_eq!((a.as_str(), b.as_str()), ("one", "two"));
+        let later = shared.clone();
+        let pusher = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            later.push(Event::Failed("three".into()));
+        });
+        let Event::Failed(c) = shared.next().await else {
+            panic!("expected the pushed event")
+        };
+        assert_eq!(c, "three");
+        pusher.await.expect("pusher ran");
+    }
+
+    #[tokio::test]
+    async fn a_dropped_wait_loses_nothing() {
+        let shared = Shared::default();
+        let waited =
+            tokio::time::timeout(std::time::Duration::from_millis(10), shared.next()).await;
+        assert!(waited.is_err(), "nothing to take yet");
+        shared.push(Event::Failed("kept".into()));
+        let Event::Failed(x) = shared.next().await else {
+            panic!("expected the event")
+        };
+        assert_eq!(x, "kept");
+    }
+}

@@ -1,0 +1,839 @@
+//! The ACP connection thread: starts the agent process in its own process group, runs the
+//! JSON-RPC connection over its stdio, sets up the session, and carries out what the engine's
+//! side asks (prompt, cancel, steer, stop). It reports everything back through the shared
+//! inbox. It runs on a thread of its own with a current-thread runtime, so the SDK's futures
+//! need not be `Send` and nothing here can stall the engine.
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema::{
+    AuthenticateRequest, CancelNotification, ClientCapabilities, ContentBlock,
+    CreateTerminalRequest, FileSystemCapabilities, Implementation, InitializeRequest,
+    InitializeResponse, KillTerminalRequest, NewSessionRequest, PromptRequest, ReadTextFileRequest,
+    ReleaseTerminalRequest, RequestPermissionRequest, SessionId, SessionModeId, SessionModeState,
+    SessionNotification, SetSessionModeRequest, StopReason, TerminalOutputRequest, TextContent,
+    WaitForTerminalExitRequest, WriteTextFileRequest,
+};
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::{Agent as Peer, Client, Lines, UntypedMessage};
+use futures::{SinkExt, StreamExt};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::link::{error, Event, Incoming, Shared};
+
+/// How many stderr lines are kept to explain a crash.
+const STDERR_LINES: usize = 20;
+/// The longest JSON-RPC line taken from an agent; a longer one ends the connection.
+const MAX_LINE: usize = 64 * 1024 * 1024;
+/// The longest stderr line kept (the rest is cut).
+const MAX_STDERR_LINE: usize = 4096;
+/// Between SIGTERM and SIGKILL when Rein ends the agent.
+const TERM_GRACE: Duration = Duration::from_secs(1);
+/// Modes that make an agent ask before acting, best first: Claude's and Gemini's
+/// `default`, Goose's `approve`, Codex's `read-only` (it asks before writing).
+const ASKING_MODES: [&str; 4] = ["default", "approve", "ask", "read-only"];
+/// The steering extension (Claude's and Codex's ACP adapters).
+const STEERING: &str = "_session/steering";
+
+/// How to start one agent.
+#[derive(Debug, Clone)]
+pub(super) struct Launch {
+    /// The program (resolved against the root when relative with a slash).
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+    /// The working tree: the process's cwd and the session's.
+    pub root: PathBuf,
+    /// The session mode to ask for, when the spec names one.
+    pub mode: Option<String>,
+    /// How long a cancelled turn may take to end before the agent is killed.
+    pub grace: Duration,
+}
+
+/// What the engine's side asks of the connection.
+#[derive(Debug)]
+pub(super) enum Cmd {
+    /// Start a turn.
+    Prompt { turn: u64, text: String },
+    /// Cancel the running turn (the inbox is already refusing its requests).
+    Cancel,
+    /// Put a message into the running turn.
+    Steer { text: String },
+    /// The task is aborted: cancel, then end the process.
+    Abort,
+    /// End the process once the running turn (if any) is cancelled.
+    Stop,
+}
+
+/// Starts the connection thread; the returned sender drives it.
+pub(super) fn start(launch: Launch, shared: Arc<Shared>) -> mpsc::UnboundedSender<Cmd> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let inbox = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("rein-acp".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    inbox.push(Event::Failed(format!(
+                        "cannot start a runtime for the agent connection: {e}"
+                    )));
+                    return;
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, run(launch, inbox, rx));
+        });
+    if let Err(e) = spawned {
+        shared.push(Event::Failed(format!(
+            "cannot start a thread for the agent connection: {e}"
+        )));
+    }
+    tx
+}
+
+/// What a task of the connection thread finished.
+enum Done {
+    Setup(Result<(SessionId, bool), String>),
+    Prompt(u64, Result<StopReason, agent_client_protocol::Error>),
+    Steer(
+        String,
+        Result<serde_json::Value, agent_client_protocol::Error>,
+    ),
+}
+
+struct Worker {
+    launch: Launch,
+    shared: Arc<Shared>,
+    pgid: Option<Pid>,
+    cx: Option<ConnectionTo<Peer>>,
+    session: Option<SessionId>,
+    done: mpsc::UnboundedSender<Done>,
+    /// The turn whose `session/prompt` is in flight.
+    prompt: Option<u64>,
+    /// The cancelled turn must have ended by then, or the agent is killed.
+    cancel_by: Option<Instant>,
+    /// End the process once the running turn is over.
+    stopping: bool,
+    /// SIGKILL then, if SIGTERM has not ended it.
+    kill_at: Option<Instant>,
+    /// The connection closed: the process must have exited by then, or it is ended.
+    exit_by: Option<Instant>,
+    /// Why Rein ended the process, once it has.
+    killed: Option<String>,
+}
+
+async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+    let mut child = match spawn(&launch) {
+        Ok(c) => c,
+        Err(e) => {
+            shared.push(Event::Failed(format!(
+                "cannot start `{}`: {e}; check that it is installed and on PATH",
+                launch.program.display()
+            )));
+            return;
+        }
+    };
+    let pgid = child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .map(Pid::from_raw);
+    let tail = Arc::new(Mutex::new(VecDeque::new()));
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        shared.push(Event::Failed("the agent's stdio could not be piped".into()));
+        return;
+    };
+    let stderr_pump = tokio::task::spawn_local(pump_stderr(stderr, tail.clone()));
+    let (out_tx, out_rx) = futures::channel::mpsc::unbounded::<String>();
+    let (in_tx, in_rx) = futures::channel::mpsc::unbounded::<io::Result<String>>();
+    tokio::task::spawn_local(pump_stdin(stdin, out_rx));
+    tokio::task::spawn_local(pump_stdout(stdout, in_tx));
+    let transport = Lines::new(out_tx.sink_map_err(io::Error::other), in_rx);
+
+    let (cx_tx, cx_rx) = futures::channel::oneshot::channel::<ConnectionTo<Peer>>();
+    let conn = handlers(Client.v1().name("rein"), &shared).connect_with(
+        transport,
+        async move |cx: ConnectionTo<Peer>| {
+            let _ = cx_tx.send(cx.clone());
+            cx.incoming_closed().await;
+            Ok(())
+        },
+    );
+    let mut conn = Box::pin(conn);
+    let mut conn_open = true;
+    let mut cx_rx = cx_rx;
+    let mut awaiting_cx = true;
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let mut w = Worker {
+        launch,
+        shared,
+        pgid,
+        cx: None,
+        session: None,
+        done: done_tx,
+        prompt: None,
+        cancel_by: None,
+        stopping: false,
+        kill_at: None,
+        exit_by: None,
+        killed: None,
+    };
+    let mut cmds_open = true;
+    let status = loop {
+        let deadline = [w.cancel_by, w.kill_at, w.exit_by]
+            .into_iter()
+            .flatten()
+            .min();
+        tokio::select! {
+            status = child.wait() => break status,
+            r = &mut conn, if conn_open => {
+                conn_open = false;
+                // The agent closed its output (or broke the protocol): it should be exiting.
+                if let Err(e) = r {
+                    tracing::debug!("agent connection ended: {e}");
+                }
+                w.expect_exit("it closed its connection to Rein");
+            }
+            cx = &mut cx_rx, if awaiting_cx => {
+                awaiting_cx = false;
+                if let Ok(cx) = cx {
+                    w.cx = Some(cx.clone());
+                    let done = w.done.clone();
+                    let (root, mode) = (w.launch.root.clone(), w.launch.mode.clone());
+                    tokio::task::spawn_local(async move {
+                        let _ = done.send(Done::Setup(setup(cx, root, mode).await));
+                    });
+                }
+            }
+            cmd = cmds.recv(), if cmds_open => match cmd {
+                Some(cmd) => w.command(cmd),
+                // The agent was dropped without a word: end the process all the same.
+                None => {
+                    cmds_open = false;
+                    w.command(Cmd::Stop);
+                }
+            },
+            Some(done) = done_rx.recv() => w.finished(done),
+            _ = sleep_until(deadline), if deadline.is_some() => w.timers(),
+        }
+    };
+    // Let stderr drain so the crash report carries the agent's last words.
+    let _ = tokio::time::timeout(Duration::from_millis(300), stderr_pump).await;
+    let stderr: Vec<String> = tail
+        .lock()
+        .map(|t| t.iter().cloned().collect())
+        .unwrap_or_default();
+    let status = match status {
+        Ok(s) => describe(s),
+        Err(e) => format!("its exit status is unknown ({e})"),
+    };
+    // Anything still in the group (the agent's own children) goes with it.
+    if let Some(pgid) = w.pgid {
+        let _ = killpg(pgid, Signal::SIGKILL);
+    }
+    w.shared.end_cancel();
+    w.shared.push(Event::Exited {
+        status,
+        stderr,
+        killed: w.killed,
+    });
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn spawn(l: &Launch) -> io::Result<Child> {
+    let mut cmd = Command::new(&l.program);
+    cmd.args(&l.args)
+        .envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .current_dir(&l.root)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group, so Rein can end the agent and everything it started at once.
+        .process_group(0)
+        .kill_on_drop(true);
+    cmd.spawn()
+}
+
+fn describe(s: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(sig)) => match Signal::try_from(sig) {
+            Ok(name) => format!("killed by signal {sig} ({name})"),
+            Err(_) => format!("killed by signal {sig}"),
+        },
+        _ => "an unknown exit status".into(),
+    }
+}
+
+/// Registers the agent→client requests Rein answers; each is queued, never handled here,
+/// so the dispatch loop is never blocked. Unknown requests get "method not found".
+fn handlers(
+    b: agent_client_protocol::v1::Builder<Client>,
+    shared: &Arc<Shared>,
+) -> agent_client_protocol::v1::Builder<Client, impl agent_client_protocol::HandleDispatchFrom<Peer>>
+{
+    let (s1, s2, s3, s4, s5, s6, s7, s8, s9) = (
+        shared.clone(),
+        shared.clone(),
+        shared.clone(),
+        shared.clone(),
+        shared.clone(),
+        shared.clone(),
+        shared.clone(),
+        shared.clone(),
+        shared.clone(),
+    );
+    b.on_receive_request(
+        async move |q: RequestPermissionRequest, r, _cx| {
+            s1.deliver(Incoming::Permission(Box::new(q), r));
+            Ok(())
+        },
+        agent_client_protocol::on_receive_request!(),
+    )
+    .on_receive_request(
+        async move |q: ReadTextFileRequest, r, _cx| {
+            s2.deliver(Incoming::Read(q, r));
+            Ok(())
+        },
+        agent_client_protocol::on_receive_request!(),
+    )
+    .on_receive_request(
+        async move |q: WriteTextFileRequest, r, _cx| {
+            s3.deliver(Incoming::Write(q, r));
+            Ok(())
+        },
+        agent_client_protocol::on_receive_request!(),
+    )
+    .on_receive_request(
+        async move |q: CreateTerminalRequest, r, _cx| {
+            s4.deliver(Incoming::Create(q, r));
+            Ok(())
+        },
+        agent_client_protocol::on_receive_request!(),
+    )
+    .on_receive_request(
+        async move |q: TerminalOutputRequest, r, _cx| {
+            s5.deliver(Incoming::Output(q, r));
+            Ok(())
+        },
+        agent_client_protocol::on_receive_request!(),
+    )
+    .on_receive_request(
+        async move |q: WaitForTerminalExitRequest, r, _cx| {
+            s6.deliver(Incoming::Wait(q, r));
+            Ok(())
+        },
+        agent_client_protocol::on_receive_request!(),
+    )
+    .on_receive_request(
+        async move |q: ReleaseTerminalRequest, r, _cx| {
+            s7.deliver(Incoming::Release(q, r));
+            Ok(())
+        },
+        agent_client_protocol::on_receive_request!(),
+    )
+    .on_receive_request(
+        async move |q: KillTerminalRequest, r, _cx| {
+            s8.deliver(Incoming::Kill(q, r));
+            Ok(())
+        },
+        agent_client_protocol::on_receive_request!(),
+    )
+    .on_receive_notification(
+        async move |n: SessionNotification, _cx| {
+            s9.push(Event::Update(Box::new(n)));
+            Ok(())
+        },
+        agent_client_protocol::on_receive_notification!(),
+    )
+}
+
+/// `initialize` (fs and terminal capabilities), `session/new` in the working tree with no MCP
+/// servers, and an asking mode when the agent offers one.
+async fn setup(
+    cx: ConnectionTo<Peer>,
+    root: PathBuf,
+    mode: Option<String>,
+) -> Result<(SessionId, bool), String> {
+    let caps = ClientCapabilities::new()
+        .fs(FileSystemCapabilities::new()
+            .read_text_file(true)
+            .write_text_file(true))
+        .terminal(true);
+    let init = cx
+        .send_request(
+            InitializeRequest::new(ProtocolVersion::V1)
+                .client_capabilities(caps)
+                .client_info(Implementation::new("rein", env!("CARGO_PKG_VERSION"))),
+        )
+        .block_task()
+        .await
+        .map_err(|e| format!("it did not answer `initialize`: {}", said(&e)))?;
+    let steering = advertises_steering(&init);
+    let mut opened = cx
+        .send_request(NewSessionRequest::new(root.clone()))
+        .block_task()
+        .await;
+    // Agents that take an API key from the environment (Codex's `api-key`, Gemini's
+    // `gemini-api-key`) may still want `authenticate` first; interactive logins (a browser)
+    // are never started from here.
+    for method in api_key_methods(&init) {
+        let Err(e) = &opened else { break };
+        if e.code != agent_client_protocol::ErrorCode::from(-32000) {
+            break;
+        }
+        if let Err(e) = cx
+            .send_request(AuthenticateRequest::new(method.clone()))
+            .block_task()
+            .await
+        {
+            tracing::debug!("authenticate {method} failed: {}", said(&e));
+            continue;
+        }
+        opened = cx
+            .send_request(NewSessionRequest::new(root.clone()))
+            .block_task()
+            .await;
+    }
+    let new = opened.map_err(|e| session_refused(&e, &init))?;
+    if let Some(modes) = &new.modes {
+        if let Some(id) = pick_mode(modes, mode.as_deref())? {
+            let set = SetSessionModeRequest::new(new.session_id.clone(), id.clone());
+            if let Err(e) = cx.send_request(set).block_task().await {
+                tracing::warn!("the agent refused session mode {}: {}", id.0, said(&e));
+            }
+        }
+    }
+    Ok((new.session_id, steering))
+}
+
+/// Whether the agent takes `_session/steering`: `_meta.steering.supported` on its
+/// initialize response (where Claude's and Codex's adapters put it) or on its capabilities.
+fn advertises_steering(init: &InitializeResponse) -> bool {
+    [init.meta.as_ref(), init.agent_capabilities.meta.as_ref()]
+        .into_iter()
+        .flatten()
+        .any(|m| {
+            m.get("steering")
+                .and_then(|s| s.get("supported"))
+                .and_then(serde_json::Value::as_bool)
+                == Some(true)
+        })
+}
+
+/// A JSON-RPC error on one line: its message, then its data.
+fn said(e: &agent_client_protocol::Error) -> String {
+    match &e.data {
+        Some(d) => format!("{} ({d})", e.message),
+        None => e.message.clone(),
+    }
+}
+
+/// The `id` (or `name`) field of each of the agent's auth methods.
+fn auth_methods(init: &InitializeResponse, field: &str) -> Vec<String> {
+    init.auth_methods
+        .iter()
+        .filter_map(|m| serde_json::to_value(m).ok())
+        .filter_map(|v| v.get(field).and_then(|n| n.as_str()).map(str::to_owned))
+        .collect()
+}
+
+/// Auth methods that read an API key from the environment rather than open a browser.
+fn api_key_methods(init: &InitializeResponse) -> Vec<String> {
+    auth_methods(init, "id")
+        .into_iter()
+        .filter(|id| {
+            let id = id.to_ascii_lowercase().replace('_', "-");
+            id.contains("api-key") || id.contains("apikey")
+        })
+        .collect()
+}
+
+fn session_refused(e: &agent_client_protocol::Error, init: &InitializeResponse) -> String {
+    let methods = auth_methods(init, "name");
+    let how = if methods.is_empty() {
+        String::new()
+    } else {
+        format!(" (it offers: {})", methods.join(", "))
+    };
+    format!(
+        "it refused to open a session: {}. Log in with the agent's own CLI first{how}, or set its API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY…) in the environment Rein runs in; see docs/agents.md",
+        said(e)
+    )
+}
+
+/// The mode to switch to: the spec's, else the first asking mode offered unless one is
+/// already current.
+fn pick_mode(
+    modes: &SessionModeState,
+    wanted: Option<&str>,
+) -> Result<Option<SessionModeId>, String> {
+    let current = modes.current_mode_id.0.as_ref();
+    let offered = |id: &str| modes.available_modes.iter().any(|m| m.id.0.as_ref() == id);
+    if let Some(w) = wanted {
+        if !offered(w) {
+            let names: Vec<&str> = modes
+                .available_modes
+                .iter()
+                .map(|m| m.id.0.as_ref())
+                .collect();
+            return Err(format!(
+                "it has no session mode \"{w}\"; it offers: {}",
+                names.join(", ")
+            ));
+        }
+        return Ok((w != current).then(|| SessionModeId::new(w)));
+    }
+    if ASKING_MODES.contains(&current) {
+        return Ok(None);
+    }
+    Ok(ASKING_MODES
+        .iter()
+        .find(|m| offered(m))
+        .map(|m| SessionModeId::new(*m)))
+}
+
+impl Worker {
+    fn command(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Prompt { turn, text } => self.prompt(turn, text),
+            Cmd::Cancel => self.cancel(),
+            Cmd::Steer { text } => self.steer(text),
+            Cmd::Abort => {
+                if !self.stopping {
+                    self.stop();
+                }
+            }
+            Cmd::Stop => self.stop(),
+        }
+    }
+
+    fn prompt(&mut self, turn: u64, text: String) {
+        let (Some(cx), Some(session)) = (self.cx.clone(), self.session.clone()) else {
+            self.shared.turn_ended(Event::PromptDone {
+                turn,
+                result: Err("the session is not open".into()),
+            });
+            return;
+        };
+        self.prompt = Some(turn);
+        let done = self.done.clone();
+        tokio::task::spawn_local(async move {
+            let req = PromptRequest::new(session, vec![ContentBlock::Text(TextContent::new(text))]);
+            // Awaited to the end: dropping it would send `$/cancel_request`.
+            let r = cx.send_request(req).block_task().await;
+            let _ = done.send(Done::Prompt(turn, r.map(|r| r.stop_reason)));
+        });
+    }
+
+    fn cancel(&mut self) {
+        if self.prompt.is_none() {
+            // The turn ended before the cancel got here: nothing is left to refuse.
+            self.shared.end_cancel();
+            return;
+        }
+        if let (Some(cx), Some(session)) = (&self.cx, &self.session) {
+            if let Err(e) = cx.send_notification(CancelNotification::new(session.clone())) {
+                tracing::debug!("cannot send session/cancel: {e}");
+            }
+        }
+        if self.cancel_by.is_none() {
+            self.cancel_by = Some(Instant::now() + self.launch.grace);
+        }
+    }
+
+    fn steer(&mut self, text: String) {
+        let (Some(cx), Some(session)) = (self.cx.clone(), self.session.clone()) else {
+            let _ = self
+                .done
+                .send(Done::Steer(text, Err(error("the session is not open"))));
+            return;
+        };
+        let done = self.done.clone();
+        tokio::task::spawn_local(async move {
+            let params = serde_json::json!({
+                "sessionId": session,
+                "prompt": [ContentBlock::Text(TextContent::new(text.clone()))],
+                // If the turn ended meanwhile, refuse rather than start a turn Rein does not track.
+                "_meta": { "steering": { "idleBehavior": "promptRequired" } },
+            });
+            let r = match UntypedMessage::new(STEERING, params) {
+                Ok(msg) => cx.send_request(msg).block_task().await,
+                Err(e) => Err(e),
+            };
+            let _ = done.send(Done::Steer(text, r));
+        });
+    }
+
+    /// Cancels the running turn and ends the process once it is over.
+    fn stop(&mut self) {
+        self.stopping = true;
+        if self.prompt.is_some() {
+            self.shared.begin_cancel();
+            self.cancel();
+        } else if self.kill_at.is_none() {
+            self.terminate("Rein stopped it");
+        }
+    }
+
+    fn finished(&mut self, done: Done) {
+        match done {
+            Done::Setup(Ok((session, steering))) => {
+                self.session = Some(session.clone());
+                self.shared.push(Event::Ready { session, steering });
+            }
+            Done::Setup(Err(why)) => {
+                self.shared.push(Event::Failed(why));
+                self.terminate("it could not be set up");
+            }
+            Done::Prompt(turn, r) => {
+                if self.prompt == Some(turn) {
+                    self.prompt = None;
+                    self.cancel_by = None;
+                }
+                match r {
+                    Err(e)
+                        if agent_client_protocol::is_incoming_transport_closed(&e)
+                            || agent_client_protocol::is_connection_terminated(&e) =>
+                    {
+                        // The process is going away; its exit says why, not this error.
+                        self.shared.end_cancel();
+                        self.expect_exit("it closed its connection to Rein");
+                    }
+                    r => self.shared.turn_ended(Event::PromptDone {
+                        turn,
+                        result: r.map_err(|e| said(&e)),
+                    }),
+                }
+                if self.stopping && self.kill_at.is_none() {
+                    self.terminate("Rein stopped it");
+                }
+            }
+            Done::Steer(text, r) => {
+                // Only an explicit "injected" counts: some agents answer unknown methods
+                // with an empty success.
+                let injected = matches!(&r, Ok(v) if v.get("outcome").and_then(|o| o.as_str()) == Some("injected"));
+                if let Err(e) = &r {
+                    tracing::debug!("steering was not taken: {}", said(e));
+                }
+                self.shared.push(Event::Steered { text, injected });
+            }
+        }
+    }
+
+    fn timers(&mut self) {
+        let now = Instant::now();
+        if self.cancel_by.is_some_and(|t| t <= now) {
+            self.cancel_by = None;
+            if self.prompt.is_some() && self.kill_at.is_none() {
+                let secs = self.launch.grace.as_secs_f64();
+                self.terminate(&format!(
+                    "it did not end its turn within {secs:.0} s of session/cancel"
+                ));
+            }
+        }
+        if self.exit_by.is_some_and(|t| t <= now) {
+            self.exit_by = None;
+            if self.kill_at.is_none() {
+                self.terminate("it closed its connection to Rein but kept running");
+            }
+        }
+        if self.kill_at.is_some_and(|t| t <= now) {
+            self.kill_at = None;
+            if let Some(pgid) = self.pgid {
+                let _ = killpg(pgid, Signal::SIGKILL);
+            }
+        }
+    }
+
+    /// The connection is gone; the process should exit on its own, or be ended.
+    fn expect_exit(&mut self, why: &str) {
+        if self.kill_at.is_none() && self.exit_by.is_none() {
+            self.exit_by = Some(Instant::now() + self.launch.grace);
+            tracing::debug!("the agent {why}; waiting for it to exit");
+        }
+    }
+
+    /// SIGTERM to the whole group, SIGKILL after a grace.
+    fn terminate(&mut self, why: &str) {
+        if self.killed.is_none() {
+            self.killed = Some(why.to_owned());
+        }
+        if let Some(pgid) = self.pgid {
+            let _ = killpg(pgid, Signal::SIGTERM);
+        }
+        self.kill_at = Some(Instant::now() + TERM_GRACE);
+    }
+}
+
+async fn pump_stdin(
+    mut stdin: ChildStdin,
+    mut lines: futures::channel::mpsc::UnboundedReceiver<String>,
+) {
+    while let Some(line) = lines.next().await {
+        let mut bytes = line.into_bytes();
+        bytes.push(b'\n');
+        if let Err(e) = stdin.write_all(&bytes).await {
+            tracing::debug!("cannot write to the agent: {e}");
+            return;
+        }
+        if stdin.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads one line of at most `cap` bytes into `buf` (without its newline). `Ok(None)` at
+/// end of input; `Ok(Some(true))` when the line was longer than `cap` (cut there).
+async fn read_line(
+    reader: &mut (impl AsyncBufRead + Unpin),
+    buf: &mut Vec<u8>,
+    cap: usize,
+) -> io::Result<Option<bool>> {
+    buf.clear();
+    let n = reader.take(cap as u64 + 1).read_until(b'\n', buf).await?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let ended = buf.last() == Some(&b'\n');
+    while matches!(buf.last(), Some(b'\n' | b'\r')) {
+        buf.pop();
+    }
+    Ok(Some(!ended && buf.len() > cap))
+}
+
+async fn pump_stdout(
+    stdout: ChildStdout,
+    lines: futures::channel::mpsc::UnboundedSender<io::Result<String>>,
+) {
+    let mut reader = BufReader::new(stdout);
+    let mut buf = Vec::new();
+    loop {
+        match read_line(&mut reader, &mut buf, MAX_LINE).await {
+            Ok(None) => return,
+            Ok(Some(true)) => {
+                let _ = lines.unbounded_send(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the agent sent a message longer than 64 MiB",
+                )));
+                return;
+            }
+            Ok(Some(false)) => {
+                if buf.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                let line = String::from_utf8_lossy(&buf).into_owned();
+                if lines.unbounded_send(Ok(line)).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = lines.unbounded_send(Err(e));
+                return;
+            }
+        }
+    }
+}
+
+async fn pump_stderr(stderr: ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
+    let mut reader = BufReader::new(stderr);
+    let mut buf = Vec::new();
+    while let Ok(Some(_)) = read_line(&mut reader, &mut buf, MAX_STDERR_LINE).await {
+        let line = String::from_utf8_lossy(&buf).into_owned();
+        if line.trim().is_empty() {
+            continue;
+        }
+        tracing::debug!(target: "rein::agent::acp", "agent stderr: {line}");
+        if let Ok(mut t) = tail.lock() {
+            if t.len() == STDERR_LINES {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_client_protocol::v1::schema::SessionMode;
+
+    fn modes(current: &str, ids: &[&'static str]) -> SessionModeState {
+        SessionModeState::new(
+            SessionModeId::new(current),
+            ids.iter().map(|i| SessionMode::new(*i, *i)).collect(),
+        )
+    }
+
+    #[test]
+    fn an_asking_mode_is_preferred_and_the_spec_wins() {
+        let claude = modes("default", &["default", "acceptEdits", "bypassPermissions"]);
+        assert_eq!(pick_mode(&claude, None), Ok(None));
+        let codex = modes("auto", &["read-only", "auto", "full-access"]);
+        assert_eq!(
+            pick_mode(&codex, None),
+            Ok(Some(SessionModeId::new("read-only")))
+        );
+        let yolo = modes("yolo", &["yolo"]);
+        assert_eq!(pick_mode(&yolo, None), Ok(None));
+        assert_eq!(
+            pick_mode(&claude, Some("acceptEdits")),
+            Ok(Some(SessionModeId::new("acceptEdits")))
+        );
+        let err = pick_mode(&claude, Some("nope")).expect_err("unknown mode");
+        assert!(err.contains("default, acceptEdits"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn lines_are_capped_and_stripped() {
+        let data: &[u8] = b"short\r\nthis line is far too long\nend";
+        let mut reader = BufReader::new(data);
+        let mut buf = Vec::new();
+        assert_eq!(
+            read_line(&mut reader, &mut buf, 10).await.ok(),
+            Some(Some(false))
+        );
+        assert_eq!(buf, b"short");
+        assert_eq!(
+            read_line(&mut reader, &mut buf, 10).await.ok(),
+            Some(Some(true))
+        );
+        // The rest of a cut line comes next (stderr keeps it; stdout gives up on a cut line).
+        assert_eq!(
+            read_line(&mut reader, &mut buf, 100).await.ok(),
+            Some(Some(false))
+        );
+        assert_eq!(buf, b"s far too long");
+        assert_eq!(
+            read_line(&mut reader, &mut buf, 100).await.ok(),
+            Some(Some(false))
+        );
+        assert_eq!(buf, b"end");
+        assert_eq!(read_line(&mut reader, &mut buf, 100).await.ok(), Some(None));
+    }
+}

@@ -1,0 +1,587 @@
+//! The ACP client through the real engine: a real ACP agent process (the `acp_test_agent`
+//! example, whose decisions are scripted) over a real stdio pipe. Permissions follow the
+//! engine's policy and the human's decisions, file writes are merged around the human's fix,
+//! tools the agent runs itself are checkpointed as its steps, terminals run through `exec`,
+//! and cancel, steer, crash and a stubborn agent are handled without losing the task.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rein::agent::{self, Context, Interrupt};
+use rein::control::{self, Request};
+use rein::state::{Author, ConstraintSource, DecisionKind, Status};
+use serde_json::{json, Value};
+use support::*;
+
+const BUGGY: &str = "pub fn answer() -> u32 {\n    41\n}\n";
+const FIXED: &str = "pub fn answer() -> u32 {\n    42\n}\n";
+const STALE_WITH_NEW: &str =
+    "pub fn answer() -> u32 {\n    41\n}\n\npub fn double(x: u32) -> u32 {\n    x * 2\n}\n";
+const FIXED_WITH_NEW: &str =
+    "pub fn answer() -> u32 {\n    42\n}\n\npub fn double(x: u32) -> u32 {\n    x * 2\n}\n";
+
+/// The test agent, built by `cargo test` (which builds examples) next to the test binary.
+fn agent_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let debug = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lives in target/<profile>/deps");
+    let bin = debug.join("examples").join("acp_test_agent");
+    let rebuild = "run the whole `cargo test` (it builds examples) or `cargo build --example acp_test_agent` first";
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| panic!("{} is missing: {rebuild}", bin.display()));
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/acp_test_agent.rs");
+    if let Ok(changed) = std::fs::metadata(&source).and_then(|m| m.modified()) {
+        // `cargo test --test acp` does not rebuild examples: refuse to test a stale agent.
+        assert!(
+            changed <= built,
+            "{} is older than its source: {rebuild}",
+            bin.display()
+        );
+    }
+    bin
+}
+
+/// A scenario file and its log, outside the repository (the engine would see them there).
+struct Scenario {
+    _dir: tempfile::TempDir,
+    file: PathBuf,
+    log: PathBuf,
+}
+
+fn scenario(mut doc: Value) -> Scenario {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("log.jsonl");
+    let file = dir.path().join("scenario.json");
+    doc["log"] = json!(log);
+    std::fs::write(&file, doc.to_string()).expect("write scenario");
+    Scenario {
+        _dir: dir,
+        file,
+        log,
+    }
+}
+
+impl Scenario {
+    /// Everything the agent logged so far.
+    fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    fn of(&self, event: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["event"] == event)
+            .collect()
+    }
+
+    /// Waits (30 s at most) until the agent has logged `count` events of a kind.
+    async fn logged(&self, event: &str, count: usize) -> Vec<Value> {
+        for _ in 0..3000 {
+            let found = self.of(event);
+            if found.len() >= count {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "timed out waiting for {count} {event} event(s); the agent logged: {:#?}",
+            self.events()
+        );
+    }
+}
+
+fn start_acp(root: &Path, sc: &Scenario) -> Run {
+    let (notify, notices) = channel();
+    let spec = json!({"kind": "acp", "command": [agent_bin(), sc.file]});
+    let (handle, state) =
+        control::start(root, "fix the answer", spec, test_config(), notify).expect("task starts");
+    Run {
+        handle,
+        notices,
+        state,
+        root: root.to_owned(),
+    }
+}
+
+fn steer(text: &str) -> Request {
+    Request::Steer {
+        text: text.into(),
+        location: None,
+        source: ConstraintSource::Command,
+        urgent: false,
+    }
+}
+
+fn gone(pid: i32) -> bool {
+    matches!(proc_state(pid), None | Some('Z'))
+}
+
+fn pid_of(start: &Value) -> i32 {
+    start["pid"]
+        .as_i64()
+        .and_then(|p| i32::try_from(p).ok())
+        .expect("the agent logs its pid")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permissions_follow_the_policy_the_humans_decisions_and_held_files() {
+    let dir = repo(&[("a.txt", "a\n"), ("held.txt", "mine\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "modes": {"current": "bypass", "available": ["default", "bypass"]},
+        "turns": [[
+            {"permission": {"title": "Edit a.txt", "kind": "edit", "paths": ["a.txt"]}},
+            {"permission": {"title": "Run rm -rf build", "kind": "execute", "command": "rm -rf build"}},
+            {"permission": {"title": "Edit held.txt", "kind": "edit", "paths": ["held.txt"]}},
+            {"say": "all asked"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run
+        .until("the command to wait for a decision", |s| {
+            s.status == Status::AwaitingDecision
+        })
+        .await;
+    let d = s.decisions[0].clone();
+    assert_eq!(d.kind, DecisionKind::ApproveCommand);
+    assert_eq!(d.detail.as_deref(), Some("rm -rf build"), "{d:?}");
+    // The edit was allowed without asking.
+    assert_eq!(sc.of("permission")[0]["outcome"], "allow");
+    run.call(Request::Hold {
+        path: "held.txt".into(),
+    })
+    .await;
+    run.call(Request::Decide {
+        decision_id: d.id,
+        choice: "approve".into(),
+    })
+    .await;
+    let s = run
+        .until("the held file to ask", |s| {
+            s.decisions
+                .first()
+                .is_some_and(|d| d.kind == DecisionKind::HeldFile)
+        })
+        .await;
+    run.call(Request::Decide {
+        decision_id: s.decisions[0].id.clone(),
+        choice: "skip".into(),
+    })
+    .await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("all asked"));
+    let outcomes: Vec<Value> = sc
+        .of("permission")
+        .iter()
+        .map(|p| p["outcome"].clone())
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![json!("allow"), json!("allow"), json!("reject")]
+    );
+    let init = &sc.of("initialize")[0];
+    assert_eq!(
+        (&init["fs_read"], &init["fs_write"], &init["terminal"]),
+        (&json!(true), &json!(true), &json!(true))
+    );
+    let session = &sc.of("session")[0];
+    assert_eq!(session["mcp_servers"], 0);
+    assert_eq!(
+        Path::new(session["cwd"].as_str().expect("cwd"))
+            .canonicalize()
+            .ok(),
+        root.canonicalize().ok()
+    );
+    // It was put in the mode that asks.
+    assert_eq!(sc.of("set_mode")[0]["mode"], "default");
+    assert!(s
+        .steps
+        .iter()
+        .any(|st| st.author == Author::Agent && st.action == "ask permission: Edit a.txt"));
+    assert_eq!(read(root, "held.txt"), "mine\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_a_stale_write_after_handback_keeps_the_humans_fix() {
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [
+            [{"read": "src/lib.rs"}, {"wait_cancel": true}],
+            [{"write": {"path": "src/lib.rs", "content": STALE_WITH_NEW}}, {"say": "added double"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    let read_ev = sc.logged("read", 1).await;
+    assert_eq!(read_ev[0]["content"], BUGGY);
+    run.until("the read step", |s| {
+        s.steps
+            .iter()
+            .any(|st| st.author == Author::Agent && st.action == "read src/lib.rs")
+    })
+    .await;
+    run.call(Request::Takeover {
+        reason: Some("the answer is 42".into()),
+    })
+    .await;
+    // The agent's turn was cancelled, and it said so.
+    sc.logged("cancel", 1).await;
+    let stop = sc.logged("stop", 1).await;
+    assert_eq!(stop[0]["reason"], "cancelled");
+    write(root, "src/lib.rs", FIXED);
+    run.call(Request::Handback {
+        note: Some("fixed the constant".into()),
+    })
+    .await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(read(root, "src/lib.rs"), FIXED_WITH_NEW, "the fix survives");
+    assert_eq!(s.summary.as_deref(), Some("added double"));
+    let prompts = sc.of("prompt");
+    assert_eq!(
+        prompts.len(),
+        2,
+        "one session, prompted again: {prompts:#?}"
+    );
+    let again = prompts[1]["text"].as_str().expect("prompt text");
+    assert!(
+        again.contains("What the person changed") && again.contains("src/lib.rs"),
+        "the re-prompt carries the reconcile report: {again}"
+    );
+    assert!(again.contains("fixed the constant"), "{again}");
+    assert_eq!(sc.of("write")[0]["ok"], true);
+    assert_eq!(sc.of("session").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_the_agent_ran_itself_is_checkpointed_as_its_step() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"edit_file": {"path": "notes.txt", "content": "agent notes\n", "title": "Write notes.txt"}},
+            {"say": "wrote notes"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.action == "Write notes.txt")
+        .unwrap_or_else(|| panic!("an Observe step: {:#?}", s.steps));
+    assert_eq!(step.author, Author::Agent);
+    let ck = step.checkpoint.as_deref().expect("a checkpoint");
+    assert_eq!(
+        git(root, &["show", &format!("{ck}:notes.txt")]),
+        "agent notes\n"
+    );
+    assert!(
+        s.human_changes.iter().all(|h| h.path != "notes.txt"),
+        "the agent's file is not taken for the human's: {:#?}",
+        s.human_changes
+    );
+    assert_eq!(read(root, "notes.txt"), "agent notes\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_runs_through_the_engine_and_reports_output_and_exit() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"terminal": {"command": "sh", "args": ["-c", "echo hello; echo oops >&2; exit 3"]}},
+            {"say": "ran it"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let t = &sc.of("terminal")[0];
+    assert_eq!(t["ok"], true, "{t}");
+    assert_eq!(t["exit_code"], 3);
+    assert_eq!(t["released"], true);
+    let output = t["output"].as_str().expect("output");
+    assert!(
+        output.contains("hello") && output.contains("oops"),
+        "{output}"
+    );
+    assert!(
+        s.steps.iter().any(|st| st.author == Author::Agent
+            && st.action == "run sh -c 'echo hello; echo oops >&2; exit 3'"),
+        "{:#?}",
+        s.steps
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_cancels_the_turn_and_ends_the_agent() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({"turns": [[{"wait_cancel": true}]]}));
+    let mut run = start_acp(root, &sc);
+    sc.logged("prompt", 1).await;
+    let pid = pid_of(&sc.of("start")[0]);
+    run.call(Request::Abort {
+        keep_changes: false,
+    })
+    .await;
+    assert_eq!(run.state.status, Status::Aborted);
+    // The engine does not yet tell the agent about an abort (see the ACP report), so the
+    // engine is shut down too, which drops the agent: the same cancel-then-end path.
+    let _ = run.handle.call(Request::Shutdown).await;
+    sc.logged("cancel", 1).await;
+    let stop = sc.logged("stop", 1).await;
+    assert_eq!(stop[0]["reason"], "cancelled");
+    eventually("the agent process to end", || gone(pid)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_ignores_cancel_is_killed_and_a_new_session_takes_over() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "sessions": [
+            [[{"ignore_cancel": true}]],
+            [[{"say": "back again"}]]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    sc.logged("ignoring_cancel", 1).await;
+    let first = pid_of(&sc.of("start")[0]);
+    run.call(Request::Takeover { reason: None }).await;
+    sc.logged("cancel", 1).await;
+    eventually("the stubborn agent to be killed", || gone(first)).await;
+    assert!(sc.of("stop").is_empty(), "it never ended its turn");
+    run.call(Request::Handback { note: None }).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("back again"));
+    let starts = sc.of("start");
+    assert_eq!(starts.len(), 2);
+    assert_ne!(pid_of(&starts[1]), first);
+    let prompts = sc.of("prompt");
+    let fresh = prompts[1]["text"].as_str().expect("prompt text");
+    assert!(
+        fresh.contains("did not end its turn") && fresh.contains("fix the answer"),
+        "the new session gets the goal and why: {fresh}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_mid_turn_pauses_the_task_naming_it_and_resume_starts_again() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "sessions": [
+            [[{"read": "a.txt"}, {"crash": 7}]],
+            [[{"say": "recovered"}]]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("paused", |s| s.status == Status::Paused).await;
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("exit code 7") && why.contains("simulated crash"),
+        "the reason names the crash and the agent's last words: {why}"
+    );
+    run.call(Request::Resume).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("recovered"));
+    let prompts = sc.of("prompt");
+    let fresh = prompts[1]["text"].as_str().expect("prompt text");
+    assert!(fresh.contains("exited unexpectedly"), "{fresh}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_reaches_the_running_turn_through_the_steering_extension() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "steering": true,
+        "turns": [[{"wait_steering": true}, {"say": "switched to snake_case"}]]
+    }));
+    let mut run = start_acp(root, &sc);
+    sc.logged("prompt", 1).await;
+    run.call(steer("use snake_case")).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("switched to snake_case"));
+    let steered = sc.of("steering");
+    assert_eq!(steered.len(), 1);
+    assert!(
+        steered[0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("use snake_case")),
+        "{steered:#?}"
+    );
+    assert!(sc.of("cancel").is_empty(), "the turn was not cancelled");
+    assert_eq!(sc.of("prompt").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_extension_a_steer_cancels_and_prompts_again_in_the_same_session() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[{"wait_cancel": true}], [{"say": "ok, snake_case"}]]
+    }));
+    let mut run = start_acp(root, &sc);
+    sc.logged("prompt", 1).await;
+    run.call(steer("use snake_case")).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("ok, snake_case"));
+    assert_eq!(sc.of("cancel").len(), 1);
+    assert_eq!(sc.of("stop")[0]["reason"], "cancelled");
+    let prompts = sc.of("prompt");
+    assert_eq!(prompts.len(), 2);
+    let again = prompts[1]["text"].as_str().expect("prompt text");
+    assert!(again.contains("use snake_case"), "{again}");
+    assert_eq!(sc.of("session").len(), 1, "the same session");
+    assert_eq!(sc.of("start").len(), 1, "the same process");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_cut_short_by_the_token_limit_pauses_with_a_clear_reason() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[{"stop": "max_tokens"}], [{"say": "carried on"}]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("paused", |s| s.status == Status::Paused).await;
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(why.contains("max_tokens"), "{why}");
+    run.call(Request::Resume).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("carried on"));
+    assert_eq!(
+        sc.of("start").len(),
+        1,
+        "the same process, prompted to go on"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_while_a_decision_is_open_reaches_the_agent_after_it() {
+    // The engine signals `Abort` then `Steer` for a steer: the agent must not take that
+    // for an abort (its turn goes on, nothing is cancelled).
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "steering": true,
+        "turns": [[
+            {"permission": {"title": "Run rm -rf build", "kind": "execute", "command": "rm -rf build"}},
+            {"wait_steering": true},
+            // Longer than an abort waits to be voided, so a misread abort would show.
+            {"sleep_ms": 600},
+            {"say": "removed, in snake_case"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run
+        .until("the decision", |s| s.status == Status::AwaitingDecision)
+        .await;
+    run.call(steer("use snake_case")).await;
+    run.call(Request::Decide {
+        decision_id: s.decisions[0].id.clone(),
+        choice: "approve".into(),
+    })
+    .await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("removed, in snake_case"));
+    assert_eq!(sc.of("permission")[0]["outcome"], "allow");
+    assert_eq!(sc.of("steering").len(), 1);
+    assert!(sc.of("cancel").is_empty(), "{:#?}", sc.events());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_abort_interrupt_cancels_the_turn_and_ends_the_process() {
+    // Driven without the engine, which does not send `Interrupt::Abort` yet.
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({"turns": [[{"wait_cancel": true}]]}));
+    let spec = json!({"kind": "acp", "command": [agent_bin(), sc.file]});
+    let mut agent = agent::build(&spec, root, 0).expect("an ACP agent");
+    let ctx = Context {
+        goal: "fix the answer".into(),
+        ..Default::default()
+    };
+    // Dropping the think once the prompt is out must lose nothing (the turn keeps running).
+    tokio::select! {
+        mv = agent.next_move(&ctx) => panic!("no move was due yet: {mv:?}"),
+        _ = sc.logged("prompt", 1) => {}
+    }
+    let pid = pid_of(&sc.of("start")[0]);
+    agent.interrupt(Interrupt::Abort);
+    sc.logged("cancel", 1).await;
+    assert_eq!(sc.logged("stop", 1).await[0]["reason"], "cancelled");
+    eventually("the agent process to end", || gone(pid)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_the_agent_could_not_take_before_its_turn_ended_comes_in_a_new_prompt() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "steering": true,
+        "late_steering": true,
+        "turns": [
+            [{"wait_steering": true}, {"say": "finished without it"}],
+            [{"say": "took the correction"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    sc.logged("prompt", 1).await;
+    run.call(steer("use snake_case")).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("took the correction"));
+    let prompts = sc.of("prompt");
+    assert_eq!(prompts.len(), 2, "{prompts:#?}");
+    let again = prompts[1]["text"].as_str().expect("prompt text");
+    assert!(again.contains("use snake_case"), "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_wants_its_api_key_method_is_authenticated_with_it() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "auth": ["api-key", "chat-gpt"],
+        "turns": [[{"say": "in"}]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("in"));
+    let tried: Vec<Value> = sc
+        .of("authenticate")
+        .iter()
+        .map(|a| a["method"].clone())
+        .collect();
+    assert_eq!(tried, vec![json!("api-key")], "never a browser login");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_needs_a_login_pauses_the_task_saying_so() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({"auth": ["chat-gpt"], "turns": [[{"say": "in"}]]}));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("paused", |s| s.status == Status::Paused).await;
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("refused to open a session")
+            && why.contains("chat-gpt")
+            && why.contains("Log in"),
+        "{why}"
+    );
+    assert!(
+        sc.of("authenticate").is_empty(),
+        "no interactive login is started"
+    );
+}
