@@ -115,7 +115,7 @@ pub fn run(rein: &Path, scratch: &Path, plan: &Plan) -> Result<LspReport> {
     let mut lsp = Client::start(rein, &small, &log, init_options())
         .with_context(|| format!("starting rein lsp (its log: {})", log.display()))?;
     let files = 2;
-    for case in [Case::Thinking, Case::Command] {
+    for case in [Case::Thinking, Case::Command, Case::ModelStream] {
         let rows = control_case(&mut lsp, case, plan.control_reps, files, &mut mix).with_context(
             || {
                 format!(
@@ -175,6 +175,9 @@ enum Case {
     Thinking,
     /// The agent runs `sh -c 'sleep 600'`; the command is frozen or killed.
     Command,
+    /// The OpenAI-compatible agent is mid model call: a local server streams keep-alive
+    /// comments forever, so dropping the think must close the stream.
+    ModelStream,
     /// An ACP agent waits on its `session/request_permission` (a decision is open).
     AcpPermission,
 }
@@ -184,6 +187,7 @@ impl Case {
         match self {
             Case::Thinking => format!("thinking ({files}-file repo)"),
             Case::Command => format!("long command ({files}-file repo)"),
+            Case::ModelStream => format!("OpenAI agent mid stream ({files}-file repo)"),
             Case::AcpPermission => format!("mid ACP permission ({files}-file repo)"),
         }
     }
@@ -383,7 +387,85 @@ fn ready(lsp: &mut Client, case: Case, mix: &mut Mix, seen: &mut BTreeSet<u32>) 
             sleep_ms(10 + mix.below(20));
             Ok(task)
         }
+        Case::ModelStream => {
+            let model = ModelServer::get()?;
+            let before = model.requests();
+            let task = start_task(
+                lsp,
+                json!({"kind": "openai", "baseUrl": format!("http://127.0.0.1:{}/v1", model.port), "model": "bench"}),
+            )?;
+            let deadline = Instant::now() + PATIENCE;
+            while model.requests() == before {
+                lsp.drain()?;
+                if Instant::now() > deadline {
+                    bail!(
+                        "the agent never called the model ({})",
+                        client::brief(&lsp.state)
+                    );
+                }
+                sleep_ms(2);
+            }
+            sleep_ms(10 + mix.below(20));
+            Ok(task)
+        }
         Case::AcpPermission => bail!("the ACP case starts its tasks itself (acp_case)"),
+    }
+}
+
+/// A stand-in chat-completions server: every request gets an event stream that never ends
+/// (keep-alive comments every 20 ms), like a slow model, until the client hangs up.
+struct ModelServer {
+    port: u16,
+    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ModelServer {
+    fn get() -> Result<&'static ModelServer> {
+        static SERVER: std::sync::OnceLock<ModelServer> = std::sync::OnceLock::new();
+        if let Some(s) = SERVER.get() {
+            return Ok(s);
+        }
+        let listener =
+            std::net::TcpListener::bind("127.0.0.1:0").context("binding the model stand-in")?;
+        let port = listener.local_addr()?.port();
+        let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = requests.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let counter = counter.clone();
+                std::thread::spawn(move || serve_forever(conn, &counter));
+            }
+        });
+        Ok(SERVER.get_or_init(|| ModelServer { port, requests }))
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+fn serve_forever(mut conn: std::net::TcpStream, counter: &std::sync::atomic::AtomicUsize) {
+    use std::io::{Read, Write};
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // The request's headers and body; their content does not matter to the stand-in.
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n";
+    if conn.write_all(head.as_bytes()).is_err() {
+        return;
+    }
+    while conn
+        .write_all(b": thinking\n\n")
+        .and_then(|()| conn.flush())
+        .is_ok()
+    {
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
