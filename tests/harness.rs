@@ -407,6 +407,30 @@ impl Lsp {
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// Kills the server with SIGKILL — no shutdown, no flush, no destructor — and reaps it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Reads messages until `stop` holds or `until` passes; says whether `stop` held.
+    /// Responses that arrive meanwhile stay queued for the request that waits on them.
+    pub fn pump_until(&mut self, until: Instant, stop: impl Fn(&Lsp) -> bool) -> bool {
+        let mut others = VecDeque::new();
+        let held = loop {
+            if stop(self) {
+                break true;
+            }
+            match self.recv(until) {
+                Some(msg) if msg.get("method").is_some() => self.observe(&msg),
+                Some(msg) => others.push_back(msg),
+                None => break stop(self),
+            }
+        };
+        self.backlog.extend(others);
+        held
+    }
 }
 
 impl Drop for Lsp {
