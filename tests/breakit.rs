@@ -418,7 +418,6 @@ fn a_command_running_when_the_server_is_killed_does_not_outlive_it() {
 // ---- what the editor is told ---------------------------------------------------------------
 
 #[test]
-#[ignore = "bug: an abort that takes the agent's changes back out rewrites files without rein/filesChanged, so clean open buffers keep showing the agent's text"]
 fn an_abort_that_reverts_files_tells_the_editor_to_reload_them() {
     let dir = repo(
         &[("a.txt", "human\n")],

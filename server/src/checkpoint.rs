@@ -185,6 +185,13 @@ impl Checkpoints {
         // A lock left by a crashed Rein would make every later index write fail; the private
         // index belongs to this task alone, so a leftover lock is stale.
         remove_if_exists(&index_path.with_extension("lock"));
+        // Same for the chain's ref lock: the ref belongs to this task, so a lock is a crash's.
+        let ref_lock = repo
+            .path()
+            .join("refs/rein")
+            .join(task_id)
+            .join(format!("{CHECKPOINTS_REF}.lock"));
+        remove_if_exists(&ref_lock);
         let this = Checkpoints {
             repo,
             task_id: task_id.to_owned(),

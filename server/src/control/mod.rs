@@ -520,6 +520,17 @@ pub fn recover(
         engine.fail(format!("the agent cannot be rebuilt after the restart ({why}); every step is kept: abort or rewind, then start again"));
     }
     if !engine.state().status.is_terminal() {
+        // A write cut by the crash leaves its temp file; it is no one's change.
+        if let Ok((files, _)) = engine.sandbox.list("") {
+            for f in files {
+                if f.rsplit('/')
+                    .next()
+                    .is_some_and(|name| name.starts_with(crate::exec::TEMP_PREFIX))
+                {
+                    let _ = engine.sandbox.remove(&f);
+                }
+            }
+        }
         // Whatever changed since the last checkpoint (the interrupted step's partial work, or
         // the user's) is recorded first, so nothing is lost and the agent is told.
         if let Some(report) = engine.absorb(false, "found after the interruption")? {
@@ -887,6 +898,19 @@ impl Engine {
         outcome: Outcome,
         touched: Touched,
     ) -> Flow {
+        self.complete_and(action, status, outcome, touched, |_| {})
+    }
+
+    /// `complete`, with `also` applied in the same state write (so a crash cannot land between
+    /// a step and what it concludes, such as the task's end).
+    fn complete_and(
+        &mut self,
+        action: String,
+        status: StepStatus,
+        outcome: Outcome,
+        touched: Touched,
+        also: impl FnOnce(&mut TaskState),
+    ) -> Flow {
         if touched == Touched::Anything {
             self.absorb_held("changed by you during the agent's step");
         }
@@ -935,6 +959,7 @@ impl Engine {
                     c.delivered_at_step = Some(n);
                 }
             }
+            also(s);
         });
         self.last_result = Some(outcome);
         Flow::Continue

@@ -171,9 +171,12 @@ impl Engine {
                     None,
                 )
             }
-            Move::Finish(summary) => {
-                self.complete(action, StepStatus::Done, ok("finished"), Touched::Nothing);
-                self.commit(|s| {
+            Move::Finish(summary) => self.complete_and(
+                action,
+                StepStatus::Done,
+                ok("finished"),
+                Touched::Nothing,
+                |s| {
                     s.status = Status::Done;
                     s.control = state::Control {
                         holder: state::Holder::None,
@@ -187,9 +190,8 @@ impl Engine {
                             p.status = state::PlanStatus::Done;
                         }
                     }
-                });
-                Flow::Continue
-            }
+                },
+            ),
         }
     }
 
@@ -303,11 +305,23 @@ impl Engine {
         if let Some(v) = self.views.get(path) {
             return v.clone();
         }
-        let start = self
-            .state()
-            .steps
-            .first()
-            .and_then(|st| st.checkpoint.clone());
+        // After a restart the memory is gone; the agent's last own change to the file is what
+        // it remembers, found in its checkpoints.
+        let steps = &self.state().steps;
+        for (i, st) in steps.iter().enumerate().rev() {
+            let prev = steps[..i].iter().rev().find_map(|p| p.checkpoint.clone());
+            if let (Author::Agent, StepStatus::Done, Some(c), Some(prev)) =
+                (st.author, st.status, &st.checkpoint, prev)
+            {
+                if *c != prev {
+                    let now = self.ckpt.file_at(c, path).ok().flatten();
+                    if now != self.ckpt.file_at(&prev, path).ok().flatten() {
+                        return now;
+                    }
+                }
+            }
+        }
+        let start = steps.first().and_then(|st| st.checkpoint.clone());
         start.and_then(|c| self.ckpt.file_at(&c, path).ok().flatten())
     }
 
@@ -683,7 +697,17 @@ impl Engine {
                     Touched::Nothing,
                 ),
             },
-            (DecisionKind::HeldFile, "release") => self.write_move(p.mv),
+            (DecisionKind::HeldFile, "release") => {
+                // Released: what the human changed is recorded as theirs, not held again.
+                match self.absorb(false, "your changes to the file you released") {
+                    Ok(Some(report)) => self.add_note(report.markdown()),
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.say(Level::Error, format!("cannot checkpoint your changes: {e}"))
+                    }
+                }
+                self.write_move(p.mv)
+            }
             (_, other) => {
                 let text = format!(
                     "not done: the human chose \"{other}\" for: {}",
@@ -819,6 +843,9 @@ impl Engine {
                         Some(b) => self.sandbox.write(&c.path, b),
                         None => self.sandbox.remove(&c.path),
                     };
+                    (self.notify)(Notice::Wrote {
+                        path: c.path.clone(),
+                    });
                     if let Err(e) = r {
                         self.say(Level::Error, format!("could not roll back {}: {e}", c.path));
                     }
@@ -964,8 +991,9 @@ impl Engine {
             }
             for (p, lines) in protect {
                 let entry = s.protected_lines.entry(p).or_default();
+                let mut known: std::collections::HashSet<String> = entry.iter().cloned().collect();
                 for l in lines {
-                    if !entry.contains(&l) {
+                    if known.insert(l.clone()) {
                         entry.push(l);
                     }
                 }

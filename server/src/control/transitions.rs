@@ -373,6 +373,7 @@ impl Engine {
                 Some(c) => self.sandbox.write(&path, &c)?,
                 None => self.sandbox.remove(&path)?,
             }
+            (self.notify)(super::Notice::Wrote { path });
         }
         Ok(count)
     }
