@@ -244,6 +244,45 @@ impl Checkpoints {
         self.commit_tree(tree_id, meta)
     }
 
+    /// Checkpoints `content` as the file at `path` on top of the tip, without touching the
+    /// working tree: unsaved editor text the human typed, recorded as theirs before an agent
+    /// write takes it in. The entry carries no stat data, so the next scan re-reads the file.
+    pub fn snapshot_content(
+        &mut self,
+        meta: SnapshotMeta<'_>,
+        path: &str,
+        content: &[u8],
+    ) -> Result<Snapshot> {
+        validate_rel_path(path)?;
+        let mut index = self.private_index()?;
+        if index.read(false).is_err() {
+            return self.snapshot(meta);
+        }
+        let mode = index
+            .get_path(Path::new(path), 0)
+            .map_or(0o100644, |e| e.mode);
+        let entry = git2::IndexEntry {
+            ctime: git2::IndexTime::new(0, 0),
+            mtime: git2::IndexTime::new(0, 0),
+            dev: 0,
+            ino: 0,
+            mode,
+            uid: 0,
+            gid: 0,
+            file_size: 0,
+            id: Oid::ZERO_SHA1,
+            flags: 0,
+            flags_extended: 0,
+            path: path.as_bytes().to_vec(),
+        };
+        index.add_frombuffer(&entry, content)?;
+        if let Err(e) = index.write() {
+            tracing::warn!(error = %e, path = %self.index_path.display(), "could not save the private index");
+        }
+        let tree_id = index.write_tree()?;
+        self.commit_tree(tree_id, meta)
+    }
+
     fn commit_tree(&mut self, tree_id: Oid, meta: SnapshotMeta<'_>) -> Result<Snapshot> {
         let tip = self.tip_commit()?;
         if let Some(tip) = &tip {

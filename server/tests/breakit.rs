@@ -697,7 +697,6 @@ fn a_human_file_with_many_distinct_lines_does_not_stall_the_engine() {
 // ---- found by the editor model over the protocol -----------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the agent's merge into a released file writes the human's unsaved lines and records them in the agent's checkpoint; a later abort with keepChanges false removes them"]
 async fn abort_keeps_a_human_line_the_agent_merged_from_an_unsaved_buffer() {
     let dir = repo(&[("f.txt", "l0\nl1\nl2\nl3\nl4\n")]);
     let root = dir.path();
@@ -799,7 +798,6 @@ async fn keep_mine_never_drops_a_protected_human_line() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: lines the human typed but had not saved, written by the agent's merge after a release, are recorded as the agent's: they are never protected, and a later stale agent write takes them out"]
 async fn an_unsaved_human_line_merged_by_the_agent_stays_protected() {
     let lines = |l: [&str; 6]| l.iter().map(|x| format!("{x}\n")).collect::<String>();
     let dir = repo(&[("f.txt", &lines(["l0", "l1", "l2", "l3", "l4", "l5"]))]);

@@ -392,6 +392,16 @@ impl Engine {
                 return self.ask_held(path, mv);
             }
         }
+        if let Some(unsaved) = self
+            .overlay
+            .get(&path)
+            .filter(|o| Some(*o) != disk.as_ref())
+            .cloned()
+        {
+            // The merge below takes in what the human typed but did not save: record it as
+            // theirs first, so its lines are protected and never taken for the agent's.
+            self.absorb_unsaved(&path, &unsaved);
+        }
         let ours = self.overlay.get(&path).cloned().or(disk);
         let base = self.view_of(&path);
         let protected = self
@@ -901,6 +911,40 @@ impl Engine {
             Err(e) => self.say(
                 Level::Error,
                 format!("cannot checkpoint your changes to held files: {e}"),
+            ),
+        }
+    }
+
+    /// Records unsaved editor content of one file as a human checkpoint (the tree on disk is
+    /// left alone).
+    fn absorb_unsaved(&mut self, path: &str, content: &[u8]) {
+        let Some(tip) = self.tip.clone() else { return };
+        let n = self.next_n();
+        let why = "typed in the editor, not yet saved";
+        let meta = SnapshotMeta {
+            step: n,
+            author: Author::Human,
+            action: why,
+        };
+        let recorded = self
+            .ckpt
+            .snapshot_content(meta, path, content)
+            .and_then(|snap| {
+                if !snap.created {
+                    return Ok(None);
+                }
+                self.tip = Some(snap.id.clone());
+                Ok(Some((self.ckpt.diff(&tip, &snap.id)?, snap.id)))
+            });
+        match recorded {
+            Ok(Some((changes, id))) => {
+                let report = self.record_human(n, why, &changes, Some(id), false);
+                self.add_note(report.markdown());
+            }
+            Ok(None) => {}
+            Err(e) => self.say(
+                Level::Error,
+                format!("cannot checkpoint your unsaved changes to {path}: {e}"),
             ),
         }
     }
