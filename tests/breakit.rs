@@ -379,7 +379,6 @@ fn kill_9_of_the_server_with_rewrites_and_edits_loses_nothing() {
 }
 
 #[test]
-#[ignore = "bug: a command running when the server is killed -9 keeps running after the restart, writing into the tree behind Rein's back"]
 fn a_command_running_when_the_server_is_killed_does_not_outlive_it() {
     let marker = "breakit-orphan-6013";
     let cmd = format!("sh -c 'sleep 600; echo late > late.txt; : {marker}'");

@@ -475,6 +475,10 @@ pub fn recover(
         return Ok(None);
     };
     let mut store = StateStore::open(&git_dir, &id)?;
+    // A command that was running when Rein died would go on writing into the tree.
+    for group in crate::exec::end_tagged(&id) {
+        tracing::info!("ended process group {group}, left running by the interrupted task");
+    }
     let s = store.state().clone();
     let ckpt = Checkpoints::open(&root, &id, s.task.base.as_deref())?;
     let sandbox = Sandbox::new(&root)?;

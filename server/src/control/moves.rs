@@ -738,7 +738,8 @@ impl Engine {
         timeout: Option<Duration>,
         gated: bool,
     ) -> Flow {
-        let mut proc = match Process::spawn(&self.root, cmd) {
+        let tag = self.state().task.id.clone();
+        let mut proc = match Process::spawn_tagged(&self.root, cmd, Some(&tag)) {
             Ok(p) => p,
             Err(e) => {
                 return self.complete(

@@ -14,7 +14,7 @@ mod shell;
 use std::io;
 
 pub use policy::{Policy, Verdict};
-pub use process::{Output, Process, OUTPUT_CAP};
+pub use process::{end_tagged, Output, Process, OUTPUT_CAP, TAG_VAR};
 pub use sandbox::{Sandbox, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, TEMP_PREFIX};
 pub use search::RESULT_CAP;
 

@@ -64,6 +64,12 @@ impl Process {
     /// Starts `sh -c cmd` in `cwd` with stdin closed, in a new process group, capturing output.
     /// Must be called inside a tokio runtime.
     pub fn spawn(cwd: &Path, cmd: &str) -> Result<Self, ExecError> {
+        Self::spawn_tagged(cwd, cmd, None)
+    }
+
+    /// `spawn`, with `tag` in the command's environment as `REIN_TASK`, inherited by all it
+    /// starts, so `end_tagged` can find them after a crash of the process that started them.
+    pub fn spawn_tagged(cwd: &Path, cmd: &str, tag: Option<&str>) -> Result<Self, ExecError> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(ExecError::NoRuntime {
                 cmd: cmd.to_owned(),
@@ -78,6 +84,9 @@ impl Process {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        if let Some(tag) = tag {
+            command.env(TAG_VAR, tag);
+        }
         let mut child = command.spawn().map_err(|source| ExecError::Spawn {
             cmd: cmd.to_owned(),
             source,
@@ -332,6 +341,42 @@ impl Tail {
         }
         text
     }
+}
+
+/// The environment variable that tags a command with the task that started it.
+pub const TAG_VAR: &str = "REIN_TASK";
+
+/// Kills every process group whose processes carry `REIN_TASK=<tag>`: commands a crashed
+/// Rein started for that task and that would otherwise go on writing into the tree. Only
+/// processes Rein tagged are touched. Returns the groups ended.
+pub fn end_tagged(tag: &str) -> Vec<i32> {
+    let needle = format!("{TAG_VAR}={tag}");
+    let mut groups = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return groups;
+    };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let tagged = std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == needle.as_bytes()));
+        if !tagged {
+            continue;
+        }
+        if let Ok(group) = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid))) {
+            if !groups.contains(&group.as_raw()) {
+                groups.push(group.as_raw());
+            }
+        }
+    }
+    for g in &groups {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(*g),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    groups
 }
 
 #[cfg(test)]
