@@ -896,22 +896,37 @@ impl Engine {
             author: Author::Human,
             action: why,
         };
-        let recorded = self.ckpt.snapshot_paths(meta, &changed).and_then(|snap| {
+        let snap = self.ckpt.snapshot_paths(meta, &changed);
+        self.take_human(n, why, &tip, snap, true, "held files");
+    }
+
+    /// Records a human checkpoint just taken on top of `prev`, if it made a new commit: the
+    /// step, the changes, protected lines (and holds), and a note for the agent.
+    fn take_human(
+        &mut self,
+        n: u32,
+        why: &str,
+        prev: &str,
+        snap: Result<crate::checkpoint::Snapshot, crate::checkpoint::CheckpointError>,
+        hold: bool,
+        what: &str,
+    ) {
+        let recorded = snap.and_then(|snap| {
             if !snap.created {
                 return Ok(None);
             }
             self.tip = Some(snap.id.clone());
-            Ok(Some((self.ckpt.diff(&tip, &snap.id)?, snap.id)))
+            Ok(Some((self.ckpt.diff(prev, &snap.id)?, snap.id)))
         });
         match recorded {
             Ok(Some((changes, id))) => {
-                let report = self.record_human(n, why, &changes, Some(id), true);
+                let report = self.record_human(n, why, &changes, Some(id), hold);
                 self.add_note(report.markdown());
             }
             Ok(None) => {}
             Err(e) => self.say(
                 Level::Error,
-                format!("cannot checkpoint your changes to held files: {e}"),
+                format!("cannot checkpoint your changes to {what}: {e}"),
             ),
         }
     }
@@ -927,27 +942,8 @@ impl Engine {
             author: Author::Human,
             action: why,
         };
-        let recorded = self
-            .ckpt
-            .snapshot_content(meta, path, content)
-            .and_then(|snap| {
-                if !snap.created {
-                    return Ok(None);
-                }
-                self.tip = Some(snap.id.clone());
-                Ok(Some((self.ckpt.diff(&tip, &snap.id)?, snap.id)))
-            });
-        match recorded {
-            Ok(Some((changes, id))) => {
-                let report = self.record_human(n, why, &changes, Some(id), false);
-                self.add_note(report.markdown());
-            }
-            Ok(None) => {}
-            Err(e) => self.say(
-                Level::Error,
-                format!("cannot checkpoint your unsaved changes to {path}: {e}"),
-            ),
-        }
+        let snap = self.ckpt.snapshot_content(meta, path, content);
+        self.take_human(n, why, &tip, snap, false, &format!("{path} (unsaved)"));
     }
 
     /// Checkpoints whatever changed since the last checkpoint as the human's change. With
