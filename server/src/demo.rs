@@ -4,7 +4,7 @@
 //! agent's stale write that keeps the fix, finish — printing a readable transcript.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -61,27 +61,7 @@ struct Client {
 
 fn read_frames(out: impl Read, tx: mpsc::Sender<Value>) {
     let mut r = BufReader::new(out);
-    loop {
-        let mut len = None;
-        loop {
-            let mut line = String::new();
-            match r.read_line(&mut line) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some(v) = line.strip_prefix("Content-Length:") {
-                len = v.trim().parse::<usize>().ok();
-            }
-        }
-        let Some(len) = len else { return };
-        let mut body = vec![0; len];
-        if r.read_exact(&mut body).is_err() {
-            return;
-        }
+    while let Ok(Some(body)) = rein::lsp::transport::read_frame(&mut r) {
         if let Ok(v) = serde_json::from_slice(&body) {
             if tx.send(v).is_err() {
                 return;

@@ -81,6 +81,20 @@ fn read_headers(input: &mut impl BufRead) -> io::Result<Option<Result<usize, Str
     }
 }
 
+/// Reads one framed body, for clients of `rein lsp` (the demo, the benchmark): None when the
+/// stream ends, an error for framing that cannot be followed.
+pub fn read_frame(input: &mut impl BufRead) -> io::Result<Option<Vec<u8>>> {
+    match read_headers(input)? {
+        None => Ok(None),
+        Some(Err(why)) => Err(io::Error::new(io::ErrorKind::InvalidData, why)),
+        Some(Ok(len)) => {
+            let mut body = vec![0; len];
+            input.read_exact(&mut body)?;
+            Ok(Some(body))
+        }
+    }
+}
+
 /// Reads messages from `input` until it closes, sending each (or the error to answer) to `tx`.
 pub fn read_loop(mut input: impl BufRead, tx: Sender<Incoming>) {
     loop {

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -51,30 +51,8 @@ pub struct Client {
 /// Reads `Content-Length` frames until the stream ends, stamping each on arrival.
 fn read_frames(out: impl Read, tx: mpsc::Sender<Msg>) {
     let mut reader = BufReader::new(out);
-    loop {
-        let mut len = None;
-        loop {
-            let mut line = String::new();
-            match reader.read_line(&mut line) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some(v) = line.strip_prefix("Content-Length:") {
-                len = v.trim().parse::<usize>().ok();
-            }
-        }
-        let Some(len) = len else {
-            // Not a frame this client understands; the waits report the silence.
-            return;
-        };
-        let mut body = vec![0; len];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
+    // A frame this client cannot follow ends the reading; the waits report the silence.
+    while let Ok(Some(body)) = rein::lsp::transport::read_frame(&mut reader) {
         let at = Instant::now();
         let Ok(value) = serde_json::from_slice(&body) else {
             return;
