@@ -4,18 +4,25 @@
 //! working tree (tracked files plus untracked files that are not ignored) through the index
 //! `<gitdir>/rein/tasks/<task>/index`. The user's branch, HEAD, `.git/index` and working tree
 //! are never written: this module only adds objects, its own refs and its own index file.
+//!
+//! A full scan stat-checks every file, as `git status` does. Once [`Checkpoints::watch`] has
+//! started a [`Watcher`], later scans look only at the paths the kernel reported changed and
+//! update the last tree with [`TreeUpdateBuilder`], so their cost follows the change, not the
+//! tree; whenever the watcher may have missed something, the next scan is a full one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use git2::build::TreeUpdateBuilder;
 use git2::{
     Commit, Delta, DiffOptions, ErrorCode, FileMode, Index, ObjectType, Oid, Repository, Signature,
-    Tree,
+    Tree, TreeWalkMode, TreeWalkResult,
 };
 
 use crate::state::Author;
+use crate::watch::{Drained, Watcher};
 
 /// Unsaved editor content: repo-relative, '/'-separated path -> bytes that replace the disk's.
 pub type Overlay = BTreeMap<String, Vec<u8>>;
@@ -128,6 +135,10 @@ pub enum CheckpointError {
     /// The commit exists but is not a checkpoint of this task.
     #[error("commit {0} is not a Rein checkpoint of this task")]
     NotACheckpoint(String),
+    /// A path changed between file and directory in a way one tree update cannot express;
+    /// the caller scans the whole tree instead.
+    #[error("{} changed between file and directory", .0.display())]
+    Reshaped(PathBuf),
     /// libgit2 reported an error.
     #[error("git: {}", .0.message())]
     Git(#[from] git2::Error),
@@ -159,6 +170,25 @@ pub struct Checkpoints {
     task_id: String,
     base: Option<Oid>,
     index_path: PathBuf,
+    live: Option<Live>,
+    /// The in-memory index holds stat data newer than its file (watched scans skip the write).
+    index_unsaved: bool,
+}
+
+/// The working tree followed through change notifications.
+struct Live {
+    watcher: Watcher,
+    /// The working tree's tree as of the last scan (what the private index would write); None
+    /// until a full scan after the watcher started.
+    tree: Option<Oid>,
+    /// Submodules in `tree`: their HEAD moves without an event in this tree.
+    gitlinks: Vec<PathBuf>,
+}
+
+/// One change to a tree: a path's new entry, or its removal.
+enum Update {
+    Upsert(PathBuf, Oid, FileMode),
+    Remove(PathBuf),
 }
 
 impl Checkpoints {
@@ -197,6 +227,8 @@ impl Checkpoints {
             task_id: task_id.to_owned(),
             base,
             index_path,
+            live: None,
+            index_unsaved: false,
         };
         this.attach_private_index()?;
         Ok(this)
@@ -210,43 +242,78 @@ impl Checkpoints {
         self.commit_tree(tree_id, meta)
     }
 
+    /// Follows the working tree through file change notifications from now on, so that later
+    /// snapshots and diffs look only at what changed. Returns false (and logs why) when the
+    /// platform or the kernel's watch limit does not allow it; scans then stay full.
+    pub fn watch(&mut self) -> bool {
+        if self.live.is_some() {
+            return true;
+        }
+        match self.new_watcher() {
+            Ok(watcher) => {
+                tracing::debug!(directories = watcher.watched(), "watching the working tree");
+                self.live = Some(Live {
+                    watcher,
+                    tree: None,
+                    gitlinks: Vec::new(),
+                });
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "not watching the working tree; every scan will be a full one");
+                false
+            }
+        }
+    }
+
+    /// Stops following the working tree (a task that has ended needs no watches); later scans
+    /// are full ones.
+    pub fn unwatch(&mut self) {
+        if self.live.take().is_some() && self.index_unsaved {
+            if let Ok(mut index) = self.repo.index() {
+                self.save_index(&mut index);
+            }
+        }
+    }
+
     /// Checkpoints only `paths`, as they are on disk, on top of the tip: what one agent step
     /// wrote, without sweeping in whatever else changed meanwhile (that is someone else's
     /// change, for the next full snapshot to record under its own author). Ignored paths are
     /// left out, as a full snapshot would.
     pub fn snapshot_paths(&mut self, meta: SnapshotMeta<'_>, paths: &[String]) -> Result<Snapshot> {
-        let mut index = self.private_index()?;
-        if index.read(false).is_err() {
-            // Without a trustworthy index there is no tip tree to build on: take it all.
-            return self.snapshot(meta);
-        }
         for p in paths {
             validate_rel_path(p)?;
-            let rel = Path::new(p);
-            if self.repo.is_path_ignored(rel).unwrap_or(false) {
-                continue;
-            }
-            let on_disk = self.repo.workdir().map(|w| w.join(rel));
-            if on_disk.is_some_and(|f| fs::symlink_metadata(f).is_ok()) {
-                match index.add_path(rel) {
-                    Ok(()) => {}
-                    Err(e) if e.code() == ErrorCode::NotFound => index.remove_path(rel)?,
-                    Err(e) => return Err(e.into()),
-                }
-            } else if index.get_path(rel, 0).is_some() {
-                index.remove_path(rel)?;
-            }
         }
-        if let Err(e) = index.write() {
-            tracing::warn!(error = %e, path = %self.index_path.display(), "could not save the private index");
+        let mut index = self.private_index()?;
+        if self.live.is_none() && index.read(false).is_err() {
+            // Without a trustworthy index there is no stat cache to keep: take it all.
+            return self.snapshot(meta);
         }
-        let tree_id = index.write_tree()?;
+        let built = {
+            let tip = self.tip_tree()?;
+            let mut updates = Vec::new();
+            for p in paths {
+                self.updates_for(&mut index, &tip, Path::new(p), &mut updates)?;
+            }
+            apply(&self.repo, &tip, &updates)
+        };
+        // The index now holds these files' stat data; a watched scan sees their events anyway.
+        self.index_unsaved = true;
+        let tree_id = match built {
+            Ok(id) => id,
+            Err(e) => {
+                // A file turned into a directory (or back) within one step: the tree builder
+                // cannot express that, a whole snapshot can.
+                tracing::warn!(error = %e, "cannot checkpoint only the step's paths; taking the whole tree");
+                return self.snapshot(meta);
+            }
+        };
         self.commit_tree(tree_id, meta)
     }
 
     /// Checkpoints `content` as the file at `path` on top of the tip, without touching the
     /// working tree: unsaved editor text the human typed, recorded as theirs before an agent
-    /// write takes it in. The entry carries no stat data, so the next scan re-reads the file.
+    /// write takes it in. The next scan still records the file as it is on disk.
     pub fn snapshot_content(
         &mut self,
         meta: SnapshotMeta<'_>,
@@ -254,32 +321,23 @@ impl Checkpoints {
         content: &[u8],
     ) -> Result<Snapshot> {
         validate_rel_path(path)?;
-        let mut index = self.private_index()?;
-        if index.read(false).is_err() {
-            return self.snapshot(meta);
-        }
-        let mode = index
-            .get_path(Path::new(path), 0)
-            .map_or(0o100644, |e| e.mode);
-        let entry = git2::IndexEntry {
-            ctime: git2::IndexTime::new(0, 0),
-            mtime: git2::IndexTime::new(0, 0),
-            dev: 0,
-            ino: 0,
-            mode,
-            uid: 0,
-            gid: 0,
-            file_size: 0,
-            id: Oid::ZERO_SHA1,
-            flags: 0,
-            flags_extended: 0,
-            path: path.as_bytes().to_vec(),
+        let tree_id = {
+            let tip = self.tip_tree()?;
+            let rel = Path::new(path);
+            let mode = match tip.get_path(rel) {
+                Ok(entry) => file_mode(entry.filemode()),
+                Err(_) => self
+                    .private_index()?
+                    .get_path(rel, 0)
+                    .map_or(FileMode::Blob, |e| file_mode(e.mode as i32)),
+            };
+            let blob = self.repo.blob(content)?;
+            apply(
+                &self.repo,
+                &tip,
+                &[Update::Upsert(rel.to_path_buf(), blob, mode)],
+            )?
         };
-        index.add_frombuffer(&entry, content)?;
-        if let Err(e) = index.write() {
-            tracing::warn!(error = %e, path = %self.index_path.display(), "could not save the private index");
-        }
-        let tree_id = index.write_tree()?;
         self.commit_tree(tree_id, meta)
     }
 
@@ -389,8 +447,9 @@ impl Checkpoints {
         for path in overlay.keys() {
             validate_rel_path(path)?;
         }
+        let now = self.refresh()?;
         let old = self.find_commit(checkpoint)?.tree()?;
-        let new = self.repo.find_tree(self.refresh()?)?;
+        let new = self.repo.find_tree(now)?;
         let mut changes = self.changes_between(&old, &new, |p| overlay.contains_key(p))?;
         for (path, content) in overlay {
             let before = blob_at(&self.repo, &old, path)?;
@@ -586,12 +645,244 @@ impl Checkpoints {
         Ok(out)
     }
 
-    /// Brings the private index up to date with the working tree and returns its tree id.
-    ///
-    /// One stat-driven scan of the working tree: only files whose stat data changed are
+    /// Brings the private index up to date with the working tree and returns its tree id:
+    /// from the watcher's paths when it has them, else by a full scan.
+    fn refresh(&mut self) -> Result<Oid> {
+        if self.live.is_some() {
+            match self.refresh_watched() {
+                Ok(Some(tree)) => return Ok(tree),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::info!(error = %e, "a watched scan failed; scanning the whole tree")
+                }
+            }
+        }
+        let tree = self.refresh_full()?;
+        if let Some(live) = &mut self.live {
+            live.tree = Some(tree);
+            live.gitlinks = gitlinks(&self.repo.index()?);
+        }
+        Ok(tree)
+    }
+
+    /// The tree brought up to date from the paths the watcher reported, or None when a full
+    /// scan is needed (the first one, or events were lost: the watcher is then restarted
+    /// first, so nothing between it and the scan goes unseen).
+    fn refresh_watched(&mut self) -> Result<Option<Oid>> {
+        let mut index = self.private_index()?;
+        let workdir = self.workdir().to_path_buf();
+        let live = self
+            .live
+            .as_mut()
+            .expect("refresh_watched runs only while watching");
+        let follow = |rel: &Path| follows(&self.repo, &index, &workdir, rel);
+        let paths = match live.watcher.drain(&follow) {
+            Drained::Paths(paths) => paths,
+            Drained::Lost(why) => {
+                tracing::info!(%why, "file change events may be lost; scanning the whole tree");
+                live.tree = None;
+                match Watcher::new(&workdir, &follow) {
+                    Ok(watcher) => live.watcher = watcher,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot watch the working tree again; every scan will be a full one");
+                        self.live = None;
+                    }
+                }
+                return Ok(None);
+            }
+        };
+        let Some(base) = live.tree else {
+            return Ok(None);
+        };
+        let gitlinks = live.gitlinks.clone();
+        let base = self.repo.find_tree(base)?;
+        let mut updates = Vec::new();
+        for p in &paths {
+            self.updates_for(&mut index, &base, p, &mut updates)?;
+        }
+        for g in gitlinks
+            .iter()
+            .filter(|g| !paths.iter().any(|p| g.starts_with(p)))
+        {
+            self.updates_for(&mut index, &base, g, &mut updates)?;
+        }
+        if updates.is_empty() {
+            return Ok(Some(base.id()));
+        }
+        self.index_unsaved = true;
+        let tree = apply(&self.repo, &base, &updates)?;
+        if let Some(live) = &mut self.live {
+            live.tree = Some(tree);
+        }
+        Ok(Some(tree))
+    }
+
+    /// What `rel` (a file, a directory or a path now gone) changes in `base`, read from disk;
+    /// the private index is updated along the way (it hashes the files and keeps their stat
+    /// data). Follows the rules of a full scan: ignored files are left out unless `base` has
+    /// them, nested repositories are left out, submodules are recorded at their HEAD.
+    fn updates_for(
+        &self,
+        index: &mut Index,
+        base: &Tree<'_>,
+        rel: &Path,
+        out: &mut Vec<Update>,
+    ) -> Result<()> {
+        let workdir = self.workdir();
+        let in_base = base.get_path(rel).ok();
+        let base_kind = in_base.as_ref().and_then(|e| e.kind());
+        let meta = if inside(workdir, rel) {
+            fs::symlink_metadata(workdir.join(rel)).ok()
+        } else {
+            None
+        };
+        let Some(meta) = meta else {
+            if in_base.is_some() {
+                out.push(Update::Remove(rel.to_path_buf()));
+                if base_kind == Some(ObjectType::Tree) {
+                    index.remove_dir(rel, 0)?;
+                } else {
+                    index.remove_path(rel)?;
+                }
+            }
+            return Ok(());
+        };
+        if in_base.is_none() {
+            // Where `base` has a file on the way (it became a directory since), that file goes.
+            for a in rel.ancestors().skip(1) {
+                if base
+                    .get_path(a)
+                    .is_ok_and(|e| e.kind() != Some(ObjectType::Tree))
+                {
+                    index.remove_path(a)?;
+                    out.push(Update::Remove(a.to_path_buf()));
+                }
+            }
+        }
+        if meta.is_dir() && !is_repository(&workdir.join(rel)) {
+            if in_base.is_some() && base_kind != Some(ObjectType::Tree) {
+                // A file (or link) became a directory.
+                index.remove_path(rel)?;
+                out.push(Update::Remove(rel.to_path_buf()));
+            }
+            let mut seen = BTreeSet::new();
+            self.walk_dir(index, base, rel, &mut seen, out)?;
+            if base_kind == Some(ObjectType::Tree) {
+                let subtree = self
+                    .repo
+                    .find_tree(in_base.as_ref().expect("kind is Some").id())?;
+                let mut gone = Vec::new();
+                subtree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+                    if entry.kind() != Some(ObjectType::Tree) {
+                        let path = rel.join(dir).join(bytes_path(entry.name_bytes()));
+                        if !seen.contains(&path) {
+                            gone.push(path);
+                        }
+                    }
+                    TreeWalkResult::Ok
+                })?;
+                for path in gone {
+                    index.remove_path(&path)?;
+                    out.push(Update::Remove(path));
+                }
+            }
+            return Ok(());
+        }
+        if meta.is_dir() {
+            // A repository of its own: recorded only where it already is a submodule.
+            if base_kind != Some(ObjectType::Commit) {
+                if in_base.is_some() {
+                    return Err(CheckpointError::Reshaped(rel.to_path_buf()));
+                }
+                return Ok(());
+            }
+        } else if !meta.is_file() && !meta.file_type().is_symlink() {
+            // Sockets and fifos are not content; a full scan leaves them out too.
+            return Ok(());
+        }
+        if in_base.is_none() && self.repo.is_path_ignored(rel)? {
+            return Ok(());
+        }
+        if base_kind == Some(ObjectType::Tree) {
+            // A directory became a file (or link).
+            index.remove_dir(rel, 0)?;
+            out.push(Update::Remove(rel.to_path_buf()));
+        }
+        match index.add_path(rel) {
+            Ok(()) => {}
+            Err(e) if e.code() == ErrorCode::NotFound => {
+                if in_base.is_some() {
+                    index.remove_path(rel)?;
+                    out.push(Update::Remove(rel.to_path_buf()));
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let Some(entry) = index.get_path(rel, 0) else {
+            return Ok(());
+        };
+        let mode = file_mode(entry.mode as i32);
+        if in_base
+            .as_ref()
+            .is_some_and(|b| b.id() == entry.id && file_mode(b.filemode()) == mode)
+        {
+            return Ok(());
+        }
+        out.push(Update::Upsert(rel.to_path_buf(), entry.id, mode));
+        Ok(())
+    }
+
+    /// Everything under the directory `rel`, for [`Self::updates_for`]; `seen` collects the
+    /// paths found so the caller can tell what went away.
+    fn walk_dir(
+        &self,
+        index: &mut Index,
+        base: &Tree<'_>,
+        rel: &Path,
+        seen: &mut BTreeSet<PathBuf>,
+        out: &mut Vec<Update>,
+    ) -> Result<()> {
+        let full = self.workdir().join(rel);
+        let entries = match fs::read_dir(&full) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(CheckpointError::Io {
+                    context: format!("listing {}", full.display()),
+                    source,
+                })
+            }
+        };
+        for entry in entries {
+            let entry = entry.map_err(|source| CheckpointError::Io {
+                context: format!("listing {}", full.display()),
+                source,
+            })?;
+            if entry.file_name() == ".git" {
+                continue;
+            }
+            let path = rel.join(entry.file_name());
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if is_dir && !is_repository(&entry.path()) {
+                let tracked = base
+                    .get_path(&path)
+                    .is_ok_and(|e| e.kind() == Some(ObjectType::Tree));
+                if tracked || !self.repo.is_path_ignored(&path)? {
+                    self.walk_dir(index, base, &path, seen, out)?;
+                }
+                continue;
+            }
+            self.updates_for(index, base, &path, out)?;
+            seen.insert(path);
+        }
+        Ok(())
+    }
+
+    /// One stat-driven scan of the whole working tree: only files whose stat data changed are
     /// hashed, and files found unchanged get their stat data refreshed so they are not hashed
     /// again next time.
-    fn refresh(&self) -> Result<Oid> {
+    fn refresh_full(&mut self) -> Result<Oid> {
         let mut index = self.private_index()?;
         if let Err(e) = index.read(false) {
             tracing::warn!(error = %e, "private index unreadable; rebuilding it");
@@ -608,7 +899,7 @@ impl Checkpoints {
                 self.workdir_deltas(&index, false)?
             }
         };
-        let changed = !deltas.is_empty();
+        let changed = !deltas.is_empty() || self.index_unsaved;
         for (path, exists) in deltas {
             if exists {
                 match index.add_path(&path) {
@@ -626,11 +917,48 @@ impl Checkpoints {
         if !changed {
             return Ok(index.write_tree()?);
         }
-        if let Err(e) = index.write() {
-            // The tree below is still right; only the stat cache for next time is lost.
-            tracing::warn!(error = %e, path = %self.index_path.display(), "could not save the private index");
-        }
+        self.save_index(&mut index);
         Ok(index.write_tree()?)
+    }
+
+    /// Writes the private index (its stat cache spares hashing after a restart); failing to is
+    /// only logged, as every tree is built before or without it.
+    fn save_index(&mut self, index: &mut Index) {
+        match index.write() {
+            Ok(()) => self.index_unsaved = false,
+            Err(e) => {
+                tracing::warn!(error = %e, path = %self.index_path.display(), "could not save the private index")
+            }
+        }
+    }
+
+    /// The working tree's root.
+    fn workdir(&self) -> &Path {
+        self.repo
+            .workdir()
+            .expect("open_repo refuses bare repositories")
+    }
+
+    /// The tree of the chain's tip, else of the base, else the empty tree.
+    fn tip_tree(&self) -> Result<Tree<'_>> {
+        if let Some(tip) = self.tip_commit()? {
+            return Ok(tip.tree()?);
+        }
+        if let Some(base) = self.base {
+            return Ok(self.repo.find_commit(base)?.tree()?);
+        }
+        let empty = self.repo.treebuilder(None)?.write()?;
+        Ok(self.repo.find_tree(empty)?)
+    }
+
+    fn new_watcher(&self) -> std::result::Result<Watcher, crate::watch::WatchError> {
+        let index = self.repo.index().ok();
+        let workdir = self.workdir();
+        let follow = |rel: &Path| match &index {
+            Some(index) => follows(&self.repo, index, workdir, rel),
+            None => true,
+        };
+        Watcher::new(workdir, &follow)
     }
 
     fn workdir_deltas(&self, index: &Index, update_index: bool) -> Result<Vec<(PathBuf, bool)>> {
@@ -688,6 +1016,122 @@ impl Checkpoints {
         self.repo.set_index(&mut index)?;
         Ok(())
     }
+}
+
+impl Drop for Checkpoints {
+    fn drop(&mut self) {
+        if self.index_unsaved {
+            if let Ok(mut index) = self.repo.index() {
+                self.save_index(&mut index);
+            }
+        }
+    }
+}
+
+/// Whether the watcher should follow directory `rel`: not a repository of its own, and not
+/// ignored unless files in it are tracked.
+fn follows(repo: &Repository, index: &Index, workdir: &Path, rel: &Path) -> bool {
+    if is_repository(&workdir.join(rel)) {
+        return false;
+    }
+    if !repo.is_path_ignored(rel).unwrap_or(false) {
+        return true;
+    }
+    let mut prefix = path_bytes(rel).to_vec();
+    prefix.push(b'/');
+    index.find_prefix(prefix).is_ok()
+}
+
+/// Whether `dir` holds a repository of its own (a nested repository or a submodule).
+fn is_repository(dir: &Path) -> bool {
+    fs::symlink_metadata(dir.join(".git")).is_ok()
+}
+
+/// Whether every directory on the way to `rel` is a real directory, not a symlink: a path
+/// reached through a link is not in the tree, whatever it points at.
+fn inside(workdir: &Path, rel: &Path) -> bool {
+    let mut dir = workdir.to_path_buf();
+    let Some(parent) = rel.parent() else {
+        return true;
+    };
+    parent.components().all(|c| {
+        dir.push(c);
+        fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir())
+    })
+}
+
+/// Submodule paths in `index`.
+fn gitlinks(index: &Index) -> Vec<PathBuf> {
+    index
+        .iter()
+        .filter(|e| e.mode == 0o160000)
+        .map(|e| bytes_path(&e.path))
+        .collect()
+}
+
+/// `base` with `updates` applied, written to the object store.
+///
+/// Removals go first, in a pass of their own: libgit2 refuses to put a file where the base has
+/// a directory (or the reverse) in one pass, and that is exactly what a removal plus an upsert
+/// of the same path means.
+fn apply(repo: &Repository, base: &Tree<'_>, updates: &[Update]) -> Result<Oid> {
+    let removals: BTreeSet<&Path> = updates
+        .iter()
+        .filter_map(|u| match u {
+            Update::Remove(path) => Some(path.as_path()),
+            Update::Upsert(..) => None,
+        })
+        .collect();
+    let mut tree = base.id();
+    let mut builder = TreeUpdateBuilder::new();
+    let mut removed = false;
+    for path in &removals {
+        // Whatever lies under a removed directory goes with it; removing it again would fail.
+        if path.ancestors().skip(1).any(|a| removals.contains(a)) {
+            continue;
+        }
+        builder.remove(*path);
+        removed = true;
+    }
+    if removed {
+        tree = builder.create_updated(repo, base)?;
+    }
+    // libgit2 refuses a path given twice; the last word on a path wins.
+    let upserts: BTreeMap<&Path, (Oid, FileMode)> = updates
+        .iter()
+        .filter_map(|u| match u {
+            Update::Upsert(path, id, mode) => Some((path.as_path(), (*id, *mode))),
+            Update::Remove(_) => None,
+        })
+        .collect();
+    let mut builder = TreeUpdateBuilder::new();
+    for (path, (id, mode)) in &upserts {
+        builder.upsert(*path, *id, *mode);
+    }
+    if !upserts.is_empty() {
+        tree = builder.create_updated(repo, &repo.find_tree(tree)?)?;
+    }
+    Ok(tree)
+}
+
+fn file_mode(mode: i32) -> FileMode {
+    match mode {
+        0o100755 => FileMode::BlobExecutable,
+        0o120000 => FileMode::Link,
+        0o160000 => FileMode::Commit,
+        0o040000 => FileMode::Tree,
+        _ => FileMode::Blob,
+    }
+}
+
+fn path_bytes(path: &Path) -> &[u8] {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str().as_bytes()
+}
+
+fn bytes_path(bytes: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
 }
 
 /// The user's HEAD commit, or `None` when HEAD is unborn.
@@ -987,6 +1431,13 @@ mod tests {
         }
     }
 
+    /// Opens a chain the way the engine does: watching the working tree.
+    fn open(dir: &Path, task: &str, base: Option<&str>) -> Result<Checkpoints> {
+        let mut cps = Checkpoints::open(dir, task, base)?;
+        assert!(cps.watch(), "inotify is available here");
+        Ok(cps)
+    }
+
     fn meta(step: u32, action: &str) -> SnapshotMeta<'_> {
         SnapshotMeta {
             step,
@@ -1032,7 +1483,7 @@ mod tests {
         write(dir, "dir/sub/deep.log", b"ignored by root rule\n");
         let before = user_state(dir);
 
-        let mut cps = Checkpoints::open(dir, "t1", Some(&base)).expect("open");
+        let mut cps = open(dir, "t1", Some(&base)).expect("open");
         let snap = cps.snapshot(meta(1, "edit")).expect("snapshot");
 
         assert!(snap.created);
@@ -1078,7 +1529,7 @@ mod tests {
         let dir = repo.path();
         write(dir, "a.txt", b"a\n");
         let base = commit_all(dir, "base");
-        let mut cps = Checkpoints::open(dir, "t", Some(&base)).expect("open");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
         let first = cps.snapshot(meta(1, "one")).expect("snapshot");
         let again = cps.snapshot(meta(2, "two")).expect("snapshot");
         assert!(first.created);
@@ -1099,7 +1550,7 @@ mod tests {
         let dir = repo.path();
         write(dir, "f", b"0");
         let base = commit_all(dir, "base");
-        let mut cps = Checkpoints::open(dir, "task-7", Some(&base)).expect("open");
+        let mut cps = open(dir, "task-7", Some(&base)).expect("open");
         write(dir, "f", b"1");
         let s1 = cps
             .snapshot(meta(1, "  rewrite parser\n\tsecond line  "))
@@ -1168,7 +1619,7 @@ mod tests {
         commit_all(dir, "first");
         write(dir, "a", b"2");
         let base = commit_all(dir, "second");
-        let mut cps = Checkpoints::open(dir, "t", Some(&base)).expect("open");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
         assert_eq!(cps.tip().expect("tip"), None);
         assert!(cps.list().expect("list").is_empty());
         let s1 = cps.snapshot(meta(0, "start")).expect("snapshot");
@@ -1196,7 +1647,7 @@ mod tests {
 
         // Reopening continues the chain rather than starting over.
         drop(cps);
-        let mut cps = Checkpoints::open(dir, "t", Some(&base)).expect("reopen");
+        let mut cps = open(dir, "t", Some(&base)).expect("reopen");
         write(dir, "a", b"4");
         let s3 = cps.snapshot(meta(2, "more")).expect("snapshot");
         assert_eq!(
@@ -1213,7 +1664,7 @@ mod tests {
         write(dir, "src/main.rs", b"fn main() {}\n");
         assert_eq!(head_commit(dir).expect("head"), None);
         let before = user_state(dir);
-        let mut cps = Checkpoints::open(dir, "t", None).expect("open");
+        let mut cps = open(dir, "t", None).expect("open");
         let snap = cps.snapshot(meta(0, "start")).expect("snapshot");
         assert_eq!(
             git(dir, &["rev-list", "--parents", "-n1", &snap.id]).trim(),
@@ -1237,7 +1688,7 @@ mod tests {
         write(dir, "gone.txt", b"gone\n");
         write(dir, ".gitignore", b"*.tmp\n");
         let base = commit_all(dir, "base");
-        let mut cps = Checkpoints::open(dir, "t", Some(&base)).expect("open");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
         let cp = cps.snapshot(meta(0, "start")).expect("snapshot").id;
         write(dir, "mod.txt", b"new\n");
         fs::remove_file(dir.join("gone.txt")).expect("rm");
@@ -1316,7 +1767,7 @@ mod tests {
         write(dir, "tool", b"#!/bin/sh\n");
         write(dir, "target", b"t\n");
         let base = commit_all(dir, "base");
-        let mut cps = Checkpoints::open(dir, "t", Some(&base)).expect("open");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
         let a = cps.snapshot(meta(0, "start")).expect("snapshot").id;
         fs::rename(dir.join("old name.txt"), dir.join("new name.txt")).expect("mv");
         set_executable(&dir.join("tool"));
@@ -1349,7 +1800,7 @@ mod tests {
         let dir = repo.path();
         write(dir, "d/f.txt", b"v1");
         let base = commit_all(dir, "base");
-        let mut cps = Checkpoints::open(dir, "t", Some(&base)).expect("open");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
         let v1 = cps.snapshot(meta(0, "start")).expect("snapshot").id;
         write(dir, "d/f.txt", b"v2");
         let v2 = cps.snapshot(meta(1, "edit")).expect("snapshot").id;
@@ -1393,7 +1844,7 @@ mod tests {
         let dir = repo.path();
         write(dir, "f", b"0");
         let base = commit_all(dir, "base");
-        let mut cps = Checkpoints::open(dir, "t", Some(&base)).expect("open");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
         let mut ids = Vec::new();
         for (step, content) in [(0, "a"), (1, "b"), (1, "c"), (2, "d")] {
             write(dir, "f", content.as_bytes());
@@ -1440,7 +1891,7 @@ mod tests {
         write(dir, "a", b"1\n");
         write(dir, "b", b"1\n");
         let base = commit_all(dir, "base");
-        let mut cps = Checkpoints::open(dir, "t", Some(&base)).expect("open");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
         let mut step = 0;
         let mut check = |cps: &mut Checkpoints| {
             let before = user_state(dir);
@@ -1634,7 +2085,7 @@ mod tests {
         assert!(!merge.status.success(), "the merge must conflict");
         let before = user_state(dir);
 
-        let mut cps = Checkpoints::open(dir, "t", Some(&head)).expect("open");
+        let mut cps = open(dir, "t", Some(&head)).expect("open");
         let snap = cps.snapshot(meta(0, "mid-merge")).expect("snapshot");
         assert_eq!(tree_of(dir, &snap.id), git_worktree_tree(dir));
         assert_eq!(user_state(dir), before);
@@ -1646,7 +2097,7 @@ mod tests {
         let dir = repo.path();
         write(dir, "f", b"x");
         let base = commit_all(dir, "base");
-        let mut cps = Checkpoints::open(dir, "t", Some(&base)).expect("open");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
         let snap = cps.snapshot(meta(0, "start")).expect("snapshot");
         assert_eq!(cps.ref_target("aborted").expect("read"), None);
         cps.set_ref("aborted", &snap.id).expect("set");
@@ -1753,7 +2204,7 @@ mod tests {
         git(&nested, &["init", "-q"]);
         write(&nested, "x.c", b"int x;\n");
 
-        let mut cps = Checkpoints::open(dir, "t", Some(&base)).expect("open");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
         let unborn = cps.snapshot(meta(0, "start")).expect("unborn nested repo");
         commit_all(&nested, "nested");
         write(&registered, "r.c", b"int r2;\n");
@@ -1793,7 +2244,7 @@ mod tests {
             fs::remove_file(dir.join("d/f4")).expect("rm");
             write(dir, "d/new", b"new\n");
             let before = user_state(dir);
-            let mut cps = Checkpoints::open(dir, "t", Some(&base)).expect("open");
+            let mut cps = open(dir, "t", Some(&base)).expect("open");
             let snap = cps.snapshot(meta(0, "start")).expect("snapshot");
             assert_eq!(tree_of(dir, &snap.id), git_worktree_tree(dir), "{setup:?}");
             assert_eq!(user_state(dir), before, "{setup:?}");
@@ -1804,5 +2255,203 @@ mod tests {
     fn checkpoints_can_move_between_threads() {
         fn assert_send<T: Send>() {}
         assert_send::<Checkpoints>();
+    }
+
+    /// What the property test below does to a working tree between two snapshots.
+    #[derive(Debug, Clone)]
+    enum TreeOp {
+        Write(usize, u8),
+        Remove(usize),
+        Chmod(usize),
+        Symlink(usize, usize),
+        Rename(usize, usize),
+        Ignore(bool),
+    }
+
+    /// Paths the operations pick from: files and directories that overlap, an ignored pattern,
+    /// an ignored directory with a tracked file, spaces and non-ASCII.
+    const POOL: [&str; 12] = [
+        "a/x",
+        "a/y",
+        "a/b/x",
+        "a/b/z.log",
+        "c/x",
+        "c",
+        "a/b",
+        "top",
+        "build/out",
+        "build/keep.txt",
+        "d e/ü",
+        "link",
+    ];
+
+    fn tree_op() -> impl proptest::strategy::Strategy<Value = TreeOp> {
+        use proptest::prelude::*;
+        let i = 0..POOL.len();
+        prop_oneof![
+            4 => (i.clone(), 0u8..4).prop_map(|(p, c)| TreeOp::Write(p, c)),
+            2 => i.clone().prop_map(TreeOp::Remove),
+            1 => i.clone().prop_map(TreeOp::Chmod),
+            1 => (i.clone(), i.clone()).prop_map(|(p, t)| TreeOp::Symlink(p, t)),
+            2 => (i.clone(), i).prop_map(|(f, t)| TreeOp::Rename(f, t)),
+            1 => proptest::bool::ANY.prop_map(TreeOp::Ignore),
+        ]
+    }
+
+    /// Removes whatever is at `path`, file, link or directory.
+    fn clear(path: &Path) {
+        match fs::symlink_metadata(path) {
+            Ok(m) if m.is_dir() => fs::remove_dir_all(path).expect("rm -r"),
+            Ok(_) => fs::remove_file(path).expect("rm"),
+            Err(_) => {}
+        }
+    }
+
+    /// Makes the parents of `rel` directories, clearing files or links in the way.
+    fn make_parents(dir: &Path, rel: &str) {
+        let mut at = dir.to_path_buf();
+        let parent = Path::new(rel).parent().expect("relative path");
+        for c in parent.components() {
+            at.push(c);
+            if !fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
+                clear(&at);
+                fs::create_dir(&at).expect("mkdir");
+            }
+        }
+    }
+
+    fn run_op(dir: &Path, op: &TreeOp) {
+        match op {
+            TreeOp::Write(p, c) => {
+                make_parents(dir, POOL[*p]);
+                let path = dir.join(POOL[*p]);
+                if fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file()) {
+                    clear(&path);
+                }
+                let content = match c {
+                    0 => b"one\n".to_vec(),
+                    1 => b"two\n".to_vec(),
+                    2 => vec![0u8, 159, 146, 150],
+                    _ => "line\r\n".repeat(200).into_bytes(),
+                };
+                fs::write(path, content).expect("write");
+            }
+            TreeOp::Remove(p) => clear(&dir.join(POOL[*p])),
+            TreeOp::Chmod(p) => {
+                let path = dir.join(POOL[*p]);
+                if let Ok(m) = fs::symlink_metadata(&path) {
+                    if m.is_file() {
+                        let mode = if m.permissions().mode() & 0o100 == 0 {
+                            0o755
+                        } else {
+                            0o644
+                        };
+                        fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+                            .expect("chmod");
+                    }
+                }
+            }
+            TreeOp::Symlink(p, t) => {
+                make_parents(dir, POOL[*p]);
+                let path = dir.join(POOL[*p]);
+                clear(&path);
+                symlink(POOL[*t], path).expect("symlink");
+            }
+            TreeOp::Rename(f, t) => {
+                let (from, to) = (dir.join(POOL[*f]), dir.join(POOL[*t]));
+                if f == t || to.starts_with(&from) || fs::symlink_metadata(&from).is_err() {
+                    return;
+                }
+                if from.starts_with(&to) {
+                    return;
+                }
+                make_parents(dir, POOL[*t]);
+                if fs::symlink_metadata(&from).is_err() {
+                    return;
+                }
+                clear(&to);
+                fs::rename(from, to).expect("rename");
+            }
+            TreeOp::Ignore(more) => {
+                let rules = if *more {
+                    "*.log\nbuild/\nc/\n"
+                } else {
+                    "*.log\nbuild/\n"
+                };
+                fs::write(dir.join(".gitignore"), rules).expect("write .gitignore");
+            }
+        }
+    }
+
+    /// The tree `git add -A` makes of the working tree into an index of its own that started
+    /// as a copy of the user's and lives on between calls, as Rein's private index does (so a
+    /// file tracked despite an ignore rule stays tracked until it is deleted).
+    fn git_tree_from_user_index(dir: &Path, scratch: &Path) -> String {
+        let index = scratch.join("index");
+        if !index.exists() {
+            fs::copy(dir.join(".git/index"), &index).expect("copy index");
+        }
+        let env = [("GIT_INDEX_FILE", index.as_path())];
+        git_env(dir, &env, &["add", "-A"]);
+        git_env(dir, &env, &["write-tree"]).trim().to_owned()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: std::env::var("REIN_CHECKPOINT_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48),
+            max_shrink_iters: 100,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Watched snapshots (only the paths the kernel reported) build exactly the tree git
+        /// builds from the whole working tree, through any mix of file and directory changes;
+        /// and snapshots that only take some paths never take anything else.
+        #[test]
+        fn watched_snapshots_equal_full_scans(
+            rounds in proptest::collection::vec(proptest::collection::vec(tree_op(), 1..6), 1..6),
+            partial in proptest::collection::vec(0..POOL.len(), 0..3),
+        ) {
+            let repo = new_repo();
+            let dir = repo.path();
+            let scratch = tempfile::tempdir().expect("tempdir");
+            fs::write(dir.join(".gitignore"), "*.log\nbuild/\n").expect("write");
+            for f in ["a/x", "a/b/x", "c/x", "top", "d e/ü"] {
+                write(dir, f, f.as_bytes());
+            }
+            write(dir, "build/keep.txt", b"kept\n");
+            git(dir, &["add", "-A"]);
+            git(dir, &["add", "-f", "build/keep.txt"]);
+            git(dir, &["commit", "-q", "-m", "base"]);
+            let base = git(dir, &["rev-parse", "HEAD"]).trim().to_owned();
+            let mut cps = open(dir, "t", Some(&base)).expect("open");
+            cps.snapshot(meta(0, "start")).expect("snapshot");
+            for (n, ops) in rounds.iter().enumerate() {
+                for op in ops {
+                    run_op(dir, op);
+                }
+                let step = n as u32 + 1;
+                // Some rounds first take a few paths on their own, as an agent step would.
+                if n % 2 == 1 {
+                    let before = cps.tip().expect("tip").expect("begun");
+                    let paths: Vec<String> = partial.iter().map(|i| POOL[*i].to_owned()).collect();
+                    let snap = cps.snapshot_paths(meta(step, "paths"), &paths).expect("paths");
+                    for c in cps.diff(&before, &snap.id).expect("diff") {
+                        proptest::prop_assert!(
+                            paths.iter().any(|p| c.path == *p
+                                || c.path.starts_with(&format!("{p}/"))
+                                || p.starts_with(&format!("{}/", c.path))),
+                            "snapshot_paths({paths:?}) took {}", c.path
+                        );
+                    }
+                }
+                let snap = cps.snapshot(meta(step, "round")).expect("snapshot");
+                proptest::prop_assert_eq!(
+                    tree_of(dir, &snap.id),
+                    git_tree_from_user_index(dir, scratch.path()),
+                    "after round {} ({:?})", n, ops
+                );
+                proptest::prop_assert!(cps.diff_worktree(&snap.id, &Overlay::new()).expect("diff").is_empty());
+            }
+        }
     }
 }

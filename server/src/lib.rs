@@ -10,3 +10,4 @@ pub mod exec;
 pub mod lsp;
 pub mod reconcile;
 pub mod state;
+pub mod watch;

@@ -245,6 +245,8 @@ fn bench_size(root: &Path, files: usize, quick: bool, report: &mut Report) -> Re
         // Returns the handle so that dropping it is not timed: a running task keeps it.
         let rein = || -> Result<Checkpoints> {
             let mut cps = Checkpoints::open(&repo.dir, &task, Some(&head))?;
+            // As the engine starts a task: the watcher first, then the full first scan.
+            cps.watch();
             let snap = cps.snapshot(meta(0))?;
             if !snap.created {
                 bail!("the first snapshot of task {task} created nothing");
@@ -264,7 +266,7 @@ fn bench_size(root: &Path, files: usize, quick: bool, report: &mut Report) -> Re
         files,
         Scenario::FirstSnapshot,
         1,
-        "open + first snapshot",
+        "open + watch + first snapshot",
         first_rein,
         "git status --porcelain",
         first_status,
@@ -276,6 +278,9 @@ fn bench_size(root: &Path, files: usize, quick: bool, report: &mut Report) -> Re
     let head = repo.commit_all("bench: before checkpoints")?;
     repo.settle()?;
     let mut cps = Checkpoints::open(&repo.dir, "bench", Some(&head))?;
+    if !cps.watch() {
+        eprintln!("bench: cannot watch the working tree (see the log); every snapshot below is a full scan");
+    }
     let mut step = 1;
     cps.snapshot(meta(step))?;
     let cli_index = repo.git_dir.join("bench-cli-index");

@@ -389,7 +389,9 @@ pub fn start(
     let agent = agent::build(&agent_spec, &root, 0)?;
     let base = checkpoint::head_commit(&root)?;
     let id = new_task_id();
-    let ckpt = Checkpoints::open(&root, &id, base.as_deref())?;
+    let mut ckpt = Checkpoints::open(&root, &id, base.as_deref())?;
+    // From here on, checkpoints cost what changed rather than the size of the tree.
+    ckpt.watch();
     let sandbox = Sandbox::new(&root)?;
     let now = state::now();
     let initial = TaskState {
@@ -480,7 +482,8 @@ pub fn recover(
         tracing::info!("ended process group {group}, left running by the interrupted task");
     }
     let s = store.state().clone();
-    let ckpt = Checkpoints::open(&root, &id, s.task.base.as_deref())?;
+    let mut ckpt = Checkpoints::open(&root, &id, s.task.base.as_deref())?;
+    ckpt.watch();
     let sandbox = Sandbox::new(&root)?;
     let (agent, agent_error) = match agent::build(&s.task.agent, &root, s.agent_moves) {
         Ok(a) => (Some(a), None),
@@ -674,6 +677,10 @@ impl Engine {
 
     async fn run(mut self) {
         loop {
+            if self.state().status.is_terminal() {
+                // Nothing will step again; give the kernel its watches back.
+                self.ckpt.unwatch();
+            }
             while let Some(env) = self
                 .deferred
                 .pop_front()
