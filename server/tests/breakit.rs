@@ -308,7 +308,6 @@ async fn non_utf8_file_names_are_checkpointed_byte_exact_listed_and_searched() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: abort (keepChanges false) leaves an agent-created file with a non-UTF-8 name in the tree"]
 async fn abort_removes_an_agent_file_with_a_non_utf8_name() {
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();
@@ -335,6 +334,38 @@ async fn abort_removes_an_agent_file_with_a_non_utf8_name() {
         !root.join(agent_name).exists(),
         "the agent's file is still there after an abort that removes the agent's changes"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_puts_files_with_non_utf8_names_back_under_their_own_names() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let human_name = OsStr::from_bytes(b"\xffhuman.txt");
+    std::fs::write(root.join(human_name), "human\n").unwrap();
+    // The command creates a file of its own and changes the human's.
+    let cmd = "sh -c 'printf agent > \"$(printf \"caf\\351.txt\")\"; printf changed > \"$(printf \"\\377human.txt\")\"'";
+    let mut run = start(
+        root,
+        json!([{"run": {"cmd": cmd}}, {"read": "a.txt", "think_ms": 600000}]),
+    );
+    run.until("the command", |s| !agent_steps(s).is_empty())
+        .await;
+    assert_eq!(std::fs::read(root.join(human_name)).unwrap(), b"changed");
+    run.call(Request::Pause).await;
+    run.call(Request::Rewind {
+        checkpoint: "step:0".into(),
+    })
+    .await;
+    assert_eq!(std::fs::read(root.join(human_name)).unwrap(), b"human\n");
+    assert!(!root.join(OsStr::from_bytes(b"caf\xe9.txt")).exists());
+    let mut names: Vec<Vec<u8>> = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().as_bytes().to_vec())
+        .collect();
+    names.sort();
+    let want: Vec<&[u8]> = vec![b".git", b"a.txt", b"\xffhuman.txt"];
+    assert_eq!(names, want, "no file made under a lossy name, none left");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -851,8 +851,8 @@ impl Engine {
             Ok(changes) => {
                 for c in changes.iter().filter(|c| !held.contains(&c.path)) {
                     let r = match &c.before {
-                        Some(b) => self.sandbox.write(&c.path, b),
-                        None => self.sandbox.remove(&c.path),
+                        Some(b) => self.sandbox.write(c.path_bytes(), b),
+                        None => self.sandbox.remove(c.path_bytes()),
                     };
                     (self.notify)(Notice::Wrote {
                         path: c.path.clone(),

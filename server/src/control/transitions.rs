@@ -36,8 +36,8 @@ pub(super) fn restore_tree(
     let changes = ckpt.diff_worktree(target, &Overlay::new())?;
     for c in &changes {
         match &c.before {
-            Some(b) => sandbox.write(&c.path, b)?,
-            None => sandbox.remove(&c.path)?,
+            Some(b) => sandbox.write(c.path_bytes(), b)?,
+            None => sandbox.remove(c.path_bytes())?,
         }
     }
     Ok(changes.len())
@@ -338,7 +338,9 @@ impl Engine {
     /// Takes every agent step back out of the tree, newest first, keeping the human's lines.
     fn revert_agent_changes(&mut self) -> Result<usize, ControlError> {
         let list = self.ckpt.list()?;
-        let mut touched = std::collections::BTreeMap::<String, Option<Vec<u8>>>::new();
+        // Keyed by the path's bytes, so a name that is not UTF-8 is found on disk as it is;
+        // the value carries the name as shown and the content the file should end with.
+        let mut touched = std::collections::BTreeMap::<Vec<u8>, (String, Option<Vec<u8>>)>::new();
         for (i, c) in list.iter().enumerate() {
             if c.author != Author::Agent {
                 continue;
@@ -347,31 +349,32 @@ impl Engine {
                 continue;
             };
             for change in self.ckpt.diff(&parent.id, &c.id)? {
-                let now = match touched.get(&change.path) {
-                    Some(v) => v.clone(),
-                    None => self.sandbox.read(&change.path)?,
+                let key = change.path_bytes().to_vec();
+                let now = match touched.get(&key) {
+                    Some((_, v)) => v.clone(),
+                    None => self.sandbox.read(&key)?,
                 };
                 if let Some(next) = verdict::revert(
                     change.before.as_deref(),
                     change.after.as_deref(),
                     now.as_deref(),
                 ) {
-                    touched.insert(change.path.clone(), next);
+                    touched.insert(key, (change.path, next));
                 } else {
-                    touched.entry(change.path.clone()).or_insert(now);
+                    touched.entry(key).or_insert((change.path, now));
                 }
             }
         }
         let mut count = 0;
-        for (path, content) in touched {
-            let disk = self.sandbox.read(&path)?;
+        for (raw, (path, content)) in touched {
+            let disk = self.sandbox.read(&raw)?;
             if disk == content {
                 continue;
             }
             count += 1;
             match content {
-                Some(c) => self.sandbox.write(&path, &c)?,
-                None => self.sandbox.remove(&path)?,
+                Some(c) => self.sandbox.write(&raw, &c)?,
+                None => self.sandbox.remove(&raw)?,
             }
             (self.notify)(super::Notice::Wrote { path });
         }
