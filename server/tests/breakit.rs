@@ -479,23 +479,24 @@ async fn writes_through_a_directory_swapped_for_a_symlink_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: abort (keepChanges false) fails outright when a path the agent changed now runs through a symlink"]
 async fn abort_after_a_directory_became_a_symlink_touches_nothing_outside() {
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("f.txt"), "outside\n").unwrap();
-    let dir = repo(&[("dir/f.txt", "inside\n")]);
+    let dir = repo(&[("dir/f.txt", "inside\n"), ("a.txt", "a\n")]);
     let root = dir.path();
     let mut run = start(
         root,
         json!([
             {"write": {"path": "dir/f.txt", "content": "agent\n"}},
+            {"write": {"path": "a.txt", "content": "agent a\n"}},
             {"read": "dir/f.txt", "think_ms": 600000}
         ]),
     );
-    run.until("the write", |s| !agent_steps(s).is_empty()).await;
+    run.until("the writes", |s| agent_steps(s).len() == 2).await;
     std::fs::rename(root.join("dir"), root.join("dir.real")).unwrap();
     std::os::unix::fs::symlink(outside.path(), root.join("dir")).unwrap();
-    // Taking the agent's change back must not follow the link; the abort itself must land.
+    // Taking the agent's change back must not follow the link; the abort itself must land,
+    // take back what it can reach and name what it cannot.
     let reply = run
         .handle
         .call(Request::Abort {
@@ -509,6 +510,17 @@ async fn abort_after_a_directory_became_a_symlink_touches_nothing_outside() {
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
     let s = reply.expect("the abort lands").state().clone();
     assert_eq!(s.status, Status::Aborted);
+    assert_eq!(read(root, "a.txt"), "a\n", "the reachable file is reverted");
+    assert_eq!(
+        read(root, "dir.real/f.txt"),
+        "agent\n",
+        "the human's move is kept"
+    );
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("dir/f.txt") && why.contains("symbolic link"),
+        "the file left behind is named, with why: {why}"
+    );
 }
 
 // ---- crashes where they hurt ---------------------------------------------------------------
