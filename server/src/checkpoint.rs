@@ -703,6 +703,11 @@ impl Checkpoints {
     }
 }
 
+/// The git blob id `content` would have, in hex, without writing anything.
+pub fn blob_id(content: &[u8]) -> Result<String> {
+    Ok(Oid::hash_object(ObjectType::Blob, content)?.to_string())
+}
+
 /// The user's HEAD commit, or `None` when HEAD is unborn.
 pub fn head_commit(workdir: &Path) -> Result<Option<String>> {
     let repo = open_repo(workdir)?;

@@ -610,7 +610,6 @@ async fn the_agents_memory_of_its_own_writes_survives_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: an agent write that landed just before kill -9, not yet checkpointed, is recorded as the human's after recovery; its lines become protected and the agent's next edit of them needs approval"]
 async fn an_agent_write_cut_before_its_checkpoint_stays_the_agents() {
     let dir = repo(&[("a.txt", "a\n")]);
     let plans = tempfile::tempdir().unwrap();
@@ -644,6 +643,89 @@ async fn an_agent_write_cut_before_its_checkpoint_stays_the_agents() {
     assert_eq!(end.status, Status::Done);
     assert_eq!(end.decisions_asked, 0, "{:?}", end.human_changes);
     assert!(read(root, "big.txt").starts_with("agent edited\n"));
+}
+
+/// Leaves the task as kill -9 inside an agent write would: the write's intent recorded as the
+/// next step, `landed` on disk, no step for it in the state.
+async fn crash_inside_a_write(root: &Path, intended: &str, landed: &str) {
+    let mut run = start(
+        root,
+        json!([
+            {"write": {"path": "notes.txt", "content": intended}, "think_ms": 600000},
+            {"edit": {"path": "notes.txt", "old": "agent\n", "new": "agent edited\n"}},
+            {"finish": "f"}
+        ]),
+    );
+    run.call(Request::Shutdown).await;
+    let s = control::load(root).unwrap().expect("a task");
+    let store = rein::state::StateStore::open(&root.join(".git"), &s.task.id).unwrap();
+    let intent = rein::state::WriteIntent {
+        step: s.steps.last().map_or(0, |st| st.n) + 1,
+        action: "write notes.txt".into(),
+        path: "notes.txt".into(),
+        blob: rein::checkpoint::blob_id(intended.as_bytes()).unwrap(),
+    };
+    store.record_intent(&intent).unwrap();
+    write(root, "notes.txt", landed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_found_whole_after_a_crash_is_the_agents_step() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    crash_inside_a_write(root, "agent\n", "agent\n").await;
+    let mut run = recover(root);
+    let step = agent_steps(&run.state)
+        .last()
+        .map(|st| (st.action.clone(), st.status, st.checkpoint.clone()))
+        .expect("the write recorded as the agent's step");
+    assert_eq!(
+        (step.0.as_str(), step.1),
+        ("write notes.txt", StepStatus::Done)
+    );
+    let ck = step.2.expect("a checkpoint");
+    assert_eq!(git(root, &["show", &format!("{ck}:notes.txt")]), "agent\n");
+    assert_eq!(run.state.agent_moves, 1, "the write is a move made");
+    assert!(
+        run.state.human_changes.is_empty(),
+        "{:?}",
+        run.state.human_changes
+    );
+    assert!(!run.state.protected_lines.contains_key("notes.txt"));
+    let end = to_the_end(&mut run).await;
+    assert_eq!(end.status, Status::Done);
+    assert_eq!(end.decisions_asked, 0);
+    assert_eq!(read(root, "notes.txt"), "agent edited\n");
+    let task = root.join(".git/rein/tasks").join(&end.task.id);
+    assert!(
+        !task.join("intent.json").exists(),
+        "the intent is forgotten"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_changed_after_a_crash_is_the_humans() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    // The agent's bytes landed, then the human edited the file before Rein came back.
+    crash_inside_a_write(root, "agent\n", "agent\nhuman\n").await;
+    let run = recover(root);
+    assert!(agent_steps(&run.state).is_empty(), "{:?}", run.state.steps);
+    assert_eq!(
+        run.state.agent_moves, 0,
+        "the write is made again on resume"
+    );
+    assert!(
+        run.state
+            .human_changes
+            .iter()
+            .any(|c| c.path == "notes.txt"),
+        "{:?}",
+        run.state.human_changes
+    );
+    assert!(run.state.protected_lines["notes.txt"].contains(&"human".to_owned()));
+    let task = root.join(".git/rein/tasks").join(&run.state.task.id);
+    assert!(!task.join("intent.json").exists(), "the intent is settled");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
