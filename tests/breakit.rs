@@ -6,9 +6,8 @@
 //!   (`REIN_LSP_MODEL_CASES`, default 40);
 //! - the user's own git (commit, checkout, stash, rebase, a held `index.lock`) during a task.
 //!
-//! The variants marked `#[ignore = "bug: …"]` reproduce bugs these tests found (see
-//! `docs/reliability.md`); the enabled ones leave out exactly what those bugs need. Every wait
-//! polls with the harness's generous patience; nothing asserts on wall-clock time.
+//! `docs/reliability.md` lists the bugs these tests found and their fixes. Every wait polls
+//! with the harness's generous patience; nothing asserts on wall-clock time.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -373,9 +372,52 @@ fn kill_9_of_the_server_at_random_points_loses_nothing() {
 }
 
 #[test]
-#[ignore = "bug: after a restart the engine forgets what the agent last wrote, and an agent write cut before its checkpoint is taken for the human's: rewrites and edits of such files are asked about, and the answers that keep human lines drop the agent's work"]
 fn kill_9_of_the_server_with_rewrites_and_edits_loses_nothing() {
     run_kill_trials(true);
+}
+
+/// The window the random trials reach only by luck: kill -9 after an agent write is in place
+/// but before its checkpoint is recorded (a 20 MB file keeps the checkpoint busy).
+#[test]
+fn an_agent_write_cut_before_its_checkpoint_by_kill_9_stays_the_agents() {
+    let plans = tempfile::tempdir().expect("temp dir");
+    let big = format!(
+        "agent header\n{}",
+        format!("{}\n", "y".repeat(99)).repeat(200 * 1024)
+    );
+    let plan = plans.path().join("plan.json");
+    let steps = json!([
+        {"write": {"path": "big.txt", "content": big}},
+        {"edit": {"path": "big.txt", "old": "agent header\n", "new": "agent edited\n"}},
+        {"finish": "f"}
+    ]);
+    std::fs::write(&plan, json!({ "steps": steps }).to_string()).expect("plan");
+    let dir = repo(&[("a.txt", "a\n")], json!([]));
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    lsp.ok(
+        "rein.start",
+        json!({"goal": "write, then edit", "agent": {"kind": "script", "plan": plan}}),
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while std::fs::metadata(root.join("big.txt")).map_or(true, |m| m.len() != big.len() as u64) {
+        assert!(Instant::now() < deadline, "the write never landed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    lsp.kill9();
+    let before = check_on_disk(root, "the cut write");
+    assert_eq!(
+        agent_steps(&before),
+        0,
+        "the kill landed before the write's checkpoint"
+    );
+    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    lsp.wait_state("recovery", |s| !s.is_null());
+    let end = drive_to_end(&mut lsp);
+    assert_eq!(status(&end), "done", "{end:#}");
+    assert_eq!(end["decisionsAsked"], 0, "{:#}", end["humanChanges"]);
+    assert!(read(root, "big.txt").starts_with("agent edited\n"));
+    lsp.kill9();
 }
 
 #[test]

@@ -79,12 +79,21 @@ pub enum ChangeKind {
 pub struct FileChange {
     /// Repo-relative, '/'-separated path.
     pub path: String,
+    /// The path's exact bytes when they are not UTF-8 (`path` then shows them as U+FFFD).
+    pub raw_path: Option<Vec<u8>>,
     /// What kind of change this is.
     pub kind: ChangeKind,
     /// Content on the older side, `None` when added.
     pub before: Option<Vec<u8>>,
     /// Content on the newer side, `None` when deleted.
     pub after: Option<Vec<u8>>,
+}
+
+impl FileChange {
+    /// The path's bytes as they are on disk, to read, write or remove the file itself.
+    pub fn path_bytes(&self) -> &[u8] {
+        self.raw_path.as_deref().unwrap_or(self.path.as_bytes())
+    }
 }
 
 /// How a file is stored in a checkpoint, for writing it back faithfully.
@@ -466,6 +475,7 @@ impl Checkpoints {
             };
             changes.push(FileChange {
                 path: path.clone(),
+                raw_path: None,
                 kind,
                 before,
                 after: Some(content.clone()),
@@ -621,7 +631,9 @@ impl Checkpoints {
             } else {
                 &new_file
             };
-            let path = String::from_utf8_lossy(side.path_bytes().unwrap_or_default()).into_owned();
+            let bytes = side.path_bytes().unwrap_or_default();
+            let path = String::from_utf8_lossy(bytes).into_owned();
+            let raw_path = std::str::from_utf8(bytes).is_err().then(|| bytes.to_vec());
             if skip(&path) {
                 continue;
             }
@@ -637,6 +649,7 @@ impl Checkpoints {
             };
             out.push(FileChange {
                 path,
+                raw_path,
                 kind,
                 before,
                 after,
@@ -1132,6 +1145,11 @@ fn path_bytes(path: &Path) -> &[u8] {
 fn bytes_path(bytes: &[u8]) -> PathBuf {
     use std::os::unix::ffi::OsStrExt;
     PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+}
+
+/// The git blob id `content` would have, in hex, without writing anything.
+pub fn blob_id(content: &[u8]) -> Result<String> {
+    Ok(Oid::hash_object(ObjectType::Blob, content)?.to_string())
 }
 
 /// The user's HEAD commit, or `None` when HEAD is unborn.
@@ -1702,18 +1720,21 @@ mod tests {
             [
                 FileChange {
                     path: "gone.txt".into(),
+                    raw_path: None,
                     kind: ChangeKind::Deleted,
                     before: Some(b"gone\n".to_vec()),
                     after: None
                 },
                 FileChange {
                     path: "mod.txt".into(),
+                    raw_path: None,
                     kind: ChangeKind::Modified,
                     before: Some(b"old\n".to_vec()),
                     after: Some(b"new\n".to_vec())
                 },
                 FileChange {
                     path: "sub/added.txt".into(),
+                    raw_path: None,
                     kind: ChangeKind::Added,
                     before: None,
                     after: Some(b"added\n".to_vec())
@@ -1736,18 +1757,21 @@ mod tests {
             [
                 FileChange {
                     path: "gone.txt".into(),
+                    raw_path: None,
                     kind: ChangeKind::Modified,
                     before: Some(b"gone\n".to_vec()),
                     after: Some(b"edited in editor\n".to_vec())
                 },
                 FileChange {
                     path: "sub/added.txt".into(),
+                    raw_path: None,
                     kind: ChangeKind::Added,
                     before: None,
                     after: Some(b"added\n".to_vec())
                 },
                 FileChange {
                     path: "unsaved/new.rs".into(),
+                    raw_path: None,
                     kind: ChangeKind::Added,
                     before: None,
                     after: Some(b"fn f() {}\n".to_vec())
@@ -2022,6 +2046,7 @@ mod tests {
             changes,
             [FileChange {
                 path: "d2/f0002.txt".into(),
+                raw_path: None,
                 kind: ChangeKind::Modified,
                 before: Some(b"file 0002\n".to_vec()),
                 after: Some(b"changed 0002\n".to_vec()),

@@ -7,6 +7,10 @@
 //! only if it parses, validates and was made against the current `version` (an optimistic
 //! lock); otherwise it is refused with a message, the last good state is put back and the
 //! refused text is kept beside it as `state.rejected.json`, so nothing is lost.
+//!
+//! While an agent write is in flight, `intent.json` beside the state names it (step, path,
+//! blob id of the content): a crash between the write and its checkpoint would otherwise
+//! leave a file no record explains, and recovery would take it for the human's.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
@@ -387,6 +391,21 @@ pub enum StateError {
     NoSuchTask(String),
 }
 
+/// An agent write about to land, recorded before it does so recovery can tell it apart
+/// from a change the human made while Rein was down.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteIntent {
+    /// The step the write will be recorded as.
+    pub step: u32,
+    /// The step's action, as it will be recorded.
+    pub action: String,
+    /// Repo-relative path of the file written.
+    pub path: String,
+    /// Git blob id (hex) of the content being written.
+    pub blob: String,
+}
+
 /// What a hand edit changed, once taken.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HandEdit {
@@ -563,6 +582,37 @@ impl StateStore {
         }
     }
 
+    /// Records an agent write about to land, durably, before it lands.
+    pub fn record_intent(&self, intent: &WriteIntent) -> Result<(), StateError> {
+        let bytes = serde_json::to_vec(intent).expect("an intent always serializes");
+        write_atomic(&self.dir.join("intent.json"), &bytes)
+    }
+
+    /// The agent write last recorded as about to land, if its record is still there.
+    pub fn intent(&self) -> Result<Option<WriteIntent>, StateError> {
+        let path = self.dir.join("intent.json");
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io("read", &path)(e)),
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| StateError::Corrupt {
+                path,
+                why: e.to_string(),
+            })
+    }
+
+    /// Forgets the intent once its step is in the state (or came to nothing).
+    pub fn clear_intent(&self) -> Result<(), StateError> {
+        let path = self.dir.join("intent.json");
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("remove", &path)(e)),
+            _ => Ok(()),
+        }
+    }
+
     /// Appends one entry to `events.jsonl`.
     pub fn journal(&self, event: &str, detail: serde_json::Value) -> Result<(), StateError> {
         let path = self.dir.join("events.jsonl");
@@ -735,6 +785,26 @@ mod tests {
             serde_json::from_slice(&fs::read(store.path()).unwrap()).unwrap();
         f(&mut v);
         fs::write(store.path(), serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_write_intent_round_trips_and_is_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::create(dir.path(), sample()).unwrap();
+        assert_eq!(store.intent().unwrap(), None);
+        let intent = WriteIntent {
+            step: 3,
+            action: "write a.txt".into(),
+            path: "a.txt".into(),
+            blob: "0123".into(),
+        };
+        store.record_intent(&intent).unwrap();
+        assert_eq!(store.intent().unwrap(), Some(intent));
+        store.clear_intent().unwrap();
+        assert_eq!(store.intent().unwrap(), None);
+        store.clear_intent().unwrap();
+        fs::write(store.dir().join("intent.json"), "{not json").unwrap();
+        assert!(matches!(store.intent(), Err(StateError::Corrupt { .. })));
     }
 
     #[test]

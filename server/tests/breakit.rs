@@ -308,7 +308,6 @@ async fn non_utf8_file_names_are_checkpointed_byte_exact_listed_and_searched() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: abort (keepChanges false) leaves an agent-created file with a non-UTF-8 name in the tree"]
 async fn abort_removes_an_agent_file_with_a_non_utf8_name() {
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();
@@ -335,6 +334,38 @@ async fn abort_removes_an_agent_file_with_a_non_utf8_name() {
         !root.join(agent_name).exists(),
         "the agent's file is still there after an abort that removes the agent's changes"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_puts_files_with_non_utf8_names_back_under_their_own_names() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let human_name = OsStr::from_bytes(b"\xffhuman.txt");
+    std::fs::write(root.join(human_name), "human\n").unwrap();
+    // The command creates a file of its own and changes the human's.
+    let cmd = "sh -c 'printf agent > \"$(printf \"caf\\351.txt\")\"; printf changed > \"$(printf \"\\377human.txt\")\"'";
+    let mut run = start(
+        root,
+        json!([{"run": {"cmd": cmd}}, {"read": "a.txt", "think_ms": 600000}]),
+    );
+    run.until("the command", |s| !agent_steps(s).is_empty())
+        .await;
+    assert_eq!(std::fs::read(root.join(human_name)).unwrap(), b"changed");
+    run.call(Request::Pause).await;
+    run.call(Request::Rewind {
+        checkpoint: "step:0".into(),
+    })
+    .await;
+    assert_eq!(std::fs::read(root.join(human_name)).unwrap(), b"human\n");
+    assert!(!root.join(OsStr::from_bytes(b"caf\xe9.txt")).exists());
+    let mut names: Vec<Vec<u8>> = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().as_bytes().to_vec())
+        .collect();
+    names.sort();
+    let want: Vec<&[u8]> = vec![b".git", b"a.txt", b"\xffhuman.txt"];
+    assert_eq!(names, want, "no file made under a lossy name, none left");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -448,23 +479,24 @@ async fn writes_through_a_directory_swapped_for_a_symlink_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: abort (keepChanges false) fails outright when a path the agent changed now runs through a symlink"]
 async fn abort_after_a_directory_became_a_symlink_touches_nothing_outside() {
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("f.txt"), "outside\n").unwrap();
-    let dir = repo(&[("dir/f.txt", "inside\n")]);
+    let dir = repo(&[("dir/f.txt", "inside\n"), ("a.txt", "a\n")]);
     let root = dir.path();
     let mut run = start(
         root,
         json!([
             {"write": {"path": "dir/f.txt", "content": "agent\n"}},
+            {"write": {"path": "a.txt", "content": "agent a\n"}},
             {"read": "dir/f.txt", "think_ms": 600000}
         ]),
     );
-    run.until("the write", |s| !agent_steps(s).is_empty()).await;
+    run.until("the writes", |s| agent_steps(s).len() == 2).await;
     std::fs::rename(root.join("dir"), root.join("dir.real")).unwrap();
     std::os::unix::fs::symlink(outside.path(), root.join("dir")).unwrap();
-    // Taking the agent's change back must not follow the link; the abort itself must land.
+    // Taking the agent's change back must not follow the link; the abort itself must land,
+    // take back what it can reach and name what it cannot.
     let reply = run
         .handle
         .call(Request::Abort {
@@ -478,6 +510,17 @@ async fn abort_after_a_directory_became_a_symlink_touches_nothing_outside() {
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
     let s = reply.expect("the abort lands").state().clone();
     assert_eq!(s.status, Status::Aborted);
+    assert_eq!(read(root, "a.txt"), "a\n", "the reachable file is reverted");
+    assert_eq!(
+        read(root, "dir.real/f.txt"),
+        "agent\n",
+        "the human's move is kept"
+    );
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("dir/f.txt") && why.contains("symbolic link"),
+        "the file left behind is named, with why: {why}"
+    );
 }
 
 // ---- crashes where they hurt ---------------------------------------------------------------
@@ -567,7 +610,6 @@ async fn the_agents_memory_of_its_own_writes_survives_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: an agent write that landed just before kill -9, not yet checkpointed, is recorded as the human's after recovery; its lines become protected and the agent's next edit of them needs approval"]
 async fn an_agent_write_cut_before_its_checkpoint_stays_the_agents() {
     let dir = repo(&[("a.txt", "a\n")]);
     let plans = tempfile::tempdir().unwrap();
@@ -601,6 +643,89 @@ async fn an_agent_write_cut_before_its_checkpoint_stays_the_agents() {
     assert_eq!(end.status, Status::Done);
     assert_eq!(end.decisions_asked, 0, "{:?}", end.human_changes);
     assert!(read(root, "big.txt").starts_with("agent edited\n"));
+}
+
+/// Leaves the task as kill -9 inside an agent write would: the write's intent recorded as the
+/// next step, `landed` on disk, no step for it in the state.
+async fn crash_inside_a_write(root: &Path, intended: &str, landed: &str) {
+    let mut run = start(
+        root,
+        json!([
+            {"write": {"path": "notes.txt", "content": intended}, "think_ms": 600000},
+            {"edit": {"path": "notes.txt", "old": "agent\n", "new": "agent edited\n"}},
+            {"finish": "f"}
+        ]),
+    );
+    run.call(Request::Shutdown).await;
+    let s = control::load(root).unwrap().expect("a task");
+    let store = rein::state::StateStore::open(&root.join(".git"), &s.task.id).unwrap();
+    let intent = rein::state::WriteIntent {
+        step: s.steps.last().map_or(0, |st| st.n) + 1,
+        action: "write notes.txt".into(),
+        path: "notes.txt".into(),
+        blob: rein::checkpoint::blob_id(intended.as_bytes()).unwrap(),
+    };
+    store.record_intent(&intent).unwrap();
+    write(root, "notes.txt", landed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_found_whole_after_a_crash_is_the_agents_step() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    crash_inside_a_write(root, "agent\n", "agent\n").await;
+    let mut run = recover(root);
+    let step = agent_steps(&run.state)
+        .last()
+        .map(|st| (st.action.clone(), st.status, st.checkpoint.clone()))
+        .expect("the write recorded as the agent's step");
+    assert_eq!(
+        (step.0.as_str(), step.1),
+        ("write notes.txt", StepStatus::Done)
+    );
+    let ck = step.2.expect("a checkpoint");
+    assert_eq!(git(root, &["show", &format!("{ck}:notes.txt")]), "agent\n");
+    assert_eq!(run.state.agent_moves, 1, "the write is a move made");
+    assert!(
+        run.state.human_changes.is_empty(),
+        "{:?}",
+        run.state.human_changes
+    );
+    assert!(!run.state.protected_lines.contains_key("notes.txt"));
+    let end = to_the_end(&mut run).await;
+    assert_eq!(end.status, Status::Done);
+    assert_eq!(end.decisions_asked, 0);
+    assert_eq!(read(root, "notes.txt"), "agent edited\n");
+    let task = root.join(".git/rein/tasks").join(&end.task.id);
+    assert!(
+        !task.join("intent.json").exists(),
+        "the intent is forgotten"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_changed_after_a_crash_is_the_humans() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    // The agent's bytes landed, then the human edited the file before Rein came back.
+    crash_inside_a_write(root, "agent\n", "agent\nhuman\n").await;
+    let run = recover(root);
+    assert!(agent_steps(&run.state).is_empty(), "{:?}", run.state.steps);
+    assert_eq!(
+        run.state.agent_moves, 0,
+        "the write is made again on resume"
+    );
+    assert!(
+        run.state
+            .human_changes
+            .iter()
+            .any(|c| c.path == "notes.txt"),
+        "{:?}",
+        run.state.human_changes
+    );
+    assert!(run.state.protected_lines["notes.txt"].contains(&"human".to_owned()));
+    let task = root.join(".git/rein/tasks").join(&run.state.task.id);
+    assert!(!task.join("intent.json").exists(), "the intent is settled");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

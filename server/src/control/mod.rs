@@ -485,10 +485,6 @@ pub fn recover(
     let mut ckpt = Checkpoints::open(&root, &id, s.task.base.as_deref())?;
     ckpt.watch();
     let sandbox = Sandbox::new(&root)?;
-    let (agent, agent_error) = match agent::build(&s.task.agent, &root, s.agent_moves) {
-        Ok(a) => (Some(a), None),
-        Err(e) => (None, Some(e.to_string())),
-    };
     if matches!(s.status, Status::Running | Status::AwaitingDecision) {
         let last = s.steps.last().map_or(0, |st| st.n);
         store.update(|st| {
@@ -506,27 +502,11 @@ pub fn recover(
         );
     }
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut engine = Engine::new(
-        root,
-        store,
-        ckpt,
-        sandbox,
-        agent,
-        agent_error,
-        cfg,
-        rx,
-        notify,
-    );
+    let mut engine = Engine::new(root, store, ckpt, sandbox, None, None, cfg, rx, notify);
     engine.tip = engine.ckpt.tip()?;
-    if let Some(why) = engine
-        .agent_error
-        .clone()
-        .filter(|_| !engine.state().status.is_terminal())
-    {
-        // No agent, no way on: say so plainly rather than leave a task that cannot resume.
-        engine.fail(format!("the agent cannot be rebuilt after the restart ({why}); every step is kept: abort or rewind, then start again"));
-    }
-    if !engine.state().status.is_terminal() {
+    let live = !engine.state().status.is_terminal();
+    let mut landed = false;
+    if live {
         // A write cut by the crash leaves its temp file; it is no one's change.
         if let Ok((files, _)) = engine.sandbox.list("") {
             for f in files {
@@ -538,6 +518,25 @@ pub fn recover(
                 }
             }
         }
+        landed = engine.settle_write_intent();
+    }
+    // Built once the in-flight write is settled: a write that landed is a move made.
+    let skip = engine.state().agent_moves;
+    match agent::build(&engine.state().task.agent, &engine.root, skip) {
+        Ok(a) => {
+            if landed {
+                let remaining = a.remaining();
+                engine.commit(|s| s.remaining_moves = remaining);
+            }
+            engine.agent = Some(a);
+        }
+        Err(e) => engine.agent_error = Some(e.to_string()),
+    }
+    if let Some(why) = engine.agent_error.clone().filter(|_| live) {
+        // No agent, no way on: say so plainly rather than leave a task that cannot resume.
+        engine.fail(format!("the agent cannot be rebuilt after the restart ({why}); every step is kept: abort or rewind, then start again"));
+    }
+    if !engine.state().status.is_terminal() {
         // Whatever changed since the last checkpoint (the interrupted step's partial work, or
         // the user's) is recorded first, so nothing is lost and the agent is told.
         if let Some(report) = engine.absorb(false, "found after the interruption")? {
@@ -601,6 +600,50 @@ fn journal(store: &StateStore, event: &str, detail: serde_json::Value) {
 }
 
 impl Engine {
+    /// After a crash: settles the agent write recorded as about to land whose step never
+    /// made it into the state. If the file holds exactly the bytes the agent was writing,
+    /// the write landed and its step is the agent's, checkpointed now (true). Otherwise, cut
+    /// before its rename or changed since, the file is left to the record of what was found:
+    /// the human's, so nothing of theirs can be taken for the agent's.
+    fn settle_write_intent(&mut self) -> bool {
+        let intent = match self.store.intent() {
+            Ok(i) => i,
+            Err(e) => {
+                self.say(
+                    Level::Warning,
+                    format!("the record of the agent's last write is unreadable ({e}); what it wrote is recorded as found"),
+                );
+                None
+            }
+        };
+        let last = self.state().steps.last().map_or(0, |st| st.n);
+        let landed = intent.filter(|i| i.step > last).filter(|i| {
+            let now = self.sandbox.read(&i.path).ok().flatten();
+            now.and_then(|c| checkpoint::blob_id(&c).ok()).as_ref() == Some(&i.blob)
+        });
+        if let Some(i) = &landed {
+            let outcome = Outcome {
+                ok: true,
+                text: format!("wrote {} (Rein restarted before checkpointing it)", i.path),
+            };
+            self.complete(
+                i.action.clone(),
+                StepStatus::Done,
+                outcome,
+                Touched::Path(i.path.clone()),
+            );
+            journal(
+                &self.store,
+                "write_recovered",
+                serde_json::json!({ "step": i.step, "path": i.path }),
+            );
+        }
+        if let Err(e) = self.store.clear_intent() {
+            tracing::warn!("cannot remove the settled write's intent: {e}");
+        }
+        landed.is_some()
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn new(
         root: PathBuf,

@@ -513,30 +513,61 @@ impl Engine {
         memory: Option<Vec<u8>>,
         merged: bool,
     ) -> Flow {
-        if let Err(e) = self.sandbox.write(path, &bytes) {
-            return self.complete(
+        self.record_intent(&action, path, &bytes);
+        let flow = match self.sandbox.write(path, &bytes) {
+            Err(e) => self.complete(
                 action,
                 StepStatus::Failed,
                 failed(e.to_string()),
                 Touched::Nothing,
-            );
-        }
-        self.views
-            .insert(path.to_owned(), Some(memory.unwrap_or(bytes)));
-        (self.notify)(Notice::Wrote {
-            path: path.to_owned(),
-        });
-        let text = if merged {
-            format!("wrote {path}, merged around the human's changes (read it to see them)")
-        } else {
-            format!("wrote {path}")
+            ),
+            Ok(()) => {
+                self.views
+                    .insert(path.to_owned(), Some(memory.unwrap_or(bytes)));
+                (self.notify)(Notice::Wrote {
+                    path: path.to_owned(),
+                });
+                let text = if merged {
+                    format!("wrote {path}, merged around the human's changes (read it to see them)")
+                } else {
+                    format!("wrote {path}")
+                };
+                self.complete(
+                    action,
+                    StepStatus::Done,
+                    ok(text),
+                    Touched::Path(path.to_owned()),
+                )
+            }
         };
-        self.complete(
-            action,
-            StepStatus::Done,
-            ok(text),
-            Touched::Path(path.to_owned()),
-        )
+        // The step is in the state now; recovery would ignore the intent anyway (its step
+        // is taken), so failing to remove it is only worth a log line.
+        if let Err(e) = self.store.clear_intent() {
+            tracing::warn!("cannot remove the finished write's intent: {e}");
+        }
+        flow
+    }
+
+    /// Records, durably and before the write, that the agent is about to write `bytes` to
+    /// `path` as the next step: if Rein dies between the write and its checkpoint, recovery
+    /// finds the file holding exactly these bytes and keeps the step the agent's. Without the
+    /// record the write still happens; a crash would then leave it taken for the human's,
+    /// which loses nothing of theirs.
+    fn record_intent(&self, action: &str, path: &str, bytes: &[u8]) {
+        let recorded = crate::checkpoint::blob_id(bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|blob| {
+                let intent = state::WriteIntent {
+                    step: self.next_n(),
+                    action: action.to_owned(),
+                    path: path.to_owned(),
+                    blob,
+                };
+                self.store.record_intent(&intent).map_err(|e| e.to_string())
+            });
+        if let Err(e) = recorded {
+            tracing::warn!("cannot record the intent of the agent's write to {path}: {e}");
+        }
     }
 
     /// Writes a chosen merge resolution unless it would change lines the human wrote, in
@@ -851,8 +882,8 @@ impl Engine {
             Ok(changes) => {
                 for c in changes.iter().filter(|c| !held.contains(&c.path)) {
                     let r = match &c.before {
-                        Some(b) => self.sandbox.write(&c.path, b),
-                        None => self.sandbox.remove(&c.path),
+                        Some(b) => self.sandbox.write(c.path_bytes(), b),
+                        None => self.sandbox.remove(c.path_bytes()),
                     };
                     (self.notify)(Notice::Wrote {
                         path: c.path.clone(),

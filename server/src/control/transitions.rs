@@ -36,8 +36,8 @@ pub(super) fn restore_tree(
     let changes = ckpt.diff_worktree(target, &Overlay::new())?;
     for c in &changes {
         match &c.before {
-            Some(b) => sandbox.write(&c.path, b)?,
-            None => sandbox.remove(&c.path)?,
+            Some(b) => sandbox.write(c.path_bytes(), b)?,
+            None => sandbox.remove(c.path_bytes())?,
         }
     }
     Ok(changes.len())
@@ -299,8 +299,9 @@ impl Engine {
         self.tip = Some(snap.id.clone());
         self.ckpt.set_ref("aborted", &snap.id)?;
         let mut reverted = 0;
+        let mut left = Vec::new();
         if !keep_changes {
-            reverted = self.revert_agent_changes()?;
+            (reverted, left) = self.revert_agent_changes()?;
             let snap = self.ckpt.snapshot(SnapshotMeta {
                 step: n,
                 author: Author::Human,
@@ -311,9 +312,20 @@ impl Engine {
         let task = self.state().task.id.clone();
         let why = if keep_changes {
             format!("aborted by the user; the agent's changes were kept (attempt at refs/rein/{task}/aborted)")
-        } else {
+        } else if left.is_empty() {
             format!(
                 "aborted by the user; the agent's changes were removed from {reverted} file(s), yours kept (attempt at refs/rein/{task}/aborted)"
+            )
+        } else {
+            let named: Vec<String> = left.iter().map(|(_, why)| why.clone()).collect();
+            let warning = format!(
+                "the abort left the agent's changes in {} file(s) it cannot reach safely; revert them by hand (the attempt is at refs/rein/{task}/aborted): {}",
+                left.len(),
+                named.join("; ")
+            );
+            self.say(Level::Warning, warning.clone());
+            format!(
+                "aborted by the user; the agent's changes were removed from {reverted} file(s), yours kept; {warning}"
             )
         };
         self.commit(|s| {
@@ -326,19 +338,26 @@ impl Engine {
             };
             s.stop_reason = Some(why);
         });
+        let left: Vec<String> = left.into_iter().map(|(path, _)| path).collect();
         super::journal(
             &self.store,
             "aborted",
-            serde_json::json!({ "keepChanges": keep_changes, "attempt": snap.id }),
+            serde_json::json!({ "keepChanges": keep_changes, "attempt": snap.id, "notReverted": left }),
         );
         self.signal_agent(crate::agent::Interrupt::Abort);
         Ok(Reply::State(self.boxed_state()))
     }
 
     /// Takes every agent step back out of the tree, newest first, keeping the human's lines.
-    fn revert_agent_changes(&mut self) -> Result<usize, ControlError> {
+    /// Returns how many files changed, and the files left as they are because they cannot be
+    /// reached safely (a symlink now on the way, a directory where the file was), each with
+    /// why: one such file does not keep the others, or the abort, from landing.
+    fn revert_agent_changes(&mut self) -> Result<(usize, Vec<(String, String)>), ControlError> {
         let list = self.ckpt.list()?;
-        let mut touched = std::collections::BTreeMap::<String, Option<Vec<u8>>>::new();
+        // Keyed by the path's bytes, so a name that is not UTF-8 is found on disk as it is;
+        // the value carries the name as shown and the content the file should end with.
+        let mut touched = std::collections::BTreeMap::<Vec<u8>, (String, Option<Vec<u8>>)>::new();
+        let mut left = std::collections::BTreeMap::<Vec<u8>, (String, String)>::new();
         for (i, c) in list.iter().enumerate() {
             if c.author != Author::Agent {
                 continue;
@@ -347,35 +366,55 @@ impl Engine {
                 continue;
             };
             for change in self.ckpt.diff(&parent.id, &c.id)? {
-                let now = match touched.get(&change.path) {
-                    Some(v) => v.clone(),
-                    None => self.sandbox.read(&change.path)?,
+                let key = change.path_bytes().to_vec();
+                if left.contains_key(&key) {
+                    continue;
+                }
+                let now = match touched.get(&key) {
+                    Some((_, v)) => v.clone(),
+                    None => match self.sandbox.read(&key) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            left.insert(key, (change.path, e.to_string()));
+                            continue;
+                        }
+                    },
                 };
                 if let Some(next) = verdict::revert(
                     change.before.as_deref(),
                     change.after.as_deref(),
                     now.as_deref(),
                 ) {
-                    touched.insert(change.path.clone(), next);
+                    touched.insert(key, (change.path, next));
                 } else {
-                    touched.entry(change.path.clone()).or_insert(now);
+                    touched.entry(key).or_insert((change.path, now));
                 }
             }
         }
         let mut count = 0;
-        for (path, content) in touched {
-            let disk = self.sandbox.read(&path)?;
-            if disk == content {
-                continue;
+        for (raw, (path, content)) in touched {
+            let done = self.sandbox.read(&raw).and_then(|disk| {
+                if disk == content {
+                    return Ok(false);
+                }
+                match content {
+                    Some(c) => self.sandbox.write(&raw, &c)?,
+                    None => self.sandbox.remove(&raw)?,
+                }
+                Ok(true)
+            });
+            match done {
+                Ok(false) => {}
+                Ok(true) => {
+                    count += 1;
+                    (self.notify)(super::Notice::Wrote { path });
+                }
+                Err(e) => {
+                    left.insert(raw, (path, e.to_string()));
+                }
             }
-            count += 1;
-            match content {
-                Some(c) => self.sandbox.write(&path, &c)?,
-                None => self.sandbox.remove(&path)?,
-            }
-            (self.notify)(super::Notice::Wrote { path });
         }
-        Ok(count)
+        Ok((count, left.into_values().collect()))
     }
 
     fn takeover(&mut self, reason: Option<String>) -> Answer {

@@ -9,6 +9,9 @@
 //! Rein refuses *every* symlink on the way, not only those pointing outside: a write
 //! through an in-tree link would change a file under a different name than the one the
 //! agent gave, which the person reviewing the change would not see.
+//!
+//! Reads, writes and removals take paths as bytes: a file name need not be UTF-8 on Unix,
+//! and a checkpoint that holds such a file must be able to put it back or take it out.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -75,10 +78,13 @@ impl Sandbox {
 
     /// Validates `rel` and returns it as a clean '/'-separated repo-relative path ("./a//b" -> "a/b").
     pub fn check(&self, rel: &str) -> Result<String, ExecError> {
-        let clean = lexical(rel)?;
-        let (parents, name) = split(&clean);
-        if let Some(dir) = self.walk(&clean, &parents, false)? {
-            self.entry(&dir, &clean, name)?;
+        let clean = normalize(rel).map_err(|why| ExecError::PathRefused {
+            path: shown(rel.as_bytes()),
+            why,
+        })?;
+        let (parents, name) = split(clean.as_bytes());
+        if let Some(dir) = self.walk(clean.as_bytes(), &parents, false)? {
+            self.entry(&dir, clean.as_bytes(), name)?;
         }
         Ok(clean)
     }
@@ -86,19 +92,23 @@ impl Sandbox {
     /// Validates `rel` as a directory in the tree (every component a real directory, no
     /// symlinks) and returns it clean; a missing directory is an error naming it.
     pub fn check_dir(&self, rel: &str) -> Result<String, ExecError> {
-        let clean = lexical(rel)?;
-        let all: Vec<&str> = clean.split('/').collect();
-        match self.walk(&clean, &all, false)? {
+        let clean = normalize(rel).map_err(|why| ExecError::PathRefused {
+            path: shown(rel.as_bytes()),
+            why,
+        })?;
+        let all: Vec<&[u8]> = clean.as_bytes().split(|b| *b == b'/').collect();
+        match self.walk(clean.as_bytes(), &all, false)? {
             Some(_) => Ok(clean),
             None => Err(ExecError::PathRefused {
-                path: shown(&clean),
+                path: shown(clean.as_bytes()),
                 why: "there is no such directory in the working tree".into(),
             }),
         }
     }
 
     /// Reads a file in the tree; `None` when it does not exist.
-    pub fn read(&self, rel: &str) -> Result<Option<Vec<u8>>, ExecError> {
+    pub fn read(&self, rel: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, ExecError> {
+        let rel = rel.as_ref();
         let clean = lexical(rel)?;
         let (parents, name) = split(&clean);
         let Some(dir) = self.walk(&clean, &parents, false)? else {
@@ -118,13 +128,16 @@ impl Sandbox {
         };
         let stat = fstat(&fd).map_err(|e| io_error(&clean, e))?;
         if let Some(what) = not_a_file(&stat) {
-            return Err(ExecError::NotAFile { path: clean, what });
+            return Err(ExecError::NotAFile {
+                path: shown(&clean),
+                what,
+            });
         }
         let mut content = Vec::new();
         File::from(fd)
             .read_to_end(&mut content)
             .map_err(|source| ExecError::Io {
-                path: clean.clone(),
+                path: shown(&clean),
                 source,
             })?;
         Ok(Some(content))
@@ -132,8 +145,8 @@ impl Sandbox {
 
     /// Replaces a file's content atomically (temp file, fsync, rename), keeping its permission bits
     /// and creating missing parent directories inside the tree.
-    pub fn write(&self, rel: &str, content: &[u8]) -> Result<(), ExecError> {
-        let clean = lexical(rel)?;
+    pub fn write(&self, rel: impl AsRef<[u8]>, content: &[u8]) -> Result<(), ExecError> {
+        let clean = lexical(rel.as_ref())?;
         let (parents, name) = split(&clean);
         let Some(dir) = self.walk(&clean, &parents, true)? else {
             return Err(io_error(&clean, Errno::ENOENT));
@@ -159,7 +172,7 @@ impl Sandbox {
             // Best effort: the temp file is ours and useless now; a failure here changes nothing.
             let _ = unlinkat(&dir, temp.as_str(), UnlinkatFlags::NoRemoveDir);
             return Err(ExecError::Io {
-                path: clean,
+                path: shown(&clean),
                 source,
             });
         }
@@ -168,8 +181,8 @@ impl Sandbox {
 
     /// Removes a file from the tree; succeeds if it is already absent. A symlink is removed
     /// itself (its target is never touched), so links an agent made can be cleaned up.
-    pub fn remove(&self, rel: &str) -> Result<(), ExecError> {
-        let clean = lexical(rel)?;
+    pub fn remove(&self, rel: impl AsRef<[u8]>) -> Result<(), ExecError> {
+        let clean = lexical(rel.as_ref())?;
         let (parents, name) = split(&clean);
         let Some(dir) = self.walk(&clean, &parents, false)? else {
             return Ok(());
@@ -178,7 +191,7 @@ impl Sandbox {
             Ok(()) => sync_dir(&dir, &clean),
             Err(Errno::ENOENT) => Ok(()),
             Err(Errno::EISDIR | Errno::EPERM) if is_dir(&dir, name) => Err(ExecError::NotAFile {
-                path: clean,
+                path: shown(&clean),
                 what: "a directory",
             }),
             Err(e) => Err(io_error(&clean, e)),
@@ -189,17 +202,17 @@ impl Sandbox {
     /// `None` when a parent is missing (or is a file) and `create` is false.
     fn walk(
         &self,
-        clean: &str,
-        parents: &[&str],
+        clean: &[u8],
+        parents: &[&[u8]],
         create: bool,
     ) -> Result<Option<OwnedFd>, ExecError> {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let mut current = self.dir.try_clone().map_err(|source| ExecError::Io {
-            path: clean.to_owned(),
+            path: shown(clean),
             source,
         })?;
         for (depth, component) in parents.iter().enumerate() {
-            let prefix = parents[..=depth].join("/");
+            let prefix = parents[..=depth].join(&b'/');
             let mut opened = openat(&current, *component, flags, Mode::empty());
             if create && matches!(opened, Err(Errno::ENOENT)) {
                 match mkdirat(&current, *component, Mode::from_bits_truncate(0o777)) {
@@ -234,14 +247,14 @@ impl Sandbox {
     }
 
     /// Inspects the final component without following it.
-    fn entry(&self, dir: &OwnedFd, clean: &str, name: &str) -> Result<Entry, ExecError> {
+    fn entry(&self, dir: &OwnedFd, clean: &[u8], name: &[u8]) -> Result<Entry, ExecError> {
         match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Err(Errno::ENOENT) => Ok(Entry::Missing),
             Err(e) => Err(io_error(clean, e)),
             Ok(stat) if file_type(&stat) == SFlag::S_IFLNK => Err(symlink_refusal(clean, clean)),
             Ok(stat) => match not_a_file(&stat) {
                 Some(what) => Err(ExecError::NotAFile {
-                    path: clean.to_owned(),
+                    path: shown(clean),
                     what,
                 }),
                 None => Ok(Entry::File(Mode::from_bits_truncate(stat.st_mode & 0o777))),
@@ -252,6 +265,13 @@ impl Sandbox {
 
 /// Lexically validates and normalizes a repo-relative path, explaining any refusal.
 pub(crate) fn normalize(rel: &str) -> Result<String, String> {
+    let clean = normalize_bytes(rel.as_bytes())?;
+    // Splitting a str at '/' (one ASCII byte) and joining the pieces with '/' keeps it UTF-8.
+    Ok(String::from_utf8(clean).expect("a normalized UTF-8 path stays UTF-8"))
+}
+
+/// `normalize` for a path whose bytes need not be UTF-8.
+fn normalize_bytes(rel: &[u8]) -> Result<Vec<u8>, String> {
     if rel.is_empty() {
         return Err("the path is empty; name a file inside the working tree".into());
     }
@@ -261,16 +281,16 @@ pub(crate) fn normalize(rel: &str) -> Result<String, String> {
             rel.len()
         ));
     }
-    if rel.contains('\0') {
+    if rel.contains(&0) {
         return Err("the path contains a NUL byte".into());
     }
-    if rel.contains('\\') {
+    if rel.contains(&b'\\') {
         return Err(
             "the path contains a backslash; use '/' to separate components (Windows paths are not accepted)"
                 .into(),
         );
     }
-    if rel.starts_with('/') {
+    if rel.starts_with(b"/") {
         return Err("the path is absolute; give a path relative to the working tree root".into());
     }
     if has_drive_prefix(rel) {
@@ -281,17 +301,17 @@ pub(crate) fn normalize(rel: &str) -> Result<String, String> {
     }
     // A shell would expand `~` to a home directory, so the agent most likely means a place
     // outside the tree; taking it literally would silently create a directory named `~`.
-    if rel.starts_with('~') {
+    if rel.starts_with(b"~") {
         return Err(
             "the path starts with `~`, which Rein does not expand; give a path relative to the working tree root"
                 .into(),
         );
     }
     let mut parts = Vec::new();
-    for component in rel.split('/') {
+    for component in rel.split(|b| *b == b'/') {
         match component {
-            "" | "." => continue,
-            ".." => {
+            b"" | b"." => continue,
+            b".." => {
                 return Err(
                     "the path has a `..` component; give a path that stays inside the working tree"
                         .into(),
@@ -315,35 +335,38 @@ pub(crate) fn normalize(rel: &str) -> Result<String, String> {
     if parts.is_empty() {
         return Err("the path names the working tree root itself; name a file inside it".into());
     }
-    Ok(parts.join("/"))
+    Ok(parts.join(&b'/'))
 }
 
-/// `normalize`, with refusals as `ExecError`.
-fn lexical(rel: &str) -> Result<String, ExecError> {
-    normalize(rel).map_err(|why| ExecError::PathRefused {
+/// `normalize_bytes`, with refusals as `ExecError`.
+fn lexical(rel: &[u8]) -> Result<Vec<u8>, ExecError> {
+    normalize_bytes(rel).map_err(|why| ExecError::PathRefused {
         path: shown(rel),
         why,
     })
 }
 
 /// Splits a clean path into its parent components and final name.
-fn split(clean: &str) -> (Vec<&str>, &str) {
-    let mut parents: Vec<&str> = clean.split('/').collect();
+fn split(clean: &[u8]) -> (Vec<&[u8]>, &[u8]) {
+    let mut parents: Vec<&[u8]> = clean.split(|b| *b == b'/').collect();
     // `normalize` never returns an empty path, so there is always a last component.
     let name = parents.pop().unwrap_or_default();
     (parents, name)
 }
 
 /// Whether the first component looks like `C:` (a drive-relative or absolute Windows path).
-fn has_drive_prefix(rel: &str) -> bool {
-    let bytes = rel.as_bytes();
-    bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':'
+fn has_drive_prefix(rel: &[u8]) -> bool {
+    rel.len() >= 2 && rel[0].is_ascii_alphabetic() && rel[1] == b':'
 }
 
 /// Whether a component would name the git directory on some filesystem: any case (`.GIT`),
 /// trailing dots or spaces (ignored by NTFS), the 8.3 short name `git~1`, and characters
 /// HFS+ ignores (the same spellings git itself refuses).
-fn is_git_dir_name(component: &str) -> bool {
+fn is_git_dir_name(component: &[u8]) -> bool {
+    // Every such spelling is UTF-8; a name that is not cannot be one.
+    let Ok(component) = std::str::from_utf8(component) else {
+        return false;
+    };
     let visible: String = component
         .chars()
         .filter(|c| !is_hfs_ignorable(*c))
@@ -357,10 +380,12 @@ fn is_hfs_ignorable(c: char) -> bool {
     matches!(c, '\u{200c}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{206a}'..='\u{206f}' | '\u{feff}')
 }
 
-/// Shortens a path for an error message without splitting a character.
-fn shown(rel: &str) -> String {
+/// Shortens a path for an error message without splitting a character; bytes that are not
+/// UTF-8 show as U+FFFD.
+fn shown(rel: &[u8]) -> String {
+    let rel = String::from_utf8_lossy(rel);
     if rel.len() <= SHOWN_PATH_BYTES {
-        return rel.to_owned();
+        return rel.into_owned();
     }
     let mut end = SHOWN_PATH_BYTES;
     while !rel.is_char_boundary(end) {
@@ -369,7 +394,7 @@ fn shown(rel: &str) -> String {
     format!("{}…", &rel[..end])
 }
 
-fn symlink_refusal(rel: &str, link: &str) -> ExecError {
+fn symlink_refusal(rel: &[u8], link: &[u8]) -> ExecError {
     ExecError::PathRefused {
         path: shown(rel),
         why: format!(
@@ -379,7 +404,7 @@ fn symlink_refusal(rel: &str, link: &str) -> ExecError {
     }
 }
 
-fn io_error(path: &str, errno: Errno) -> ExecError {
+fn io_error(path: &[u8], errno: Errno) -> ExecError {
     ExecError::Io {
         path: shown(path),
         source: errno.into(),
@@ -408,7 +433,7 @@ fn not_a_file(stat: &FileStat) -> Option<&'static str> {
         .map_or(Some("an unknown kind of file"), |(_, name)| name)
 }
 
-fn is_dir(dir: &OwnedFd, name: &str) -> bool {
+fn is_dir(dir: &OwnedFd, name: &[u8]) -> bool {
     fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
         .is_ok_and(|stat| file_type(&stat) == SFlag::S_IFDIR)
 }
@@ -437,7 +462,7 @@ fn create_temp(dir: &OwnedFd, new_file: bool) -> Result<(String, OwnedFd), Errno
 }
 
 /// Makes a rename or unlink in `dir` durable.
-fn sync_dir(dir: &OwnedFd, clean: &str) -> Result<(), ExecError> {
+fn sync_dir(dir: &OwnedFd, clean: &[u8]) -> Result<(), ExecError> {
     match fsync(dir) {
         // Some filesystems cannot fsync a directory; the data itself is already synced.
         Ok(()) | Err(Errno::EINVAL) => Ok(()),
@@ -637,6 +662,33 @@ mod tests {
     }
 
     #[test]
+    fn names_that_are_not_utf8_are_read_written_and_removed_as_they_are() {
+        use std::os::unix::ffi::OsStrExt;
+        let f = fixture();
+        let name: &[u8] = b"sub/caf\xe9.txt";
+        let on_disk = f.root.join(std::ffi::OsStr::from_bytes(name));
+        f.sandbox.write(name, b"agent").expect("write");
+        assert_eq!(fs::read(&on_disk).expect("read back"), b"agent");
+        assert_eq!(f.sandbox.read(name).expect("read"), Some(b"agent".to_vec()));
+        // The lossy spelling names another file, which must not be taken for this one.
+        assert_eq!(f.sandbox.read("sub/caf\u{fffd}.txt").expect("read"), None);
+        f.sandbox.remove(name).expect("remove");
+        assert!(!on_disk.exists());
+        let before = snapshot(&f.outside);
+        for hostile in [
+            &b"\xff/../../outside/secret"[..],
+            b"out/\xff",
+            b".git/\xff",
+            b"/\xff",
+            b"\xff\\x",
+        ] {
+            assert!(refused(f.sandbox.write(hostile, b"pwned")), "{hostile:?}");
+            assert!(refused(f.sandbox.read(hostile)), "{hostile:?}");
+        }
+        assert_eq!(snapshot(&f.outside), before);
+    }
+
+    #[test]
     fn write_keeps_permission_bits() {
         let f = fixture();
         let path = f.root.join("script.sh");
@@ -725,7 +777,7 @@ mod tests {
         };
         let (mut written, mut refused_count) = (0u32, 0u32);
         for i in 0..2000 {
-            match f.sandbox.write(&format!("sub/race-{i}.txt"), b"race") {
+            match f.sandbox.write(format!("sub/race-{i}.txt"), b"race") {
                 Ok(()) => written += 1,
                 Err(ExecError::PathRefused { .. }) => refused_count += 1,
                 Err(other) => panic!("unexpected error: {other}"),
