@@ -6,10 +6,13 @@
 //! Every conversion clamps instead of failing: clients routinely send positions past the end
 //! of a line or of the document, and a panic here would take the whole server down.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use lsp_types::{Position, PositionEncodingKind, Range, TextDocumentContentChangeEvent, Uri};
-use ropey::Rope;
+use ropey::{Rope, RopeSlice};
+
+use super::steer::{self, LineSplice, SteerComment};
 
 /// The negotiated unit of `Position.character`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,41 +81,74 @@ pub enum DocumentError {
 pub struct Document {
     text: Rope,
     version: i32,
-    /// The content as last opened or saved; ropes clone in O(1) and share structure, so
-    /// keeping it costs little and lets an undo back to the saved text count as clean.
-    saved: Rope,
+    /// What the file holds on disk as far as the server knows (opened, saved, or written by
+    /// the agent); ropes clone in O(1) and share structure, so keeping it costs little and
+    /// lets an undo back to it count as clean.
+    disk: Rope,
+    /// The steer comments of `text`, kept current line by line as edits arrive.
+    steers: Vec<SteerComment>,
 }
 
 impl Document {
-    /// A buffer as the client opened it.
+    /// A buffer as the client opened it, taken to equal the file on disk until told otherwise.
     pub fn new(text: &str, version: i32) -> Self {
+        let steers = steer::scan(text);
         let text = Rope::from_str(text);
         Document {
-            saved: text.clone(),
+            disk: text.clone(),
             text,
             version,
+            steers,
         }
     }
 
-    /// Applies one `didChange` event: a full replacement when it has no range, else a splice.
-    pub fn apply_change(
+    /// Applies the events of one `didChange` in order, all or none: a full replacement when
+    /// an event has no range, else a splice. Only the lines an event touched are scanned for
+    /// steers again, so the cost follows the size of the edit, not of the buffer.
+    pub fn apply_changes(
         &mut self,
-        change: &TextDocumentContentChangeEvent,
+        changes: &[TextDocumentContentChangeEvent],
         enc: Encoding,
     ) -> Result<(), DocumentError> {
-        let Some(range) = change.range else {
-            self.text = Rope::from_str(&change.text);
-            return Ok(());
-        };
-        let (start, end) = self.char_range(range, enc)?;
-        self.text.remove(start..end);
-        self.text.insert(start, &change.text);
+        // A failing event midway must not leave the buffer half-edited: edit a clone (O(1)
+        // for a rope) and note what each event needs rescanned, to do once all succeeded.
+        let mut text = self.text.clone();
+        let mut steps = Vec::with_capacity(changes.len());
+        for change in changes {
+            let step = match change.range {
+                // The text as sent scans faster than the rope's lines.
+                None => {
+                    text = Rope::from_str(&change.text);
+                    Rescan::All(&change.text)
+                }
+                Some(range) => {
+                    let lines = splice(&mut text, range, &change.text, enc)?;
+                    Rescan::Lines(lines, text.clone())
+                }
+            };
+            steps.push(step);
+        }
+        for step in steps {
+            match step {
+                Rescan::All(all) => self.steers = steer::scan(all),
+                Rescan::Lines(lines, after) => {
+                    let replacements = after.lines_at(lines.first).map(content);
+                    steer::rescan(&mut self.steers, lines, replacements);
+                }
+            }
+        }
+        self.text = text;
         Ok(())
     }
 
-    /// The whole buffer.
-    pub fn text(&self) -> String {
-        self.text.to_string()
+    /// The whole buffer, shared with the document: a clone costs O(1), not a copy of the text.
+    pub fn rope(&self) -> &Rope {
+        &self.text
+    }
+
+    /// The steer comments in the buffer, in line order.
+    pub fn steers(&self) -> &[SteerComment] {
+        &self.steers
     }
 
     /// The version of the last applied change (or of the open).
@@ -125,14 +161,22 @@ impl Document {
         self.version = v;
     }
 
-    /// Whether the buffer differs from what was last opened or saved.
+    /// Whether the buffer differs from the file on disk as last known.
+    ///
+    /// Ropes of different lengths differ at once, so this is O(1) after any edit that changed
+    /// the length; an equal length compares until the first difference.
     pub fn is_dirty(&self) -> bool {
-        self.text != self.saved
+        self.text != self.disk
     }
 
     /// Records that the client saved the buffer as it is now.
     pub fn mark_saved(&mut self) {
-        self.saved = self.text.clone();
+        self.disk = self.text.clone();
+    }
+
+    /// Records what the file holds on disk (read when opened, or after the agent wrote it).
+    pub fn set_disk(&mut self, disk: &str) {
+        self.disk = Rope::from_str(disk);
     }
 
     /// Number of lines; a trailing line break starts a last, empty line (as in LSP).
@@ -153,28 +197,7 @@ impl Document {
     /// rounds down to the start of its char. It never fails today; the `Result` is the
     /// contract the request handlers are written against.
     pub fn offset_of(&self, pos: Position, enc: Encoding) -> Result<usize, DocumentError> {
-        let line = pos.line as usize;
-        if line >= self.text.len_lines() {
-            return Ok(self.text.len_chars());
-        }
-        let start = self.text.line_to_char(line);
-        let end = start + content_len(self.text.line(line));
-        let col = pos.character as usize;
-        let idx = match enc {
-            Encoding::Utf32 => start + col.min(end - start),
-            Encoding::Utf16 => {
-                let base = self.text.char_to_utf16_cu(start);
-                let limit = self.text.char_to_utf16_cu(end);
-                self.text
-                    .utf16_cu_to_char(base.saturating_add(col).min(limit))
-            }
-            Encoding::Utf8 => {
-                let base = self.text.char_to_byte(start);
-                let limit = self.text.char_to_byte(end);
-                self.text.byte_to_char(base.saturating_add(col).min(limit))
-            }
-        };
-        Ok(idx)
+        Ok(offset_in(&self.text, pos, enc))
     }
 
     /// The LSP position of char index `char_idx`, clamped to the document.
@@ -193,7 +216,6 @@ impl Document {
         };
         Position::new(saturate(line), saturate(col))
     }
-
     /// The LSP range of bytes `start_byte..end_byte` of line `line` (as `line` returns it).
     ///
     /// Offsets past the line end clamp to it, offsets inside a char round down to its start,
@@ -223,26 +245,89 @@ impl Document {
 
     /// The text `range` covers, after clamping both ends.
     pub fn text_in(&self, range: Range, enc: Encoding) -> Result<String, DocumentError> {
-        let (start, end) = self.char_range(range, enc)?;
+        let (start, end) = char_range(&self.text, range, enc)?;
         Ok(self.text.slice(start..end).to_string())
-    }
-
-    /// `range` as char indices, refusing an inverted range rather than guessing the intent.
-    fn char_range(&self, range: Range, enc: Encoding) -> Result<(usize, usize), DocumentError> {
-        let start = self.offset_of(range.start, enc)?;
-        let end = self.offset_of(range.end, enc)?;
-        if end < start {
-            return Err(DocumentError::InvertedRange {
-                start: range.start,
-                end: range.end,
-            });
-        }
-        Ok((start, end))
     }
 }
 
+/// The char index in `text` that `pos` designates (see `Document::offset_of`).
+fn offset_in(text: &Rope, pos: Position, enc: Encoding) -> usize {
+    let line = pos.line as usize;
+    if line >= text.len_lines() {
+        return text.len_chars();
+    }
+    let start = text.line_to_char(line);
+    let end = start + content_len(text.line(line));
+    let col = pos.character as usize;
+    match enc {
+        Encoding::Utf32 => start + col.min(end - start),
+        Encoding::Utf16 => {
+            let base = text.char_to_utf16_cu(start);
+            let limit = text.char_to_utf16_cu(end);
+            text.utf16_cu_to_char(base.saturating_add(col).min(limit))
+        }
+        Encoding::Utf8 => {
+            let base = text.char_to_byte(start);
+            let limit = text.char_to_byte(end);
+            text.byte_to_char(base.saturating_add(col).min(limit))
+        }
+    }
+}
+
+/// `range` as char indices, refusing an inverted range rather than guessing the intent.
+fn char_range(text: &Rope, range: Range, enc: Encoding) -> Result<(usize, usize), DocumentError> {
+    let start = offset_in(text, range.start, enc);
+    let end = offset_in(text, range.end, enc);
+    if end < start {
+        return Err(DocumentError::InvertedRange {
+            start: range.start,
+            end: range.end,
+        });
+    }
+    Ok((start, end))
+}
+
+/// What one event of a batch needs rescanned for steers.
+enum Rescan<'a> {
+    /// Everything: a full replacement, with its text as sent.
+    All(&'a str),
+    /// The lines a splice replaced, read from the rope as it left them.
+    Lines(LineSplice, Rope),
+}
+
+/// Replaces `range` of `text` with `insert` and says which lines that replaced.
+///
+/// Lines before the one holding the edit's start keep their content and number: at most the
+/// break ending the last of them turns from `\r` into `\r\n`, still one break. Lines after the
+/// one holding the edit's end keep theirs too, each still starting right after a break the
+/// edit did not touch. Everything between is what the edit replaced.
+fn splice(
+    text: &mut Rope,
+    range: Range,
+    insert: &str,
+    enc: Encoding,
+) -> Result<LineSplice, DocumentError> {
+    let old_lines = text.len_lines();
+    let (start, end) = char_range(text, range, enc)?;
+    let first = text.char_to_line(start);
+    let kept_after = old_lines - 1 - text.char_to_line(end);
+    text.remove(start..end);
+    text.insert(start, insert);
+    let inserted = text.len_lines() - kept_after - first;
+    Ok(LineSplice {
+        first,
+        removed: old_lines - kept_after - first,
+        inserted,
+    })
+}
+
+/// A rope line without its terminator, borrowed when it sits in one chunk.
+fn content(line: RopeSlice<'_>) -> Cow<'_, str> {
+    line.slice(..content_len(line)).into()
+}
+
 /// Length in chars of a rope line without its terminator (`\n`, `\r\n` or `\r`).
-fn content_len(line: ropey::RopeSlice<'_>) -> usize {
+fn content_len(line: RopeSlice<'_>) -> usize {
     let len = line.len_chars();
     let char_before_end = |back: usize| len.checked_sub(back).and_then(|i| line.get_char(i));
     match (char_before_end(2), char_before_end(1)) {
@@ -293,13 +378,8 @@ impl Documents {
                 got: version,
             });
         }
-        // A failing event midway must not leave the buffer half-edited: work on a cheap clone.
-        let mut next = doc.clone();
-        for change in changes {
-            next.apply_change(change, enc)?;
-        }
-        next.set_version(version);
-        *doc = next;
+        doc.apply_changes(changes, enc)?;
+        doc.set_version(version);
         Ok(())
     }
 
@@ -509,17 +589,20 @@ mod tests {
     fn changes_splice_or_replace() {
         let mut doc = Document::new("fn main() {}\n", 1);
         let change = edit(range(0, 11, 0, 11), "\n    println!(\"😀\");\n");
-        doc.apply_change(&change, Encoding::Utf16)
+        doc.apply_changes(&[change], Encoding::Utf16)
             .expect("valid edit");
-        assert_eq!(doc.text(), "fn main() {\n    println!(\"😀\");\n}\n");
+        assert_eq!(
+            doc.rope().to_string(),
+            "fn main() {\n    println!(\"😀\");\n}\n"
+        );
         let replace = TextDocumentContentChangeEvent {
             range: None,
             range_length: None,
             text: "new".to_owned(),
         };
-        doc.apply_change(&replace, Encoding::Utf16)
+        doc.apply_changes(&[replace], Encoding::Utf16)
             .expect("full replace");
-        assert_eq!(doc.text(), "new");
+        assert_eq!(doc.rope().to_string(), "new");
         assert_eq!(doc.version(), 1);
         doc.set_version(7);
         assert_eq!(doc.version(), 7);
@@ -530,15 +613,15 @@ mod tests {
         let mut doc = Document::new("a\rb\nc", 0);
         assert_eq!(doc.line_count(), 3);
         // Deleting `b` makes `\r\n` adjacent: one break.
-        doc.apply_change(&edit(range(1, 0, 1, 1), ""), Encoding::Utf8)
+        doc.apply_changes(&[edit(range(1, 0, 1, 1), "")], Encoding::Utf8)
             .expect("valid edit");
         assert_eq!(doc.line_count(), 2);
         assert_eq!(doc.offset_of(pos(1, 0), Encoding::Utf8), Ok(3));
         // Inserting between them is impossible by position (it clamps before `\r`), but
         // inserting before the `\r` leaves the pair intact.
-        doc.apply_change(&edit(range(0, 5, 0, 5), "z"), Encoding::Utf8)
+        doc.apply_changes(&[edit(range(0, 5, 0, 5), "z")], Encoding::Utf8)
             .expect("valid edit");
-        assert_eq!(doc.text(), "az\r\nc");
+        assert_eq!(doc.rope().to_string(), "az\r\nc");
         assert_eq!(doc.line_count(), 2);
     }
 
@@ -546,13 +629,13 @@ mod tests {
     fn dirty_tracks_the_saved_content() {
         let mut doc = Document::new("a", 0);
         assert!(!doc.is_dirty());
-        doc.apply_change(&edit(range(0, 1, 0, 1), "b"), Encoding::Utf8)
+        doc.apply_changes(&[edit(range(0, 1, 0, 1), "b")], Encoding::Utf8)
             .expect("valid edit");
         assert!(doc.is_dirty());
-        doc.apply_change(&edit(range(0, 1, 0, 2), ""), Encoding::Utf8)
+        doc.apply_changes(&[edit(range(0, 1, 0, 2), "")], Encoding::Utf8)
             .expect("valid edit");
         assert!(!doc.is_dirty(), "undoing back to the saved text is clean");
-        doc.apply_change(&edit(range(0, 0, 0, 0), "x"), Encoding::Utf8)
+        doc.apply_changes(&[edit(range(0, 0, 0, 0), "x")], Encoding::Utf8)
             .expect("valid edit");
         doc.mark_saved();
         assert!(!doc.is_dirty());
@@ -566,7 +649,10 @@ mod tests {
         docs.open(a.clone(), "one\ntwo", 1);
         let change = [edit(range(1, 0, 1, 3), "2")];
         assert_eq!(docs.change(&a, 2, &change, Encoding::Utf16), Ok(()));
-        assert_eq!(docs.get(&a).map(Document::text).as_deref(), Some("one\n2"));
+        assert_eq!(
+            docs.get(&a).map(|d| d.rope().to_string()).as_deref(),
+            Some("one\n2")
+        );
         assert_eq!(
             docs.change(&a, 2, &change, Encoding::Utf16),
             Err(DocumentError::StaleVersion {
@@ -583,7 +669,10 @@ mod tests {
         let batch = [edit(range(0, 0, 0, 0), "X"), edit(range(1, 1, 0, 0), "")];
         assert!(docs.change(&a, 3, &batch, Encoding::Utf16).is_err());
         let doc = docs.get(&a).expect("still open");
-        assert_eq!((doc.text().as_str(), doc.version()), ("one\n2", 2));
+        assert_eq!(
+            (doc.rope().to_string().as_str(), doc.version()),
+            ("one\n2", 2)
+        );
 
         if let Some(doc) = docs.get_mut(&a) {
             doc.mark_saved();
@@ -592,6 +681,35 @@ mod tests {
         assert!(docs.close(&a).is_some());
         assert!(docs.get(&a).is_none());
         assert!(docs.close(&a).is_none());
+    }
+
+    #[test]
+    fn steers_follow_edits_line_by_line() {
+        let lines = |doc: &Document| doc.steers().iter().map(|c| c.line).collect::<Vec<_>>();
+        let mut doc = Document::new("a\r// rein: one\nb\n/* rein: two", 0);
+        assert_eq!(lines(&doc), [1, 3]);
+        // A line inserted above moves both; the steers are not rescanned, only renumbered.
+        doc.apply_changes(&[edit(range(0, 0, 0, 0), "x\n")], Encoding::Utf16)
+            .expect("valid edit");
+        assert_eq!(lines(&doc), [2, 4]);
+        // Deleting the steer's text joins `\r` and `\n` into one break: a line fewer.
+        doc.apply_changes(&[edit(range(2, 0, 2, 13), "")], Encoding::Utf16)
+            .expect("valid edit");
+        assert_eq!(doc.rope().to_string(), "x\na\r\nb\n/* rein: two");
+        assert_eq!(lines(&doc), [3]);
+        // A block comment's closer on the next line does not make it span lines.
+        doc.apply_changes(&[edit(range(3, 12, 3, 12), "\nstill */")], Encoding::Utf16)
+            .expect("valid edit");
+        assert_eq!(doc.steers()[0].text, "two");
+        assert_eq!(doc.steers(), steer::scan(&doc.rope().to_string()));
+    }
+
+    #[test]
+    fn a_failed_batch_keeps_the_steers() {
+        let mut doc = Document::new("// rein: keep", 0);
+        let batch = [edit(range(0, 0, 0, 0), "x"), edit(range(0, 5, 0, 1), "")];
+        assert!(doc.apply_changes(&batch, Encoding::Utf8).is_err());
+        assert_eq!(doc.steers(), steer::scan("// rein: keep"));
     }
 
     #[test]
@@ -677,8 +795,75 @@ mod tests {
         (0u32..6, 0u32..14, 0u32..6, 0u32..14, text_strategy())
     }
 
+    /// Source-like text rich in steers, block comments, quotes, CRLFs and wide chars.
+    fn steery_text() -> impl Strategy<Value = String> {
+        let piece = prop::sample::select(vec![
+            "// rein: a",
+            "# REIN: b",
+            "/* rein: c */",
+            "<!-- rein: d -->",
+            "-- rein:",
+            "/*",
+            "*/",
+            "rein:",
+            "//",
+            " ",
+            "x",
+            "\"",
+            "'",
+            "\n",
+            "\r\n",
+            "\r",
+            "é",
+            "😀",
+        ]);
+        prop::collection::vec(piece, 0..10).prop_map(|pieces| pieces.concat())
+    }
+
+    /// One event of a `didChange`: mostly an ordered range, sometimes an inverted one (the
+    /// whole batch is refused), sometimes a full replacement.
+    fn steer_event() -> impl Strategy<Value = TextDocumentContentChangeEvent> {
+        let position = (0u32..8, 0u32..16);
+        let ranged = (position.clone(), position, steery_text(), 0u8..10).prop_map(
+            |((sl, sc), (el, ec), text, kind)| {
+                let (a, b) = ((sl, sc), (el, ec));
+                let (start, end) = if (kind == 0) == (a <= b) {
+                    (b, a)
+                } else {
+                    (a, b)
+                };
+                edit(range(start.0, start.1, end.0, end.1), &text)
+            },
+        );
+        let full = steery_text().prop_map(|text| TextDocumentContentChangeEvent {
+            range: None,
+            range_length: None,
+            text,
+        });
+        prop_oneof![12 => ranged, 1 => full]
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn incremental_steers_equal_a_full_scan(
+            initial in steery_text(),
+            enc in encoding_strategy(),
+            batches in prop::collection::vec(prop::collection::vec(steer_event(), 1..4), 0..16),
+        ) {
+            let mut doc = Document::new(&initial, 0);
+            prop_assert_eq!(doc.steers(), steer::scan(&initial));
+            for batch in batches {
+                let before = doc.rope().to_string();
+                let result = doc.apply_changes(&batch, enc);
+                let text = doc.rope().to_string();
+                if result.is_err() {
+                    prop_assert_eq!(&text, &before, "a refused batch changes nothing");
+                }
+                prop_assert_eq!(doc.steers(), steer::scan(&text), "after {:?} on {:?}", batch, before);
+            }
+        }
 
         #[test]
         fn incremental_edits_match_a_naive_model(
@@ -691,7 +876,7 @@ mod tests {
             for (sl, sc, el, ec, text) in edits {
                 let start = model::offset(&model, sl, sc, enc);
                 let end = model::offset(&model, el, ec, enc);
-                let result = doc.apply_change(&edit(range(sl, sc, el, ec), &text), enc);
+                let result = doc.apply_changes(&[edit(range(sl, sc, el, ec), &text)], enc);
                 if end < start {
                     prop_assert!(
                         matches!(result, Err(DocumentError::InvertedRange { .. })),
@@ -701,7 +886,7 @@ mod tests {
                     prop_assert_eq!(result, Ok(()));
                     model.replace_range(start..end, &text);
                 }
-                prop_assert_eq!(doc.text(), model.as_str());
+                prop_assert_eq!(doc.rope().to_string(), model.as_str());
                 let lines = model::lines(&model);
                 prop_assert_eq!(doc.line_count(), lines.len());
                 for (i, &(s, e)) in lines.iter().enumerate() {
@@ -756,7 +941,7 @@ mod tests {
             let _ = doc.position_of(idx, enc);
             let _ = doc.range_of_line_bytes(line % 4, a, b, enc);
             let _ = doc.range_of_line_bytes(line, a, b, enc);
-            let _ = doc.apply_change(&edit(r, &text), enc);
+            let _ = doc.apply_changes(&[edit(r, &text)], enc);
         }
     }
 }
