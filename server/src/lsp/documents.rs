@@ -85,8 +85,32 @@ pub struct Document {
     /// the agent); ropes clone in O(1) and share structure, so keeping it costs little and
     /// lets an undo back to it count as clean.
     disk: Rope,
+    /// Where `text` first differs from `disk`, as far as known.
+    divergence: Divergence,
     /// The steer comments of `text`, kept current line by line as edits arrive.
     steers: Vec<SteerComment>,
+}
+
+/// What is known of where a buffer first differs from the file on disk, so that the dirty
+/// check resumes where an edit could have changed the answer instead of comparing the whole
+/// text on every keystroke.
+#[derive(Debug, Clone, Copy)]
+enum Divergence {
+    /// The first `n` bytes are equal; nothing is known past them.
+    EqualUpTo(usize),
+    /// The first difference is at this byte (or one text ends there and the other does not).
+    At(usize),
+}
+
+impl Divergence {
+    /// What is still known after an edit at byte `start`: the bytes before it did not change.
+    fn after_edit_at(self, start: usize) -> Self {
+        match self {
+            Divergence::At(at) if at < start => self,
+            Divergence::At(_) => Divergence::EqualUpTo(start),
+            Divergence::EqualUpTo(n) => Divergence::EqualUpTo(n.min(start)),
+        }
+    }
 }
 
 impl Document {
@@ -96,6 +120,7 @@ impl Document {
         let text = Rope::from_str(text);
         Document {
             disk: text.clone(),
+            divergence: Divergence::EqualUpTo(text.len_bytes()),
             text,
             version,
             steers,
@@ -113,16 +138,19 @@ impl Document {
         // A failing event midway must not leave the buffer half-edited: edit a clone (O(1)
         // for a rope) and note what each event needs rescanned, to do once all succeeded.
         let mut text = self.text.clone();
+        let mut divergence = self.divergence;
         let mut steps = Vec::with_capacity(changes.len());
         for change in changes {
             let step = match change.range {
                 // The text as sent scans faster than the rope's lines.
                 None => {
                     text = Rope::from_str(&change.text);
+                    divergence = divergence.after_edit_at(0);
                     Rescan::All(&change.text)
                 }
                 Some(range) => {
-                    let lines = splice(&mut text, range, &change.text, enc)?;
+                    let (lines, start) = splice(&mut text, range, &change.text, enc)?;
+                    divergence = divergence.after_edit_at(start);
                     Rescan::Lines(lines, text.clone())
                 }
             };
@@ -138,6 +166,7 @@ impl Document {
             }
         }
         self.text = text;
+        self.divergence = divergence;
         Ok(())
     }
 
@@ -163,20 +192,40 @@ impl Document {
 
     /// Whether the buffer differs from the file on disk as last known.
     ///
-    /// Ropes of different lengths differ at once, so this is O(1) after any edit that changed
-    /// the length; an equal length compares until the first difference.
-    pub fn is_dirty(&self) -> bool {
-        self.text != self.disk
+    /// O(1) when the lengths differ, or when a difference found earlier lies before every edit
+    /// made since. Otherwise it compares from the earliest of those edits to the first
+    /// difference, so only a buffer that came back to the disk's text costs a comparison of
+    /// all that follows the edit.
+    pub fn is_dirty(&mut self) -> bool {
+        if self.text.len_bytes() != self.disk.len_bytes() {
+            return true;
+        }
+        let from = match self.divergence {
+            Divergence::At(_) => return true,
+            Divergence::EqualUpTo(n) => n,
+        };
+        match first_difference(&self.text, &self.disk, from) {
+            Some(at) => {
+                self.divergence = Divergence::At(at);
+                true
+            }
+            None => {
+                self.divergence = Divergence::EqualUpTo(self.text.len_bytes());
+                false
+            }
+        }
     }
 
     /// Records that the client saved the buffer as it is now.
     pub fn mark_saved(&mut self) {
         self.disk = self.text.clone();
+        self.divergence = Divergence::EqualUpTo(self.text.len_bytes());
     }
 
     /// Records what the file holds on disk (read when opened, or after the agent wrote it).
     pub fn set_disk(&mut self, disk: &str) {
         self.disk = Rope::from_str(disk);
+        self.divergence = Divergence::EqualUpTo(0);
     }
 
     /// Number of lines; a trailing line break starts a last, empty line (as in LSP).
@@ -295,7 +344,61 @@ enum Rescan<'a> {
     Lines(LineSplice, Rope),
 }
 
-/// Replaces `range` of `text` with `insert` and says which lines that replaced.
+/// The first byte at or after `from` where `a` and `b` differ (or one ends and the other does
+/// not), given that their first `from` bytes are equal.
+fn first_difference(a: &Rope, b: &Rope, from: usize) -> Option<usize> {
+    let mut a = Bytes::from(a, from);
+    let mut b = Bytes::from(b, from);
+    let mut at = from;
+    loop {
+        match (a.current(), b.current()) {
+            (None, None) => return None,
+            (None, Some(_)) | (Some(_), None) => return Some(at),
+            (Some(x), Some(y)) => {
+                let n = x.len().min(y.len());
+                if x[..n] != y[..n] {
+                    let i = x.iter().zip(y).position(|(p, q)| p != q);
+                    return Some(at + i.expect("unequal slices differ somewhere"));
+                }
+                at += n;
+                a.advance(n);
+                b.advance(n);
+            }
+        }
+    }
+}
+
+/// A rope's bytes from some offset on, a chunk at a time.
+struct Bytes<'a> {
+    chunks: ropey::iter::Chunks<'a>,
+    current: &'a [u8],
+}
+
+impl<'a> Bytes<'a> {
+    fn from(text: &'a Rope, from: usize) -> Self {
+        let (mut chunks, chunk_start, _, _) = text.chunks_at_byte(from);
+        let current = chunks
+            .next()
+            .map_or(&[][..], |c| &c.as_bytes()[from - chunk_start..]);
+        Bytes { chunks, current }
+    }
+
+    /// The bytes not yet consumed in the current chunk, moving to the next when it is spent;
+    /// `None` at the end.
+    fn current(&mut self) -> Option<&'a [u8]> {
+        while self.current.is_empty() {
+            self.current = self.chunks.next()?.as_bytes();
+        }
+        Some(self.current)
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.current = &self.current[n..];
+    }
+}
+
+/// Replaces `range` of `text` with `insert` and says which lines that replaced, and the byte
+/// where the edit starts.
 ///
 /// Lines before the one holding the edit's start keep their content and number: at most the
 /// break ending the last of them turns from `\r` into `\r\n`, still one break. Lines after the
@@ -306,19 +409,21 @@ fn splice(
     range: Range,
     insert: &str,
     enc: Encoding,
-) -> Result<LineSplice, DocumentError> {
+) -> Result<(LineSplice, usize), DocumentError> {
     let old_lines = text.len_lines();
     let (start, end) = char_range(text, range, enc)?;
+    let start_byte = text.char_to_byte(start);
     let first = text.char_to_line(start);
     let kept_after = old_lines - 1 - text.char_to_line(end);
     text.remove(start..end);
     text.insert(start, insert);
     let inserted = text.len_lines() - kept_after - first;
-    Ok(LineSplice {
+    let lines = LineSplice {
         first,
         removed: old_lines - kept_after - first,
         inserted,
-    })
+    };
+    Ok((lines, start_byte))
 }
 
 /// A rope line without its terminator, borrowed when it sits in one chunk.
@@ -639,6 +744,39 @@ mod tests {
             .expect("valid edit");
         doc.mark_saved();
         assert!(!doc.is_dirty());
+        // é and è differ in their second byte only.
+        doc.set_disk("xa");
+        assert!(!doc.is_dirty());
+        doc.apply_changes(&[edit(range(0, 1, 0, 2), "é")], Encoding::Utf8)
+            .expect("valid edit");
+        doc.set_disk("xè");
+        assert!(doc.is_dirty(), "é and è share their first byte");
+        doc.apply_changes(&[edit(range(0, 1, 0, 2), "è")], Encoding::Utf32)
+            .expect("valid edit");
+        assert_eq!(doc.rope().to_string(), "xè");
+        assert!(!doc.is_dirty());
+        // An edit right at the known first difference can remove it.
+        doc.set_disk("xy");
+        assert!(doc.is_dirty());
+        doc.apply_changes(&[edit(range(0, 1, 0, 2), "y")], Encoding::Utf32)
+            .expect("valid edit");
+        assert!(!doc.is_dirty());
+    }
+
+    #[test]
+    fn first_difference_spans_chunks() {
+        let long = "abcdefgh\n".repeat(2000);
+        let a = Rope::from_str(&long);
+        let mut changed = long.clone();
+        changed.replace_range(15_000..15_001, "Z");
+        let b = Rope::from_str(&changed);
+        assert!(a.chunks().count() > 1, "the test needs several chunks");
+        assert_eq!(first_difference(&a, &b, 0), Some(15_000));
+        assert_eq!(first_difference(&a, &b, 14_999), Some(15_000));
+        assert_eq!(first_difference(&a, &a.clone(), 7), None);
+        let shorter = Rope::from_str(&long[..12_345]);
+        assert_eq!(first_difference(&a, &shorter, 100), Some(12_345));
+        assert_eq!(first_difference(&shorter, &a, 12_345), Some(12_345));
     }
 
     #[test]
@@ -843,8 +981,108 @@ mod tests {
         prop_oneof![12 => ranged, 1 => full]
     }
 
+    /// Something that happens to an open buffer, for the dirty check.
+    #[derive(Debug, Clone)]
+    enum DirtyOp {
+        /// A `didChange` batch.
+        Edit(Vec<TextDocumentContentChangeEvent>),
+        /// Replaces a range with what it already holds (same length, same text).
+        Retype((u32, u32), (u32, u32)),
+        /// `didSave`.
+        Save,
+        /// The file on disk becomes this text (the agent wrote it).
+        Disk(String),
+        /// The file on disk becomes the buffer's text.
+        DiskIsBuffer,
+        /// Replaces one char with `#`: a single difference from a clean buffer.
+        Break(u32, u32),
+        /// Replaces the buffer's first char that differs from the disk with the disk's.
+        Converge,
+        /// Ask whether the buffer is dirty.
+        Check,
+    }
+
+    fn dirty_op() -> impl Strategy<Value = DirtyOp> {
+        let position = (0u32..8, 0u32..16);
+        prop_oneof![
+            3 => prop::collection::vec(steer_event(), 1..3).prop_map(DirtyOp::Edit),
+            2 => (position.clone(), position.clone())
+                .prop_map(|(a, b)| DirtyOp::Retype(a.min(b), a.max(b))),
+            3 => position.prop_map(|(line, col)| DirtyOp::Break(line, col)),
+            2 => Just(DirtyOp::Save),
+            1 => steery_text().prop_map(DirtyOp::Disk),
+            1 => Just(DirtyOp::DiskIsBuffer),
+            4 => Just(DirtyOp::Converge),
+            5 => Just(DirtyOp::Check),
+        ]
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn dirty_equals_a_full_comparison(
+            initial in steery_text(),
+            disk in prop::option::of(steery_text()),
+            enc in encoding_strategy(),
+            ops in prop::collection::vec(dirty_op(), 0..40),
+        ) {
+            let mut doc = Document::new(&initial, 0);
+            let mut on_disk = initial;
+            if let Some(disk) = disk {
+                doc.set_disk(&disk);
+                on_disk = disk;
+            }
+            for op in ops {
+                match op {
+                    DirtyOp::Edit(batch) => {
+                        let _ = doc.apply_changes(&batch, enc);
+                    }
+                    DirtyOp::Retype((sl, sc), (el, ec)) => {
+                        let r = range(sl, sc, el, ec);
+                        let same = doc.text_in(r, enc).expect("ordered positions");
+                        doc.apply_changes(&[edit(r, &same)], enc).expect("ordered positions");
+                    }
+                    DirtyOp::Save => {
+                        doc.mark_saved();
+                        on_disk = doc.rope().to_string();
+                    }
+                    DirtyOp::Disk(text) => {
+                        doc.set_disk(&text);
+                        on_disk = text;
+                    }
+                    DirtyOp::DiskIsBuffer => {
+                        on_disk = doc.rope().to_string();
+                        doc.set_disk(&on_disk);
+                    }
+                    DirtyOp::Break(line, col) => {
+                        let r = range(line, col, line, col + 1);
+                        doc.apply_changes(&[edit(r, "#")], enc).expect("ordered positions");
+                    }
+                    DirtyOp::Converge => {
+                        let now: Vec<char> = doc.rope().chars().collect();
+                        let disk: Vec<char> = on_disk.chars().collect();
+                        let i = now.iter().zip(&disk).take_while(|(a, b)| a == b).count();
+                        let (end, with) = match (now.get(i), disk.get(i)) {
+                            (Some(_), Some(d)) => (i + 1, d.to_string()),
+                            (Some(_), None) => (now.len(), String::new()),
+                            (None, Some(_)) => (i, disk[i..].iter().collect()),
+                            (None, None) => continue,
+                        };
+                        let r = Range::new(doc.position_of(i, enc), doc.position_of(end, enc));
+                        doc.apply_changes(&[edit(r, &with)], enc).expect("ordered positions");
+                    }
+                    DirtyOp::Check => {
+                        let now = doc.rope().to_string();
+                        let dirty = now != on_disk;
+                        prop_assert_eq!(doc.is_dirty(), dirty);
+                    }
+                }
+            }
+            let now = doc.rope().to_string();
+                        let dirty = now != on_disk;
+            prop_assert_eq!(doc.is_dirty(), dirty);
+        }
 
         #[test]
         fn incremental_steers_equal_a_full_scan(

@@ -563,19 +563,21 @@ impl Server {
     /// Tells the engine what the buffer holds; an edit while a task is active holds the file.
     ///
     /// It runs on every keystroke, so it costs what the edit costs, not what the buffer does:
-    /// the document already rescanned the lines the edit touched, the dirty check is O(1)
-    /// when the length changed, and the engine gets the rope, not a copy of the text.
+    /// the document already rescanned the lines the edit touched, the dirty check resumes
+    /// where the edit was, and the engine gets the rope, not a copy of the text.
     fn buffer_changed(&mut self, uri: &Uri, edited: bool) {
-        let Some(doc) = self.docs.get(uri) else {
+        let path = self.rel_path(uri);
+        let hold = edited && self.task_active();
+        let Some(doc) = self.docs.get_mut(uri) else {
             return;
         };
-        if let (Some(path), Some(engine)) = (self.rel_path(uri), &self.engine) {
+        if let (Some(path), Some(engine)) = (path, &self.engine) {
             if doc.is_dirty() {
                 engine.tell(Request::Buffer {
                     path: path.clone(),
                     content: Some(doc.rope().clone()),
                 });
-                if edited && self.task_active() {
+                if hold {
                     engine.tell(Request::Hold { path });
                 }
             } else {
