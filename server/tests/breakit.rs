@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use rein::control::{self, EngineConfig, Notice, Request};
 use rein::state::{Author, DecisionKind, Status, StepStatus, TaskState};
+use ropey::Rope;
 use serde_json::json;
 use support::*;
 
@@ -838,7 +839,7 @@ async fn abort_keeps_a_human_line_the_agent_merged_from_an_unsaved_buffer() {
     let typed = "l0\nHUMAN\nl2\nl3\nl4\n";
     run.call(Request::Buffer {
         path: "f.txt".into(),
-        content: Some(typed.as_bytes().to_vec()),
+        content: Some(Rope::from_str(typed)),
     })
     .await;
     run.call(Request::Hold {
@@ -942,7 +943,7 @@ async fn an_unsaved_human_line_merged_by_the_agent_stays_protected() {
     let mut buffer = lines(["l0", "l1", "l2", "HUMAN", "l4", "l5"]);
     run.call(Request::Buffer {
         path: "f.txt".into(),
-        content: Some(buffer.clone().into_bytes()),
+        content: Some(Rope::from_str(&buffer)),
     })
     .await;
     run.call(Request::Hold {
@@ -974,7 +975,7 @@ async fn an_unsaved_human_line_merged_by_the_agent_stays_protected() {
     buffer = buffer.replacen("l0\n", "HUMAN TOO\n", 1);
     run.call(Request::Buffer {
         path: "f.txt".into(),
-        content: Some(buffer.clone().into_bytes()),
+        content: Some(Rope::from_str(&buffer)),
     })
     .await;
     run.call(Request::Hold {

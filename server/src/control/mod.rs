@@ -9,11 +9,12 @@ mod handover;
 mod moves;
 mod transitions;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ropey::Rope;
 use tokio::sync::{mpsc, oneshot};
 
 pub use handover::{FileStat, Handover};
@@ -109,8 +110,9 @@ pub enum Request {
     Buffer {
         /// Repo-relative path.
         path: String,
-        /// The buffer's text.
-        content: Option<Vec<u8>>,
+        /// The buffer's text, as a rope: an editor can send one per keystroke at O(1) cost
+        /// (a clone shares the text), and the engine makes bytes of it only when it reads it.
+        content: Option<Rope>,
     },
     /// The line changes the agent's latest step made to this file (for revert/keep).
     AgentHunks {
@@ -332,7 +334,7 @@ struct Engine {
     rx: mpsc::UnboundedReceiver<Envelope>,
     deferred: VecDeque<Envelope>,
     notify: Notify,
-    overlay: Overlay,
+    buffers: Buffers,
     /// The agent's memory of each file: its last read or write.
     views: HashMap<String, Option<Vec<u8>>>,
     pending: Option<Pending>,
@@ -599,6 +601,38 @@ fn journal(store: &StateStore, event: &str, detail: serde_json::Value) {
     }
 }
 
+/// The editor's unsaved buffers. They arrive on every keystroke but are read only when a move,
+/// a handback or a handover needs them, so they are kept as ropes and made bytes when read.
+#[derive(Debug, Default)]
+struct Buffers(BTreeMap<String, Rope>);
+
+impl Buffers {
+    /// Records a buffer's text, or forgets it (`None`: saved or closed).
+    fn set(&mut self, path: String, content: Option<Rope>) {
+        match content {
+            Some(text) => self.0.insert(path, text),
+            None => self.0.remove(&path),
+        };
+    }
+
+    /// The unsaved text of `path`, if the editor has any.
+    fn get(&self, path: &str) -> Option<Vec<u8>> {
+        self.0.get(path).map(|text| String::from(text).into_bytes())
+    }
+
+    /// Every unsaved text, as the checkpoint store's overlay.
+    fn overlay(&self) -> Overlay {
+        self.0
+            .iter()
+            .map(|(path, text)| (path.clone(), String::from(text).into_bytes()))
+            .collect()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 impl Engine {
     /// After a crash: settles the agent write recorded as about to land whose step never
     /// made it into the state. If the file holds exactly the bytes the agent was writing,
@@ -667,7 +701,7 @@ impl Engine {
             rx,
             deferred: VecDeque::new(),
             notify,
-            overlay: Overlay::new(),
+            buffers: Buffers::default(),
             views: HashMap::new(),
             pending: None,
             last_result: None,

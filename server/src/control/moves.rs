@@ -283,8 +283,8 @@ impl Engine {
             Ok(p) => p,
             Err(e) => return failed(e.to_string()),
         };
-        let content = match self.overlay.get(&path) {
-            Some(c) => Some(c.clone()),
+        let content = match self.buffers.get(&path) {
+            Some(c) => Some(c),
             None => match self.sandbox.read(&path) {
                 Ok(c) => c,
                 Err(e) => return failed(e.to_string()),
@@ -357,8 +357,10 @@ impl Engine {
                 )
             }
         };
+        // This never yields to the request loop, so the buffer cannot change below.
+        let unsaved = self.buffers.get(&path);
         if let Move::Write { content, .. } = &mv {
-            let now = self.overlay.get(&path).or(disk.as_ref());
+            let now = unsaved.as_ref().or(disk.as_ref());
             if now.map(Vec::as_slice) == Some(content.as_bytes()) {
                 // Nothing would change (e.g. a step redone after a crash): no need to ask.
                 self.views
@@ -392,17 +394,12 @@ impl Engine {
                 return self.ask_held(path, mv);
             }
         }
-        if let Some(unsaved) = self
-            .overlay
-            .get(&path)
-            .filter(|o| Some(*o) != disk.as_ref())
-            .cloned()
-        {
+        if let Some(unsaved) = unsaved.as_ref().filter(|u| Some(*u) != disk.as_ref()) {
             // The merge below takes in what the human typed but did not save: record it as
             // theirs first, so its lines are protected and never taken for the agent's.
-            self.absorb_unsaved(&path, &unsaved);
+            self.absorb_unsaved(&path, unsaved);
         }
-        let ours = self.overlay.get(&path).cloned().or(disk);
+        let ours = unsaved.or(disk);
         let base = self.view_of(&path);
         let protected = self
             .state()
@@ -580,9 +577,8 @@ impl Engine {
             .cloned()
             .unwrap_or_default();
         let now = self
-            .overlay
+            .buffers
             .get(&path)
-            .cloned()
             .or_else(|| self.sandbox.read(&path).ok().flatten());
         let dropped = match (
             now.as_deref().map(std::str::from_utf8),

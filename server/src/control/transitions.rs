@@ -99,14 +99,7 @@ impl Engine {
             Request::AgentHunks { path } => (self.agent_hunks(&path), Flow::Continue),
             Request::Buffer { path, content } => {
                 match self.sandbox.check(&path) {
-                    Ok(p) => match content {
-                        Some(c) => {
-                            self.overlay.insert(p, c);
-                        }
-                        None => {
-                            self.overlay.remove(&p);
-                        }
-                    },
+                    Ok(p) => self.buffers.set(p, content),
                     Err(e) => tracing::debug!("buffer outside the tree ignored: {e}"),
                 }
                 (Ok(Reply::State(self.boxed_state())), Flow::Continue)
@@ -487,9 +480,9 @@ impl Engine {
             .absorb(false, "your changes while holding control")?
             .unwrap_or_default();
         // What the human typed but did not save counts too.
-        if !self.overlay.is_empty() {
+        if !self.buffers.is_empty() {
             if let Some(tip) = self.tip.clone() {
-                let overlay = self.overlay.clone();
+                let overlay = self.buffers.overlay();
                 let unsaved: Vec<_> = self
                     .ckpt
                     .diff_worktree(&tip, &overlay)?

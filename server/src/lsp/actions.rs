@@ -87,12 +87,7 @@ impl Server {
             }
         }
         let lines = p.range.start.line..=p.range.end.line;
-        for c in self
-            .comments
-            .get(&uri)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-        {
+        for c in self.docs.get(&uri).map(|d| d.steers()).unwrap_or_default() {
             if !lines.contains(&(c.line as u32)) {
                 continue;
             }

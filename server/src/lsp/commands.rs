@@ -185,9 +185,9 @@ impl Server {
                     .ok_or_else(|| bad(format!("{command} needs {{\"uri\": URI, \"line\": NUMBER}}")))?;
                 let path = self.rel_path(&uri).ok_or_else(|| bad(format!("{command}: {} is not inside the workspace", uri.as_str())))?;
                 let comment = self
-                    .comments
+                    .docs
                     .get(&uri)
-                    .and_then(|cs| cs.iter().find(|c| c.line as u64 == line))
+                    .and_then(|d| d.steers().iter().find(|c| c.line as u64 == line))
                     .cloned()
                     .ok_or_else(|| bad(format!("{command}: there is no `rein:` comment on line {line} of an open document {}", uri.as_str())))?;
                 if command == "rein.dismissSteerComment" {
@@ -261,21 +261,22 @@ impl Server {
         }
         self.steer_sent.clear();
         // Unsaved buffers are the human's work in progress: the agent sees and respects them.
-        let dirty: Vec<(String, String)> = self
+        let dirty: Vec<(String, ropey::Rope)> = self
             .docs
             .iter()
             .filter_map(|(uri, doc)| {
                 let path = self.rel_path(uri)?;
-                let text = doc.text();
+                let text = doc.rope();
                 let disk = std::fs::read_to_string(root.join(&path)).ok();
-                (disk.as_deref() != Some(text.as_str())).then_some((path, text))
+                disk.is_none_or(|d| *text != d)
+                    .then(|| (path, text.clone()))
             })
             .collect();
         if let Some(engine) = &self.engine {
             for (path, text) in dirty {
                 engine.tell(Request::Buffer {
                     path: path.clone(),
-                    content: Some(text.into_bytes()),
+                    content: Some(text),
                 });
                 engine.tell(Request::Hold { path });
             }

@@ -6,10 +6,13 @@
 //! Every conversion clamps instead of failing: clients routinely send positions past the end
 //! of a line or of the document, and a panic here would take the whole server down.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use lsp_types::{Position, PositionEncodingKind, Range, TextDocumentContentChangeEvent, Uri};
-use ropey::Rope;
+use ropey::{Rope, RopeSlice};
+
+use super::steer::{self, LineSplice, SteerComment};
 
 /// The negotiated unit of `Position.character`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,41 +81,103 @@ pub enum DocumentError {
 pub struct Document {
     text: Rope,
     version: i32,
-    /// The content as last opened or saved; ropes clone in O(1) and share structure, so
-    /// keeping it costs little and lets an undo back to the saved text count as clean.
-    saved: Rope,
+    /// What the file holds on disk as far as the server knows (opened, saved, or written by
+    /// the agent); ropes clone in O(1) and share structure, so keeping it costs little and
+    /// lets an undo back to it count as clean.
+    disk: Rope,
+    /// Where `text` first differs from `disk`, as far as known.
+    divergence: Divergence,
+    /// The steer comments of `text`, kept current line by line as edits arrive.
+    steers: Vec<SteerComment>,
+}
+
+/// What is known of where a buffer first differs from the file on disk, so that the dirty
+/// check resumes where an edit could have changed the answer instead of comparing the whole
+/// text on every keystroke.
+#[derive(Debug, Clone, Copy)]
+enum Divergence {
+    /// The first `n` bytes are equal; nothing is known past them.
+    EqualUpTo(usize),
+    /// The first difference is at this byte (or one text ends there and the other does not).
+    At(usize),
+}
+
+impl Divergence {
+    /// What is still known after an edit at byte `start`: the bytes before it did not change.
+    fn after_edit_at(self, start: usize) -> Self {
+        match self {
+            Divergence::At(at) if at < start => self,
+            Divergence::At(_) => Divergence::EqualUpTo(start),
+            Divergence::EqualUpTo(n) => Divergence::EqualUpTo(n.min(start)),
+        }
+    }
 }
 
 impl Document {
-    /// A buffer as the client opened it.
+    /// A buffer as the client opened it, taken to equal the file on disk until told otherwise.
     pub fn new(text: &str, version: i32) -> Self {
+        let steers = steer::scan(text);
         let text = Rope::from_str(text);
         Document {
-            saved: text.clone(),
+            disk: text.clone(),
+            divergence: Divergence::EqualUpTo(text.len_bytes()),
             text,
             version,
+            steers,
         }
     }
 
-    /// Applies one `didChange` event: a full replacement when it has no range, else a splice.
-    pub fn apply_change(
+    /// Applies the events of one `didChange` in order, all or none: a full replacement when
+    /// an event has no range, else a splice. Only the lines an event touched are scanned for
+    /// steers again, so the cost follows the size of the edit, not of the buffer.
+    pub fn apply_changes(
         &mut self,
-        change: &TextDocumentContentChangeEvent,
+        changes: &[TextDocumentContentChangeEvent],
         enc: Encoding,
     ) -> Result<(), DocumentError> {
-        let Some(range) = change.range else {
-            self.text = Rope::from_str(&change.text);
-            return Ok(());
-        };
-        let (start, end) = self.char_range(range, enc)?;
-        self.text.remove(start..end);
-        self.text.insert(start, &change.text);
+        // A failing event midway must not leave the buffer half-edited: edit a clone (O(1)
+        // for a rope) and note what each event needs rescanned, to do once all succeeded.
+        let mut text = self.text.clone();
+        let mut divergence = self.divergence;
+        let mut steps = Vec::with_capacity(changes.len());
+        for change in changes {
+            let step = match change.range {
+                // The text as sent scans faster than the rope's lines.
+                None => {
+                    text = Rope::from_str(&change.text);
+                    divergence = divergence.after_edit_at(0);
+                    Rescan::All(&change.text)
+                }
+                Some(range) => {
+                    let (lines, start) = splice(&mut text, range, &change.text, enc)?;
+                    divergence = divergence.after_edit_at(start);
+                    Rescan::Lines(lines, text.clone())
+                }
+            };
+            steps.push(step);
+        }
+        for step in steps {
+            match step {
+                Rescan::All(all) => self.steers = steer::scan(all),
+                Rescan::Lines(lines, after) => {
+                    let replacements = after.lines_at(lines.first).map(content);
+                    steer::rescan(&mut self.steers, lines, replacements);
+                }
+            }
+        }
+        self.text = text;
+        self.divergence = divergence;
         Ok(())
     }
 
-    /// The whole buffer.
-    pub fn text(&self) -> String {
-        self.text.to_string()
+    /// The whole buffer, shared with the document: a clone costs O(1), not a copy of the text.
+    pub fn rope(&self) -> &Rope {
+        &self.text
+    }
+
+    /// The steer comments in the buffer, in line order.
+    pub fn steers(&self) -> &[SteerComment] {
+        &self.steers
     }
 
     /// The version of the last applied change (or of the open).
@@ -125,14 +190,42 @@ impl Document {
         self.version = v;
     }
 
-    /// Whether the buffer differs from what was last opened or saved.
-    pub fn is_dirty(&self) -> bool {
-        self.text != self.saved
+    /// Whether the buffer differs from the file on disk as last known.
+    ///
+    /// O(1) when the lengths differ, or when a difference found earlier lies before every edit
+    /// made since. Otherwise it compares from the earliest of those edits to the first
+    /// difference, so only a buffer that came back to the disk's text costs a comparison of
+    /// all that follows the edit.
+    pub fn is_dirty(&mut self) -> bool {
+        if self.text.len_bytes() != self.disk.len_bytes() {
+            return true;
+        }
+        let from = match self.divergence {
+            Divergence::At(_) => return true,
+            Divergence::EqualUpTo(n) => n,
+        };
+        match first_difference(&self.text, &self.disk, from) {
+            Some(at) => {
+                self.divergence = Divergence::At(at);
+                true
+            }
+            None => {
+                self.divergence = Divergence::EqualUpTo(self.text.len_bytes());
+                false
+            }
+        }
     }
 
     /// Records that the client saved the buffer as it is now.
     pub fn mark_saved(&mut self) {
-        self.saved = self.text.clone();
+        self.disk = self.text.clone();
+        self.divergence = Divergence::EqualUpTo(self.text.len_bytes());
+    }
+
+    /// Records what the file holds on disk (read when opened, or after the agent wrote it).
+    pub fn set_disk(&mut self, disk: &str) {
+        self.disk = Rope::from_str(disk);
+        self.divergence = Divergence::EqualUpTo(0);
     }
 
     /// Number of lines; a trailing line break starts a last, empty line (as in LSP).
@@ -153,28 +246,7 @@ impl Document {
     /// rounds down to the start of its char. It never fails today; the `Result` is the
     /// contract the request handlers are written against.
     pub fn offset_of(&self, pos: Position, enc: Encoding) -> Result<usize, DocumentError> {
-        let line = pos.line as usize;
-        if line >= self.text.len_lines() {
-            return Ok(self.text.len_chars());
-        }
-        let start = self.text.line_to_char(line);
-        let end = start + content_len(self.text.line(line));
-        let col = pos.character as usize;
-        let idx = match enc {
-            Encoding::Utf32 => start + col.min(end - start),
-            Encoding::Utf16 => {
-                let base = self.text.char_to_utf16_cu(start);
-                let limit = self.text.char_to_utf16_cu(end);
-                self.text
-                    .utf16_cu_to_char(base.saturating_add(col).min(limit))
-            }
-            Encoding::Utf8 => {
-                let base = self.text.char_to_byte(start);
-                let limit = self.text.char_to_byte(end);
-                self.text.byte_to_char(base.saturating_add(col).min(limit))
-            }
-        };
-        Ok(idx)
+        Ok(offset_in(&self.text, pos, enc))
     }
 
     /// The LSP position of char index `char_idx`, clamped to the document.
@@ -193,7 +265,6 @@ impl Document {
         };
         Position::new(saturate(line), saturate(col))
     }
-
     /// The LSP range of bytes `start_byte..end_byte` of line `line` (as `line` returns it).
     ///
     /// Offsets past the line end clamp to it, offsets inside a char round down to its start,
@@ -223,26 +294,145 @@ impl Document {
 
     /// The text `range` covers, after clamping both ends.
     pub fn text_in(&self, range: Range, enc: Encoding) -> Result<String, DocumentError> {
-        let (start, end) = self.char_range(range, enc)?;
+        let (start, end) = char_range(&self.text, range, enc)?;
         Ok(self.text.slice(start..end).to_string())
-    }
-
-    /// `range` as char indices, refusing an inverted range rather than guessing the intent.
-    fn char_range(&self, range: Range, enc: Encoding) -> Result<(usize, usize), DocumentError> {
-        let start = self.offset_of(range.start, enc)?;
-        let end = self.offset_of(range.end, enc)?;
-        if end < start {
-            return Err(DocumentError::InvertedRange {
-                start: range.start,
-                end: range.end,
-            });
-        }
-        Ok((start, end))
     }
 }
 
+/// The char index in `text` that `pos` designates (see `Document::offset_of`).
+fn offset_in(text: &Rope, pos: Position, enc: Encoding) -> usize {
+    let line = pos.line as usize;
+    if line >= text.len_lines() {
+        return text.len_chars();
+    }
+    let start = text.line_to_char(line);
+    let end = start + content_len(text.line(line));
+    let col = pos.character as usize;
+    match enc {
+        Encoding::Utf32 => start + col.min(end - start),
+        Encoding::Utf16 => {
+            let base = text.char_to_utf16_cu(start);
+            let limit = text.char_to_utf16_cu(end);
+            text.utf16_cu_to_char(base.saturating_add(col).min(limit))
+        }
+        Encoding::Utf8 => {
+            let base = text.char_to_byte(start);
+            let limit = text.char_to_byte(end);
+            text.byte_to_char(base.saturating_add(col).min(limit))
+        }
+    }
+}
+
+/// `range` as char indices, refusing an inverted range rather than guessing the intent.
+fn char_range(text: &Rope, range: Range, enc: Encoding) -> Result<(usize, usize), DocumentError> {
+    let start = offset_in(text, range.start, enc);
+    let end = offset_in(text, range.end, enc);
+    if end < start {
+        return Err(DocumentError::InvertedRange {
+            start: range.start,
+            end: range.end,
+        });
+    }
+    Ok((start, end))
+}
+
+/// What one event of a batch needs rescanned for steers.
+enum Rescan<'a> {
+    /// Everything: a full replacement, with its text as sent.
+    All(&'a str),
+    /// The lines a splice replaced, read from the rope as it left them.
+    Lines(LineSplice, Rope),
+}
+
+/// The first byte at or after `from` where `a` and `b` differ (or one ends and the other does
+/// not), given that their first `from` bytes are equal.
+fn first_difference(a: &Rope, b: &Rope, from: usize) -> Option<usize> {
+    let mut a = Bytes::from(a, from);
+    let mut b = Bytes::from(b, from);
+    let mut at = from;
+    loop {
+        match (a.current(), b.current()) {
+            (None, None) => return None,
+            (None, Some(_)) | (Some(_), None) => return Some(at),
+            (Some(x), Some(y)) => {
+                let n = x.len().min(y.len());
+                if x[..n] != y[..n] {
+                    let i = x.iter().zip(y).position(|(p, q)| p != q);
+                    return Some(at + i.expect("unequal slices differ somewhere"));
+                }
+                at += n;
+                a.advance(n);
+                b.advance(n);
+            }
+        }
+    }
+}
+
+/// A rope's bytes from some offset on, a chunk at a time.
+struct Bytes<'a> {
+    chunks: ropey::iter::Chunks<'a>,
+    current: &'a [u8],
+}
+
+impl<'a> Bytes<'a> {
+    fn from(text: &'a Rope, from: usize) -> Self {
+        let (mut chunks, chunk_start, _, _) = text.chunks_at_byte(from);
+        let current = chunks
+            .next()
+            .map_or(&[][..], |c| &c.as_bytes()[from - chunk_start..]);
+        Bytes { chunks, current }
+    }
+
+    /// The bytes not yet consumed in the current chunk, moving to the next when it is spent;
+    /// `None` at the end.
+    fn current(&mut self) -> Option<&'a [u8]> {
+        while self.current.is_empty() {
+            self.current = self.chunks.next()?.as_bytes();
+        }
+        Some(self.current)
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.current = &self.current[n..];
+    }
+}
+
+/// Replaces `range` of `text` with `insert` and says which lines that replaced, and the byte
+/// where the edit starts.
+///
+/// Lines before the one holding the edit's start keep their content and number: at most the
+/// break ending the last of them turns from `\r` into `\r\n`, still one break. Lines after the
+/// one holding the edit's end keep theirs too, each still starting right after a break the
+/// edit did not touch. Everything between is what the edit replaced.
+fn splice(
+    text: &mut Rope,
+    range: Range,
+    insert: &str,
+    enc: Encoding,
+) -> Result<(LineSplice, usize), DocumentError> {
+    let old_lines = text.len_lines();
+    let (start, end) = char_range(text, range, enc)?;
+    let start_byte = text.char_to_byte(start);
+    let first = text.char_to_line(start);
+    let kept_after = old_lines - 1 - text.char_to_line(end);
+    text.remove(start..end);
+    text.insert(start, insert);
+    let inserted = text.len_lines() - kept_after - first;
+    let lines = LineSplice {
+        first,
+        removed: old_lines - kept_after - first,
+        inserted,
+    };
+    Ok((lines, start_byte))
+}
+
+/// A rope line without its terminator, borrowed when it sits in one chunk.
+fn content(line: RopeSlice<'_>) -> Cow<'_, str> {
+    line.slice(..content_len(line)).into()
+}
+
 /// Length in chars of a rope line without its terminator (`\n`, `\r\n` or `\r`).
-fn content_len(line: ropey::RopeSlice<'_>) -> usize {
+fn content_len(line: RopeSlice<'_>) -> usize {
     let len = line.len_chars();
     let char_before_end = |back: usize| len.checked_sub(back).and_then(|i| line.get_char(i));
     match (char_before_end(2), char_before_end(1)) {
@@ -293,13 +483,8 @@ impl Documents {
                 got: version,
             });
         }
-        // A failing event midway must not leave the buffer half-edited: work on a cheap clone.
-        let mut next = doc.clone();
-        for change in changes {
-            next.apply_change(change, enc)?;
-        }
-        next.set_version(version);
-        *doc = next;
+        doc.apply_changes(changes, enc)?;
+        doc.set_version(version);
         Ok(())
     }
 
@@ -509,17 +694,20 @@ mod tests {
     fn changes_splice_or_replace() {
         let mut doc = Document::new("fn main() {}\n", 1);
         let change = edit(range(0, 11, 0, 11), "\n    println!(\"😀\");\n");
-        doc.apply_change(&change, Encoding::Utf16)
+        doc.apply_changes(&[change], Encoding::Utf16)
             .expect("valid edit");
-        assert_eq!(doc.text(), "fn main() {\n    println!(\"😀\");\n}\n");
+        assert_eq!(
+            doc.rope().to_string(),
+            "fn main() {\n    println!(\"😀\");\n}\n"
+        );
         let replace = TextDocumentContentChangeEvent {
             range: None,
             range_length: None,
             text: "new".to_owned(),
         };
-        doc.apply_change(&replace, Encoding::Utf16)
+        doc.apply_changes(&[replace], Encoding::Utf16)
             .expect("full replace");
-        assert_eq!(doc.text(), "new");
+        assert_eq!(doc.rope().to_string(), "new");
         assert_eq!(doc.version(), 1);
         doc.set_version(7);
         assert_eq!(doc.version(), 7);
@@ -530,15 +718,15 @@ mod tests {
         let mut doc = Document::new("a\rb\nc", 0);
         assert_eq!(doc.line_count(), 3);
         // Deleting `b` makes `\r\n` adjacent: one break.
-        doc.apply_change(&edit(range(1, 0, 1, 1), ""), Encoding::Utf8)
+        doc.apply_changes(&[edit(range(1, 0, 1, 1), "")], Encoding::Utf8)
             .expect("valid edit");
         assert_eq!(doc.line_count(), 2);
         assert_eq!(doc.offset_of(pos(1, 0), Encoding::Utf8), Ok(3));
         // Inserting between them is impossible by position (it clamps before `\r`), but
         // inserting before the `\r` leaves the pair intact.
-        doc.apply_change(&edit(range(0, 5, 0, 5), "z"), Encoding::Utf8)
+        doc.apply_changes(&[edit(range(0, 5, 0, 5), "z")], Encoding::Utf8)
             .expect("valid edit");
-        assert_eq!(doc.text(), "az\r\nc");
+        assert_eq!(doc.rope().to_string(), "az\r\nc");
         assert_eq!(doc.line_count(), 2);
     }
 
@@ -546,16 +734,49 @@ mod tests {
     fn dirty_tracks_the_saved_content() {
         let mut doc = Document::new("a", 0);
         assert!(!doc.is_dirty());
-        doc.apply_change(&edit(range(0, 1, 0, 1), "b"), Encoding::Utf8)
+        doc.apply_changes(&[edit(range(0, 1, 0, 1), "b")], Encoding::Utf8)
             .expect("valid edit");
         assert!(doc.is_dirty());
-        doc.apply_change(&edit(range(0, 1, 0, 2), ""), Encoding::Utf8)
+        doc.apply_changes(&[edit(range(0, 1, 0, 2), "")], Encoding::Utf8)
             .expect("valid edit");
         assert!(!doc.is_dirty(), "undoing back to the saved text is clean");
-        doc.apply_change(&edit(range(0, 0, 0, 0), "x"), Encoding::Utf8)
+        doc.apply_changes(&[edit(range(0, 0, 0, 0), "x")], Encoding::Utf8)
             .expect("valid edit");
         doc.mark_saved();
         assert!(!doc.is_dirty());
+        // é and è differ in their second byte only.
+        doc.set_disk("xa");
+        assert!(!doc.is_dirty());
+        doc.apply_changes(&[edit(range(0, 1, 0, 2), "é")], Encoding::Utf8)
+            .expect("valid edit");
+        doc.set_disk("xè");
+        assert!(doc.is_dirty(), "é and è share their first byte");
+        doc.apply_changes(&[edit(range(0, 1, 0, 2), "è")], Encoding::Utf32)
+            .expect("valid edit");
+        assert_eq!(doc.rope().to_string(), "xè");
+        assert!(!doc.is_dirty());
+        // An edit right at the known first difference can remove it.
+        doc.set_disk("xy");
+        assert!(doc.is_dirty());
+        doc.apply_changes(&[edit(range(0, 1, 0, 2), "y")], Encoding::Utf32)
+            .expect("valid edit");
+        assert!(!doc.is_dirty());
+    }
+
+    #[test]
+    fn first_difference_spans_chunks() {
+        let long = "abcdefgh\n".repeat(2000);
+        let a = Rope::from_str(&long);
+        let mut changed = long.clone();
+        changed.replace_range(15_000..15_001, "Z");
+        let b = Rope::from_str(&changed);
+        assert!(a.chunks().count() > 1, "the test needs several chunks");
+        assert_eq!(first_difference(&a, &b, 0), Some(15_000));
+        assert_eq!(first_difference(&a, &b, 14_999), Some(15_000));
+        assert_eq!(first_difference(&a, &a.clone(), 7), None);
+        let shorter = Rope::from_str(&long[..12_345]);
+        assert_eq!(first_difference(&a, &shorter, 100), Some(12_345));
+        assert_eq!(first_difference(&shorter, &a, 12_345), Some(12_345));
     }
 
     #[test]
@@ -566,7 +787,10 @@ mod tests {
         docs.open(a.clone(), "one\ntwo", 1);
         let change = [edit(range(1, 0, 1, 3), "2")];
         assert_eq!(docs.change(&a, 2, &change, Encoding::Utf16), Ok(()));
-        assert_eq!(docs.get(&a).map(Document::text).as_deref(), Some("one\n2"));
+        assert_eq!(
+            docs.get(&a).map(|d| d.rope().to_string()).as_deref(),
+            Some("one\n2")
+        );
         assert_eq!(
             docs.change(&a, 2, &change, Encoding::Utf16),
             Err(DocumentError::StaleVersion {
@@ -583,7 +807,10 @@ mod tests {
         let batch = [edit(range(0, 0, 0, 0), "X"), edit(range(1, 1, 0, 0), "")];
         assert!(docs.change(&a, 3, &batch, Encoding::Utf16).is_err());
         let doc = docs.get(&a).expect("still open");
-        assert_eq!((doc.text().as_str(), doc.version()), ("one\n2", 2));
+        assert_eq!(
+            (doc.rope().to_string().as_str(), doc.version()),
+            ("one\n2", 2)
+        );
 
         if let Some(doc) = docs.get_mut(&a) {
             doc.mark_saved();
@@ -592,6 +819,35 @@ mod tests {
         assert!(docs.close(&a).is_some());
         assert!(docs.get(&a).is_none());
         assert!(docs.close(&a).is_none());
+    }
+
+    #[test]
+    fn steers_follow_edits_line_by_line() {
+        let lines = |doc: &Document| doc.steers().iter().map(|c| c.line).collect::<Vec<_>>();
+        let mut doc = Document::new("a\r// rein: one\nb\n/* rein: two", 0);
+        assert_eq!(lines(&doc), [1, 3]);
+        // A line inserted above moves both; the steers are not rescanned, only renumbered.
+        doc.apply_changes(&[edit(range(0, 0, 0, 0), "x\n")], Encoding::Utf16)
+            .expect("valid edit");
+        assert_eq!(lines(&doc), [2, 4]);
+        // Deleting the steer's text joins `\r` and `\n` into one break: a line fewer.
+        doc.apply_changes(&[edit(range(2, 0, 2, 13), "")], Encoding::Utf16)
+            .expect("valid edit");
+        assert_eq!(doc.rope().to_string(), "x\na\r\nb\n/* rein: two");
+        assert_eq!(lines(&doc), [3]);
+        // A block comment's closer on the next line does not make it span lines.
+        doc.apply_changes(&[edit(range(3, 12, 3, 12), "\nstill */")], Encoding::Utf16)
+            .expect("valid edit");
+        assert_eq!(doc.steers()[0].text, "two");
+        assert_eq!(doc.steers(), steer::scan(&doc.rope().to_string()));
+    }
+
+    #[test]
+    fn a_failed_batch_keeps_the_steers() {
+        let mut doc = Document::new("// rein: keep", 0);
+        let batch = [edit(range(0, 0, 0, 0), "x"), edit(range(0, 5, 0, 1), "")];
+        assert!(doc.apply_changes(&batch, Encoding::Utf8).is_err());
+        assert_eq!(doc.steers(), steer::scan("// rein: keep"));
     }
 
     #[test]
@@ -677,8 +933,175 @@ mod tests {
         (0u32..6, 0u32..14, 0u32..6, 0u32..14, text_strategy())
     }
 
+    /// Source-like text rich in steers, block comments, quotes, CRLFs and wide chars.
+    fn steery_text() -> impl Strategy<Value = String> {
+        let piece = prop::sample::select(vec![
+            "// rein: a",
+            "# REIN: b",
+            "/* rein: c */",
+            "<!-- rein: d -->",
+            "-- rein:",
+            "/*",
+            "*/",
+            "rein:",
+            "//",
+            " ",
+            "x",
+            "\"",
+            "'",
+            "\n",
+            "\r\n",
+            "\r",
+            "é",
+            "😀",
+        ]);
+        prop::collection::vec(piece, 0..10).prop_map(|pieces| pieces.concat())
+    }
+
+    /// One event of a `didChange`: mostly an ordered range, sometimes an inverted one (the
+    /// whole batch is refused), sometimes a full replacement.
+    fn steer_event() -> impl Strategy<Value = TextDocumentContentChangeEvent> {
+        let position = (0u32..8, 0u32..16);
+        let ranged = (position.clone(), position, steery_text(), 0u8..10).prop_map(
+            |((sl, sc), (el, ec), text, kind)| {
+                let (a, b) = ((sl, sc), (el, ec));
+                let (start, end) = if (kind == 0) == (a <= b) {
+                    (b, a)
+                } else {
+                    (a, b)
+                };
+                edit(range(start.0, start.1, end.0, end.1), &text)
+            },
+        );
+        let full = steery_text().prop_map(|text| TextDocumentContentChangeEvent {
+            range: None,
+            range_length: None,
+            text,
+        });
+        prop_oneof![12 => ranged, 1 => full]
+    }
+
+    /// Something that happens to an open buffer, for the dirty check.
+    #[derive(Debug, Clone)]
+    enum DirtyOp {
+        /// A `didChange` batch.
+        Edit(Vec<TextDocumentContentChangeEvent>),
+        /// Replaces a range with what it already holds (same length, same text).
+        Retype((u32, u32), (u32, u32)),
+        /// `didSave`.
+        Save,
+        /// The file on disk becomes this text (the agent wrote it).
+        Disk(String),
+        /// The file on disk becomes the buffer's text.
+        DiskIsBuffer,
+        /// Replaces one char with `#`: a single difference from a clean buffer.
+        Break(u32, u32),
+        /// Replaces the buffer's first char that differs from the disk with the disk's.
+        Converge,
+        /// Ask whether the buffer is dirty.
+        Check,
+    }
+
+    fn dirty_op() -> impl Strategy<Value = DirtyOp> {
+        let position = (0u32..8, 0u32..16);
+        prop_oneof![
+            3 => prop::collection::vec(steer_event(), 1..3).prop_map(DirtyOp::Edit),
+            2 => (position.clone(), position.clone())
+                .prop_map(|(a, b)| DirtyOp::Retype(a.min(b), a.max(b))),
+            3 => position.prop_map(|(line, col)| DirtyOp::Break(line, col)),
+            2 => Just(DirtyOp::Save),
+            1 => steery_text().prop_map(DirtyOp::Disk),
+            1 => Just(DirtyOp::DiskIsBuffer),
+            4 => Just(DirtyOp::Converge),
+            5 => Just(DirtyOp::Check),
+        ]
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn dirty_equals_a_full_comparison(
+            initial in steery_text(),
+            disk in prop::option::of(steery_text()),
+            enc in encoding_strategy(),
+            ops in prop::collection::vec(dirty_op(), 0..40),
+        ) {
+            let mut doc = Document::new(&initial, 0);
+            let mut on_disk = initial;
+            if let Some(disk) = disk {
+                doc.set_disk(&disk);
+                on_disk = disk;
+            }
+            for op in ops {
+                match op {
+                    DirtyOp::Edit(batch) => {
+                        let _ = doc.apply_changes(&batch, enc);
+                    }
+                    DirtyOp::Retype((sl, sc), (el, ec)) => {
+                        let r = range(sl, sc, el, ec);
+                        let same = doc.text_in(r, enc).expect("ordered positions");
+                        doc.apply_changes(&[edit(r, &same)], enc).expect("ordered positions");
+                    }
+                    DirtyOp::Save => {
+                        doc.mark_saved();
+                        on_disk = doc.rope().to_string();
+                    }
+                    DirtyOp::Disk(text) => {
+                        doc.set_disk(&text);
+                        on_disk = text;
+                    }
+                    DirtyOp::DiskIsBuffer => {
+                        on_disk = doc.rope().to_string();
+                        doc.set_disk(&on_disk);
+                    }
+                    DirtyOp::Break(line, col) => {
+                        let r = range(line, col, line, col + 1);
+                        doc.apply_changes(&[edit(r, "#")], enc).expect("ordered positions");
+                    }
+                    DirtyOp::Converge => {
+                        let now: Vec<char> = doc.rope().chars().collect();
+                        let disk: Vec<char> = on_disk.chars().collect();
+                        let i = now.iter().zip(&disk).take_while(|(a, b)| a == b).count();
+                        let (end, with) = match (now.get(i), disk.get(i)) {
+                            (Some(_), Some(d)) => (i + 1, d.to_string()),
+                            (Some(_), None) => (now.len(), String::new()),
+                            (None, Some(_)) => (i, disk[i..].iter().collect()),
+                            (None, None) => continue,
+                        };
+                        let r = Range::new(doc.position_of(i, enc), doc.position_of(end, enc));
+                        doc.apply_changes(&[edit(r, &with)], enc).expect("ordered positions");
+                    }
+                    DirtyOp::Check => {
+                        let now = doc.rope().to_string();
+                        let dirty = now != on_disk;
+                        prop_assert_eq!(doc.is_dirty(), dirty);
+                    }
+                }
+            }
+            let now = doc.rope().to_string();
+                        let dirty = now != on_disk;
+            prop_assert_eq!(doc.is_dirty(), dirty);
+        }
+
+        #[test]
+        fn incremental_steers_equal_a_full_scan(
+            initial in steery_text(),
+            enc in encoding_strategy(),
+            batches in prop::collection::vec(prop::collection::vec(steer_event(), 1..4), 0..16),
+        ) {
+            let mut doc = Document::new(&initial, 0);
+            prop_assert_eq!(doc.steers(), steer::scan(&initial));
+            for batch in batches {
+                let before = doc.rope().to_string();
+                let result = doc.apply_changes(&batch, enc);
+                let text = doc.rope().to_string();
+                if result.is_err() {
+                    prop_assert_eq!(&text, &before, "a refused batch changes nothing");
+                }
+                prop_assert_eq!(doc.steers(), steer::scan(&text), "after {:?} on {:?}", batch, before);
+            }
+        }
 
         #[test]
         fn incremental_edits_match_a_naive_model(
@@ -691,7 +1114,7 @@ mod tests {
             for (sl, sc, el, ec, text) in edits {
                 let start = model::offset(&model, sl, sc, enc);
                 let end = model::offset(&model, el, ec, enc);
-                let result = doc.apply_change(&edit(range(sl, sc, el, ec), &text), enc);
+                let result = doc.apply_changes(&[edit(range(sl, sc, el, ec), &text)], enc);
                 if end < start {
                     prop_assert!(
                         matches!(result, Err(DocumentError::InvertedRange { .. })),
@@ -701,7 +1124,7 @@ mod tests {
                     prop_assert_eq!(result, Ok(()));
                     model.replace_range(start..end, &text);
                 }
-                prop_assert_eq!(doc.text(), model.as_str());
+                prop_assert_eq!(doc.rope().to_string(), model.as_str());
                 let lines = model::lines(&model);
                 prop_assert_eq!(doc.line_count(), lines.len());
                 for (i, &(s, e)) in lines.iter().enumerate() {
@@ -756,7 +1179,7 @@ mod tests {
             let _ = doc.position_of(idx, enc);
             let _ = doc.range_of_line_bytes(line % 4, a, b, enc);
             let _ = doc.range_of_line_bytes(line, a, b, enc);
-            let _ = doc.apply_change(&edit(r, &text), enc);
+            let _ = doc.apply_changes(&[edit(r, &text)], enc);
         }
     }
 }

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use super::config::{self, Config, Sources};
 use super::documents::{Documents, Encoding};
 use super::log::LogLine;
-use super::steer::{self, SteerComment};
+use super::steer::SteerComment;
 use super::transport::{self, Incoming};
 use crate::control::{self, ControlError, Handle, Level, Notice, Reply, Request};
 use crate::state::{ConstraintStatus, Status, TaskState};
@@ -93,8 +93,6 @@ pub(super) struct Server {
     sources: Sources,
     pub(super) config: Config,
     pub(super) docs: Documents,
-    /// What each open file holds on disk, as far as the server knows.
-    baseline: HashMap<Uri, String>,
     pub(super) engine: Option<Handle>,
     pub(super) state: Option<TaskState>,
     /// Steer comments sent, by (path, text), to their constraint id.
@@ -102,7 +100,6 @@ pub(super) struct Server {
     pub(super) dismissed: HashSet<(String, String)>,
     /// Agent changes the human chose to keep: (uri, step, first line).
     pub(super) kept: HashSet<(String, u64, u64)>,
-    pub(super) comments: HashMap<Uri, Vec<SteerComment>>,
     published: HashMap<Uri, Vec<Diagnostic>>,
     progress: Option<Progress>,
     progress_runs: u32,
@@ -151,13 +148,11 @@ pub fn run(
         sources: Sources::default(),
         config: Config::default(),
         docs: Documents::new(),
-        baseline: HashMap::new(),
         engine: None,
         state: None,
         steer_sent: HashMap::new(),
         dismissed: HashSet::new(),
         kept: HashSet::new(),
-        comments: HashMap::new(),
         published: HashMap::new(),
         progress: None,
         progress_runs: 0,
@@ -541,12 +536,11 @@ impl Server {
         };
         let uri = p.text_document.uri;
         let disk = uri_to_path(&uri).and_then(|p| std::fs::read_to_string(p).ok());
-        self.baseline.insert(
-            uri.clone(),
-            disk.unwrap_or_else(|| p.text_document.text.clone()),
-        );
         self.docs
             .open(uri.clone(), &p.text_document.text, p.text_document.version);
+        if let (Some(disk), Some(doc)) = (disk, self.docs.get_mut(&uri)) {
+            doc.set_disk(&disk);
+        }
         self.buffer_changed(&uri, false);
     }
 
@@ -567,20 +561,23 @@ impl Server {
     }
 
     /// Tells the engine what the buffer holds; an edit while a task is active holds the file.
+    ///
+    /// It runs on every keystroke, so it costs what the edit costs, not what the buffer does:
+    /// the document already rescanned the lines the edit touched, the dirty check resumes
+    /// where the edit was, and the engine gets the rope, not a copy of the text.
     fn buffer_changed(&mut self, uri: &Uri, edited: bool) {
-        let Some(doc) = self.docs.get(uri) else {
+        let path = self.rel_path(uri);
+        let hold = edited && self.task_active();
+        let Some(doc) = self.docs.get_mut(uri) else {
             return;
         };
-        let text = doc.text();
-        self.comments.insert(uri.clone(), steer::scan(&text));
-        if let (Some(path), Some(engine)) = (self.rel_path(uri), &self.engine) {
-            let dirty = self.baseline.get(uri).is_none_or(|b| *b != text);
-            if dirty {
+        if let (Some(path), Some(engine)) = (path, &self.engine) {
+            if doc.is_dirty() {
                 engine.tell(Request::Buffer {
                     path: path.clone(),
-                    content: Some(text.into_bytes()),
+                    content: Some(doc.rope().clone()),
                 });
-                if edited && self.task_active() {
+                if hold {
                     engine.tell(Request::Hold { path });
                 }
             } else {
@@ -602,8 +599,6 @@ impl Server {
             return;
         };
         doc.mark_saved();
-        let text = doc.text();
-        self.baseline.insert(uri.clone(), text);
         if let (Some(path), Some(engine)) = (self.rel_path(&uri), &self.engine) {
             engine.tell(Request::Buffer {
                 path,
@@ -612,7 +607,8 @@ impl Server {
         }
         if self.config.steer_on_save && self.task_active() {
             let path = self.rel_path(&uri);
-            for c in self.comments.get(&uri).cloned().unwrap_or_default() {
+            let steers = self.docs.get(&uri).map(|d| d.steers().to_vec());
+            for c in steers.unwrap_or_default() {
                 if let Some(path) = &path {
                     let key = (path.clone(), c.text.clone());
                     if !self.steer_sent.contains_key(&key) && !self.dismissed.contains(&key) {
@@ -629,8 +625,6 @@ impl Server {
         };
         let uri = p.text_document.uri;
         self.docs.close(&uri);
-        self.baseline.remove(&uri);
-        self.comments.remove(&uri);
         if let (Some(path), Some(engine)) = (self.rel_path(&uri), &self.engine) {
             engine.tell(Request::Buffer {
                 path,
@@ -674,15 +668,10 @@ impl Server {
                 let Some(uri) = self.uri_of(&path) else {
                     return;
                 };
-                if self.docs.get(&uri).is_some() {
+                if let (Some(doc), Ok(root)) = (self.docs.get_mut(&uri), &self.root) {
                     // The reload that follows is the agent's content, not a human edit.
-                    if let Some(disk) = self
-                        .root
-                        .as_ref()
-                        .ok()
-                        .and_then(|r| std::fs::read_to_string(r.join(&path)).ok())
-                    {
-                        self.baseline.insert(uri.clone(), disk);
+                    if let Ok(disk) = std::fs::read_to_string(root.join(&path)) {
+                        doc.set_disk(&disk);
                     }
                 }
                 self.notify("rein/filesChanged", json!({"uris": [uri]}));
@@ -821,12 +810,7 @@ impl Server {
                 });
             }
         }
-        for c in self
-            .comments
-            .get(uri)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-        {
+        for c in doc.steers() {
             let key = (path.clone().unwrap_or_default(), c.text.clone());
             if self.dismissed.contains(&key) {
                 continue;

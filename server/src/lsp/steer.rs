@@ -4,6 +4,11 @@
 //! `--`, `;`, `/*`, `<!--`) that begins a line or follows whitespace, so it works in every
 //! language at the price of heuristics, each documented where it lives. Lines are split on
 //! `\n`, `\r\n` and `\r`, the same breaks as LSP and `documents`, so line numbers agree.
+//!
+//! Nothing the scan looks at spans lines: a `/*` or `<!--` whose closer is not on its line
+//! steers to the line end, and quotes pair up within a line. So a line's steer depends on
+//! that line alone, and after an edit only the lines it replaced need scanning again
+//! (`rescan`); the rest keep their steers and move by the number of lines added or removed.
 
 /// A steer to the agent, written as a comment and anchored at its line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,11 +70,52 @@ const KEYWORD: &[u8] = b"rein:";
 
 /// Every steer comment in `text`, in line order, at most one per line (the first).
 pub fn scan(text: &str) -> Vec<SteerComment> {
-    split_lines(text)
+    scan_lines(0, split_lines(text))
+}
+
+/// Which lines an edit replaced: lines `first..first + removed` of the text before it became
+/// lines `first..first + inserted` of the text after; every other line kept its content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineSplice {
+    /// The first line replaced, the same in both texts.
+    pub first: usize,
+    /// How many lines of the text before were replaced.
+    pub removed: usize,
+    /// How many lines of the text after replaced them.
+    pub inserted: usize,
+}
+
+/// Brings `comments`, the steers of the text before an edit, up to date with the text after
+/// it, given the lines the edit replaced and the lines from the first replacement on
+/// (contents without terminators, in order; those past `inserted` are not read). The result
+/// equals a `scan` of the text after the edit, at the cost of the replaced lines only.
+pub fn rescan<S: AsRef<str>>(
+    comments: &mut Vec<SteerComment>,
+    splice: LineSplice,
+    replacements: impl IntoIterator<Item = S>,
+) {
+    let end = splice.first + splice.removed;
+    let from = comments.partition_point(|c| c.line < splice.first);
+    let to = comments.partition_point(|c| c.line < end);
+    for c in &mut comments[to..] {
+        // `c.line >= end >= removed`, so this cannot underflow.
+        c.line = c.line - splice.removed + splice.inserted;
+    }
+    let fresh = scan_lines(splice.first, replacements.into_iter().take(splice.inserted));
+    comments.splice(from..to, fresh);
+}
+
+/// The steers of consecutive lines (contents without terminators), numbered from `first`.
+fn scan_lines<S: AsRef<str>>(
+    first: usize,
+    lines: impl IntoIterator<Item = S>,
+) -> Vec<SteerComment> {
+    lines
+        .into_iter()
         .enumerate()
-        .filter_map(|(line, content)| {
-            scan_line(content).map(|(start, end, text)| SteerComment {
-                line,
+        .filter_map(|(i, content)| {
+            scan_line(content.as_ref()).map(|(start, end, text)| SteerComment {
+                line: first + i,
                 start,
                 end,
                 text: text.to_owned(),
