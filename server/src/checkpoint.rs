@@ -192,6 +192,68 @@ struct Live {
     tree: Option<Oid>,
     /// Submodules in `tree`: their HEAD moves without an event in this tree.
     gitlinks: Vec<PathBuf>,
+    /// Paths drained from the watcher but not yet applied to `tree` (a diff against `tree`
+    /// read them without writing objects).
+    pending: BTreeSet<PathBuf>,
+    /// No attribute, `core.autocrlf` or `core.filemode` setting changes what git stores for a
+    /// file, so its bytes on disk are its blob: a diff may hash in memory.
+    plain: bool,
+}
+
+/// How [`Checkpoints::updates_for`] learns what a file's entry would be.
+enum Hasher<'a> {
+    /// Through the private index: the file is hashed into the object store (with git's
+    /// filters) and its stat data kept.
+    Index(&'a mut Index),
+    /// Its bytes hashed in memory, nothing written: only where `Live::plain` holds.
+    Memory,
+}
+
+impl Hasher<'_> {
+    fn forget(&mut self, rel: &Path, dir: bool) -> Result<()> {
+        if let Hasher::Index(index) = self {
+            if dir {
+                index.remove_dir(rel, 0)?;
+            } else {
+                index.remove_path(rel)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The entry `rel` would have; None when it vanished meanwhile.
+    fn entry(
+        &mut self,
+        full: &Path,
+        rel: &Path,
+        meta: &fs::Metadata,
+    ) -> Result<Option<(Oid, FileMode)>> {
+        match self {
+            Hasher::Index(index) => {
+                match index.add_path(rel) {
+                    Ok(()) => {}
+                    Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
+                    Err(e) => return Err(e.into()),
+                }
+                Ok(index
+                    .get_path(rel, 0)
+                    .map(|e| (e.id, file_mode(e.mode as i32))))
+            }
+            Hasher::Memory => {
+                let (bytes, mode) = match disk_content(full, meta) {
+                    Ok(found) => found,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                    Err(source) => {
+                        return Err(CheckpointError::Io {
+                            context: format!("reading {}", full.display()),
+                            source,
+                        })
+                    }
+                };
+                Ok(Some((Oid::hash_object(ObjectType::Blob, &bytes)?, mode)))
+            }
+        }
+    }
 }
 
 /// One change to a tree: a path's new entry, or its removal.
@@ -265,6 +327,8 @@ impl Checkpoints {
                     watcher,
                     tree: None,
                     gitlinks: Vec::new(),
+                    pending: BTreeSet::new(),
+                    plain: false,
                 });
                 true
             }
@@ -302,7 +366,12 @@ impl Checkpoints {
             let tip = self.tip_tree()?;
             let mut updates = Vec::new();
             for p in paths {
-                self.updates_for(&mut index, &tip, Path::new(p), &mut updates)?;
+                self.updates_for(
+                    &mut Hasher::Index(&mut index),
+                    &tip,
+                    Path::new(p),
+                    &mut updates,
+                )?;
             }
             apply(&self.repo, &tip, &updates)
         };
@@ -456,16 +525,29 @@ impl Checkpoints {
         for path in overlay.keys() {
             validate_rel_path(path)?;
         }
-        let now = self.refresh()?;
-        let old = self.find_commit(checkpoint)?.tree()?;
-        let new = self.repo.find_tree(now)?;
-        let mut changes = self.changes_between(&old, &new, |p| overlay.contains_key(p))?;
+        let old_id = self.find_commit(checkpoint)?.tree_id();
+        let mut changes = match self.changes_since_scan(old_id)? {
+            Some(changes) => changes,
+            None => {
+                let now = self.refresh()?;
+                let old = self.repo.find_tree(old_id)?;
+                let new = self.repo.find_tree(now)?;
+                self.changes_between(&old, &new, |_| false)?
+            }
+        };
+        let old = self.repo.find_tree(old_id)?;
         for (path, content) in overlay {
+            // The buffer stands in for the disk: its own change replaces the disk's.
+            let on_disk = changes
+                .iter()
+                .position(|c| c.raw_path.is_none() && c.path == *path)
+                .map(|i| changes.remove(i));
             let before = blob_at(&self.repo, &old, path)?;
-            if before.is_none()
-                && blob_at(&self.repo, &new, path)?.is_none()
-                && self.repo.is_path_ignored(path)?
-            {
+            let in_tree = match &on_disk {
+                Some(c) => c.after.is_some(),
+                None => before.is_some(),
+            };
+            if before.is_none() && !in_tree && self.repo.is_path_ignored(path)? {
                 continue;
             }
             let kind = match &before {
@@ -481,8 +563,131 @@ impl Checkpoints {
                 after: Some(content.clone()),
             });
         }
-        changes.sort_by(|a, b| a.path.cmp(&b.path));
+        changes.sort_by(|a, b| a.path_bytes().cmp(b.path_bytes()));
         Ok(changes)
+    }
+
+    /// The working tree's changes against the tree `old`, read without writing a single
+    /// object: only while watching, when `old` is the tree of the last scan and the disk's
+    /// bytes are the blobs (`Live::plain`). The paths stay pending for the next scan. None
+    /// when that does not hold; the caller then scans.
+    fn changes_since_scan(&mut self, old: Oid) -> Result<Option<Vec<FileChange>>> {
+        let Some(live) = &self.live else {
+            return Ok(None);
+        };
+        if !live.plain || live.tree != Some(old) {
+            return Ok(None);
+        }
+        if !self.drain_into_pending()? {
+            return Ok(None);
+        }
+        let pending = crate::watch::outermost(
+            self.live
+                .as_ref()
+                .map(|l| l.pending.clone())
+                .unwrap_or_default(),
+        );
+        let base = self.repo.find_tree(old)?;
+        let mut updates = Vec::new();
+        for p in &pending {
+            self.updates_for(&mut Hasher::Memory, &base, p, &mut updates)?;
+        }
+        let workdir = self.workdir().to_path_buf();
+        let blob = |id: Oid| -> Result<Vec<u8>> { Ok(self.repo.find_blob(id)?.content().to_vec()) };
+        // A path can be removed twice (as itself, and as the file in the way of a path under
+        // it); what lies under a removed directory goes with it.
+        let removed: BTreeSet<&Path> = updates
+            .iter()
+            .filter_map(|u| match u {
+                Update::Remove(p) => Some(p.as_path()),
+                Update::Upsert(..) => None,
+            })
+            .collect();
+        let mut changes = Vec::new();
+        for u in &updates {
+            match u {
+                Update::Remove(path) => {
+                    if path.ancestors().skip(1).any(|a| removed.contains(a))
+                        || changes
+                            .iter()
+                            .any(|c: &FileChange| c.path_bytes() == path_bytes(path))
+                    {
+                        continue;
+                    }
+                    let Ok(entry) = base.get_path(path) else {
+                        continue;
+                    };
+                    match entry.kind() {
+                        Some(ObjectType::Tree) => {
+                            let subtree = self.repo.find_tree(entry.id())?;
+                            let mut gone = Vec::new();
+                            subtree.walk(TreeWalkMode::PreOrder, |dir, e| {
+                                if e.kind() == Some(ObjectType::Blob) {
+                                    gone.push((
+                                        path.join(dir).join(bytes_path(e.name_bytes())),
+                                        e.id(),
+                                    ));
+                                }
+                                TreeWalkResult::Ok
+                            })?;
+                            for (p, id) in gone {
+                                changes.push(file_change(&p, Some(blob(id)?), None));
+                            }
+                        }
+                        Some(ObjectType::Blob) => {
+                            changes.push(file_change(path, Some(blob(entry.id())?), None));
+                        }
+                        _ => {}
+                    }
+                }
+                Update::Upsert(path, _, _) => {
+                    let before = match base.get_path(path) {
+                        Ok(e) if e.kind() == Some(ObjectType::Blob) => Some(blob(e.id())?),
+                        Ok(e) if e.kind() == Some(ObjectType::Commit) => continue,
+                        _ => None,
+                    };
+                    let full = workdir.join(path);
+                    let after =
+                        match fs::symlink_metadata(&full).and_then(|m| disk_content(&full, &m)) {
+                            Ok((bytes, _)) => bytes,
+                            // Gone since it was hashed: the next scan sees that.
+                            Err(_) => continue,
+                        };
+                    changes.push(file_change(path, before, Some(after)));
+                }
+            }
+        }
+        Ok(Some(changes))
+    }
+
+    /// Moves the watcher's queued paths into `Live::pending`; false when events were lost
+    /// (the watcher is restarted and the next scan is full).
+    fn drain_into_pending(&mut self) -> Result<bool> {
+        let index = self.private_index()?;
+        let workdir = self.workdir().to_path_buf();
+        let Some(live) = self.live.as_mut() else {
+            return Ok(false);
+        };
+        let follow = |rel: &Path| follows(&self.repo, &index, &workdir, rel);
+        match live.watcher.drain(&follow) {
+            Drained::Paths(paths) => {
+                live.pending.extend(paths);
+                Ok(true)
+            }
+            Drained::Lost(why) => {
+                tracing::info!(%why, "file change events may be lost; scanning the whole tree");
+                live.tree = None;
+                live.pending.clear();
+                match Watcher::new(&workdir, &follow) {
+                    Ok(watcher) => live.watcher = watcher,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot watch the working tree again; every scan will be a full one");
+                        self.live = None;
+                    }
+                }
+                Ok(false)
+            }
+        }
     }
 
     /// Changes between two commits (checkpoints or any full commit id); renames show as a
@@ -698,9 +903,16 @@ impl Checkpoints {
             }
         }
         let tree = self.refresh_full()?;
-        if let Some(live) = &mut self.live {
-            live.tree = Some(tree);
-            live.gitlinks = gitlinks(&self.repo.index()?);
+        if self.live.is_some() {
+            let index = self.repo.index()?;
+            let plain = plain_content(&self.repo, &index);
+            let gitlinks = gitlinks(&index);
+            if let Some(live) = &mut self.live {
+                live.tree = Some(tree);
+                live.gitlinks = gitlinks;
+                live.plain = plain;
+                live.pending.clear();
+            }
         }
         Ok(tree)
     }
@@ -709,42 +921,29 @@ impl Checkpoints {
     /// scan is needed (the first one, or events were lost: the watcher is then restarted
     /// first, so nothing between it and the scan goes unseen).
     fn refresh_watched(&mut self) -> Result<Option<Oid>> {
-        let mut index = self.private_index()?;
-        let workdir = self.workdir().to_path_buf();
-        let live = self
-            .live
-            .as_mut()
-            .expect("refresh_watched runs only while watching");
-        let follow = |rel: &Path| follows(&self.repo, &index, &workdir, rel);
-        let paths = match live.watcher.drain(&follow) {
-            Drained::Paths(paths) => paths,
-            Drained::Lost(why) => {
-                tracing::info!(%why, "file change events may be lost; scanning the whole tree");
-                live.tree = None;
-                match Watcher::new(&workdir, &follow) {
-                    Ok(watcher) => live.watcher = watcher,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot watch the working tree again; every scan will be a full one");
-                        self.live = None;
-                    }
-                }
-                return Ok(None);
-            }
-        };
-        let Some(base) = live.tree else {
+        if !self.drain_into_pending()? {
+            return Ok(None);
+        }
+        let Some(live) = self.live.as_mut() else {
             return Ok(None);
         };
+        let Some(base) = live.tree else {
+            live.pending.clear();
+            return Ok(None);
+        };
+        let paths = crate::watch::outermost(std::mem::take(&mut live.pending));
         let gitlinks = live.gitlinks.clone();
+        let mut index = self.private_index()?;
         let base = self.repo.find_tree(base)?;
         let mut updates = Vec::new();
         for p in &paths {
-            self.updates_for(&mut index, &base, p, &mut updates)?;
+            self.updates_for(&mut Hasher::Index(&mut index), &base, p, &mut updates)?;
         }
         for g in gitlinks
             .iter()
             .filter(|g| !paths.iter().any(|p| g.starts_with(p)))
         {
-            self.updates_for(&mut index, &base, g, &mut updates)?;
+            self.updates_for(&mut Hasher::Index(&mut index), &base, g, &mut updates)?;
         }
         if updates.is_empty() {
             return Ok(Some(base.id()));
@@ -763,7 +962,7 @@ impl Checkpoints {
     /// them, nested repositories are left out, submodules are recorded at their HEAD.
     fn updates_for(
         &self,
-        index: &mut Index,
+        hasher: &mut Hasher<'_>,
         base: &Tree<'_>,
         rel: &Path,
         out: &mut Vec<Update>,
@@ -779,11 +978,7 @@ impl Checkpoints {
         let Some(meta) = meta else {
             if in_base.is_some() {
                 out.push(Update::Remove(rel.to_path_buf()));
-                if base_kind == Some(ObjectType::Tree) {
-                    index.remove_dir(rel, 0)?;
-                } else {
-                    index.remove_path(rel)?;
-                }
+                hasher.forget(rel, base_kind == Some(ObjectType::Tree))?;
             }
             return Ok(());
         };
@@ -794,7 +989,7 @@ impl Checkpoints {
                     .get_path(a)
                     .is_ok_and(|e| e.kind() != Some(ObjectType::Tree))
                 {
-                    index.remove_path(a)?;
+                    hasher.forget(a, false)?;
                     out.push(Update::Remove(a.to_path_buf()));
                 }
             }
@@ -802,11 +997,11 @@ impl Checkpoints {
         if meta.is_dir() && !is_repository(&workdir.join(rel)) {
             if in_base.is_some() && base_kind != Some(ObjectType::Tree) {
                 // A file (or link) became a directory.
-                index.remove_path(rel)?;
+                hasher.forget(rel, false)?;
                 out.push(Update::Remove(rel.to_path_buf()));
             }
             let mut seen = BTreeSet::new();
-            self.walk_dir(index, base, rel, &mut seen, out)?;
+            self.walk_dir(hasher, base, rel, &mut seen, out)?;
             if base_kind == Some(ObjectType::Tree) {
                 let subtree = self
                     .repo
@@ -822,7 +1017,7 @@ impl Checkpoints {
                     TreeWalkResult::Ok
                 })?;
                 for path in gone {
-                    index.remove_path(&path)?;
+                    hasher.forget(&path, false)?;
                     out.push(Update::Remove(path));
                 }
             }
@@ -845,31 +1040,27 @@ impl Checkpoints {
         }
         if base_kind == Some(ObjectType::Tree) {
             // A directory became a file (or link).
-            index.remove_dir(rel, 0)?;
+            hasher.forget(rel, true)?;
             out.push(Update::Remove(rel.to_path_buf()));
         }
-        match index.add_path(rel) {
-            Ok(()) => {}
-            Err(e) if e.code() == ErrorCode::NotFound => {
-                if in_base.is_some() {
-                    index.remove_path(rel)?;
-                    out.push(Update::Remove(rel.to_path_buf()));
-                }
-                return Ok(());
-            }
-            Err(e) => return Err(e.into()),
+        if meta.is_dir() && matches!(hasher, Hasher::Memory) {
+            // A submodule: diffs leave them out, and only the index reads their HEAD.
+            return Ok(());
         }
-        let Some(entry) = index.get_path(rel, 0) else {
+        let Some((id, mode)) = hasher.entry(&workdir.join(rel), rel, &meta)? else {
+            if in_base.is_some() {
+                hasher.forget(rel, false)?;
+                out.push(Update::Remove(rel.to_path_buf()));
+            }
             return Ok(());
         };
-        let mode = file_mode(entry.mode as i32);
         if in_base
             .as_ref()
-            .is_some_and(|b| b.id() == entry.id && file_mode(b.filemode()) == mode)
+            .is_some_and(|b| b.id() == id && file_mode(b.filemode()) == mode)
         {
             return Ok(());
         }
-        out.push(Update::Upsert(rel.to_path_buf(), entry.id, mode));
+        out.push(Update::Upsert(rel.to_path_buf(), id, mode));
         Ok(())
     }
 
@@ -877,7 +1068,7 @@ impl Checkpoints {
     /// paths found so the caller can tell what went away.
     fn walk_dir(
         &self,
-        index: &mut Index,
+        hasher: &mut Hasher<'_>,
         base: &Tree<'_>,
         rel: &Path,
         seen: &mut BTreeSet<PathBuf>,
@@ -909,11 +1100,11 @@ impl Checkpoints {
                     .get_path(&path)
                     .is_ok_and(|e| e.kind() == Some(ObjectType::Tree));
                 if tracked || !self.repo.is_path_ignored(&path)? {
-                    self.walk_dir(index, base, &path, seen, out)?;
+                    self.walk_dir(hasher, base, &path, seen, out)?;
                 }
                 continue;
             }
-            self.updates_for(index, base, &path, out)?;
+            self.updates_for(hasher, base, &path, out)?;
             seen.insert(path);
         }
         Ok(())
@@ -1098,6 +1289,64 @@ fn inside(workdir: &Path, rel: &Path) -> bool {
         dir.push(c);
         fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir())
     })
+}
+
+/// Whether git stores every file's bytes as they are on disk: no attributes (which may ask
+/// for end-of-line conversion or `ident`), no `core.autocrlf`, modes and links taken as they
+/// are. Then a file can be hashed in memory and match what the index would write.
+fn plain_content(repo: &Repository, index: &Index) -> bool {
+    let Ok(config) = repo.config() else {
+        return false;
+    };
+    let flag = |key: &str, default: bool| match config.get_entry(key) {
+        Ok(_) => config.get_bool(key).unwrap_or(!default),
+        Err(_) => default,
+    };
+    let autocrlf_off = match config.get_string("core.autocrlf") {
+        Ok(v) => v.eq_ignore_ascii_case("false"),
+        Err(_) => true,
+    };
+    autocrlf_off
+        && flag("core.filemode", true)
+        && flag("core.symlinks", true)
+        && config.get_entry("core.attributesfile").is_err()
+        && !repo.path().join("info/attributes").exists()
+        && !index
+            .iter()
+            .any(|e| e.path == b".gitattributes" || e.path.ends_with(b"/.gitattributes"))
+}
+
+/// A file's bytes as git would store them when `plain_content` holds, and its mode.
+fn disk_content(full: &Path, meta: &fs::Metadata) -> io::Result<(Vec<u8>, FileMode)> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    if meta.file_type().is_symlink() {
+        let target = fs::read_link(full)?;
+        return Ok((target.as_os_str().as_bytes().to_vec(), FileMode::Link));
+    }
+    let mode = if meta.permissions().mode() & 0o100 != 0 {
+        FileMode::BlobExecutable
+    } else {
+        FileMode::Blob
+    };
+    Ok((fs::read(full)?, mode))
+}
+
+/// A change of `path` from `before` to `after`.
+fn file_change(path: &Path, before: Option<Vec<u8>>, after: Option<Vec<u8>>) -> FileChange {
+    let bytes = path_bytes(path);
+    let kind = match (&before, &after) {
+        (None, _) => ChangeKind::Added,
+        (_, None) => ChangeKind::Deleted,
+        _ => ChangeKind::Modified,
+    };
+    FileChange {
+        path: String::from_utf8_lossy(bytes).into_owned(),
+        raw_path: std::str::from_utf8(bytes).is_err().then(|| bytes.to_vec()),
+        kind,
+        before,
+        after,
+    }
 }
 
 /// Submodule paths in `index`.
@@ -2497,7 +2746,12 @@ mod tests {
                     }
                 }
                 let prev = cps.tip().expect("tip").expect("begun");
+                // Read before the snapshot (in memory where it can), compared with the diff of
+                // the snapshot after it.
+                let before_scan = cps.diff_worktree(&prev, &Overlay::new()).expect("diff_worktree");
                 let snap = cps.snapshot(meta(step, "round")).expect("snapshot");
+                let after_scan = cps.diff(&prev, &snap.id).expect("diff");
+                proptest::prop_assert_eq!(&before_scan, &after_scan);
                 // The tree walk that skips equal subtrees reports what git itself reports.
                 let ours: Vec<String> = cps
                     .diff(&prev, &snap.id)

@@ -260,7 +260,7 @@ mod imp {
 pub use imp::Watcher;
 
 /// Drops every path that lies under another path of the set: the outer one covers it.
-fn outermost(paths: BTreeSet<PathBuf>) -> BTreeSet<PathBuf> {
+pub fn outermost(paths: BTreeSet<PathBuf>) -> BTreeSet<PathBuf> {
     let mut out: BTreeSet<PathBuf> = BTreeSet::new();
     for p in paths {
         // Sorted order puts a directory before the paths beneath it, but not directly before
