@@ -594,68 +594,47 @@ impl Checkpoints {
         }
         let workdir = self.workdir().to_path_buf();
         let blob = |id: Oid| -> Result<Vec<u8>> { Ok(self.repo.find_blob(id)?.content().to_vec()) };
-        // A path can be removed twice (as itself, and as the file in the way of a path under
-        // it); what lies under a removed directory goes with it.
-        let removed: BTreeSet<&Path> = updates
-            .iter()
-            .filter_map(|u| match u {
-                Update::Remove(p) => Some(p.as_path()),
-                Update::Upsert(..) => None,
-            })
-            .collect();
         let mut changes = Vec::new();
-        for u in &updates {
-            match u {
-                Update::Remove(path) => {
-                    if path.ancestors().skip(1).any(|a| removed.contains(a))
-                        || changes
-                            .iter()
-                            .any(|c: &FileChange| c.path_bytes() == path_bytes(path))
-                    {
-                        continue;
-                    }
-                    let Ok(entry) = base.get_path(path) else {
-                        continue;
-                    };
-                    match entry.kind() {
-                        Some(ObjectType::Tree) => {
-                            let subtree = self.repo.find_tree(entry.id())?;
-                            let mut gone = Vec::new();
-                            subtree.walk(TreeWalkMode::PreOrder, |dir, e| {
-                                if e.kind() == Some(ObjectType::Blob) {
-                                    gone.push((
-                                        path.join(dir).join(bytes_path(e.name_bytes())),
-                                        e.id(),
-                                    ));
-                                }
-                                TreeWalkResult::Ok
-                            })?;
-                            for (p, id) in gone {
-                                changes.push(file_change(&p, Some(blob(id)?), None));
-                            }
+        for path in removals(&updates) {
+            let Ok(entry) = base.get_path(path) else {
+                continue;
+            };
+            match entry.kind() {
+                Some(ObjectType::Tree) => {
+                    let subtree = self.repo.find_tree(entry.id())?;
+                    let mut gone = Vec::new();
+                    subtree.walk(TreeWalkMode::PreOrder, |dir, e| {
+                        if e.kind() == Some(ObjectType::Blob) {
+                            gone.push((path.join(dir).join(bytes_path(e.name_bytes())), e.id()));
                         }
-                        Some(ObjectType::Blob) => {
-                            changes.push(file_change(path, Some(blob(entry.id())?), None));
-                        }
-                        _ => {}
+                        TreeWalkResult::Ok
+                    })?;
+                    for (p, id) in gone {
+                        changes.push(file_change(&p, Some(blob(id)?), None));
                     }
                 }
-                Update::Upsert(path, _, _) => {
-                    let before = match base.get_path(path) {
-                        Ok(e) if e.kind() == Some(ObjectType::Blob) => Some(blob(e.id())?),
-                        Ok(e) if e.kind() == Some(ObjectType::Commit) => continue,
-                        _ => None,
-                    };
-                    let full = workdir.join(path);
-                    let after =
-                        match fs::symlink_metadata(&full).and_then(|m| disk_content(&full, &m)) {
-                            Ok((bytes, _)) => bytes,
-                            // Gone since it was hashed: the next scan sees that.
-                            Err(_) => continue,
-                        };
-                    changes.push(file_change(path, before, Some(after)));
+                Some(ObjectType::Blob) => {
+                    changes.push(file_change(path, Some(blob(entry.id())?), None));
                 }
+                _ => {}
             }
+        }
+        for u in &updates {
+            let Update::Upsert(path, _, _) = u else {
+                continue;
+            };
+            let before = match base.get_path(path) {
+                Ok(e) if e.kind() == Some(ObjectType::Blob) => Some(blob(e.id())?),
+                Ok(e) if e.kind() == Some(ObjectType::Commit) => continue,
+                _ => None,
+            };
+            let full = workdir.join(path);
+            let after = match fs::symlink_metadata(&full).and_then(|m| disk_content(&full, &m)) {
+                Ok((bytes, _)) => bytes,
+                // Gone since it was hashed: the next scan sees that.
+                Err(_) => continue,
+            };
+            changes.push(file_change(path, before, Some(after)));
         }
         Ok(Some(changes))
     }
@@ -1358,31 +1337,35 @@ fn gitlinks(index: &Index) -> Vec<PathBuf> {
         .collect()
 }
 
-/// `base` with `updates` applied, written to the object store.
-///
-/// Removals go first, in a pass of their own: libgit2 refuses to put a file where the base has
-/// a directory (or the reverse) in one pass, and that is exactly what a removal plus an upsert
-/// of the same path means.
-fn apply(repo: &Repository, base: &Tree<'_>, updates: &[Update]) -> Result<Oid> {
-    let removals: BTreeSet<&Path> = updates
+/// The paths `updates` remove, each once, leaving out those under another removed path: they
+/// go with it (and libgit2 fails removing what is already gone).
+fn removals(updates: &[Update]) -> BTreeSet<&Path> {
+    let all: BTreeSet<&Path> = updates
         .iter()
         .filter_map(|u| match u {
             Update::Remove(path) => Some(path.as_path()),
             Update::Upsert(..) => None,
         })
         .collect();
+    all.iter()
+        .filter(|p| !p.ancestors().skip(1).any(|a| all.contains(a)))
+        .copied()
+        .collect()
+}
+
+/// `base` with `updates` applied, written to the object store.
+///
+/// Removals go first, in a pass of their own: libgit2 refuses to put a file where the base has
+/// a directory (or the reverse) in one pass, and that is exactly what a removal plus an upsert
+/// of the same path means.
+fn apply(repo: &Repository, base: &Tree<'_>, updates: &[Update]) -> Result<Oid> {
+    let removals = removals(updates);
     let mut tree = base.id();
     let mut builder = TreeUpdateBuilder::new();
-    let mut removed = false;
     for path in &removals {
-        // Whatever lies under a removed directory goes with it; removing it again would fail.
-        if path.ancestors().skip(1).any(|a| removals.contains(a)) {
-            continue;
-        }
         builder.remove(*path);
-        removed = true;
     }
-    if removed {
+    if !removals.is_empty() {
         tree = builder.create_updated(repo, base)?;
     }
     // libgit2 refuses a path given twice; the last word on a path wins.
