@@ -136,10 +136,10 @@ fn answer(lsp: &mut Lsp, s: &Value) {
     let _ = lsp.command("rein.decide", json!({"decisionId": id, "choice": choice}));
 }
 
-/// A task whose `finish` step was recorded but whose end was not: kill -9 between the two
-/// state writes of a finish leaves it paused, and every resume then stops on "the agent ran
-/// out of moves" (bug: `server/tests/breakit.rs`,
-/// `a_finish_cut_by_a_crash_still_ends_the_task_on_resume`).
+/// A task whose `finish` step was recorded but whose end was not: every resume would stop on
+/// "the agent ran out of moves". A kill between two state writes of a finish once left this
+/// (fixed: the finish step and the task's end are one write; `server/tests/breakit.rs`,
+/// `the_finish_step_and_the_tasks_end_are_one_state_write`); the trials fail if it comes back.
 fn finish_cut(s: &Value) -> bool {
     status(s) == "paused"
         && s["stopReason"]
@@ -245,8 +245,6 @@ struct KillStats {
     mid_write: u64,
     after_done: u64,
     decisions: u64,
-    finish_cut: u64,
-    temp_left: u64,
 }
 
 /// The task state on disk right after a kill: it parses, its journal parses, and every step it
@@ -329,22 +327,22 @@ fn kill_trial(seed: u64, trial: u64, rewrites: bool, plans: &Path, stats: &mut K
     }
     let end = drive_to_end(&mut lsp);
     stats.decisions += end["decisionsAsked"].as_u64().unwrap_or(0);
-    if finish_cut(&end) {
-        stats.finish_cut += 1;
-    } else {
-        assert_eq!(status(&end), "done", "{what}: {end:#}");
-    }
+    assert!(
+        !finish_cut(&end),
+        "{what}: the finish step was recorded but the task never ended: {end:#}"
+    );
+    assert_eq!(status(&end), "done", "{what}: {end:#}");
     for (path, content) in &plan.expect {
         assert!(
             read(root, path) == *content,
             "{what}: {path} does not hold what the plan wrote; state: {end:#}"
         );
     }
-    // A write cut by the kill leaves its temporary file, which recovery then records as a
-    // file the human added (bug: `server/tests/breakit.rs`,
-    // `a_temporary_file_left_by_a_crashed_write_is_not_taken_for_the_humans`). Counted here;
-    // the content checks above are what proves nothing was lost.
-    stats.temp_left += temp_leftovers(root).len() as u64;
+    // A write cut by the kill leaves its temporary file; recovery must remove it rather than
+    // record it as a file the human added (once a bug: `server/tests/breakit.rs`,
+    // `a_temporary_file_left_by_a_crashed_write_is_not_taken_for_the_humans`).
+    let left = temp_leftovers(root);
+    assert!(left.is_empty(), "{what}: temporary files left: {left:?}");
     assert_eq!(UserGit::of(root), user, "{what}: the user's git changed");
     lsp.kill9();
     // A command cut by the kill may still be finishing its sleep; let it go before the
