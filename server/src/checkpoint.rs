@@ -974,6 +974,11 @@ impl Checkpoints {
             }
         }
         if meta.is_dir() && !is_repository(&workdir.join(rel)) {
+            if in_base.is_none() && self.repo.is_path_ignored(rel)? {
+                // A new ignored directory (build output, dependencies): nothing in it counts,
+                // and it may hold many thousands of files.
+                return Ok(());
+            }
             if in_base.is_some() && base_kind != Some(ObjectType::Tree) {
                 // A file (or link) became a directory.
                 hasher.forget(rel, false)?;
@@ -2533,6 +2538,35 @@ mod tests {
             assert_eq!(tree_of(dir, &snap.id), git_worktree_tree(dir), "{setup:?}");
             assert_eq!(user_state(dir), before, "{setup:?}");
         }
+    }
+
+    #[test]
+    fn new_ignored_directories_are_left_out_while_watching() {
+        let repo = new_repo();
+        let dir = repo.path();
+        write(dir, ".gitignore", b"target/\nnode_modules\n");
+        write(dir, "src/lib.rs", b"fn f() {}\n");
+        let base = commit_all(dir, "base");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
+        cps.snapshot(meta(0, "start")).expect("snapshot");
+        for i in 0..50 {
+            write(dir, &format!("target/debug/deps/f{i}.o"), b"obj");
+            write(dir, &format!("node_modules/p{i}/index.js"), b"js");
+        }
+        write(dir, "src/lib.rs", b"fn g() {}\n");
+        // A directory-only pattern matches the directory itself, so neither the watcher nor a
+        // scan goes into it.
+        assert!(cps.repo.is_path_ignored("target").expect("ignore rules"));
+        let watched = cps.live.as_ref().map(|l| l.watcher.watched());
+        assert_eq!(watched, Some(2), "the root and src/ only");
+        let snap = cps.snapshot(meta(1, "build")).expect("snapshot");
+        assert_eq!(tree_of(dir, &snap.id), git_worktree_tree(dir));
+        let changes = cps.diff(&base, &snap.id).expect("diff");
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        // Not followed: writes inside raise no events at all.
+        write(dir, "target/debug/deps/f0.o", b"changed");
+        let again = cps.snapshot(meta(2, "nothing")).expect("snapshot");
+        assert!(!again.created);
     }
 
     #[test]
