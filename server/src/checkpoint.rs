@@ -144,9 +144,9 @@ pub enum CheckpointError {
     /// The commit exists but is not a checkpoint of this task.
     #[error("commit {0} is not a Rein checkpoint of this task")]
     NotACheckpoint(String),
-    /// A path changed between file and directory in a way one tree update cannot express;
-    /// the caller scans the whole tree instead.
-    #[error("{} changed between file and directory", .0.display())]
+    /// A tracked directory became a repository of its own, which only a full scan records
+    /// the way git would; the watched scan gives way to it.
+    #[error("{} became a repository of its own", .0.display())]
     Reshaped(PathBuf),
     /// libgit2 reported an error.
     #[error("git: {}", .0.message())]
@@ -526,7 +526,11 @@ impl Checkpoints {
             validate_rel_path(path)?;
         }
         let old_id = self.find_commit(checkpoint)?.tree_id();
-        let mut changes = match self.changes_since_scan(old_id)? {
+        let quick = self.changes_since_scan(old_id).unwrap_or_else(|e| {
+            tracing::info!(error = %e, "reading changes in memory failed; scanning");
+            None
+        });
+        let mut changes = match quick {
             Some(changes) => changes,
             None => {
                 let now = self.refresh()?;
