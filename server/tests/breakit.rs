@@ -142,24 +142,6 @@ fn temp_leftovers(root: &Path) -> Vec<String> {
         .collect()
 }
 
-/// The members of process group `pgid`, from /proc.
-fn group_of(pgid: i32) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .ok()
-                .and_then(|s| {
-                    let (_, rest) = s.rsplit_once(')')?;
-                    rest.split_whitespace().nth(2)?.parse::<i32>().ok()
-                })
-                == Some(pgid)
-        })
-        .collect()
-}
-
 /// `rein run` on a plan file, as a process the test can kill -9.
 fn rein_run(root: &Path, plan: &Path, steps: serde_json::Value) -> Child {
     std::fs::write(plan, json!({ "steps": steps }).to_string()).expect("plan");
@@ -415,16 +397,7 @@ async fn abort_kills_a_command_whose_whole_family_ignores_sigterm() {
     })
     .await;
     let leader = pids_with("stubborn-5120")[0];
-    let stat = std::fs::read_to_string(format!("/proc/{leader}/stat")).unwrap();
-    let pgid: i32 = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .nth(2)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let pgid = pgid_of(leader).expect("the leader's process group");
     eventually("every child to start", || group_of(pgid).len() >= 4).await;
     let group = group_of(pgid);
     let s = run

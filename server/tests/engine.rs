@@ -155,35 +155,7 @@ async fn abort_during_a_long_command_kills_the_whole_group() {
     })
     .await;
     let leader = pids_with("abort-marker-5517")[0];
-    let pgid = std::fs::read_to_string(format!("/proc/{leader}/stat")).unwrap();
-    let pgid: i32 = pgid
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .nth(2)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let group_of = |pgid: i32| -> Vec<i32> {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
-            .filter(|p| {
-                std::fs::read_to_string(format!("/proc/{p}/stat"))
-                    .ok()
-                    .and_then(|s| {
-                        s.rsplit_once(')').and_then(|(_, r)| {
-                            r.split_whitespace()
-                                .nth(2)
-                                .and_then(|g| g.parse::<i32>().ok())
-                        })
-                    })
-                    == Some(pgid)
-            })
-            .collect()
-    };
+    let pgid = pgid_of(leader).expect("the leader's process group");
     eventually("both sleeps", || group_of(pgid).len() >= 3).await;
     let group = group_of(pgid);
     run.call(Request::Abort {

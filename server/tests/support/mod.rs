@@ -187,6 +187,27 @@ pub fn proc_state(pid: i32) -> Option<char> {
     after.trim_start().chars().next()
 }
 
+/// The process group of `pid`, from /proc, if the process exists.
+pub fn pgid_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
+/// The members of process group `pgid`, from /proc.
+pub fn group_of(pgid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|p| pgid_of(*p) == Some(pgid))
+        .collect()
+}
+
 /// Polls `cond` every 10 ms for up to 30 s.
 pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
     for _ in 0..3000 {
