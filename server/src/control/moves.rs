@@ -49,6 +49,11 @@ enum CommandEnd {
 }
 
 impl Engine {
+    /// Records a step that failed before it touched anything.
+    fn step_failed(&mut self, action: String, why: impl Into<String>) -> Flow {
+        self.complete(action, StepStatus::Failed, failed(why), Touched::Nothing)
+    }
+
     pub(super) async fn execute(&mut self, mv: Move) -> Flow {
         let action = mv.describe();
         match mv {
@@ -220,12 +225,7 @@ impl Engine {
                 Ok(c) => clean.push(c),
                 Err(e) => {
                     let text = format!("rejected: {e}");
-                    return self.complete(
-                        action,
-                        StepStatus::Failed,
-                        failed(text),
-                        Touched::Nothing,
-                    );
+                    return self.step_failed(action, text);
                 }
             }
         }
@@ -328,34 +328,15 @@ impl Engine {
     fn write_move(&mut self, mv: Move) -> Flow {
         let action = mv.describe();
         let Some(raw) = mv.target() else {
-            return self.complete(
-                action,
-                StepStatus::Failed,
-                failed("not a write"),
-                Touched::Nothing,
-            );
+            return self.step_failed(action, "not a write");
         };
         let path = match self.sandbox.check(raw) {
             Ok(p) => p,
-            Err(e) => {
-                return self.complete(
-                    action,
-                    StepStatus::Failed,
-                    failed(e.to_string()),
-                    Touched::Nothing,
-                )
-            }
+            Err(e) => return self.step_failed(action, e.to_string()),
         };
         let disk = match self.sandbox.read(&path) {
             Ok(d) => d,
-            Err(e) => {
-                return self.complete(
-                    action,
-                    StepStatus::Failed,
-                    failed(e.to_string()),
-                    Touched::Nothing,
-                )
-            }
+            Err(e) => return self.step_failed(action, e.to_string()),
         };
         // This never yields to the request loop, so the buffer cannot change below.
         let unsaved = self.buffers.get(&path);
@@ -483,21 +464,13 @@ impl Engine {
                     None,
                 )
             }
-            Verdict::NotFound => self.complete(
+            Verdict::NotFound => self.step_failed(
                 action,
-                StepStatus::Failed,
-                failed(format!(
-                    "the text to replace is not in {path} as it is now; read it again"
-                )),
-                Touched::Nothing,
+                format!("the text to replace is not in {path} as it is now; read it again"),
             ),
-            Verdict::Ambiguous(n) => self.complete(
+            Verdict::Ambiguous(n) => self.step_failed(
                 action,
-                StepStatus::Failed,
-                failed(format!(
-                    "the text to replace occurs {n} times in {path}; include more context"
-                )),
-                Touched::Nothing,
+                format!("the text to replace occurs {n} times in {path}; include more context"),
             ),
         }
     }
@@ -512,12 +485,7 @@ impl Engine {
     ) -> Flow {
         self.record_intent(&action, path, &bytes);
         let flow = match self.sandbox.write(path, &bytes) {
-            Err(e) => self.complete(
-                action,
-                StepStatus::Failed,
-                failed(e.to_string()),
-                Touched::Nothing,
-            ),
+            Err(e) => self.step_failed(action, e.to_string()),
             Ok(()) => {
                 self.views
                     .insert(path.to_owned(), Some(memory.unwrap_or(bytes)));
@@ -693,12 +661,7 @@ impl Engine {
                     let cmd = cmd.clone();
                     self.run_command(action, &cmd, *timeout, true).await
                 }
-                _ => self.complete(
-                    action,
-                    StepStatus::Failed,
-                    failed("not a command"),
-                    Touched::Nothing,
-                ),
+                _ => self.step_failed(action, "not a command"),
             },
             (DecisionKind::Question, answer) => {
                 let text = format!("The human answered: {answer}");
@@ -709,30 +672,15 @@ impl Engine {
             // pass the same guard for lines the human wrote.
             (DecisionKind::MergeConflict, "keep mine") => match p.proposal {
                 Some(bytes) => self.write_guarded(action, path, bytes, p.mv),
-                None => self.complete(
-                    action,
-                    StepStatus::Failed,
-                    failed("nothing to write"),
-                    Touched::Nothing,
-                ),
+                None => self.step_failed(action, "nothing to write"),
             },
             (DecisionKind::MergeConflict, "take agent's") => match p.alternative {
                 Some(bytes) => self.write_guarded(action, path, bytes, p.mv),
-                None => self.complete(
-                    action,
-                    StepStatus::Failed,
-                    failed("nothing to write"),
-                    Touched::Nothing,
-                ),
+                None => self.step_failed(action, "nothing to write"),
             },
             (DecisionKind::ProtectedLines, "approve") => match p.proposal {
                 Some(bytes) => self.apply_write(action, &path, bytes, None, false),
-                None => self.complete(
-                    action,
-                    StepStatus::Failed,
-                    failed("nothing to write"),
-                    Touched::Nothing,
-                ),
+                None => self.step_failed(action, "nothing to write"),
             },
             (DecisionKind::HeldFile, "release") => {
                 // Released: what the human changed is recorded as theirs, not held again.
@@ -768,14 +716,7 @@ impl Engine {
         let tag = self.state().task.id.clone();
         let mut proc = match Process::spawn_tagged(&self.root, cmd, Some(&tag)) {
             Ok(p) => p,
-            Err(e) => {
-                return self.complete(
-                    action,
-                    StepStatus::Failed,
-                    failed(e.to_string()),
-                    Touched::Nothing,
-                )
-            }
+            Err(e) => return self.step_failed(action, e.to_string()),
         };
         let mut deadline = timeout.map(|t| Instant::now() + t);
         let mut frozen_at: Option<Instant> = None;
