@@ -396,7 +396,18 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
             .filter_map(Value::as_str)
             .map(|rel| ToolCallLocation::new(st.path(rel)))
             .collect::<Vec<_>>();
-        let raw = p.get("command").map(|c| json!({"command": c}));
+        // `raw` is the tool's input as a harness sends it (Claude Code's `Write {file_path,
+        // content}`, with `file_path` relative to the root here and made absolute).
+        let raw = match p.get("raw") {
+            Some(r) => {
+                let mut r = r.clone();
+                if let Some(f) = r.get("file_path").and_then(Value::as_str) {
+                    r["file_path"] = json!(st.path(f));
+                }
+                Some(r)
+            }
+            None => p.get("command").map(|c| json!({"command": c})),
+        };
         let call = ToolCallUpdate::new(
             "perm-call",
             ToolCallUpdateFields::new()

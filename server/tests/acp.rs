@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rein::agent::{self, Context, Interrupt};
 use rein::control::{self, Request};
-use rein::state::{Author, ConstraintSource, DecisionKind, Status};
+use rein::state::{Author, ConstraintSource, DecisionKind, Status, StepStatus};
 use serde_json::{json, Value};
 use support::*;
 
@@ -259,6 +259,133 @@ async fn trust_a_stale_write_after_handback_keeps_the_humans_fix() {
     assert!(again.contains("fixed the constant"), "{again}");
     assert_eq!(sc.of("write")[0]["ok"], true);
     assert_eq!(sc.of("session").len(), 1);
+}
+
+/// Takes over while the agent waits, fixes `src/lib.rs` by hand and hands back.
+async fn take_over_and_fix(run: &mut Run, sc: &Scenario, root: &Path) {
+    sc.logged("read", 1).await;
+    run.until("the read step", |s| {
+        s.steps.iter().any(|st| st.action == "read src/lib.rs")
+    })
+    .await;
+    run.call(Request::Takeover { reason: None }).await;
+    sc.logged("stop", 1).await;
+    write(root, "src/lib.rs", FIXED);
+    run.call(Request::Handback { note: None }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_a_harness_asking_to_write_stale_content_is_refused_with_the_reason() {
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let stale = json!({"permission": {"title": "Write src/lib.rs", "kind": "edit",
+        "raw": {"file_path": "src/lib.rs", "content": STALE_WITH_NEW}}});
+    let good = json!({"permission": {"title": "Write src/lib.rs", "kind": "edit",
+        "raw": {"file_path": "src/lib.rs", "content": FIXED_WITH_NEW}}});
+    let sc = scenario(json!({
+        "steering": true,
+        "turns": [
+            [{"read": "src/lib.rs"}, {"wait_cancel": true}],
+            [stale, {"wait_steering": true}, good,
+             {"edit_file": {"path": "src/lib.rs", "content": FIXED_WITH_NEW, "title": "Write src/lib.rs"}},
+             {"say": "added double"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    take_over_and_fix(&mut run, &sc, root).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let outcomes: Vec<Value> = sc
+        .of("permission")
+        .iter()
+        .map(|p| p["outcome"].clone())
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![json!("reject"), json!("allow")],
+        "the stale write is refused, the re-read one allowed"
+    );
+    let steered = sc.of("steering");
+    let why = steered
+        .iter()
+        .filter_map(|e| e["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        why.contains("src/lib.rs changed since you last read it") && why.contains("    42"),
+        "the agent hears why and which lines to keep: {why}"
+    );
+    assert_eq!(read(root, "src/lib.rs"), FIXED_WITH_NEW);
+    let refused = s
+        .steps
+        .iter()
+        .find(|st| st.action == "ask permission: Write src/lib.rs")
+        .expect("a step");
+    assert_eq!(refused.status, StepStatus::Failed, "{:#?}", s.steps);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_a_stale_write_the_harness_made_itself_is_repaired_and_both_are_recorded() {
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "steering": true,
+        "turns": [
+            [{"read": "src/lib.rs"}, {"wait_cancel": true}],
+            // No permission asked (a mode that does not ask): the write lands as it is.
+            [{"edit_file": {"path": "src/lib.rs", "content": STALE_WITH_NEW, "title": "Write src/lib.rs"}},
+             {"wait_steering": true},
+             {"say": "added double"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    take_over_and_fix(&mut run, &sc, root).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(
+        read(root, "src/lib.rs"),
+        FIXED_WITH_NEW,
+        "the fix is put back, the agent's addition kept"
+    );
+    let agent = s
+        .steps
+        .iter()
+        .find(|st| st.action == "Write src/lib.rs")
+        .expect("the agent's step");
+    assert_eq!(
+        (agent.author, agent.status),
+        (Author::Agent, StepStatus::Done)
+    );
+    let repair = s
+        .steps
+        .iter()
+        .find(|st| {
+            st.action
+                .starts_with("kept your lines the agent's write removed")
+        })
+        .expect("the repair is a step of its own");
+    assert!(
+        repair.n > agent.n && repair.checkpoint.is_some(),
+        "{:#?}",
+        s.steps
+    );
+    let told = sc
+        .of("steering")
+        .iter()
+        .filter_map(|e| e["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        told.contains("Rein put them back"),
+        "the agent is told: {told}"
+    );
+    // Both are in git: the agent's write as it was, then the repair.
+    let at_agent = git(
+        root,
+        &[
+            "show",
+            &format!("{}:src/lib.rs", agent.checkpoint.clone().expect("ckpt")),
+        ],
+    );
+    assert_eq!(at_agent, STALE_WITH_NEW);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

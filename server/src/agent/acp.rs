@@ -23,11 +23,11 @@ use agent_client_protocol::v1::schema::{
     PermissionOptionKind, ReadTextFileResponse, ReleaseTerminalResponse, RequestPermissionOutcome,
     RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId,
     SessionNotification, SessionUpdate, StopReason, TerminalExitStatus, TerminalOutputResponse,
-    ToolCallStatus, ToolKind, WaitForTerminalExitResponse, WriteTextFileResponse,
+    ToolCallContent, ToolCallStatus, ToolKind, WaitForTerminalExitResponse, WriteTextFileResponse,
 };
 use tokio::sync::mpsc;
 
-use super::{Agent, AgentError, Context, Interrupt, Move, MoveFuture, Outcome};
+use super::{Agent, AgentError, Context, Intended, Interrupt, Move, MoveFuture, Outcome};
 use link::{error, Event, Incoming, Shared};
 use worker::{Cmd, Launch};
 
@@ -37,6 +37,8 @@ const CANCEL_GRACE: Duration = Duration::from_secs(2);
 const SUMMARY_CHARS: usize = 4000;
 /// How many stderr lines a crash report quotes.
 const CRASH_LINES: usize = 6;
+/// How many of the agent's tool calls are remembered before the ended ones are forgotten.
+const TOOLS_KEPT: usize = 256;
 
 const ABOUT_REIN: &str = "A person supervises you through Rein. They may pause you, correct you, \
 or take over and edit files themselves; when they hand back you get a report of what they \
@@ -77,6 +79,11 @@ pub struct AcpAgent {
     tools: HashMap<String, Tool>,
     terminals: HashMap<String, Ran>,
     terminal_count: u64,
+    /// Why Rein refused the agent's last permission requests, for the agent to hear.
+    refusals: Vec<String>,
+    /// Rein refused a permission in the running turn: an agent whose only "no" cancels its
+    /// turn (Codex) then ends it `cancelled`, which is the answer, not a failure.
+    rejected: bool,
     /// Constraints of the current step already passed on.
     delivered: Vec<String>,
     /// The reconcile report of the current step as far as it was passed on.
@@ -204,6 +211,8 @@ impl AcpAgent {
             tools: HashMap::new(),
             terminals: HashMap::new(),
             terminal_count: 0,
+            refusals: Vec::new(),
+            rejected: false,
             delivered: Vec::new(),
             delivered_report: None,
         })
@@ -272,7 +281,21 @@ impl AcpAgent {
 
     fn answer(&mut self, inc: Incoming, out: &Outcome) {
         let sent = match inc {
-            Incoming::Permission(q, r) => r.respond(permission_answer(&q, out.ok)),
+            Incoming::Permission(q, r) => {
+                if !out.ok {
+                    // The answer itself carries no reason: the agent hears why with the news.
+                    let title = q
+                        .tool_call
+                        .fields
+                        .title
+                        .as_deref()
+                        .unwrap_or("the tool call");
+                    self.refusals
+                        .push(format!("Rein did not allow {title}: {}", out.text.trim()));
+                    self.rejected = true;
+                }
+                r.respond(permission_answer(&q, out.ok))
+            }
             Incoming::Read(q, r) if out.ok => r.respond(ReadTextFileResponse::new(lines_of(
                 &out.text, q.line, q.limit,
             ))),
@@ -327,12 +350,29 @@ impl AcpAgent {
                 (!new.is_empty()).then_some(new)
             }
         };
-        if fresh.is_empty() && report.is_none() {
-            return Ok(());
-        }
-        let text = news(&fresh, report.as_deref());
+        let refusals = std::mem::take(&mut self.refusals);
         let running = self.turn.is_some() && !self.cancel_sent;
         let steering = self.session.as_ref().is_some_and(|(_, s)| *s);
+        if fresh.is_empty() && report.is_none() {
+            if refusals.is_empty() {
+                return Ok(());
+            }
+            // Why a tool was refused is worth a steer, never a cancelled turn: the refusal
+            // itself already reached the agent.
+            let text = refusals.join("\n\n");
+            if running && steering {
+                self.steers_pending += 1;
+                return self.send(Cmd::Steer { text });
+            }
+            // Heard with the next prompt, if there is one; not a reason to prompt again.
+            self.refusals = refusals;
+            return Ok(());
+        }
+        let mut text = news(&fresh, report.as_deref());
+        for r in &refusals {
+            text.push_str("\n\n");
+            text.push_str(r);
+        }
         if running && steering {
             self.steers_pending += 1;
             return self.send(Cmd::Steer { text });
@@ -360,6 +400,7 @@ impl AcpAgent {
         if self.session.is_none() || self.turn.is_some() || self.ended.is_some() {
             return Ok(());
         }
+        self.queued.append(&mut self.refusals);
         let text = if self.introduced {
             followup(&self.queued, &ctx.goal)
         } else {
@@ -375,9 +416,14 @@ impl AcpAgent {
         self.send(Cmd::Prompt { turn, text })?;
         self.turn = Some(turn);
         self.cancel_sent = false;
+        self.rejected = false;
         self.chunks.clear();
         self.last_text.clear();
-        self.tools.clear();
+        // A completion may arrive after the next prompt: its title must still be known.
+        // Only the tools that ended are dropped, and only when there are many.
+        if self.tools.len() > TOOLS_KEPT {
+            self.tools.retain(|_, t| !t.done);
+        }
         Ok(())
     }
 
@@ -609,6 +655,25 @@ impl AcpAgent {
             ToolKind::Execute => f.raw_input.as_ref().and_then(command_of),
             _ => None,
         };
+        let writes = intended(f.raw_input.as_ref(), f.content.as_deref())
+            .into_iter()
+            .map(|w| match w {
+                Intended::Write { path, content } => Intended::Write {
+                    path: self.relative(Path::new(&path)),
+                    content,
+                },
+                Intended::Edit { path, old, new } => Intended::Edit {
+                    path: self.relative(Path::new(&path)),
+                    old,
+                    new,
+                },
+            })
+            .collect::<Vec<_>>();
+        for w in &writes {
+            if !paths.iter().any(|p| p == w.path()) {
+                paths.push(w.path().to_owned());
+            }
+        }
         self.tools
             .entry(id)
             .and_modify(|t| {
@@ -625,6 +690,7 @@ impl AcpAgent {
             kind: kind_name(kind),
             paths,
             command,
+            writes,
         }
     }
 
@@ -676,6 +742,7 @@ impl AcpAgent {
             return None;
         }
         tool.done = true;
+        let failed = status == Some(ToolCallStatus::Failed);
         // A tool that may have changed the tree ran on its own: checkpoint what it did, so
         // its changes are the agent's, not taken for the human's at the next boundary.
         let changes_tree = !matches!(
@@ -686,11 +753,12 @@ impl AcpAgent {
                 | ToolKind::Fetch
                 | ToolKind::SwitchMode
         );
-        changes_tree.then(|| {
-            Ok(Move::Observe {
-                action: tool.title.clone(),
-            })
-        })
+        let action = if failed {
+            format!("{} (failed)", tool.title)
+        } else {
+            tool.title.clone()
+        };
+        changes_tree.then_some(Ok(Move::Observe { action, failed }))
     }
 
     fn prompt_done(
@@ -729,6 +797,16 @@ impl AcpAgent {
                 return Some(Ok(Move::Finish(summary)));
             }
             Ok(StopReason::Cancelled) if expected => return None,
+            Ok(StopReason::Cancelled) if self.rejected => {
+                // Its way of taking a "no": prompt again, with the reason, in the same session.
+                if self.queued.is_empty() {
+                    self.queued.push(
+                        "The person supervising you (through Rein) declined your last tool call. Do not retry it as it was; continue the task another way, or end your turn and say what you need."
+                            .into(),
+                    );
+                }
+                return None;
+            }
             Ok(StopReason::Cancelled) => "it cancelled its own turn (stopReason cancelled) although Rein did not ask it to".to_owned(),
             Ok(StopReason::MaxTokens) => "it reached its output token limit (stopReason max_tokens); resume to let it go on, or steer it to a smaller step".to_owned(),
             Ok(StopReason::MaxTurnRequests) => "it reached its limit of model requests for one turn (stopReason max_turn_requests); resume to let it go on".to_owned(),
@@ -817,6 +895,18 @@ impl Agent for AcpAgent {
         })
     }
 
+    fn made(&mut self) -> Vec<Move> {
+        let Some(link) = &self.link else {
+            return Vec::new();
+        };
+        let updates = link.shared.take_updates();
+        updates
+            .into_iter()
+            .filter_map(|n| self.update(n))
+            .filter_map(Result::ok)
+            .collect()
+    }
+
     fn interrupt(&mut self, what: Interrupt) {
         let Some(link) = &self.link else { return };
         match what {
@@ -895,23 +985,19 @@ fn followup(queued: &[String], goal: &str) -> String {
     )
 }
 
-/// The option that says yes (once, if the agent offers that) or no; `cancelled` when the
-/// agent offers no such option.
+/// The option that says yes once or no once; `cancelled` when the agent offers no such option.
 fn permission_answer(q: &RequestPermissionRequest, ok: bool) -> RequestPermissionResponse {
+    // Never an "always" option: that would let the agent act unasked next time, bypassing
+    // the person (and Rein's judgement of each write).
     let wanted = if ok {
-        [
-            PermissionOptionKind::AllowOnce,
-            PermissionOptionKind::AllowAlways,
-        ]
+        PermissionOptionKind::AllowOnce
     } else {
-        [
-            PermissionOptionKind::RejectOnce,
-            PermissionOptionKind::RejectAlways,
-        ]
+        PermissionOptionKind::RejectOnce
     };
-    let pick = wanted
+    let pick = q
+        .options
         .iter()
-        .find_map(|k| q.options.iter().find(|o| o.kind == *k))
+        .find(|o| o.kind == wanted)
         .map(|o| o.option_id.clone());
     RequestPermissionResponse::new(match pick {
         Some(id) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id)),
@@ -946,6 +1032,47 @@ fn command_of(raw: &serde_json::Value) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// The file changes a tool call announces: from its raw input (Claude Code's `Write
+/// {file_path, content}` and `Edit {file_path, old_string, new_string}`), else from its `diff`
+/// content (`{path, oldText, newText}`: no old text is a whole-file write, else a replacement).
+fn intended(raw: Option<&serde_json::Value>, content: Option<&[ToolCallContent]>) -> Vec<Intended> {
+    let field =
+        |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
+    if let Some(raw) = raw {
+        if let Some(path) = field(raw, "file_path").or_else(|| field(raw, "path")) {
+            if let Some(content) = field(raw, "content") {
+                return vec![Intended::Write { path, content }];
+            }
+            if let (Some(old), Some(new)) = (field(raw, "old_string"), field(raw, "new_string")) {
+                if raw.get("replace_all").and_then(|r| r.as_bool()) != Some(true) {
+                    return vec![Intended::Edit { path, old, new }];
+                }
+            }
+        }
+    }
+    content
+        .into_iter()
+        .flatten()
+        .filter_map(|c| match c {
+            ToolCallContent::Diff(d) => {
+                let path = d.path.to_string_lossy().into_owned();
+                Some(match d.old_text.as_deref() {
+                    None | Some("") => Intended::Write {
+                        path,
+                        content: d.new_text.clone(),
+                    },
+                    Some(old) => Intended::Edit {
+                        path,
+                        old: old.to_owned(),
+                        new: d.new_text.clone(),
+                    },
+                })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Quotes a word for `sh` (bare when it needs no quoting).
@@ -1052,6 +1179,85 @@ mod tests {
         .expect("a good spec");
         assert_eq!(ok.launch.program, Path::new("/tmp/./bin/agent"));
         assert_eq!(ok.launch.env, vec![("K".to_owned(), "V".to_owned())]);
+    }
+
+    #[test]
+    fn announced_writes_come_from_the_input_or_the_diff() {
+        let claude_write = json!({"file_path": "/r/m.py", "content": "x + 1\n"});
+        assert_eq!(
+            intended(Some(&claude_write), None),
+            vec![Intended::Write {
+                path: "/r/m.py".into(),
+                content: "x + 1\n".into()
+            }]
+        );
+        let claude_edit = json!({"file_path": "/r/m.py", "old_string": "+ 1", "new_string": "+ 2"});
+        assert_eq!(
+            intended(Some(&claude_edit), None),
+            vec![Intended::Edit {
+                path: "/r/m.py".into(),
+                old: "+ 1".into(),
+                new: "+ 2".into()
+            }]
+        );
+        let created = ToolCallContent::Diff(agent_client_protocol::v1::schema::Diff::new(
+            "/r/new.py",
+            "print()\n",
+        ));
+        let changed = ToolCallContent::Diff(
+            agent_client_protocol::v1::schema::Diff::new("/r/m.py", "b\n")
+                .old_text("a\n".to_owned()),
+        );
+        assert_eq!(
+            intended(
+                Some(&json!({"command": "apply_patch"})),
+                Some(&[created, changed])
+            ),
+            vec![
+                Intended::Write {
+                    path: "/r/new.py".into(),
+                    content: "print()\n".into()
+                },
+                Intended::Edit {
+                    path: "/r/m.py".into(),
+                    old: "a\n".into(),
+                    new: "b\n".into()
+                }
+            ]
+        );
+        assert!(intended(Some(&json!({"command": "ls"})), None).is_empty());
+    }
+
+    #[test]
+    fn an_always_option_is_never_picked() {
+        use agent_client_protocol::v1::schema::{
+            PermissionOption, ToolCallUpdate, ToolCallUpdateFields,
+        };
+        let ask = |options: Vec<PermissionOption>| {
+            RequestPermissionRequest::new(
+                SessionId::new("s"),
+                ToolCallUpdate::new("t", ToolCallUpdateFields::new()),
+                options,
+            )
+        };
+        let picked = |r: RequestPermissionResponse| match r.outcome {
+            RequestPermissionOutcome::Selected(s) => s.option_id.0.to_string(),
+            _ => "cancelled".into(),
+        };
+        let full = ask(vec![
+            PermissionOption::new("always", "Always", PermissionOptionKind::AllowAlways),
+            PermissionOption::new("once", "Once", PermissionOptionKind::AllowOnce),
+            PermissionOption::new("never", "Never", PermissionOptionKind::RejectAlways),
+            PermissionOption::new("no", "No", PermissionOptionKind::RejectOnce),
+        ]);
+        assert_eq!(picked(permission_answer(&full, true)), "once");
+        assert_eq!(picked(permission_answer(&full, false)), "no");
+        let only_always = ask(vec![
+            PermissionOption::new("always", "Always", PermissionOptionKind::AllowAlways),
+            PermissionOption::new("never", "Never", PermissionOptionKind::RejectAlways),
+        ]);
+        assert_eq!(picked(permission_answer(&only_always, true)), "cancelled");
+        assert_eq!(picked(permission_answer(&only_always, false)), "cancelled");
     }
 
     #[test]

@@ -69,11 +69,16 @@ pub enum Move {
         paths: Vec<String>,
         /// The command line, for `execute`.
         command: Option<String>,
+        /// The file changes the tool says it will make (its input or its diff), judged like
+        /// Rein's own writes before it is allowed.
+        writes: Vec<Intended>,
     },
-    /// The agent changed the tree on its own (a tool call that completed): checkpoint it.
+    /// The agent changed the tree on its own (a tool call that ended): checkpoint it.
     Observe {
         /// What it did, in one line.
         action: String,
+        /// The tool call failed or was refused or cancelled (recorded as failed, not done).
+        failed: bool,
     },
     /// Replace the plan.
     Plan(Vec<String>),
@@ -103,7 +108,7 @@ impl Move {
             Move::List { path } => format!("list {path}"),
             Move::Search { pattern, .. } => format!("search {}", one_line(pattern)),
             Move::Permission { title, .. } => format!("ask permission: {}", one_line(title)),
-            Move::Observe { action } => one_line(action),
+            Move::Observe { action, .. } => one_line(action),
             Move::Plan(items) => format!("plan ({} items)", items.len()),
             Move::Ask(q) => format!("ask: {}", one_line(q)),
             Move::Finish(s) => format!("finish: {}", one_line(s)),
@@ -115,6 +120,36 @@ impl Move {
         match self {
             Move::Write { path, .. } | Move::Edit { path, .. } => Some(path),
             _ => None,
+        }
+    }
+}
+
+/// A file change an agent's own tool announces before it makes it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Intended {
+    /// The file's whole new content.
+    Write {
+        /// Repo-relative path (or as the agent spelt it, for the engine to refuse).
+        path: String,
+        /// The content the tool will write.
+        content: String,
+    },
+    /// One replacement of `old` by `new` in the file.
+    Edit {
+        /// Repo-relative path (or as the agent spelt it, for the engine to refuse).
+        path: String,
+        /// The text the tool will look for.
+        old: String,
+        /// What it will put in its place.
+        new: String,
+    },
+}
+
+impl Intended {
+    /// The file the change is to.
+    pub fn path(&self) -> &str {
+        match self {
+            Intended::Write { path, .. } | Intended::Edit { path, .. } => path,
         }
     }
 }
@@ -209,6 +244,13 @@ pub trait Agent: Send {
     /// Tells the agent that control changed. Must not block: an agent with its own process
     /// queues what it needs to send.
     fn interrupt(&mut self, _what: Interrupt) {}
+
+    /// Changes the agent already made on its own that the engine has not yet taken (an ACP
+    /// tool that completed while the engine was not asking), as `Observe` moves. Taken when
+    /// control leaves the agent, so they are checkpointed as its, not the human's.
+    fn made(&mut self) -> Vec<Move> {
+        Vec::new()
+    }
 }
 
 /// Builds the agent a spec names. `skip` moves are treated as already made, so an agent

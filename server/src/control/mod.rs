@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use handover::{FileStat, Handover};
 
-use crate::agent::{self, Agent, AgentError, Context, Outcome};
+use crate::agent::{self, Agent, AgentError, Context, Move, Outcome};
 use crate::checkpoint::{
     self, CheckpointError, CheckpointInfo, Checkpoints, Overlay, SnapshotMeta,
 };
@@ -825,10 +825,23 @@ impl Engine {
                 other => break other,
             }
         };
+        let stopped = !self.agent_signals.is_empty();
         for signal in self.agent_signals.drain(..) {
             agent.interrupt(signal);
         }
+        // What the agent finished before control left it is its own: checkpointed now,
+        // before the human's time begins (its processes are frozen or ending).
+        let made = if stopped && self.state().status != Status::Running {
+            agent.made()
+        } else {
+            Vec::new()
+        };
         self.agent = Some(agent);
+        for mv in made {
+            if let Move::Observe { action, failed } = mv {
+                self.observe(action, failed);
+            }
+        }
         match got {
             Ok(Ok(mv)) => {
                 self.reconcile_note = None;

@@ -6,9 +6,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Engine, Flow, Level, Notice, Pending, Phase, Touched};
-use crate::agent::{Move, Outcome};
+use crate::agent::{Intended, Move, Outcome};
 use crate::checkpoint::{FileChange, SnapshotMeta};
 use crate::exec::{self, Process};
+use crate::reconcile::merge::{self, Merge};
 use crate::reconcile::{verdict, FileReport, Report, Verdict};
 use crate::state::{self, Author, DecisionKind, HumanChange, Status, Step, StepStatus};
 
@@ -39,6 +40,25 @@ fn failed(text: impl Into<String>) -> Outcome {
         ok: false,
         text: text.into(),
     }
+}
+
+/// What Rein makes of a write an agent's own tool announces.
+enum Judged {
+    /// The tool writes what Rein's merge would: allow it.
+    Fine,
+    /// It would drop or revert the human's changes: refuse, with the reason for the agent.
+    Refuse(String),
+    /// It cleanly changes lines the human wrote: the human approves first.
+    AskProtected { path: String, lines: Vec<String> },
+}
+
+/// Journals a repair of the human's lines after an agent write removed them.
+fn journal_repair(e: &Engine, path: &str, lost: &[String]) {
+    super::journal(
+        &e.store,
+        "repaired",
+        serde_json::json!({ "path": path, "lines": lost }),
+    );
 }
 
 enum CommandEnd {
@@ -124,25 +144,7 @@ impl Engine {
                 self.looked(action, outcome)
             }
             Move::Permission { .. } => self.permission(mv).await,
-            Move::Observe { .. } => {
-                let changed = match self.tip.clone() {
-                    Some(tip) => self
-                        .ckpt
-                        .diff_worktree(&tip, &Default::default())
-                        .map(|c| c.into_iter().map(|c| c.path).collect::<Vec<_>>())
-                        .unwrap_or_default(),
-                    None => Vec::new(),
-                };
-                for path in &changed {
-                    (self.notify)(Notice::Wrote { path: path.clone() });
-                }
-                let text = if changed.is_empty() {
-                    "no files changed".to_owned()
-                } else {
-                    format!("checkpointed: {}", changed.join(", "))
-                };
-                self.complete(action, StepStatus::Done, ok(text), Touched::Anything)
-            }
+            Move::Observe { failed, .. } => self.observe(action, failed),
             Move::Plan(items) => {
                 let count = items.len();
                 self.commit(|s| {
@@ -209,6 +211,7 @@ impl Engine {
             kind,
             paths,
             command,
+            writes,
         } = &mv
         else {
             return self.complete(
@@ -229,14 +232,35 @@ impl Engine {
                 }
             }
         }
-        let ask = match kind.as_str() {
-            "read" | "search" | "think" => None,
-            "edit" | "delete" | "move" => {
-                if let Some(held) = clean.iter().find(|p| self.state().held_files.contains(p)) {
-                    return self.ask_held(held.clone(), mv);
-                }
-                None
+        if let Some(held) = clean.iter().find(|p| self.state().held_files.contains(p)) {
+            if !matches!(kind.as_str(), "read" | "search" | "think") {
+                return self.ask_held(held.clone(), mv);
             }
+        }
+        for w in writes {
+            match self.judge_intended(w) {
+                Judged::Fine => {}
+                Judged::Refuse(why) => return self.step_failed(action, why),
+                Judged::AskProtected { path, lines } => {
+                    let question = format!(
+                        "The agent asks to {title}, which would change {} line(s) you wrote in {path}. Approve?",
+                        lines.len()
+                    );
+                    return self.ask(
+                        DecisionKind::ProtectedLines,
+                        question,
+                        &["approve", "deny"],
+                        Some(lines.join("\n")),
+                        Some(path),
+                        mv,
+                        None,
+                        None,
+                    );
+                }
+            }
+        }
+        let ask = match kind.as_str() {
+            "read" | "search" | "think" | "edit" | "delete" | "move" => None,
             "execute" => match command.as_deref().map(|c| self.cfg.policy.classify(c)) {
                 Some(exec::Verdict::Run) => None,
                 Some(exec::Verdict::Ask { reason, .. }) => Some(reason),
@@ -265,6 +289,259 @@ impl Engine {
                 )
             }
         }
+    }
+
+    /// Judges a write an agent's own tool will make (it writes the file itself, so Rein
+    /// cannot merge it): by the same verdict as Rein's writes, against the agent's view, the
+    /// file now (unsaved text included) and the human's protected lines. Fine only when what
+    /// the tool will write is exactly what Rein's merge would write.
+    fn judge_intended(&mut self, w: &Intended) -> Judged {
+        let path = match self.sandbox.check(w.path()) {
+            Ok(p) => p,
+            Err(e) => return Judged::Refuse(format!("rejected: {e}")),
+        };
+        let disk = match self.sandbox.read(&path) {
+            Ok(d) => d,
+            Err(e) => return Judged::Refuse(format!("rejected: {e}")),
+        };
+        let unsaved = self.buffers.get(&path);
+        let now = unsaved.or(disk);
+        let base = self.view_of(&path);
+        let protected = self
+            .state()
+            .protected_lines
+            .get(&path)
+            .cloned()
+            .unwrap_or_default();
+        let now_text = now.as_deref().map(String::from_utf8_lossy);
+        // What the tool itself will put in the file.
+        let direct: Option<Vec<u8>> = match w {
+            Intended::Write { content, .. } => Some(content.clone().into_bytes()),
+            Intended::Edit { old, new, .. } => now_text
+                .as_deref()
+                .filter(|n| !old.is_empty() && n.matches(old.as_str()).count() == 1)
+                .map(|n| n.replacen(old.as_str(), new, 1).into_bytes()),
+        };
+        let verdict = match w {
+            Intended::Write { content, .. } => verdict::write(
+                base.as_deref(),
+                now.as_deref(),
+                content.as_bytes(),
+                &protected,
+            ),
+            Intended::Edit { old, new, .. } => {
+                verdict::edit(base.as_deref(), now.as_deref(), old, new, &protected)
+            }
+        };
+        let changed_since = format!(
+            "{path} changed since you last read it: the person supervising you edited it. Read it again and make your change to the file as it is now, keeping their changes"
+        );
+        let keep = |lines: &[String]| -> String {
+            if lines.is_empty() {
+                return String::new();
+            }
+            let shown: Vec<String> = lines.iter().take(20).map(|l| format!("  {l}")).collect();
+            format!("; keep these lines of theirs:\n{}", shown.join("\n"))
+        };
+        let judged = match verdict {
+            Verdict::Unchanged => Judged::Fine,
+            Verdict::Apply(merged) if direct.as_deref() == Some(merged.as_slice()) => Judged::Fine,
+            Verdict::Apply(_) => {
+                // The lines changed since the agent's view that its write would drop.
+                let lost = match (now_text.as_deref(), direct.as_deref()) {
+                    (Some(n), Some(d)) => merge::dropped_protected(
+                        n,
+                        &String::from_utf8_lossy(d),
+                        &merge::introduced_lines(
+                            &String::from_utf8_lossy(base.as_deref().unwrap_or_default()),
+                            n,
+                        ),
+                    ),
+                    _ => Vec::new(),
+                };
+                Judged::Refuse(format!("{changed_since}{}", keep(&lost)))
+            }
+            Verdict::Conflict { hunks, .. } => {
+                let lines: Vec<String> = hunks
+                    .iter()
+                    .flat_map(|h| h.ours.lines().map(str::to_owned).collect::<Vec<_>>())
+                    .collect();
+                Judged::Refuse(format!("{changed_since}{}", keep(&lines)))
+            }
+            Verdict::Protected { .. } if direct.is_none() => Judged::Refuse(changed_since),
+            Verdict::Protected { lines, .. } => Judged::AskProtected {
+                path: path.clone(),
+                lines,
+            },
+            Verdict::NotFound if direct.is_none() => Judged::Refuse(format!(
+                "the text to replace is not in {path} as it is now; {changed_since}"
+            )),
+            // The tool reports these failures itself.
+            Verdict::NotFound | Verdict::Ambiguous(_) => Judged::Fine,
+        };
+        if matches!(judged, Judged::Refuse(_)) {
+            // It is told to read the file again (with its own tool, which Rein does not
+            // see): its next write is judged against the file as it is now, so a write
+            // that keeps the human's changes is not refused again.
+            self.views.insert(path, now);
+        }
+        judged
+    }
+
+    /// After a tool the agent ran on its own: checkpoints what it did as the agent's step,
+    /// then, as the backstop for any route a write may take, puts back the human's lines
+    /// that the agent's write removed (three-way: base the agent's last view, ours the
+    /// human's version at the last checkpoint, theirs what the agent wrote), recording the
+    /// repair and telling the agent. An overlap keeps the human's side and asks the human.
+    pub(super) fn observe(&mut self, action: String, failed_tool: bool) -> Flow {
+        let tip = self.tip.clone();
+        let changes = match &tip {
+            Some(tip) => self
+                .ckpt
+                .diff_worktree(tip, &Default::default())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        for c in &changes {
+            (self.notify)(Notice::Wrote {
+                path: c.path.clone(),
+            });
+        }
+        let changed: Vec<String> = changes.iter().map(|c| c.path.clone()).collect();
+        let text = if changed.is_empty() {
+            "no files changed".to_owned()
+        } else {
+            format!("checkpointed: {}", changed.join(", "))
+        };
+        // Repairs are worked out against the views before this step moves them.
+        let mut repairs = Vec::new();
+        for c in &changes {
+            let protected = self
+                .state()
+                .protected_lines
+                .get(&c.path)
+                .cloned()
+                .unwrap_or_default();
+            if protected.is_empty() {
+                continue;
+            }
+            let (Some(ours), Some(theirs)) = (
+                c.before
+                    .as_deref()
+                    .and_then(|b| std::str::from_utf8(b).ok()),
+                c.after.as_deref().and_then(|a| std::str::from_utf8(a).ok()),
+            ) else {
+                continue;
+            };
+            let lost = merge::dropped_protected(ours, theirs, &protected);
+            if lost.is_empty() {
+                continue;
+            }
+            // The agent's view first; if that already held the human's lines (it was told
+            // to re-read), its last own version of the file, which cannot.
+            let keeps = |m: &Merge| match m {
+                Merge::Clean(t) => merge::dropped_protected(ours, t, &protected).is_empty(),
+                Merge::Conflict { .. } => true,
+            };
+            let bases = [self.view_of(&c.path), self.remembered(&c.path)];
+            let merged = bases
+                .iter()
+                .map(|b| {
+                    let b = String::from_utf8_lossy(b.as_deref().unwrap_or_default());
+                    merge::merge3(&b, ours, theirs)
+                })
+                .find(keeps)
+                .unwrap_or_else(|| Merge::Conflict {
+                    hunks: Vec::new(),
+                    ours_resolved: ours.to_owned(),
+                    theirs_resolved: theirs.to_owned(),
+                });
+            repairs.push((c.path.clone(), lost, merged, theirs.to_owned()));
+        }
+        let status = if failed_tool {
+            StepStatus::Failed
+        } else {
+            StepStatus::Done
+        };
+        let outcome = Outcome {
+            ok: !failed_tool,
+            text,
+        };
+        let flow = self.complete(action, status, outcome, Touched::Anything);
+        for (path, lost, merged, theirs) in repairs {
+            let (bytes, overlap) = match merged {
+                Merge::Clean(m) => (m, None),
+                Merge::Conflict {
+                    hunks,
+                    ours_resolved,
+                    theirs_resolved,
+                } => (ours_resolved, Some((hunks, theirs_resolved))),
+            };
+            // The agent's view is what it wrote: a later write of its from memory is merged
+            // against that.
+            self.views
+                .insert(path.clone(), Some(theirs.clone().into_bytes()));
+            if let Err(e) = self.sandbox.write(&path, bytes.as_bytes()) {
+                self.say(
+                    Level::Error,
+                    format!("the agent's write removed your lines in {path}, and Rein could not put them back: {e}"),
+                );
+                continue;
+            }
+            (self.notify)(Notice::Wrote { path: path.clone() });
+            let Some(prev) = self.tip.clone() else {
+                continue;
+            };
+            let n = self.next_n();
+            let why = "kept your lines the agent's write removed";
+            let meta = SnapshotMeta {
+                step: n,
+                author: Author::Human,
+                action: why,
+            };
+            let snap = self.ckpt.snapshot_paths(meta, std::slice::from_ref(&path));
+            self.take_human(n, why, &prev, snap, false, &path);
+            let shown: Vec<String> = lost.iter().take(20).map(|l| format!("  {l}")).collect();
+            self.add_note(format!(
+                "Your last change to {path} removed lines the person wrote since you last read the file:\n{}\nRein put them back and kept the rest of your change. Read {path} again before you change it, and keep their lines.",
+                shown.join("\n")
+            ));
+            self.say(
+                Level::Warning,
+                format!(
+                    "the agent's write to {path} removed {} line(s) you wrote; Rein put them back",
+                    lost.len()
+                ),
+            );
+            journal_repair(self, &path, &lost);
+            if let Some((hunks, agents)) = overlap {
+                let mut detail = String::new();
+                for h in &hunks {
+                    detail.push_str(&format!(
+                        "at line {}:\n--- yours\n{}+++ agent's\n{}\n",
+                        h.ours_line, h.ours, h.theirs
+                    ));
+                }
+                let question = format!(
+                    "The agent rewrote lines of {path} that you changed; Rein kept yours. Keep yours, take the agent's, or take over?"
+                );
+                let mv = Move::Write {
+                    path: path.clone(),
+                    content: theirs,
+                };
+                return self.ask(
+                    DecisionKind::MergeConflict,
+                    question,
+                    &["keep mine", "take agent's", "take over"],
+                    Some(detail),
+                    Some(path),
+                    mv,
+                    Some(bytes.into_bytes()),
+                    Some(agents.into_bytes()),
+                );
+            }
+        }
+        flow
     }
 
     /// Records a step that only looked at the tree (read, list, search).
@@ -305,8 +582,13 @@ impl Engine {
         if let Some(v) = self.views.get(path) {
             return v.clone();
         }
-        // After a restart the memory is gone; the agent's last own change to the file is what
-        // it remembers, found in its checkpoints.
+        // After a restart the memory is gone; the checkpoints still know.
+        self.remembered(path)
+    }
+
+    /// The file as the agent's checkpoints know it: its last own change to the file, else the
+    /// file as it was when the task started.
+    fn remembered(&self, path: &str) -> Option<Vec<u8>> {
         let steps = &self.state().steps;
         for (i, st) in steps.iter().enumerate().rev() {
             let prev = steps[..i].iter().rev().find_map(|p| p.checkpoint.clone());
@@ -640,6 +922,16 @@ impl Engine {
         let path = p.decision.path.clone().unwrap_or_default();
         match (p.decision.kind, choice.as_str()) {
             (DecisionKind::ApproveCommand, "approve")
+                if matches!(p.mv, Move::Permission { .. }) =>
+            {
+                self.complete(
+                    action,
+                    StepStatus::Done,
+                    ok("allowed by the human"),
+                    Touched::Nothing,
+                )
+            }
+            (DecisionKind::ProtectedLines, "approve")
                 if matches!(p.mv, Move::Permission { .. }) =>
             {
                 self.complete(

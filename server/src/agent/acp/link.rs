@@ -213,6 +213,21 @@ impl Shared {
         self.notify.notify_one();
     }
 
+    /// Takes every queued session update out of the inbox (the rest keeps its order).
+    pub(super) fn take_updates(&self) -> Vec<SessionNotification> {
+        let mut inbox = self.lock();
+        let mut updates = Vec::new();
+        let mut rest = VecDeque::with_capacity(inbox.events.len());
+        for ev in inbox.events.drain(..) {
+            match ev {
+                Event::Update(n) => updates.push(*n),
+                other => rest.push_back(other),
+            }
+        }
+        inbox.events = rest;
+        updates
+    }
+
     /// Keeps the request the engine is now carrying out, to answer it with the outcome.
     pub(super) fn park(&self, inc: Incoming) {
         if let Some(old) = self.lock().inflight.replace(inc) {
