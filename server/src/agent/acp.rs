@@ -686,7 +686,7 @@ impl AcpAgent {
                 done: false,
             });
         Move::Permission {
-            title,
+            title: titled(kind, &title),
             kind: kind_name(kind),
             paths,
             command,
@@ -753,10 +753,11 @@ impl AcpAgent {
                 | ToolKind::Fetch
                 | ToolKind::SwitchMode
         );
+        let title = titled(tool.kind, &tool.title);
         let action = if failed {
-            format!("{} (failed)", tool.title)
+            format!("{title} (failed)")
         } else {
-            tool.title.clone()
+            title
         };
         changes_tree.then_some(Ok(Move::Observe { action, failed }))
     }
@@ -1005,6 +1006,17 @@ fn permission_answer(q: &RequestPermissionRequest, ok: bool) -> RequestPermissio
     })
 }
 
+/// A step's title from a tool call's: a command (harnesses title it by the bare command
+/// line) says that it runs, as Rein's own `run …` steps do.
+fn titled(kind: ToolKind, title: &str) -> String {
+    let lower = title.trim_start().to_ascii_lowercase();
+    if kind == ToolKind::Execute && !lower.starts_with("run") && !lower.starts_with("bash") {
+        format!("run {}", title.trim())
+    } else {
+        title.to_owned()
+    }
+}
+
 /// The tool kind as ACP spells it (`switch_mode`, …).
 fn kind_name(kind: ToolKind) -> String {
     serde_json::to_value(kind)
@@ -1226,6 +1238,12 @@ mod tests {
             ]
         );
         assert!(intended(Some(&json!({"command": "ls"})), None).is_empty());
+        assert_eq!(titled(ToolKind::Execute, "cargo test"), "run cargo test");
+        assert_eq!(
+            titled(ToolKind::Execute, "Run cargo test"),
+            "Run cargo test"
+        );
+        assert_eq!(titled(ToolKind::Edit, "Write m.py"), "Write m.py");
     }
 
     #[test]
