@@ -81,6 +81,10 @@ pub struct AcpAgent {
     terminal_count: u64,
     /// Why Rein refused the agent's last permission requests, for the agent to hear.
     refusals: Vec<String>,
+    /// Refusal reasons sent by steering whose fate is not known yet.
+    reasons_steered: Vec<String>,
+    /// Of those, the ones passed on with a new prompt instead (their answer is ignored).
+    reasons_requeued: Vec<String>,
     /// Rein refused a permission in the running turn: an agent whose only "no" cancels its
     /// turn (Codex) then ends it `cancelled`, which is the answer, not a failure.
     rejected: bool,
@@ -212,6 +216,8 @@ impl AcpAgent {
             terminals: HashMap::new(),
             terminal_count: 0,
             refusals: Vec::new(),
+            reasons_steered: Vec::new(),
+            reasons_requeued: Vec::new(),
             rejected: false,
             delivered: Vec::new(),
             delivered_report: None,
@@ -362,6 +368,7 @@ impl AcpAgent {
             let text = refusals.join("\n\n");
             if running && steering {
                 self.steers_pending += 1;
+                self.reasons_steered.push(text.clone());
                 return self.send(Cmd::Steer { text });
             }
             // Heard with the next prompt, if there is one; not a reason to prompt again.
@@ -482,7 +489,20 @@ impl AcpAgent {
             Event::PromptDone { turn, result } => self.prompt_done(turn, result),
             Event::Steered { text, injected } => {
                 self.steers_pending = self.steers_pending.saturating_sub(1);
-                if !injected {
+                let reason = self.reasons_steered.iter().position(|r| *r == text);
+                if let Some(i) = reason {
+                    self.reasons_steered.remove(i);
+                }
+                let requeued = self.reasons_requeued.iter().position(|r| *r == text);
+                if let Some(i) = requeued {
+                    // Already passed on with the prompt that followed the cancelled turn.
+                    self.reasons_requeued.remove(i);
+                } else if !injected && reason.is_some() {
+                    // Only why a tool was refused: it waits for the next prompt, if any,
+                    // and never cancels a turn (an agent whose "no" ended its turn has
+                    // already been prompted again).
+                    self.refusals.push(text);
+                } else if !injected {
                     // Not taken into the turn: it goes with the next prompt, at once.
                     self.queued.push(text);
                     if self.turn.is_some() && !self.cancel_sent {
@@ -800,6 +820,10 @@ impl AcpAgent {
             Ok(StopReason::Cancelled) if expected => return None,
             Ok(StopReason::Cancelled) if self.rejected => {
                 // Its way of taking a "no": prompt again, with the reason, in the same session.
+                // Reasons still on their way by steering cannot join a turn that is over.
+                let reasons = std::mem::take(&mut self.reasons_steered);
+                self.queued.extend(reasons.iter().cloned());
+                self.reasons_requeued.extend(reasons);
                 if self.queued.is_empty() {
                     self.queued.push(
                         "The person supervising you (through Rein) declined your last tool call. Do not retry it as it was; continue the task another way, or end your turn and say what you need."
@@ -911,15 +935,30 @@ impl Agent for AcpAgent {
     fn interrupt(&mut self, what: Interrupt) {
         let Some(link) = &self.link else { return };
         match what {
-            // The agent's requests simply wait: the engine asks for no move while paused.
-            Interrupt::Pause => {}
-            // Their news reaches the agent with the next prompt (ctx carries it).
-            Interrupt::Resume | Interrupt::Handback | Interrupt::Steer(_) => {}
+            // The agent and every command it runs stop where they are (SIGSTOP through its
+            // process tree), so nothing it started goes on changing files while the person
+            // looks; its requests simply wait.
+            Interrupt::Pause => {
+                let _ = link.cmds.send(Cmd::Freeze);
+            }
+            // Thawed first; their news reaches the agent with the next prompt (ctx carries it).
+            Interrupt::Resume | Interrupt::Handback => {
+                let _ = link.cmds.send(Cmd::Thaw);
+            }
+            Interrupt::Steer(_) => {}
+            // The person holds the files now, so what the agent runs must stop at once and
+            // end. A stopped agent could not take session/cancel, so only its commands are
+            // stopped (and the agent continued, after a pause); the cancel is sent; then the
+            // stopped commands are ended. The worker takes the three in this order.
             Interrupt::Takeover => {
+                let _ = link.cmds.send(Cmd::FreezeCommands);
                 if self.turn.is_some() && !self.cancel_sent {
                     if let Err(e) = self.cancel_turn() {
                         tracing::warn!("cannot cancel the agent's turn: {e}");
                     }
+                }
+                if let Some(link) = &self.link {
+                    let _ = link.cmds.send(Cmd::EndCommands);
                 }
             }
             Interrupt::Abort => {

@@ -52,6 +52,20 @@ enum Judged {
     AskProtected { path: String, lines: Vec<String> },
 }
 
+/// Whether `direct` (what a tool will write) keeps every line change from `base` (the
+/// agent's view) to `now`: no line added since is dropped, no line removed since comes back.
+fn keeps_changes(base: Option<&[u8]>, now: Option<&[u8]>, direct: Option<&[u8]>) -> bool {
+    let (Some(direct), Some(now)) = (direct, now) else {
+        return false;
+    };
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let (base, now, direct) = (text(base.unwrap_or_default()), text(now), text(direct));
+    let added = merge::introduced_lines(&base, &now);
+    let removed = merge::introduced_lines(&now, &base);
+    merge::dropped_protected(&now, &direct, &added).is_empty()
+        && merge::dropped_protected(&direct, &now, &removed).is_empty()
+}
+
 /// Journals a repair of the human's lines after an agent write removed them.
 fn journal_repair(e: &Engine, path: &str, lost: &[String]) {
     super::journal(
@@ -346,6 +360,15 @@ impl Engine {
         let judged = match verdict {
             Verdict::Unchanged => Judged::Fine,
             Verdict::Apply(merged) if direct.as_deref() == Some(merged.as_slice()) => Judged::Fine,
+            // The merge differs from what the tool writes. Still fine when the tool keeps
+            // every change made since the agent's view (it read the file again with a tool
+            // of its own, which Rein does not see): it drops no line added since and brings
+            // back no line removed since.
+            Verdict::Apply(_) | Verdict::Conflict { .. }
+                if keeps_changes(base.as_deref(), now.as_deref(), direct.as_deref()) =>
+            {
+                Judged::Fine
+            }
             Verdict::Apply(_) => {
                 // The lines changed since the agent's view that its write would drop.
                 let lost = match (now_text.as_deref(), direct.as_deref()) {

@@ -3,13 +3,15 @@
 //! Everything the agent asks for arrives here as hostile input. `Sandbox` confines file
 //! access to one working tree, `Policy` decides which shell commands may run without a
 //! human, and `Process` runs a command in its own process group so it can be frozen,
-//! resumed and killed as a whole.
+//! resumed and killed as a whole. `Tree` does the same for an agent process and everything
+//! it started, wherever that moved to (new sessions, double forks).
 
 mod policy;
 mod process;
 mod sandbox;
 mod search;
 mod shell;
+mod tree;
 
 use std::io;
 
@@ -17,6 +19,9 @@ pub use policy::{Policy, Verdict};
 pub use process::{end_tagged, Output, Process, OUTPUT_CAP, TAG_VAR};
 pub use sandbox::{Sandbox, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, TEMP_PREFIX};
 pub use search::RESULT_CAP;
+pub use tree::{
+    descendants, make_subreaper, reap_orphans, state as process_state, Tree, AGENT_TAG_VAR,
+};
 
 /// Why touching the world failed.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +61,13 @@ pub enum ExecError {
     /// Sending a signal to a command's process group failed.
     #[error("cannot send {1} to process group {0}: {2}; the command may belong to another user")]
     Signal(i32, nix::sys::signal::Signal, #[source] nix::errno::Errno),
+    /// Sending a signal to one process of an agent's tree failed.
+    #[error("cannot send {1} to process {0}: {2}; the process may belong to another user")]
+    SignalProcess(i32, nix::sys::signal::Signal, #[source] nix::errno::Errno),
+    /// Rein could not become a child subreaper, so double-forked orphans of an agent go to
+    /// init and may escape its tree.
+    #[error("cannot make Rein a child subreaper: {0}; orphans of an agent's commands may escape pause and abort")]
+    Subreaper(#[source] nix::errno::Errno),
     /// Waiting for a command to exit failed.
     #[error("waiting for process {pid} failed: {source}; the command's exit status is lost")]
     Wait {

@@ -181,6 +181,9 @@ impl Process {
         if let Err(e) = self.signal_group(Signal::SIGKILL) {
             tracing::warn!(pid = self.pid, error = %e, "could not kill leftovers of a finished command");
         }
+        // With Rein a subreaper, what commands left behind in other sessions comes back to
+        // Rein when it dies; reap those zombies now and then (here: as each command ends).
+        super::tree::reap_orphans();
     }
 
     fn signal_live(&self, signal: Signal) -> Result<(), ExecError> {

@@ -1,13 +1,19 @@
 //! The ACP connection thread: starts the agent process in its own process group, runs the
 //! JSON-RPC connection over its stdio, sets up the session, and carries out what the engine's
-//! side asks (prompt, cancel, steer, stop). It reports everything back through the shared
-//! inbox. It runs on a thread of its own with a current-thread runtime, so the SDK's futures
-//! need not be `Send` and nothing here can stall the engine.
+//! side asks (prompt, cancel, steer, freeze, thaw, stop). It reports everything back through
+//! the shared inbox. It runs on a thread of its own with a current-thread runtime, so the SDK's
+//! futures need not be `Send` and nothing here can stall the engine.
+//!
+//! The agent runs commands of its own, as its descendants, often outside its process group
+//! (new sessions, double forks). So freezing and ending go through `exec::Tree`, rooted at the
+//! agent process and tagged through its environment, which finds them wherever they moved;
+//! the process group is still signalled as a fallback where `/proc` cannot be read.
 
 use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +37,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::link::{error, Event, Incoming, Shared};
+use crate::exec::{make_subreaper, Tree, AGENT_TAG_VAR};
 
 /// How many stderr lines are kept to explain a crash.
 const STDERR_LINES: usize = 20;
@@ -72,14 +79,28 @@ pub(super) enum Cmd {
     Cancel,
     /// Put a message into the running turn.
     Steer { text: String },
-    /// The task is aborted: cancel, then end the process.
+    /// The task is aborted: end the agent's commands at once, cancel, then end the process.
     Abort,
+    /// Pause: stop the agent and everything it runs (SIGSTOP through its whole tree).
+    Freeze,
+    /// Resume or handback: continue what `Freeze` stopped.
+    Thaw,
+    /// Takeover, first half: stop the agent's commands, keep (or put) the agent itself
+    /// running so it can take `session/cancel`.
+    FreezeCommands,
+    /// Takeover, second half: end the commands `FreezeCommands` stopped (and any new ones).
+    EndCommands,
     /// End the process once the running turn (if any) is cancelled.
     Stop,
 }
 
 /// Starts the connection thread; the returned sender drives it.
 pub(super) fn start(launch: Launch, shared: Arc<Shared>) -> mpsc::UnboundedSender<Cmd> {
+    // Before the first agent starts, so a command it double-forks is reparented to Rein (and
+    // found in its tree) rather than to init. Process-wide and idempotent.
+    if let Err(e) = make_subreaper() {
+        tracing::warn!("{e}");
+    }
     let (tx, rx) = mpsc::unbounded_channel();
     let inbox = shared.clone();
     let spawned = std::thread::Builder::new()
@@ -122,6 +143,12 @@ struct Worker {
     launch: Launch,
     shared: Arc<Shared>,
     pgid: Option<Pid>,
+    /// The agent process and everything it started.
+    tree: Option<Tree>,
+    /// The whole tree is stopped (paused). While it is, the agent cannot end a cancelled turn
+    /// or exit, so the `cancel_by` and `exit_by` clocks are held here and restarted on thaw.
+    frozen: bool,
+    held: (bool, bool),
     cx: Option<ConnectionTo<Peer>>,
     session: Option<SessionId>,
     done: mpsc::UnboundedSender<Done>,
@@ -140,7 +167,14 @@ struct Worker {
 }
 
 async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
-    let mut child = match spawn(&launch) {
+    // Unique among the agents of this Rein and of any Rein this one runs under.
+    static AGENTS: AtomicU64 = AtomicU64::new(0);
+    let tag = format!(
+        "{}-{}",
+        std::process::id(),
+        AGENTS.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut child = match spawn(&launch, &tag) {
         Ok(c) => c,
         Err(e) => {
             shared.push(Event::Failed(format!(
@@ -154,6 +188,8 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
         .id()
         .and_then(|p| i32::try_from(p).ok())
         .map(Pid::from_raw);
+    // Made right away, while the pid is surely the agent's.
+    let tree = child.id().map(|pid| Tree::new(pid, Some(&tag)));
     let tail = Arc::new(Mutex::new(VecDeque::new()));
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
@@ -186,6 +222,9 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
         launch,
         shared,
         pgid,
+        tree,
+        frozen: false,
+        held: (false, false),
         cx: None,
         session: None,
         done: done_tx,
@@ -198,6 +237,7 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
     };
     let mut cmds_open = true;
     let status = loop {
+        // While frozen, `cancel_by` and `exit_by` are held (None), so they cannot expire.
         let deadline = [w.cancel_by, w.kill_at, w.exit_by]
             .into_iter()
             .flatten()
@@ -245,10 +285,8 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
         Ok(s) => describe(s),
         Err(e) => format!("its exit status is unknown ({e})"),
     };
-    // Anything still in the group (the agent's own children) goes with it.
-    if let Some(pgid) = w.pgid {
-        let _ = killpg(pgid, Signal::SIGKILL);
-    }
+    // Anything still in its tree (the commands it started, wherever they moved) goes with it.
+    w.kill_all();
     w.shared.end_cancel();
     w.shared.push(Event::Exited {
         status,
@@ -264,10 +302,12 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-fn spawn(l: &Launch) -> io::Result<Child> {
+fn spawn(l: &Launch, tag: &str) -> io::Result<Child> {
     let mut cmd = Command::new(&l.program);
     cmd.args(&l.args)
         .envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        // Inherited by everything the agent runs: finds an orphan that left its group and session.
+        .env(AGENT_TAG_VAR, tag)
         .current_dir(&l.root)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -525,12 +565,118 @@ impl Worker {
             Cmd::Cancel => self.cancel(),
             Cmd::Steer { text } => self.steer(text),
             Cmd::Abort => {
+                // Its commands go at once: they must not go on changing files while the
+                // attempt is taken back. The agent itself gets the grace to end its turn.
+                self.end_commands();
                 if !self.stopping {
                     self.stop();
                 }
             }
-            Cmd::Stop => self.stop(),
+            Cmd::Stop => {
+                if self.frozen {
+                    // A frozen agent can take no cancel; what it runs stays stopped and ends.
+                    self.end_commands();
+                }
+                self.stop();
+            }
+            Cmd::Freeze => self.freeze(),
+            Cmd::Thaw => self.thaw(),
+            Cmd::FreezeCommands => {
+                if let Some(tree) = &mut self.tree {
+                    if let Err(e) = tree.freeze_commands() {
+                        tracing::warn!("cannot stop all the agent's commands: {e}");
+                    }
+                }
+                self.thaw_root();
+            }
+            Cmd::EndCommands => self.end_commands(),
         }
+    }
+
+    /// Stops the agent and everything it runs, holding the clocks it cannot meet while stopped.
+    fn freeze(&mut self) {
+        let Some(tree) = &mut self.tree else { return };
+        match tree.freeze() {
+            Ok(pids) => tracing::debug!("froze the agent's tree: {pids:?}"),
+            Err(e) => tracing::warn!("cannot stop all of the agent's processes: {e}"),
+        }
+        if !self.frozen {
+            self.frozen = true;
+            self.held = (
+                self.cancel_by.take().is_some(),
+                self.exit_by.take().is_some(),
+            );
+        }
+    }
+
+    /// Continues everything `freeze` stopped; the held clocks start again from now. Without
+    /// a freeze there is nothing to continue (a process the agent stopped itself stays so).
+    fn thaw(&mut self) {
+        if !self.frozen {
+            return;
+        }
+        if let Some(tree) = &mut self.tree {
+            if let Err(e) = tree.thaw() {
+                tracing::warn!("cannot continue all of the agent's processes: {e}");
+            }
+        }
+        self.unhold();
+    }
+
+    /// Continues the agent process alone (its commands stay as they are).
+    fn thaw_root(&mut self) {
+        if !self.frozen {
+            return;
+        }
+        if let Some(tree) = &mut self.tree {
+            if let Err(e) = tree.thaw_root() {
+                tracing::warn!("cannot continue the agent: {e}");
+            }
+        }
+        self.unhold();
+    }
+
+    fn unhold(&mut self) {
+        if !self.frozen {
+            return;
+        }
+        self.frozen = false;
+        let again = Instant::now() + self.launch.grace;
+        let (cancel, exit) = std::mem::take(&mut self.held);
+        if cancel {
+            self.cancel_by = Some(again);
+        }
+        if exit {
+            self.exit_by = Some(again);
+        }
+    }
+
+    /// Ends what the agent runs (stopped first, so nothing forks away), keeping the agent;
+    /// a frozen agent is continued so it can take `session/cancel` and end its turn.
+    fn end_commands(&mut self) {
+        if let Some(tree) = &mut self.tree {
+            match tree.end_commands() {
+                Ok(pids) if !pids.is_empty() => {
+                    tracing::debug!("ended the agent's commands: {pids:?}");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("cannot end all the agent's commands: {e}"),
+            }
+        }
+        self.thaw_root();
+    }
+
+    /// SIGKILL to the whole tree and, as a fallback, the group.
+    fn kill_all(&mut self) {
+        if let Some(tree) = &mut self.tree {
+            if let Err(e) = tree.kill(true) {
+                tracing::warn!("cannot end all of the agent's processes: {e}");
+            }
+        }
+        if let Some(pgid) = self.pgid {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+        self.frozen = false;
     }
 
     fn prompt(&mut self, turn: u64, text: String) {
@@ -604,6 +750,11 @@ impl Worker {
     fn finished(&mut self, done: Done) {
         match done {
             Done::Setup(Ok((session, steering))) => {
+                // What runs now is the harness itself (its CLI, its app server); what starts
+                // later is the agent's commands, which take over ends.
+                if let Some(tree) = &mut self.tree {
+                    tree.adopt_current();
+                }
                 self.session = Some(session.clone());
                 self.shared.push(Event::Ready { session, steering });
             }
@@ -665,9 +816,7 @@ impl Worker {
         }
         if self.kill_at.is_some_and(|t| t <= now) {
             self.kill_at = None;
-            if let Some(pgid) = self.pgid {
-                let _ = killpg(pgid, Signal::SIGKILL);
-            }
+            self.kill_all();
         }
     }
 
@@ -679,14 +828,22 @@ impl Worker {
         }
     }
 
-    /// SIGTERM to the whole group, SIGKILL after a grace.
+    /// SIGTERM to the whole tree (and group), with SIGCONT so a stopped process acts on it;
+    /// SIGKILL after a grace.
     fn terminate(&mut self, why: &str) {
         if self.killed.is_none() {
             self.killed = Some(why.to_owned());
         }
+        if let Some(tree) = &mut self.tree {
+            if let Err(e) = tree.terminate(true) {
+                tracing::warn!("cannot signal all of the agent's processes: {e}");
+            }
+        }
         if let Some(pgid) = self.pgid {
             let _ = killpg(pgid, Signal::SIGTERM);
+            let _ = killpg(pgid, Signal::SIGCONT);
         }
+        self.unhold();
         self.kill_at = Some(Instant::now() + TERM_GRACE);
     }
 }
