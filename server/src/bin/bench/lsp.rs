@@ -4,7 +4,9 @@
 //! 1. Control latency: from writing `rein.pause` / `rein.abort` / `rein.takeover` to the
 //!    `rein/stateChanged` that shows the agent stopped, while the agent thinks, while it runs
 //!    a long command, and (when this build has an ACP agent and its test agent is built)
-//!    while an ACP agent waits on a permission.
+//!    while an ACP agent waits on a permission; and, in process, how long `exec::Tree::freeze`
+//!    takes to bring every process of an agent's running command tree (nested, `setsid`'d and
+//!    double-forked `sleep`s) to state `T`, which is what `rein.pause` does to an ACP agent.
 //! 2. Steer delivery: how many agent steps complete between a steer's reply and the step it
 //!    is delivered at.
 //! 3. `didChange` throughput on a 5 MB buffer, against the same edits applied in-process.
@@ -52,6 +54,8 @@ pub struct Plan {
     pub full_edits: usize,
     /// Files in the repository the memory is measured on.
     pub memory_files: usize,
+    /// Trials of freezing a synthetic agent command tree.
+    pub tree_reps: usize,
 }
 
 impl Plan {
@@ -64,6 +68,7 @@ impl Plan {
                 incremental_edits: 100,
                 full_edits: 5,
                 memory_files: 10_000,
+                tree_reps: 20,
             }
         } else {
             Plan {
@@ -73,6 +78,7 @@ impl Plan {
                 incremental_edits: 1_000,
                 full_edits: 30,
                 memory_files: 50_000,
+                tree_reps: 50,
             }
         }
     }
@@ -138,6 +144,17 @@ pub fn run(rein: &Path, scratch: &Path, plan: &Plan) -> Result<LspReport> {
         Err(e) => report
             .notes
             .push(format!("mid ACP permission: not measured: {e:#}")),
+    }
+
+    eprintln!(
+        "bench: freezing an agent's command tree ({} trials)",
+        plan.tree_reps
+    );
+    match tree_case(plan.tree_reps) {
+        Ok(row) => report.control.push(row),
+        Err(e) => report
+            .notes
+            .push(format!("agent command tree freeze: not measured: {e:#}")),
     }
 
     eprintln!("bench: LSP steer delivery ({} steers)", plan.steers);
@@ -543,6 +560,94 @@ fn rows(case: String, samples: BTreeMap<usize, (Vec<f64>, Vec<f64>)>) -> Vec<Con
             })
         })
         .collect()
+}
+
+/// The synthetic agent: a shell in its own group (as the ACP worker starts one) running a
+/// nested shell, a `setsid`'d sleep, a double-forked sleep and a double-forked `setsid`'d
+/// sleep, each of which becomes `sleep` ([`TREE_SLEEPS`] in all).
+const TREE_SCRIPT: &str = "sleep 600 & sh -c 'sleep 600 & sleep 600; :' & setsid sleep 600 & \
+     (sleep 600 &) & (setsid sleep 600 &) & wait";
+const TREE_SLEEPS: usize = 6;
+
+/// `rein.pause` on an ACP agent mid command, in process: from calling `Tree::freeze` to every
+/// process of the tree in state `T` (and, as the reply, to `freeze` returning).
+fn tree_case(trials: usize) -> Result<ControlRow> {
+    use rein::exec::{make_subreaper, Tree, AGENT_TAG_VAR};
+    use std::os::unix::process::CommandExt as _;
+
+    make_subreaper().context("becoming a subreaper")?;
+    let (mut state, mut reply) = (Vec::new(), Vec::new());
+    for trial in 0..trials {
+        let tag = format!("bench-{}-{trial}", std::process::id());
+        let mut root = Command::new("sh")
+            .arg("-c")
+            .arg(TREE_SCRIPT)
+            .env(AGENT_TAG_VAR, &tag)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .context("starting the synthetic agent")?;
+        let mut tree = Tree::new(root.id(), Some(&tag));
+        // The tree is ended whatever the measurement found, so no trial leaves sleeps behind.
+        let measured = freeze_once(&mut tree);
+        tree.end(Duration::ZERO).context("ending the tree")?;
+        root.wait().context("reaping the synthetic agent")?;
+        let (stopped, returned) = measured?;
+        state.push(ms(stopped));
+        reply.push(ms(returned));
+    }
+    let to_state = Pct::of(state);
+    Ok(ControlRow {
+        case: format!(
+            "ACP command tree ({} processes, in process)",
+            TREE_SLEEPS + 2
+        ),
+        command: "pause (tree freeze)",
+        met: to_state.p99_ms < CONTROL_TARGET_MS,
+        to_state,
+        to_reply: Pct::of(reply),
+        target_p99_ms: CONTROL_TARGET_MS,
+    })
+}
+
+/// Waits for the tree to be up, then freezes it: (until every process shows `T`, until
+/// `freeze` returned).
+fn freeze_once(tree: &mut rein::exec::Tree) -> Result<(Duration, Duration)> {
+    let sleeps = |pids: &[u32]| {
+        pids.iter()
+            .filter(|p| {
+                fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep")
+            })
+            .count()
+    };
+    let until = Instant::now() + PATIENCE;
+    let mut members = tree.members();
+    while sleeps(&members) < TREE_SLEEPS {
+        if Instant::now() > until {
+            bail!("the synthetic agent never started its {TREE_SLEEPS} sleeps: {members:?}");
+        }
+        sleep_ms(1);
+        members = tree.members();
+    }
+    let t0 = Instant::now();
+    let frozen = tree.freeze().context("freezing the tree")?;
+    let returned = t0.elapsed();
+    while !members
+        .iter()
+        .all(|p| rein::exec::process_state(*p) == Some('T'))
+    {
+        if Instant::now() > until {
+            bail!("not every process of the tree stopped: {members:?}");
+        }
+        std::thread::yield_now();
+    }
+    let stopped = t0.elapsed();
+    if let Some(missed) = members.iter().find(|p| !frozen.contains(p)) {
+        bail!("freeze missed process {missed} of {members:?}");
+    }
+    Ok((stopped, returned))
 }
 
 enum Acp {
