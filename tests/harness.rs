@@ -139,9 +139,16 @@ fn read_frames(out: impl Read, tx: mpsc::Sender<Value>) {
 impl Lsp {
     /// Starts the server in `root` without initializing it.
     pub fn spawn(root: &Path) -> Lsp {
+        Lsp::spawn_env(root, &[])
+    }
+
+    /// Starts the server in `root` with these extra environment variables (which the agents
+    /// it starts inherit), without initializing it.
+    pub fn spawn_env(root: &Path, env: &[(String, String)]) -> Lsp {
         let mut child = Command::new(rein_bin())
             .arg("lsp")
             .current_dir(root)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
@@ -172,7 +179,17 @@ impl Lsp {
 
     /// Starts and initializes the server with these client capabilities and options.
     pub fn start(root: &Path, capabilities: Value, init_options: Value) -> (Lsp, Value) {
-        let mut lsp = Lsp::spawn(root);
+        Lsp::start_env(root, capabilities, init_options, &[])
+    }
+
+    /// [`Lsp::start`] with extra environment variables for the server and its agents.
+    pub fn start_env(
+        root: &Path,
+        capabilities: Value,
+        init_options: Value,
+        env: &[(String, String)],
+    ) -> (Lsp, Value) {
+        let mut lsp = Lsp::spawn_env(root, env);
         let root_uri = uri(root);
         let result = lsp
             .request(
@@ -401,6 +418,11 @@ impl Lsp {
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// True while the server process runs.

@@ -1,0 +1,753 @@
+//! Rein driving the real Claude Code ACP harness (`@agentclientprotocol/claude-agent-acp`,
+//! pinned in tests/agents/package.json) against a scripted Anthropic Messages API stand-in
+//! (tests/agents/anthropic_model.py). Only the model is fake: the harness, the Claude Code CLI
+//! and its tools (Read, Write, Edit, Bash) are real.
+//!
+//! Run with `tests/agents/run` (installs the harness with `npm ci` when needed). The harness
+//! binary is looked up in `$REIN_HARNESS_DIR` (default tests/agents/node_modules/.bin); a
+//! missing one fails the test.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rein_e2e::{git, read, write, Lsp, PATIENCE};
+use serde_json::{json, Value};
+
+fn agents_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("agents")
+}
+
+/// The claude-agent-acp binary; fails the test when it is missing.
+fn harness_bin() -> PathBuf {
+    let dir = std::env::var("REIN_HARNESS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| agents_dir().join("node_modules/.bin"));
+    let bin = dir.join("claude-agent-acp");
+    assert!(
+        bin.exists(),
+        "the Claude Code ACP harness is missing at {}: run tests/agents/run (it runs `npm ci` in \
+         tests/agents), or point REIN_HARNESS_DIR at a directory holding claude-agent-acp",
+        bin.display()
+    );
+    bin
+}
+
+/// The scripted model server, killed on drop.
+struct Model {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Model {
+    fn start(script: Value) -> Model {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let script_path = dir.path().join("script.json");
+        std::fs::write(&script_path, script.to_string()).expect("script");
+        let log = dir.path().join("requests.jsonl");
+        let mut child = Command::new("python3")
+            .arg(agents_dir().join("anthropic_model.py"))
+            .arg(&script_path)
+            .arg(dir.path().join("port"))
+            .arg(&log)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 runs the model stand-in");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the stand-in prints its port");
+        let port = line
+            .trim()
+            .strip_prefix("PORT ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the stand-in said {line:?}, not PORT n"));
+        Model {
+            child,
+            port,
+            log,
+            dir,
+        }
+    }
+
+    /// Every request logged so far.
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Waits until the main loop has asked for scripted turn `turn`.
+    fn wait_turn(&self, turn: u64) {
+        let deadline = Instant::now() + PATIENCE;
+        while !self
+            .requests()
+            .iter()
+            .any(|r| r["kind"] == "main" && r["turn"] == turn)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the model was never asked for turn {turn}; requests: {}",
+                self.summary()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// One line per request, for failure messages.
+    fn summary(&self) -> String {
+        self.requests()
+            .iter()
+            .map(|r| {
+                let last = r["body"]["messages"]
+                    .as_array()
+                    .and_then(|m| m.last())
+                    .map(|m| m["content"].to_string())
+                    .unwrap_or_default();
+                format!(
+                    "\n  #{} {} {} turn={} event={} last={}",
+                    r["n"],
+                    r["path"],
+                    r["kind"],
+                    r["turn"],
+                    r["event"],
+                    last.chars().take(300).collect::<String>()
+                )
+            })
+            .collect()
+    }
+
+    /// The environment Claude Code needs to talk to this stand-in.
+    fn env(&self) -> Vec<(String, String)> {
+        let home = self.dir.path().join("home");
+        std::fs::create_dir_all(&home).expect("home");
+        [
+            ("IS_SANDBOX", "1".to_owned()),
+            (
+                "ANTHROPIC_BASE_URL",
+                format!("http://127.0.0.1:{}", self.port),
+            ),
+            ("ANTHROPIC_API_KEY", "dummy".to_owned()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_owned()),
+            ("DISABLE_TELEMETRY", "1".to_owned()),
+            ("DISABLE_AUTOUPDATER", "1".to_owned()),
+            ("HOME", home.display().to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("model requests:{}", self.summary());
+        }
+        // REIN_MODEL_LOG_DIR=DIR keeps every request body, one file per test.
+        if let Ok(dir) = std::env::var("REIN_MODEL_LOG_DIR") {
+            let name = std::thread::current().name().unwrap_or("test").to_owned();
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::copy(&self.log, Path::new(&dir).join(format!("{name}.jsonl")));
+        }
+    }
+}
+
+/// A committed git repository with these files.
+fn repo(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    git(dir.path(), &["init", "-q", "-b", "main"]);
+    for (p, c) in files {
+        write(dir.path(), p, c);
+    }
+    git(dir.path(), &["add", "-A"]);
+    git(
+        dir.path(),
+        &["commit", "-q", "-m", "initial", "--allow-empty"],
+    );
+    dir
+}
+
+/// `rein lsp` in `root`, with the model's environment, and a task started on Claude Code.
+fn start(root: &Path, model: &Model, init_options: Value, goal: &str) -> Lsp {
+    let bin = harness_bin();
+    let (mut lsp, _) = Lsp::start_env(root, Lsp::rich_client(), init_options, &model.env());
+    let started = lsp.ok(
+        "rein.start",
+        json!({"goal": goal, "agent": {"kind": "acp", "command": [bin]}}),
+    );
+    assert_eq!(started["state"]["status"], "running", "{started:#}");
+    lsp
+}
+
+fn abs(root: &Path, p: &str) -> String {
+    root.join(p).display().to_string()
+}
+
+fn text(t: &str) -> Value {
+    json!({"type": "text", "text": t})
+}
+
+fn tool(name: &str, input: Value) -> Value {
+    json!({"type": "tool_use", "name": name, "input": input})
+}
+
+fn status(s: &Value) -> &str {
+    s["status"].as_str().unwrap_or("")
+}
+
+fn stopped(s: &Value) -> bool {
+    matches!(
+        status(s),
+        "done" | "failed" | "aborted" | "paused" | "awaiting_decision" | "human"
+    )
+}
+
+/// The step actions of a state, for messages.
+fn actions(s: &Value) -> Vec<String> {
+    s["steps"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|st| format!("{} {}: {}", st["n"], st["author"], st["action"]))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The author of the first step whose checkpoint holds `path`.
+fn first_author_of(root: &Path, s: &Value, path: &str) -> Option<String> {
+    s["steps"].as_array()?.iter().find_map(|st| {
+        let ck = st["checkpoint"].as_str()?;
+        let ok = Command::new("git")
+            .args(["cat-file", "-e", &format!("{ck}:{path}")])
+            .current_dir(root)
+            .stderr(Stdio::null())
+            .status()
+            .ok()?
+            .success();
+        ok.then(|| st["author"].as_str().unwrap_or("").to_owned())
+    })
+}
+
+struct Proc {
+    pid: u32,
+    ppid: u32,
+    state: char,
+    cmdline: String,
+}
+
+fn procs() -> Vec<Proc> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces and parentheses.
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let mut rest = stat[close + 1..].split_whitespace();
+        let state = rest.next().and_then(|s| s.chars().next()).unwrap_or('?');
+        let ppid = rest.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        out.push(Proc {
+            pid,
+            ppid,
+            state,
+            cmdline,
+        });
+    }
+    out
+}
+
+/// Every live descendant of `root` (not `root` itself).
+fn descendants(root: u32) -> Vec<Proc> {
+    let all = procs();
+    let mut children: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (i, p) in all.iter().enumerate() {
+        children.entry(p.ppid).or_default().push(i);
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    let mut keep = vec![false; all.len()];
+    while let Some(pid) = stack.pop() {
+        for &i in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
+            if !keep[i] {
+                keep[i] = true;
+                stack.push(all[i].pid);
+            }
+        }
+    }
+    for (i, p) in all.into_iter().enumerate() {
+        if keep[i] {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The processes of the command whose command line contains `marker`: those that name it
+/// and all their descendants (zombies left out).
+fn command_procs(rein: u32, marker: &str) -> Vec<Proc> {
+    let all = descendants(rein);
+    let tops: Vec<u32> = all
+        .iter()
+        .filter(|p| p.cmdline.contains(marker) && p.state != 'Z')
+        .map(|p| p.pid)
+        .collect();
+    let mut out: Vec<Proc> = Vec::new();
+    for top in tops {
+        if out.iter().any(|p| p.pid == top) {
+            continue;
+        }
+        for p in procs().into_iter().filter(|p| p.pid == top) {
+            out.push(p);
+        }
+        for d in descendants(top) {
+            if d.state != 'Z' && !out.iter().any(|p| p.pid == d.pid) {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+fn show(ps: &[Proc]) -> String {
+    ps.iter()
+        .map(|p| format!("\n  {} {} {}", p.pid, p.state, p.cmdline))
+        .collect()
+}
+
+/// Waits until a `sleep` of the command marked by `marker` runs under rein.
+fn wait_command(lsp: &mut Lsp, marker: &str) -> Vec<Proc> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let ps = command_procs(lsp.pid(), marker);
+        if ps.iter().any(|p| p.cmdline.starts_with("sleep")) {
+            return ps;
+        }
+        assert!(
+            !stopped(&lsp.state),
+            "the task stopped before the command ran: {:#}",
+            lsp.state
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the command `{marker}` never ran; state: {:#}; rein's tree:{}",
+            lsp.state,
+            show(&descendants(lsp.pid()))
+        );
+        lsp.pump_until(Instant::now() + Duration::from_millis(100), |_| false);
+    }
+}
+
+/// Waits (pumping messages) until `pred` holds, or fails with `what`.
+fn wait_for(lsp: &mut Lsp, what: &str, pred: impl Fn(&mut Lsp) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !pred(lsp) {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; state: {:#}",
+            lsp.state
+        );
+        lsp.pump_until(Instant::now() + Duration::from_millis(100), |_| false);
+    }
+}
+
+/// Waits until the task stops; fails on a paused or failed task unless `want` is it.
+fn wait_status(lsp: &mut Lsp, want: &str) -> Value {
+    let s = lsp.wait_state(want, stopped);
+    assert_eq!(
+        status(&s),
+        want,
+        "stopReason: {}; steps: {:#?}; state: {s:#}",
+        s["stopReason"],
+        actions(&s)
+    );
+    s
+}
+
+// (a) -----------------------------------------------------------------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn a_basic_write_then_end_turn_is_done_and_the_write_is_the_agents_step() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"blocks": [text("I'll write it."), tool("Write", json!({"file_path": abs(root, "hello.txt"), "content": "hello\n"}))]},
+        {"when": "[tool_result", "blocks": [text("Wrote hello.txt.")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "write hello.txt");
+    let s = wait_status(&mut lsp, "done");
+    assert_eq!(read(root, "hello.txt"), "hello\n");
+    assert_eq!(s["control"]["holder"], "none");
+    assert!(
+        s["summary"]
+            .as_str()
+            .is_some_and(|t| t.contains("Wrote hello.txt")),
+        "summary: {}",
+        s["summary"]
+    );
+    let step = s["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|st| {
+            let a = st["action"].as_str().unwrap_or("");
+            a.contains("Write") && a.contains("hello.txt") && !a.starts_with("ask")
+        })
+        .unwrap_or_else(|| panic!("no step names the Write: {:#?}", actions(&s)));
+    assert_eq!(step["author"], "agent");
+    assert_eq!(
+        first_author_of(root, &s, "hello.txt").as_deref(),
+        Some("agent"),
+        "{:#?}",
+        actions(&s)
+    );
+    assert!(
+        s["humanChanges"].as_array().is_none_or(|h| h.is_empty()),
+        "{:#}",
+        s["humanChanges"]
+    );
+}
+
+// (b), (c), (d): a stale move after a handback ------------------------------------------
+
+const M_PY: &str = "def f(x):\n    return x + 1\n";
+const HANDBACK: &str = "What the person changed";
+
+/// Runs the takeover/fix/handback dance: waits for the model to think on `think_turn`,
+/// takes over, applies the human's fix, hands back, and waits for the task to end.
+fn takeover_fix_handback(root: &Path, model: &Model, think_turn: u64) -> (Lsp, Value) {
+    let mut lsp = start(root, model, Value::Null, "improve m.py");
+    model.wait_turn(think_turn);
+    let taken = lsp.ok("rein.takeover", json!({"reason": "I'll fix it myself"}));
+    assert_eq!(taken["state"]["control"]["holder"], "human", "{taken:#}");
+    let before = read(root, "m.py");
+    write(root, "m.py", &before.replace("x + 1\n", "x + 100\n"));
+    assert!(read(root, "m.py").contains("x + 100"));
+    let back = lsp.ok("rein.handback", json!({"note": "fixed the increment"}));
+    assert_eq!(back["state"]["control"]["holder"], "agent", "{back:#}");
+    let s = lsp.wait_state("the end", |s| {
+        stopped(s)
+            && status(s) != "human"
+            && s["version"].as_u64() > back["state"]["version"].as_u64()
+    });
+    (lsp, s)
+}
+
+fn assert_fix_kept(root: &Path, s: &Value) {
+    let m = read(root, "m.py");
+    assert!(
+        m.contains("x + 100") && !m.contains("x + 1\n") && !m.contains("x + 200"),
+        "the human's fix was undone: m.py is\n{m}\nstatus {}, stopReason {}, steps {:#?}",
+        s["status"],
+        s["stopReason"],
+        actions(s)
+    );
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn b_a_stale_whole_file_write_after_a_handback_keeps_the_human_fix() {
+    let dir = repo(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let m = abs(root, "m.py");
+    let with_header = format!("# m: increments\n{M_PY}");
+    let stale = format!("{with_header}\nprint(f(1))\n");
+    let model = Model::start(json!({"turns": [
+        {"blocks": [tool("Read", json!({"file_path": m}))]},
+        {"when": "[tool_result", "once": true, "blocks": [tool("Write", json!({"file_path": m, "content": with_header}))]},
+        {"when": "[tool_result", "once": true, "delay_s": 30, "blocks": [text("thinking done")]},
+        {"when": HANDBACK, "blocks": [text("I'll add the print."), tool("Write", json!({"file_path": m, "content": stale}))]},
+        // Told why the write was refused, it reads the file again and writes it anew.
+        {"when": "Rein did not allow", "once": true, "blocks": [tool("Read", json!({"file_path": m}))]},
+        {"when": "x + 100", "once": true, "blocks": [tool("Write", json!({"file_path": m, "content": format!("{}\nprint(f(1))\n", with_header.replace("x + 1\n", "x + 100\n"))}))]},
+        {"when": "[tool_result", "blocks": [text("Added the print.")]}
+    ]}));
+    let (_lsp, s) = takeover_fix_handback(root, &model, 2);
+    assert_fix_kept(root, &s);
+    let m = read(root, "m.py");
+    assert!(
+        m.starts_with("# m: increments\n"),
+        "the agent's first write is lost: {m}"
+    );
+    assert_eq!(
+        status(&s),
+        "done",
+        "stopReason {}; {:#?}",
+        s["stopReason"],
+        actions(&s)
+    );
+    assert!(
+        m.contains("print(f(1))"),
+        "the agent's own change is missing: {m}"
+    );
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn c_a_read_then_a_stale_write_after_a_handback_keeps_the_human_fix() {
+    let dir = repo(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let m = abs(root, "m.py");
+    let stale = format!("{M_PY}\nprint(f(1))\n");
+    let model = Model::start(json!({"turns": [
+        {"blocks": [tool("Read", json!({"file_path": m}))]},
+        {"when": "[tool_result", "once": true, "delay_s": 30, "blocks": [text("thinking done")]},
+        {"when": HANDBACK, "blocks": [tool("Write", json!({"file_path": m, "content": stale}))]},
+        // Refused (by Rein, or by Claude Code's own modified-since-read check), it reads again.
+        {"when_any": ["Rein did not allow", "modified since read"], "once": true, "blocks": [tool("Read", json!({"file_path": m}))]},
+        {"when": "x + 100", "once": true, "blocks": [tool("Write", json!({"file_path": m, "content": format!("{}\nprint(f(1))\n", M_PY.replace("x + 1\n", "x + 100\n"))}))]},
+        {"when": "[tool_result", "blocks": [text("Added the print.")]}
+    ]}));
+    let (_lsp, s) = takeover_fix_handback(root, &model, 1);
+    assert_fix_kept(root, &s);
+    assert_eq!(
+        status(&s),
+        "done",
+        "stopReason {}; {:#?}",
+        s["stopReason"],
+        actions(&s)
+    );
+    let m = read(root, "m.py");
+    assert!(
+        m.contains("print(f(1))"),
+        "the agent's own change is missing: {m}"
+    );
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn d_a_stale_edit_after_a_handback_keeps_the_human_fix() {
+    let dir = repo(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let m = abs(root, "m.py");
+    // "x + 1" is still a substring of the fixed "x + 100": applied blindly it makes "x + 200".
+    let model = Model::start(json!({"turns": [
+        {"blocks": [tool("Read", json!({"file_path": m}))]},
+        {"when": "[tool_result", "once": true, "delay_s": 30, "blocks": [text("thinking done")]},
+        {"when": HANDBACK, "blocks": [tool("Edit", json!({"file_path": m, "old_string": "x + 1", "new_string": "x + 2"}))]},
+        {"when": "[tool_result", "blocks": [text("Changed the increment.")]}
+    ]}));
+    let (_lsp, s) = takeover_fix_handback(root, &model, 1);
+    assert_fix_kept(root, &s);
+    assert!(
+        matches!(status(&s), "done" | "awaiting_decision"),
+        "stopReason {}; {:#?}",
+        s["stopReason"],
+        actions(&s)
+    );
+}
+
+// (e) pause freezes the harness's own command ------------------------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn e_pause_freezes_the_harness_command_and_resume_lets_it_finish_as_the_agents() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let cmd = "sleep 3 && touch late.txt";
+    let model = Model::start(json!({"turns": [
+        {"blocks": [tool("Bash", json!({"command": cmd, "description": "wait, then touch"}))]},
+        {"when": "[tool_result", "blocks": [text("Touched late.txt.")]}
+    ]}));
+    let mut lsp = start(
+        root,
+        &model,
+        json!({"policy": {"allow": ["touch"]}}),
+        "touch late.txt",
+    );
+    wait_command(&mut lsp, "late.txt");
+    let paused = lsp.ok("rein.pause", json!({}));
+    assert_eq!(status(&paused["state"]), "paused", "{paused:#}");
+    // Every process of the command stops (state T) soon after the pause.
+    let rein = lsp.pid();
+    wait_for(&mut lsp, "the command's processes to be stopped", |_| {
+        let ps = command_procs(rein, "late.txt");
+        !ps.is_empty() && ps.iter().all(|p| p.state == 'T')
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    let ps = command_procs(rein, "late.txt");
+    assert!(
+        !root.join("late.txt").exists(),
+        "late.txt appeared while paused; processes:{}",
+        show(&ps)
+    );
+    assert!(
+        !ps.is_empty() && ps.iter().all(|p| p.state == 'T'),
+        "not every process of the command is stopped:{}",
+        show(&ps)
+    );
+    lsp.ok("rein.resume", json!({}));
+    let s = wait_status(&mut lsp, "done");
+    assert!(root.join("late.txt").exists(), "{:#?}", actions(&s));
+    let human: Vec<&str> = s["humanChanges"]
+        .as_array()
+        .map(|h| h.iter().filter_map(|c| c["path"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        !human.contains(&"late.txt"),
+        "the command's file was taken for the human's: {human:?}"
+    );
+    assert_eq!(
+        first_author_of(root, &s, "late.txt").as_deref(),
+        Some("agent"),
+        "{:#?}",
+        actions(&s)
+    );
+}
+
+// (f) deny -------------------------------------------------------------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn f_a_denied_command_lets_the_task_go_on() {
+    let dir = repo(&[("scratch.txt", "keep me\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"blocks": [tool("Bash", json!({"command": "rm -f scratch.txt", "description": "remove scratch"}))]},
+        {"when": "[tool_result", "blocks": [text("Understood, I left scratch.txt alone.")]},
+        {"blocks": [text("Understood, I left scratch.txt alone.")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "tidy up");
+    let s = lsp.wait_state("the decision", |s| {
+        status(s) == "awaiting_decision" || (stopped(s) && status(s) != "paused")
+    });
+    assert_eq!(status(&s), "awaiting_decision", "{s:#}");
+    let id = s["decisions"][0]["id"].as_str().unwrap().to_owned();
+    assert!(
+        s["decisions"][0]["question"]
+            .as_str()
+            .is_some_and(|q| q.contains("rm")),
+        "{:#}",
+        s["decisions"]
+    );
+    lsp.ok("rein.decide", json!({"decisionId": id, "choice": "deny"}));
+    let s = lsp.wait_state("the end", |s| {
+        stopped(s) && status(s) != "awaiting_decision"
+    });
+    assert_eq!(read(root, "scratch.txt"), "keep me\n");
+    assert_eq!(
+        status(&s),
+        "done",
+        "a deny should let the agent go on; stopReason {}; {:#?}",
+        s["stopReason"],
+        actions(&s)
+    );
+}
+
+// (g) takeover and abort during a command ------------------------------------------------
+
+fn during_a_command(command: &str, body: Value) {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    // Claude Code blocks a command that starts with a long `sleep`, so start with `true`.
+    let cmd = "true && sleep 30 && touch never.txt";
+    let model = Model::start(json!({"turns": [
+        {"blocks": [tool("Bash", json!({"command": cmd, "description": "long"}))]},
+        {"when": "[tool_result", "blocks": [text("Done.")]}
+    ]}));
+    let mut lsp = start(
+        root,
+        &model,
+        json!({"policy": {"allow": ["touch"]}}),
+        "wait long",
+    );
+    let ps = wait_command(&mut lsp, "never.txt");
+    let pids: Vec<u32> = ps.iter().map(|p| p.pid).collect();
+    let r = lsp.ok(command, body);
+    let rein = lsp.pid();
+    wait_for(&mut lsp, "the command's processes to end", |_| {
+        command_procs(rein, "never.txt").is_empty()
+            && pids.iter().all(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map(|s| s.contains(") Z "))
+                    .unwrap_or(true)
+            })
+    });
+    assert!(!root.join("never.txt").exists());
+    let s = lsp.state.clone();
+    match command {
+        "rein.takeover" => {
+            assert_eq!(r["state"]["control"]["holder"], "human", "{r:#}");
+            assert_eq!(status(&s), "human", "{s:#}");
+        }
+        _ => {
+            let s = lsp.wait_state("aborted", |s| status(s) == "aborted");
+            assert_eq!(s["control"]["holder"], "none");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn g1_takeover_during_a_harness_command_ends_its_processes() {
+    during_a_command("rein.takeover", json!({"reason": "mine now"}));
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn g2_abort_during_a_harness_command_ends_its_processes() {
+    during_a_command("rein.abort", json!({}));
+}
+
+// (h) the harness crashing mid-turn -----------------------------------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn h_the_harness_killed_mid_turn_pauses_the_task_with_a_clear_message() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"blocks": [tool("Write", json!({"file_path": abs(root, "a.txt"), "content": "a\n"}))]},
+        {"when": "[tool_result", "once": true, "delay_s": 30, "blocks": [text("never")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "write a");
+    model.wait_turn(1);
+    let rein = lsp.pid();
+    // The adapter is rein's direct child (node running claude-agent-acp).
+    let adapter = descendants(rein)
+        .into_iter()
+        .find(|p| p.ppid == rein && p.cmdline.contains("claude-agent-acp"))
+        .unwrap_or_else(|| panic!("no harness under rein:{}", show(&descendants(rein))));
+    let killed = Command::new("kill")
+        .args(["-9", &adapter.pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let s = lsp.wait_state("a pause", stopped);
+    assert_eq!(status(&s), "paused", "{s:#}");
+    let reason = s["stopReason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("claude-agent-acp") || reason.contains("exit") || reason.contains("signal"),
+        "the reason should name the agent and how it ended: {reason}"
+    );
+    assert_eq!(
+        read(root, "a.txt"),
+        "a\n",
+        "the step before the crash is kept"
+    );
+    // Nothing of the harness is left running.
+    wait_for(&mut lsp, "the harness's processes to end", |_| {
+        descendants(rein)
+            .iter()
+            .all(|p| p.state == 'Z' || !p.cmdline.contains("claude"))
+    });
+}

@@ -1,0 +1,573 @@
+//! Rein driving the real Codex ACP harness (`@agentclientprotocol/codex-acp`, which runs
+//! `@openai/codex`'s native binary) end to end. Only the model is fake: a scripted Responses
+//! API stand-in (`agents/openai_responses_model.py`) on 127.0.0.1, named in a fresh
+//! `CODEX_HOME/config.toml`. Codex keeps its own tools: it runs commands and applies patches
+//! itself, asking Rein first through `session/request_permission` when its mode wants it.
+//!
+//! Run with `tests/agents/run`, or `cargo test -p rein-e2e --test codex -- --ignored`.
+//! `REIN_HARNESS_DIR` names the directory holding `codex-acp` (default
+//! `tests/agents/node_modules/.bin`); `CODEX_ACP_LOG=FILE` records the ACP traffic there.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rein_e2e::*;
+use serde_json::{json, Value};
+
+fn status(s: &Value) -> &str {
+    s["status"].as_str().unwrap_or("")
+}
+
+/// The codex-acp binary, or a failure saying how to get it.
+fn codex_acp() -> PathBuf {
+    let dir = std::env::var("REIN_HARNESS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/node_modules/.bin"));
+    let bin = dir.join("codex-acp");
+    assert!(
+        bin.exists(),
+        "{} is missing: install the pinned harnesses with `npm ci` in tests/agents \
+         (tests/agents/run does), or point REIN_HARNESS_DIR at a directory holding codex-acp",
+        bin.display()
+    );
+    bin
+}
+
+/// The scripted model server and the Codex home that points at it.
+struct Codex {
+    model: Child,
+    home: tempfile::TempDir,
+}
+
+impl Codex {
+    /// Starts the model with this script (`{"turns": [...]}`, see the server's doc).
+    fn new(script: Value) -> Codex {
+        codex_acp();
+        let home = tempfile::tempdir().expect("temp dir");
+        let script_path = home.path().join("script.json");
+        std::fs::write(&script_path, script.to_string()).expect("script");
+        let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/openai_responses_model.py");
+        let mut model = Command::new("python3")
+            .arg(&server)
+            .arg(&script_path)
+            .arg(home.path().join("requests.jsonl"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 runs the model server");
+        let mut line = String::new();
+        BufReader::new(model.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the model server says its port");
+        let port: u16 = line
+            .trim()
+            .strip_prefix("PORT ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the model server said {line:?}, not PORT n"));
+        // A model Codex knows (so it offers its freeform apply_patch tool and warns of
+        // nothing), served by the stand-in; no key is needed for a provider without env_key.
+        let config = format!(
+            "model = \"gpt-5.5\"\nmodel_provider = \"mock\"\n\n\
+             [model_providers.mock]\nname = \"Mock\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\n\
+             wire_api = \"responses\"\nrequest_max_retries = 0\nstream_max_retries = 0\n"
+        );
+        std::fs::write(home.path().join("config.toml"), config).expect("config");
+        Codex { model, home }
+    }
+
+    /// The agent spec for rein.start.
+    fn spec(&self) -> Value {
+        let bin = codex_acp().to_string_lossy().into_owned();
+        let command = match std::env::var("CODEX_ACP_LOG") {
+            Ok(log) => json!([
+                "python3",
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/acp_tap.py"),
+                log,
+                bin
+            ]),
+            Err(_) => json!([bin]),
+        };
+        json!({
+            "kind": "acp",
+            "command": command,
+            "env": {"CODEX_HOME": self.home.path()},
+        })
+    }
+
+    /// Every model request Codex made, in order.
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.home.path().join("requests.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// How many scripted turns have been taken.
+    fn turns_taken(&self) -> usize {
+        self.requests()
+            .iter()
+            .filter(|r| r["turn"].is_u64())
+            .count()
+    }
+
+    /// Waits until `n` scripted turns have been taken.
+    fn wait_turns(&self, n: usize) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.turns_taken() < n {
+            assert!(
+                Instant::now() < deadline,
+                "Codex took {} of {n} model turns; requests: {:#?}",
+                self.turns_taken(),
+                self.requests()
+                    .iter()
+                    .map(|r| r["body"]["input"]
+                        .as_array()
+                        .and_then(|i| i.last().cloned()))
+                    .collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Codex {
+    fn drop(&mut self) {
+        let _ = self.model.kill();
+        let _ = self.model.wait();
+    }
+}
+
+/// A repo with these files, committed.
+fn workspace(files: &[(&str, &str)]) -> tempfile::TempDir {
+    repo(files, json!([]))
+}
+
+/// Starts rein in `root` with these init options and starts a Codex task.
+fn start(root: &Path, codex: &Codex, goal: &str, options: Value) -> Lsp {
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), options);
+    let r = lsp.ok("rein.start", json!({"goal": goal, "agent": codex.spec()}));
+    assert_eq!(status(&r["state"]), "running", "{r:#}");
+    lsp
+}
+
+/// Waits for the task to end (done, failed, aborted) or to stop with a reason.
+fn wait_end(lsp: &mut Lsp) -> Value {
+    lsp.wait_state("the task to end", |s| {
+        matches!(status(s), "done" | "failed" | "aborted")
+            || (status(s) == "paused" && !s["stopReason"].is_null())
+    })
+}
+
+fn actions(s: &Value) -> Vec<String> {
+    s["steps"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|st| format!("{}: {}", st["author"], st["action"]))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn human_paths(s: &Value) -> Vec<String> {
+    s["humanChanges"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c["path"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A process: pid, state letter, command line.
+#[derive(Debug, Clone)]
+struct Proc {
+    pid: u32,
+    state: char,
+    cmdline: String,
+}
+
+/// Every live descendant of this test process (rein, codex-acp, codex, its commands).
+fn descendants() -> Vec<Proc> {
+    let mut parent = HashMap::new();
+    let mut info = HashMap::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces and parentheses.
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let mut rest = stat[close + 1..].split_whitespace();
+        let state = rest.next().and_then(|s| s.chars().next()).unwrap_or('?');
+        let ppid: u32 = rest.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        parent.insert(pid, ppid);
+        info.insert(
+            pid,
+            Proc {
+                pid,
+                state,
+                cmdline,
+            },
+        );
+    }
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for (pid, p) in &info {
+        let mut cur = *pid;
+        let mut hops = 0;
+        while let Some(&pp) = parent.get(&cur) {
+            if pp == me {
+                if p.state != 'Z' {
+                    out.push(p.clone());
+                }
+                break;
+            }
+            if pp <= 1 || hops > 64 {
+                break;
+            }
+            cur = pp;
+            hops += 1;
+        }
+    }
+    out
+}
+
+/// The processes of the command marked by `marker` (its shell) and everything under them.
+fn command_procs(marker: &str) -> Vec<Proc> {
+    let all = descendants();
+    let roots: Vec<u32> = all
+        .iter()
+        .filter(|p| p.cmdline.contains(marker))
+        .map(|p| p.pid)
+        .collect();
+    let mut out: Vec<Proc> = Vec::new();
+    for p in &all {
+        let mut cur = p.pid;
+        for _ in 0..64 {
+            if roots.contains(&cur) {
+                out.push(p.clone());
+                break;
+            }
+            let Some(pp) = std::fs::read_to_string(format!("/proc/{cur}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let c = s.rfind(')')?;
+                    s[c + 1..].split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+            else {
+                break;
+            };
+            if pp <= 1 {
+                break;
+            }
+            cur = pp;
+        }
+    }
+    out
+}
+
+/// Waits until `pred` holds of the command's processes.
+fn wait_procs(marker: &str, what: &str, pred: impl Fn(&[Proc]) -> bool) -> Vec<Proc> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let ps = command_procs(marker);
+        if pred(&ps) {
+            return ps;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; processes of {marker:?}: {ps:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn patch(body: &str) -> Value {
+    json!({"custom_tool_call": {"name": "apply_patch", "input": format!("*** Begin Patch\n{body}*** End Patch\n")}})
+}
+
+/// A command Codex runs outside its read-only sandbox, so it asks first.
+fn escalated(cmd: &str) -> Value {
+    json!({"function_call": {"name": "exec_command", "arguments": {
+        "cmd": cmd,
+        "sandbox_permissions": "require_escalated",
+        "justification": format!("May I run {cmd}?"),
+        "yield_time_ms": 30000,
+        "login": false,
+    }}})
+}
+
+/// A command Codex runs in its sandbox without asking.
+fn sandboxed(cmd: &str) -> Value {
+    json!({"function_call": {"name": "exec_command", "arguments": {"cmd": cmd, "yield_time_ms": 30000, "login": false}}})
+}
+
+fn message(text: &str) -> Value {
+    json!({ "message": text })
+}
+
+const M_PY: &str = "def f(x):\n    return x + 1\n";
+const M_PY_HUMAN: &str = "def f(x):\n    return x + 100\n";
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn a_patch_codex_applies_is_an_agent_step_and_the_task_finishes() {
+    let codex = Codex::new(json!({"turns": [
+        {"items": [patch("*** Update File: m.py\n@@\n def f(x):\n-    return x + 1\n+    return x + 2\n*** Add File: notes.txt\n+written by codex\n")]},
+        {"items": [message("Changed f to add 2 and wrote notes.txt.")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let mut lsp = start(root, &codex, "make f add 2 and leave a note", Value::Null);
+    let s = wait_end(&mut lsp);
+    assert_eq!(status(&s), "done", "{s:#}");
+    assert_eq!(read(root, "m.py"), "def f(x):\n    return x + 2\n");
+    assert_eq!(read(root, "notes.txt"), "written by codex\n");
+    let acts = actions(&s);
+    assert!(
+        acts.iter()
+            .any(|a| a.starts_with("\"agent\"") && a.contains("Edit") && !a.contains("ask")),
+        "an agent step titled from the patch tool call: {acts:#?}"
+    );
+    assert!(
+        human_paths(&s).is_empty(),
+        "Codex's patch is not the person's: {s:#}"
+    );
+    assert!(
+        s["summary"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Changed f to add 2"),
+        "{s:#}"
+    );
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn a_stale_patch_after_handback_keeps_the_persons_fix() {
+    let codex = Codex::new(json!({"turns": [
+        // Thinking while the person takes over; cancelled by the takeover.
+        {"delay_s": 4, "items": [message("Looking at m.py.")]},
+        // After the handback: a patch against the old text, then a whole-file rewrite of it.
+        {"when": "What the person changed", "items": [
+            patch("*** Update File: m.py\n@@\n def f(x):\n-    return x + 1\n+    return x + 1  # checked\n"),
+        ]},
+        {"items": [patch("*** Delete File: m.py\n*** Add File: m.py\n+def f(x):\n+    return x + 1\n+\n+\n+def g(x):\n+    return 2 * x\n")]},
+        {"items": [message("Added g.")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let mut lsp = start(root, &codex, "add g to m.py", Value::Null);
+    codex.wait_turns(1);
+    let taken = lsp.ok("rein.takeover", json!({"reason": "I fix f first"}));
+    assert_eq!(taken["state"]["control"]["holder"], "human", "{taken:#}");
+    write(root, "m.py", M_PY_HUMAN);
+    let back = lsp.ok("rein.handback", json!({"note": "f adds 100 now"}));
+    assert_eq!(back["state"]["control"]["holder"], "agent", "{back:#}");
+    let s = wait_end(&mut lsp);
+    let m = read(root, "m.py");
+    let prompted = codex.requests().iter().any(|r| {
+        r["body"]["input"]
+            .as_array()
+            .and_then(|i| i.last())
+            .is_some_and(|l| l.to_string().contains("x + 100"))
+    });
+    assert!(
+        prompted,
+        "Codex was told what the person changed; m.py is {m:?}; state {s:#}"
+    );
+    assert!(
+        codex.turns_taken() >= 3,
+        "Codex tried both its stale patch and its rewrite ({} turns); state {s:#}",
+        codex.turns_taken()
+    );
+    assert!(
+        m.contains("x + 100"),
+        "the person's fix survives Codex's stale patch and rewrite: m.py is {m:?}; state {s:#}"
+    );
+    assert!(
+        !m.contains("x + 1\n") && !m.contains("x + 1  #"),
+        "no old line came back: {m:?}"
+    );
+    assert_eq!(status(&s), "done", "{s:#}");
+    assert!(
+        human_paths(&s).iter().any(|p| p == "m.py"),
+        "the person's edit is recorded as theirs: {s:#}"
+    );
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn pause_freezes_the_command_codex_runs_and_resume_finishes_it_as_the_agents() {
+    let codex = Codex::new(json!({"turns": [
+        {"items": [escalated("sleep 5 && touch late.txt")]},
+        {"items": [message("Made late.txt.")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let opts = json!({"policy": {"allow": ["sleep", "touch"]}});
+    let mut lsp = start(root, &codex, "make late.txt after a while", opts);
+    wait_procs("late.txt", "Codex to run the command", |ps| {
+        ps.iter().any(|p| p.cmdline.starts_with("sleep"))
+    });
+    let paused = lsp.ok("rein.pause", json!({}));
+    assert_eq!(status(&paused["state"]), "paused", "{paused:#}");
+    let frozen = wait_procs("late.txt", "every process of the command to stop", |ps| {
+        !ps.is_empty() && ps.iter().all(|p| p.state == 'T')
+    });
+    // Longer than the command's own sleep: it must not get anywhere while paused.
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(
+        !root.join("late.txt").exists(),
+        "late.txt appeared while paused; processes were {frozen:#?}"
+    );
+    let still = command_procs("late.txt");
+    assert!(
+        !still.is_empty() && still.iter().all(|p| p.state == 'T'),
+        "still frozen: {still:#?}"
+    );
+    let resumed = lsp.ok("rein.resume", json!({}));
+    assert_eq!(status(&resumed["state"]), "running", "{resumed:#}");
+    let s = wait_end(&mut lsp);
+    assert_eq!(status(&s), "done", "{s:#}");
+    assert!(root.join("late.txt").exists(), "the command finished");
+    assert!(
+        !human_paths(&s).iter().any(|p| p == "late.txt"),
+        "late.txt is the agent's, not the person's: {s:#}"
+    );
+    let acts = actions(&s);
+    assert!(
+        acts.iter()
+            .any(|a| a.starts_with("\"agent\"") && a.contains("sleep 5 && touch late.txt")),
+        "the command is an agent step: {acts:#?}"
+    );
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn a_denied_command_is_skipped_and_the_task_goes_on() {
+    let codex = Codex::new(json!({"turns": [
+        {"items": [escalated("touch denied.txt")]},
+        {"when": ["declined", "did not allow", "deny"], "items": [patch("*** Add File: instead.txt\n+done another way\n")]},
+        {"items": [message("Wrote instead.txt instead.")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let mut lsp = start(root, &codex, "make a file", Value::Null);
+    let s = lsp.wait_state("the decision", |s| status(s) == "awaiting_decision");
+    let d = &s["decisions"][0];
+    assert!(
+        d.to_string().contains("touch denied.txt"),
+        "the decision names the command: {d:#}"
+    );
+    let id = d["id"].as_str().expect("decision id").to_owned();
+    lsp.ok("rein.decide", json!({"decisionId": id, "choice": "deny"}));
+    let s = wait_end(&mut lsp);
+    let why = format!("{} {}", s["stopReason"], s["summary"]);
+    assert!(
+        !why.contains("agent process failed") && !why.contains("cancelled its own turn"),
+        "Codex's reject (which cancels its turn) is not a failure: {s:#}"
+    );
+    assert_eq!(status(&s), "done", "{s:#}");
+    assert!(!root.join("denied.txt").exists());
+    assert_eq!(read(root, "instead.txt"), "done another way\n");
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn takeover_during_a_command_ends_its_processes() {
+    let codex = Codex::new(json!({"turns": [
+        {"items": [escalated("sleep 30 && touch never-taken.txt")]},
+        {"when": "What the person changed", "items": [message("The person took it from here.")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let opts = json!({"policy": {"allow": ["sleep", "touch"]}});
+    let mut lsp = start(root, &codex, "make a file slowly", opts);
+    wait_procs("never-taken.txt", "Codex to run the command", |ps| {
+        ps.iter().any(|p| p.cmdline.starts_with("sleep"))
+    });
+    let taken = lsp.ok("rein.takeover", json!({"reason": "mine now"}));
+    assert_eq!(taken["state"]["control"]["holder"], "human", "{taken:#}");
+    wait_procs("never-taken.txt", "the command's processes to end", |ps| {
+        ps.is_empty()
+    });
+    let aborted = lsp.ok("rein.abort", json!({}));
+    let s = if status(&aborted["state"]) == "aborted" {
+        aborted["state"].clone()
+    } else {
+        lsp.wait_state("aborted", |s| status(s) == "aborted")
+    };
+    assert_eq!(status(&s), "aborted");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!root.join("never-taken.txt").exists());
+    assert!(command_procs("never-taken.txt").is_empty());
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn abort_during_a_command_ends_its_processes() {
+    let codex = Codex::new(json!({"turns": [
+        {"items": [escalated("sleep 30 && touch never-aborted.txt")]},
+        {"items": [message("unreachable")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let opts = json!({"policy": {"allow": ["sleep", "touch"]}});
+    let mut lsp = start(root, &codex, "make a file slowly", opts);
+    wait_procs("never-aborted.txt", "Codex to run the command", |ps| {
+        ps.iter().any(|p| p.cmdline.starts_with("sleep"))
+    });
+    lsp.ok("rein.abort", json!({}));
+    let s = lsp.wait_state("aborted", |s| status(s) == "aborted");
+    assert_eq!(status(&s), "aborted");
+    wait_procs(
+        "never-aborted.txt",
+        "the command's processes to end",
+        |ps| ps.is_empty(),
+    );
+    assert!(!root.join("never-aborted.txt").exists());
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn commands_codex_runs_are_recorded_as_steps() {
+    let codex = Codex::new(json!({"turns": [
+        {"items": [sandboxed("echo hello-from-codex")]},
+        {"items": [escalated("echo escalated > out.txt")]},
+        {"items": [message("Ran two commands.")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let opts = json!({"policy": {"allow": ["echo"]}});
+    let mut lsp = start(root, &codex, "run two commands", opts);
+    let s = wait_end(&mut lsp);
+    assert_eq!(status(&s), "done", "{s:#}");
+    assert_eq!(read(root, "out.txt"), "escalated\n");
+    let acts = actions(&s);
+    for cmd in ["echo hello-from-codex", "echo escalated > out.txt"] {
+        assert!(
+            acts.iter().any(|a| a.starts_with("\"agent\"")
+                && a.contains(cmd)
+                && !a.contains("ask permission")),
+            "a step for {cmd:?}: {acts:#?}"
+        );
+    }
+    assert!(
+        !human_paths(&s).iter().any(|p| p == "out.txt"),
+        "out.txt is the agent's: {s:#}"
+    );
+}
