@@ -538,13 +538,7 @@ impl Engine {
             );
             journal_repair(self, &path, &lost);
             if let Some((hunks, agents)) = overlap {
-                let mut detail = String::new();
-                for h in &hunks {
-                    detail.push_str(&format!(
-                        "at line {}:\n--- yours\n{}+++ agent's\n{}\n",
-                        h.ours_line, h.ours, h.theirs
-                    ));
-                }
+                let detail = conflict_detail(&hunks);
                 let question = format!(
                     "The agent rewrote lines of {path} that you changed; Rein kept yours. Keep yours, take the agent's, or take over?"
                 );
@@ -732,13 +726,7 @@ impl Engine {
                 mine,
                 agents,
             } => {
-                let mut detail = String::new();
-                for h in &hunks {
-                    detail.push_str(&format!(
-                        "at line {}:\n--- yours\n{}+++ agent's\n{}\n",
-                        h.ours_line, h.ours, h.theirs
-                    ));
-                }
+                let detail = conflict_detail(&hunks);
                 let question = format!(
                     "The agent's change to {path} overlaps lines you changed. Keep yours, take the agent's, or take over?"
                 );
@@ -1354,6 +1342,18 @@ impl Engine {
         self.commit(|s| s.head = to);
         Some((was, now))
     }
+}
+
+/// The overlapping regions of a merge, as a decision's detail shows them.
+fn conflict_detail(hunks: &[merge::ConflictHunk]) -> String {
+    let mut detail = String::new();
+    for h in hunks {
+        detail.push_str(&format!(
+            "at line {}:\n--- yours\n{}+++ agent's\n{}\n",
+            h.ours_line, h.ours, h.theirs
+        ));
+    }
+    detail
 }
 
 fn listing(lines: Vec<String>, cut: bool) -> String {
