@@ -321,12 +321,7 @@ impl Engine {
         let unsaved = self.buffers.get(&path);
         let now = unsaved.or(disk);
         let base = self.view_of(&path);
-        let protected = self
-            .state()
-            .protected_lines
-            .get(&path)
-            .cloned()
-            .unwrap_or_default();
+        let protected = self.protected(&path);
         let now_text = now.as_deref().map(String::from_utf8_lossy);
         // What the tool itself will put in the file.
         let direct: Option<Vec<u8>> = match w {
@@ -439,12 +434,7 @@ impl Engine {
         // Repairs are worked out against the views before this step moves them.
         let mut repairs = Vec::new();
         for c in &changes {
-            let protected = self
-                .state()
-                .protected_lines
-                .get(&c.path)
-                .cloned()
-                .unwrap_or_default();
+            let protected = self.protected(&c.path);
             if protected.is_empty() {
                 continue;
             }
@@ -559,6 +549,15 @@ impl Engine {
             }
         }
         flow
+    }
+
+    /// The lines the human wrote in `path`, which the agent's writes must keep.
+    fn protected(&self, path: &str) -> Vec<String> {
+        self.state()
+            .protected_lines
+            .get(path)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Records a step that only looked at the tree (read, list, search).
@@ -681,12 +680,7 @@ impl Engine {
         }
         let ours = unsaved.or(disk);
         let base = self.view_of(&path);
-        let protected = self
-            .state()
-            .protected_lines
-            .get(&path)
-            .cloned()
-            .unwrap_or_default();
+        let protected = self.protected(&path);
         let (verdict, memory) = match &mv {
             Move::Write { content, .. } => (
                 verdict::write(
@@ -831,12 +825,7 @@ impl Engine {
     /// Writes a chosen merge resolution unless it would change lines the human wrote, in
     /// which case the human approves that first.
     fn write_guarded(&mut self, action: String, path: String, bytes: Vec<u8>, mv: Move) -> Flow {
-        let protected = self
-            .state()
-            .protected_lines
-            .get(&path)
-            .cloned()
-            .unwrap_or_default();
+        let protected = self.protected(&path);
         let now = self
             .buffers
             .get(&path)
