@@ -7,13 +7,12 @@
 //! binary is looked up in `$REIN_HARNESS_DIR` (default tests/agents/node_modules/.bin); a
 //! missing one fails the test.
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rein_e2e::{git, read, write, Lsp, PATIENCE};
+use rein_e2e::{descendants, git, processes as procs, read, write, Lsp, Proc, PATIENCE};
 use serde_json::{json, Value};
 
 fn agents_dir() -> PathBuf {
@@ -237,68 +236,6 @@ fn first_author_of(root: &Path, s: &Value, path: &str) -> Option<String> {
             .success();
         ok.then(|| st["author"].as_str().unwrap_or("").to_owned())
     })
-}
-
-struct Proc {
-    pid: u32,
-    ppid: u32,
-    state: char,
-    cmdline: String,
-}
-
-fn procs() -> Vec<Proc> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid ...: comm may hold spaces and parentheses.
-        let Some(close) = stat.rfind(')') else {
-            continue;
-        };
-        let mut rest = stat[close + 1..].split_whitespace();
-        let state = rest.next().and_then(|s| s.chars().next()).unwrap_or('?');
-        let ppid = rest.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-            .unwrap_or_default();
-        out.push(Proc {
-            pid,
-            ppid,
-            state,
-            cmdline,
-        });
-    }
-    out
-}
-
-/// Every live descendant of `root` (not `root` itself).
-fn descendants(root: u32) -> Vec<Proc> {
-    let all = procs();
-    let mut children: HashMap<u32, Vec<usize>> = HashMap::new();
-    for (i, p) in all.iter().enumerate() {
-        children.entry(p.ppid).or_default().push(i);
-    }
-    let mut out = Vec::new();
-    let mut stack = vec![root];
-    let mut keep = vec![false; all.len()];
-    while let Some(pid) = stack.pop() {
-        for &i in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
-            if !keep[i] {
-                keep[i] = true;
-                stack.push(all[i].pid);
-            }
-        }
-    }
-    for (i, p) in all.into_iter().enumerate() {
-        if keep[i] {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// The processes of the command whose command line contains `marker`: those that name it

@@ -8,7 +8,6 @@
 //! `REIN_HARNESS_DIR` names the directory holding `codex-acp` (default
 //! `tests/agents/node_modules/.bin`); `CODEX_ACP_LOG=FILE` records the ACP traffic there.
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -184,65 +183,12 @@ fn human_paths(s: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// A process: pid, state letter, command line.
-#[derive(Debug, Clone)]
-struct Proc {
-    pid: u32,
-    state: char,
-    cmdline: String,
-}
-
 /// Every live descendant of this test process (rein, codex-acp, codex, its commands).
 fn descendants() -> Vec<Proc> {
-    let mut parent = HashMap::new();
-    let mut info = HashMap::new();
-    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid ...: comm may hold spaces and parentheses.
-        let Some(close) = stat.rfind(')') else {
-            continue;
-        };
-        let mut rest = stat[close + 1..].split_whitespace();
-        let state = rest.next().and_then(|s| s.chars().next()).unwrap_or('?');
-        let ppid: u32 = rest.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-            .unwrap_or_default();
-        parent.insert(pid, ppid);
-        info.insert(
-            pid,
-            Proc {
-                pid,
-                state,
-                cmdline,
-            },
-        );
-    }
-    let me = std::process::id();
-    let mut out = Vec::new();
-    for (pid, p) in &info {
-        let mut cur = *pid;
-        let mut hops = 0;
-        while let Some(&pp) = parent.get(&cur) {
-            if pp == me {
-                if p.state != 'Z' {
-                    out.push(p.clone());
-                }
-                break;
-            }
-            if pp <= 1 || hops > 64 {
-                break;
-            }
-            cur = pp;
-            hops += 1;
-        }
-    }
-    out
+    rein_e2e::descendants(std::process::id())
+        .into_iter()
+        .filter(|p| p.state != 'Z')
+        .collect()
 }
 
 /// The processes of the command marked by `marker` (its shell) and everything under them.

@@ -2,7 +2,7 @@
 //! over its stdio, records every notification, answers the server's own requests, and waits
 //! on state with generous timeouts (never asserting on wall-clock time).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -467,4 +467,73 @@ pub fn agent_steps(s: &Value) -> usize {
     s["steps"]
         .as_array()
         .map_or(0, |a| a.iter().filter(|st| st["author"] == "agent").count())
+}
+
+/// A process as `/proc` shows it.
+#[derive(Debug, Clone)]
+pub struct Proc {
+    /// Its pid.
+    pub pid: u32,
+    /// Its parent's pid.
+    pub ppid: u32,
+    /// The state letter of `/proc/PID/stat` (`T` stopped, `Z` zombie).
+    pub state: char,
+    /// Its command line, words joined by spaces.
+    pub cmdline: String,
+}
+
+/// Every process on the machine.
+pub fn processes() -> Vec<Proc> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces and parentheses.
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let mut rest = stat[close + 1..].split_whitespace();
+        let state = rest.next().and_then(|s| s.chars().next()).unwrap_or('?');
+        let ppid = rest.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        out.push(Proc {
+            pid,
+            ppid,
+            state,
+            cmdline,
+        });
+    }
+    out
+}
+
+/// Every descendant of `root` (not `root` itself), zombies included.
+pub fn descendants(root: u32) -> Vec<Proc> {
+    let all = processes();
+    let mut children: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (i, p) in all.iter().enumerate() {
+        children.entry(p.ppid).or_default().push(i);
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    let mut keep = vec![false; all.len()];
+    while let Some(pid) = stack.pop() {
+        for &i in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
+            if !keep[i] {
+                keep[i] = true;
+                stack.push(all[i].pid);
+            }
+        }
+    }
+    for (i, p) in all.into_iter().enumerate() {
+        if keep[i] {
+            out.push(p);
+        }
+    }
+    out
 }
