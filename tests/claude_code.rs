@@ -688,3 +688,83 @@ fn h_the_harness_killed_mid_turn_pauses_the_task_with_a_clear_message() {
             .all(|p| p.state == 'Z' || !p.cmdline.contains("claude"))
     });
 }
+
+// (i) a held buffer, (j) steer mid-turn --------------------------------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn i_a_write_to_a_file_the_person_is_editing_asks_and_skip_keeps_their_text() {
+    let dir = repo(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let m = abs(root, "m.py");
+    let model = Model::start(json!({"turns": [
+        {"blocks": [tool("Read", json!({"file_path": m}))]},
+        {"when": "[tool_result", "delay_s": 2, "blocks": [tool("Write", json!({"file_path": m, "content": "def f(x):\n    return x + 2\n"}))]},
+        {"when": "[tool_result", "blocks": [text("Left m.py to the person.")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "make f add 2");
+    let u = lsp.open("m.py", M_PY);
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [{"text": "def f(x):\n    return x + 100\n"}]}),
+    );
+    lsp.wait_state("m.py held", |s| {
+        s["heldFiles"]
+            .as_array()
+            .is_some_and(|h| h.iter().any(|p| p == "m.py"))
+    });
+    let s = wait_status(&mut lsp, "awaiting_decision");
+    let d = &s["decisions"][0];
+    assert_eq!(d["kind"], "held_file", "{d:#}");
+    let id = d["id"].as_str().expect("decision id").to_owned();
+    lsp.ok("rein.decide", json!({"decisionId": id, "choice": "skip"}));
+    let s = wait_status(&mut lsp, "done");
+    assert_eq!(
+        read(root, "m.py"),
+        M_PY,
+        "Claude's write never reached the file the person holds"
+    );
+    assert!(
+        actions(&s)
+            .iter()
+            .any(|a| a.contains("Write") && a.contains("m.py") && a.contains("agent")),
+        "the refused write is a step: {:#?}",
+        actions(&s)
+    );
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn j_a_steer_mid_turn_reaches_claude_and_it_acts_on_it() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        // Cut by the steer (which cancels and prompts again): it stays used.
+        {"delay_s": 4, "once": true, "blocks": [text("Thinking about it.")]},
+        {"when": "leave a note in notes.txt", "blocks": [tool("Write", json!({"file_path": abs(root, "notes.txt"), "content": "noted\n"}))]},
+        {"when": "[tool_result", "blocks": [text("Left the note.")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "tidy up");
+    model.wait_turn(0);
+    let steered = lsp.ok("rein.steer", json!({"text": "leave a note in notes.txt"}));
+    assert_eq!(
+        status(&steered["state"]),
+        "running",
+        "a steer is not a stop: {steered:#}"
+    );
+    let s = wait_status(&mut lsp, "done");
+    assert!(
+        model
+            .requests()
+            .iter()
+            .any(|r| r["body"].to_string().contains("leave a note in notes.txt")),
+        "Claude's model saw the correction: {}",
+        model.summary()
+    );
+    assert_eq!(s["constraints"][0]["status"], "delivered", "{s:#}");
+    assert_eq!(
+        read(root, "notes.txt"),
+        "noted\n",
+        "Claude acted on the steer"
+    );
+}

@@ -517,3 +517,131 @@ fn commands_codex_runs_are_recorded_as_steps() {
         "out.txt is the agent's: {s:#}"
     );
 }
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn a_patch_to_a_file_the_person_is_editing_asks_and_skip_keeps_their_text() {
+    let codex = Codex::new(json!({"turns": [
+        // Long enough for the person to start typing in m.py first.
+        {"delay_s": 3, "items": [patch("*** Update File: m.py\n@@\n def f(x):\n-    return x + 1\n+    return x + 2\n")]},
+        {"items": [message("Left m.py to the person.")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let mut lsp = start(root, &codex, "make f add 2", Value::Null);
+    let u = lsp.open("m.py", M_PY);
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [{"text": M_PY_HUMAN}]}),
+    );
+    lsp.wait_state("m.py held", |s| {
+        s["heldFiles"]
+            .as_array()
+            .is_some_and(|h| h.iter().any(|p| p == "m.py"))
+    });
+    let s = lsp.wait_state("the decision", |s| status(s) == "awaiting_decision");
+    let d = &s["decisions"][0];
+    assert_eq!(d["kind"], "held_file", "{d:#}");
+    assert!(d["question"].to_string().contains("m.py"), "{d:#}");
+    let id = d["id"].as_str().expect("decision id").to_owned();
+    lsp.ok("rein.decide", json!({"decisionId": id, "choice": "skip"}));
+    let s = wait_end(&mut lsp);
+    assert_eq!(status(&s), "done", "{s:#}");
+    assert_eq!(
+        read(root, "m.py"),
+        M_PY,
+        "Codex's patch never reached the file the person holds"
+    );
+    assert!(
+        actions(&s)
+            .iter()
+            .any(|a| a.contains("m.py") && a.starts_with("\"agent\"")),
+        "the refused patch is a step: {:#?}",
+        actions(&s)
+    );
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn a_steer_mid_turn_reaches_codex_and_it_acts_on_it() {
+    let codex = Codex::new(json!({"turns": [
+        {"delay_s": 4, "items": [message("Thinking about f.")]},
+        {"when": "add a docstring", "items": [patch("*** Update File: m.py\n@@\n def f(x):\n+    \"\"\"Adds one.\"\"\"\n     return x + 1\n")]},
+        {"items": [message("Added the docstring.")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let mut lsp = start(root, &codex, "tidy m.py", Value::Null);
+    codex.wait_turns(1);
+    let steered = lsp.ok("rein.steer", json!({"text": "add a docstring to f"}));
+    assert_eq!(
+        status(&steered["state"]),
+        "running",
+        "a steer is not a stop: {steered:#}"
+    );
+    let s = wait_end(&mut lsp);
+    assert_eq!(status(&s), "done", "{s:#}");
+    let told = codex.requests().iter().any(|r| {
+        r["body"]["input"]
+            .to_string()
+            .contains("add a docstring to f")
+    });
+    assert!(told, "Codex's model saw the correction");
+    assert_eq!(s["constraints"][0]["status"], "delivered", "{s:#}");
+    assert!(
+        read(root, "m.py").contains("Adds one."),
+        "Codex acted on the steer: {}",
+        read(root, "m.py")
+    );
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn codex_killed_mid_turn_pauses_the_task_with_a_clear_message() {
+    let codex = Codex::new(json!({"turns": [
+        {"items": [patch("*** Add File: a.txt\n+a\n")]},
+        {"delay_s": 30, "items": [message("never")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let mut lsp = start(root, &codex, "write a", Value::Null);
+    codex.wait_turns(2);
+    let rein = lsp.pid();
+    let adapter = rein_e2e::descendants(rein)
+        .into_iter()
+        .find(|p| p.ppid == rein && p.cmdline.contains("codex-acp"))
+        .unwrap_or_else(|| panic!("no harness under rein: {:#?}", rein_e2e::descendants(rein)));
+    let killed = Command::new("kill")
+        .args(["-9", &adapter.pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let s = lsp.wait_state("a pause", |s| {
+        status(s) == "paused" && !s["stopReason"].is_null()
+    });
+    let reason = s["stopReason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("codex-acp") && (reason.contains("signal") || reason.contains("exit")),
+        "the reason names the agent and how it ended: {reason}"
+    );
+    assert_eq!(
+        read(root, "a.txt"),
+        "a\n",
+        "the step before the crash is kept"
+    );
+    assert!(
+        actions(&s)
+            .iter()
+            .any(|a| a.starts_with("\"agent\"") && a.contains("Edit") && !a.contains("ask")),
+        "{:#?}",
+        actions(&s)
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while rein_e2e::descendants(rein)
+        .iter()
+        .any(|p| p.state != 'Z' && p.cmdline.contains("codex"))
+    {
+        assert!(Instant::now() < deadline, "the harness's processes end");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

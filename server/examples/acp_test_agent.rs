@@ -11,7 +11,8 @@
 //! `{"say": TEXT}`, `{"permission": {"title", "kind", "paths"?, "command"?}}`,
 //! `{"read": PATH, "line"?, "limit"?}`, `{"write": {"path", "content"}}`,
 //! `{"terminal": {"command", "args"?}}`, `{"edit_file": {"path", "content", "title"?}}`
-//! (the agent writes the file itself and reports the tool call), `{"wait_cancel": true}`,
+//! (the agent writes the file itself and reports the tool call), `{"write_silently": {"path",
+//! "content"}}` (it writes the file itself and reports nothing), `{"wait_cancel": true}`,
 //! `{"ignore_cancel": true}`, `{"wait_steering": true}`, `{"sleep_ms": N}`, `{"crash": CODE}`,
 //! `{"stop": "max_tokens" | "refusal"}`. A turn ends with `end_turn` after its actions.
 //! With `late_steering`, a steer wakes the turn but is answered `promptRequired` only once
@@ -460,6 +461,11 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
         }
     } else if let Some(t) = action.get("terminal") {
         terminal(st, cx, t).await;
+    } else if let Some(e) = action.get("write_silently") {
+        let path = e.get("path").and_then(Value::as_str).unwrap_or("");
+        let content = e.get("content").and_then(Value::as_str).unwrap_or("");
+        let ok = std::fs::write(st.path(path), content).is_ok();
+        st.log(json!({"event": "wrote_silently", "path": path, "ok": ok}));
     } else if let Some(e) = action.get("edit_file") {
         let path = e.get("path").and_then(Value::as_str).unwrap_or("");
         let content = e.get("content").and_then(Value::as_str).unwrap_or("");

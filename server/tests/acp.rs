@@ -420,6 +420,86 @@ async fn a_tool_the_agent_ran_itself_is_checkpointed_as_its_step() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_the_agent_wrote_without_reporting_it_is_its_step_not_the_humans() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"write_silently": {"path": "notes.txt", "content": "agent notes\n"}},
+            // A move after the write: the boundary before the next one sees the file.
+            {"read": "a.txt"},
+            {"read": "a.txt"},
+            {"say": "wrote notes"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.action == "changed files with its own tools")
+        .unwrap_or_else(|| panic!("a step of the agent's: {:#?}", s.steps));
+    assert_eq!(step.author, Author::Agent);
+    let ck = step.checkpoint.as_deref().expect("a checkpoint");
+    assert_eq!(
+        git(root, &["show", &format!("{ck}:notes.txt")]),
+        "agent notes\n"
+    );
+    assert!(
+        s.human_changes.iter().all(|h| h.path != "notes.txt")
+            && !s.held_files.contains(&"notes.txt".to_owned()),
+        "the agent's file is not taken for the human's: {:#?} {:?}",
+        s.human_changes,
+        s.held_files
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_a_stale_write_the_harness_never_reported_is_repaired_at_the_next_boundary() {
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "steering": true,
+        "turns": [
+            [{"read": "src/lib.rs"}, {"wait_cancel": true}],
+            [{"write_silently": {"path": "src/lib.rs", "content": STALE_WITH_NEW}},
+             {"read": "a.txt"},
+             {"read": "a.txt"},
+             {"say": "added double"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    take_over_and_fix(&mut run, &sc, root).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(
+        read(root, "src/lib.rs"),
+        FIXED_WITH_NEW,
+        "the fix is put back, the agent's addition kept"
+    );
+    let agent = s
+        .steps
+        .iter()
+        .find(|st| st.action == "changed files with its own tools")
+        .unwrap_or_else(|| panic!("the agent's step: {:#?}", s.steps));
+    assert_eq!(agent.author, Author::Agent);
+    assert!(
+        s.steps.iter().any(|st| st.n > agent.n
+            && st
+                .action
+                .starts_with("kept your lines the agent's write removed")),
+        "{:#?}",
+        s.steps
+    );
+    assert!(
+        !s.human_changes
+            .iter()
+            .any(|h| h.path == "src/lib.rs" && h.at_step == agent.n),
+        "the agent's stale write is not reported as the human's: {:#?}",
+        s.human_changes
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminal_runs_through_the_engine_and_reports_output_and_exit() {
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();

@@ -920,6 +920,10 @@ impl Agent for AcpAgent {
         })
     }
 
+    fn acts_directly(&self) -> bool {
+        true
+    }
+
     fn made(&mut self) -> Vec<Move> {
         let Some(link) = &self.link else {
             return Vec::new();

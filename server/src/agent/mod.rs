@@ -251,6 +251,13 @@ pub trait Agent: Send {
     fn made(&mut self) -> Vec<Move> {
         Vec::new()
     }
+
+    /// Whether the agent changes files with its own tools, not only through Rein's moves
+    /// (an ACP harness). Then a change on disk while it holds control that the human did not
+    /// type in an editor is the agent's.
+    fn acts_directly(&self) -> bool {
+        false
+    }
 }
 
 /// Builds the agent a spec names. `skip` moves are treated as already made, so an agent

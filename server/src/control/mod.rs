@@ -924,12 +924,42 @@ impl Engine {
             Ok(None) => {}
             Err(e) => self.say(Level::Warning, e.to_string()),
         }
+        self.absorb_agents_own();
         match self.absorb(true, "changed outside the agent") {
             Ok(Some(report)) => self.add_note(report.markdown()),
             Ok(None) => {}
             Err(e) => self.stop_on_error(format!("cannot checkpoint the working tree: {e}")),
         }
         self.note_moved_head();
+    }
+
+    /// With an agent that changes files with its own tools, while it holds control: what its
+    /// tools finished is checkpointed as its steps, and then any other change on disk to a
+    /// file the human did not type in (not held) is its too, through the same backstop that
+    /// puts back the human's lines it removed. A harness can write before it reports the
+    /// tool, so without this its write would be taken for the human's at this boundary.
+    /// What the human typed (held files) is left to the human's checkpoint that follows.
+    fn absorb_agents_own(&mut self) {
+        let ours =
+            self.state().status == Status::Running && self.state().control.holder == Holder::Agent;
+        let Some(agent) = self.agent.as_mut().filter(|a| ours && a.acts_directly()) else {
+            return;
+        };
+        for mv in agent.made() {
+            if let Move::Observe { action, failed } = mv {
+                self.observe(action, failed);
+            }
+        }
+        self.absorb_held("changed outside the agent");
+        let Some(tip) = self.tip.clone() else { return };
+        let unreported = self
+            .ckpt
+            .diff_worktree(&tip, &Default::default())
+            .map(|c| !c.is_empty())
+            .unwrap_or(false);
+        if unreported {
+            self.observe("changed files with its own tools".into(), false);
+        }
     }
 
     /// Tells the agent, in its next context, that the user's HEAD moved.
