@@ -17,6 +17,7 @@ use std::time::Duration;
 use ropey::Rope;
 use tokio::sync::{mpsc, oneshot};
 
+pub use crate::exec::SandboxMode;
 pub use handover::{FileStat, Handover};
 
 use crate::agent::{self, Agent, AgentError, Context, Move, Outcome};
@@ -345,6 +346,8 @@ struct Engine {
     /// Interrupts for the agent that arrived while it was out thinking.
     agent_signals: Vec<agent::Interrupt>,
     tip: Option<String>,
+    /// Whether the person was told that commands run unconfined (said once per task).
+    told_unconfined: bool,
 }
 
 fn new_task_id() -> String {
@@ -709,6 +712,7 @@ impl Engine {
             delivering: Vec::new(),
             agent_signals: Vec::new(),
             tip: None,
+            told_unconfined: false,
         }
     }
 

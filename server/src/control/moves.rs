@@ -995,6 +995,23 @@ impl Engine {
         }
     }
 
+    /// The sandbox `cmd` runs in, or `None` (mode `off`, or no Landlock here: said once per
+    /// task, never silently).
+    fn confinement(&mut self, cmd: &str) -> Option<exec::Confinement> {
+        let mode = self.cfg.policy.sandbox;
+        if mode == exec::SandboxMode::Off {
+            return None;
+        }
+        if let Err(e) = exec::sandbox_available() {
+            if !std::mem::replace(&mut self.told_unconfined, true) {
+                self.say(Level::Warning, e.to_string());
+            }
+            return None;
+        }
+        let network = self.cfg.policy.network_for(cmd);
+        Some(exec::Confinement::for_tree(mode, &self.root, network))
+    }
+
     /// Runs a command in its own process group, answering requests meanwhile: pause freezes
     /// it, resume thaws it, abort, takeover and an urgent steer kill it and roll the step
     /// back. A `gated` (approved) command runs to completion before any interrupt lands.
@@ -1006,7 +1023,8 @@ impl Engine {
         gated: bool,
     ) -> Flow {
         let tag = self.state().task.id.clone();
-        let mut proc = match Process::spawn_tagged(&self.root, cmd, Some(&tag)) {
+        let confine = self.confinement(cmd);
+        let mut proc = match Process::spawn_tagged(&self.root, cmd, Some(&tag), confine.as_ref()) {
             Ok(p) => p,
             Err(e) => return self.step_failed(action, e.to_string()),
         };
@@ -1051,12 +1069,18 @@ impl Engine {
                 } else {
                     StepStatus::Failed
                 };
-                self.complete(
-                    action,
-                    status,
-                    command_outcome(&out, None),
-                    Touched::Anything,
-                )
+                let mut outcome = command_outcome(&out, None);
+                let hint = confine
+                    .as_ref()
+                    .filter(|_| status == StepStatus::Failed)
+                    .and_then(|c| exec::denial_hint(c.mode, &out.stderr));
+                if let Some(hint) = hint {
+                    // The person sees it too, in the same words as the agent.
+                    self.say(Level::Warning, format!("`{cmd}` failed: {hint}"));
+                    outcome.text.push_str(&hint);
+                    outcome.text.push('\n');
+                }
+                self.complete(action, status, outcome, Touched::Anything)
             }
             CommandEnd::Exited(Err(e)) => self.complete(
                 action,

@@ -6,6 +6,7 @@
 //! resumed and killed as a whole. `Tree` does the same for an agent process and everything
 //! it started, wherever that moved to (new sessions, double forks).
 
+mod confine;
 mod policy;
 mod process;
 mod sandbox;
@@ -15,6 +16,10 @@ mod tree;
 
 use std::io;
 
+pub use confine::{
+    available as sandbox_available, denial_hint, ConfineError, Confinement, SandboxMode,
+    FORCE_VAR as SANDBOX_FORCE_VAR,
+};
 pub use policy::{Policy, Verdict};
 pub use process::{end_tagged, Output, Process, OUTPUT_CAP, TAG_VAR};
 pub use sandbox::{Sandbox, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, TEMP_PREFIX};
@@ -49,6 +54,14 @@ pub enum ExecError {
         path: String,
         /// The underlying OS error.
         source: io::Error,
+    },
+    /// The sandbox a command must run in could not be set up.
+    #[error("cannot confine command {cmd:?}: {why}; set sandbox = \"off\" in rein.toml to run it unconfined")]
+    Confine {
+        /// The command line.
+        cmd: String,
+        /// What Landlock said.
+        why: String,
     },
     /// `sh` could not be started for a command.
     #[error("cannot start command {cmd:?}: {source}; check that the working directory exists and `sh` is installed")]

@@ -10,6 +10,7 @@
 //! other machines, the rest of the filesystem, history git cannot restore. The person sees
 //! that flag when deciding; it never makes a command run.
 
+use super::confine::SandboxMode;
 use super::sandbox::normalize;
 use super::shell::{self, RedirectKind, SimpleCommand, Word};
 
@@ -21,6 +22,10 @@ pub struct Policy {
     /// Word prefixes of commands that cannot be undone (program matched by basename); these
     /// always ask, even when an allow rule also matches.
     pub irreversible: Vec<String>,
+    /// How confined commands run (`sandbox`).
+    pub sandbox: SandboxMode,
+    /// Word prefixes of commands the sandbox lets reach the network (`policy.network`).
+    pub network: Vec<String>,
 }
 
 /// What to do with a command.
@@ -167,11 +172,27 @@ impl Default for Policy {
         Self {
             allow: own(DEFAULT_ALLOW),
             irreversible: own(DEFAULT_IRREVERSIBLE),
+            sandbox: SandboxMode::default(),
+            network: Vec::new(),
         }
     }
 }
 
 impl Policy {
+    /// Whether the sandbox lets `cmd` reach the network: every simple command in it matches
+    /// a `network` rule.
+    pub fn network_for(&self, cmd: &str) -> bool {
+        let Ok(commands) = shell::parse(cmd) else {
+            return false;
+        };
+        !commands.is_empty()
+            && commands.iter().all(|c| {
+                self.network
+                    .iter()
+                    .any(|rule| matches_rule(rule, &c.words, false))
+            })
+    }
+
     /// Decides whether `cmd` (a `sh -c` command line) may run without asking.
     pub fn classify(&self, cmd: &str) -> Verdict {
         let commands = match shell::parse(cmd) {
@@ -551,10 +572,24 @@ mod tests {
     }
 
     #[test]
+    fn network_is_for_command_lines_whose_every_command_has_a_network_rule() {
+        let policy = Policy {
+            network: vec!["cargo fetch".into(), "npm install".into()],
+            ..Policy::default()
+        };
+        assert!(policy.network_for("cargo fetch --locked"));
+        assert!(policy.network_for("npm install && cargo fetch"));
+        assert!(!policy.network_for("npm install && curl http://x"));
+        assert!(!policy.network_for("cargo build"));
+        assert!(!Policy::default().network_for("cargo fetch"));
+    }
+
+    #[test]
     fn irreversible_beats_allow() {
         let policy = Policy {
             allow: vec!["git".into()],
             irreversible: vec!["git push".into()],
+            ..Policy::default()
         };
         assert_eq!(policy.classify("git log"), Verdict::Run);
         assert!(matches!(
@@ -571,6 +606,8 @@ mod tests {
         let policy = Policy {
             allow: vec![String::new(), "  ".into()],
             irreversible: vec![String::new()],
+            network: vec![String::new()],
+            ..Policy::default()
         };
         assert!(matches!(
             policy.classify("ls"),
@@ -579,5 +616,6 @@ mod tests {
                 ..
             }
         ));
+        assert!(!policy.network_for("ls"));
     }
 }

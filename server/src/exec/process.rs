@@ -19,7 +19,7 @@ use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 use tokio::time::{timeout_at, Instant};
 
-use super::ExecError;
+use super::{Confinement, ExecError};
 
 /// How many bytes of each of stdout and stderr are kept (the last ones).
 pub const OUTPUT_CAP: usize = 64 * 1024;
@@ -64,12 +64,18 @@ impl Process {
     /// Starts `sh -c cmd` in `cwd` with stdin closed, in a new process group, capturing output.
     /// Must be called inside a tokio runtime.
     pub fn spawn(cwd: &Path, cmd: &str) -> Result<Self, ExecError> {
-        Self::spawn_tagged(cwd, cmd, None)
+        Self::spawn_tagged(cwd, cmd, None, None)
     }
 
     /// `spawn`, with `tag` in the command's environment as `REIN_TASK`, inherited by all it
-    /// starts, so `end_tagged` can find them after a crash of the process that started them.
-    pub fn spawn_tagged(cwd: &Path, cmd: &str, tag: Option<&str>) -> Result<Self, ExecError> {
+    /// starts, so `end_tagged` can find them after a crash of the process that started them;
+    /// and inside `confine`'s sandbox when given.
+    pub fn spawn_tagged(
+        cwd: &Path,
+        cmd: &str,
+        tag: Option<&str>,
+        confine: Option<&Confinement>,
+    ) -> Result<Self, ExecError> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(ExecError::NoRuntime {
                 cmd: cmd.to_owned(),
@@ -86,6 +92,25 @@ impl Process {
             .process_group(0);
         if let Some(tag) = tag {
             command.env(TAG_VAR, tag);
+        }
+        if let Some(c) = confine {
+            let mut rules = c.ruleset().map_err(|e| ExecError::Confine {
+                cmd: cmd.to_owned(),
+                why: e.to_string(),
+            })?;
+            if rules.is_some() {
+                // SAFETY: between fork and exec the child only calls `restrict_self`, which
+                // makes two system calls (prctl, landlock_restrict_self) and allocates nothing.
+                unsafe {
+                    command.pre_exec(move || match rules.take() {
+                        Some(r) => r
+                            .restrict_self()
+                            .map(|_| ())
+                            .map_err(|_| std::io::Error::from_raw_os_error(nix::libc::EPERM)),
+                        None => Ok(()),
+                    });
+                }
+            }
         }
         let mut child = command.spawn().map_err(|source| ExecError::Spawn {
             cmd: cmd.to_owned(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::control::EngineConfig;
+use crate::control::{EngineConfig, SandboxMode};
 
 /// The settings the server acts on.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +22,10 @@ pub struct Config {
     pub irreversible: Vec<String>,
     /// Time between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
+    /// How confined the commands Rein runs are.
+    pub sandbox: SandboxMode,
+    /// Commands the sandbox lets reach the network.
+    pub network: Vec<String>,
 }
 
 impl Default for Config {
@@ -32,6 +36,8 @@ impl Default for Config {
             allow: Vec::new(),
             irreversible: Vec::new(),
             kill_grace: Duration::from_secs(2),
+            sandbox: SandboxMode::default(),
+            network: Vec::new(),
         }
     }
 }
@@ -102,9 +108,16 @@ impl Sources {
                     .push("rein setting \"steer.onSave\" must be true or false; using true".into()),
             }
         }
+        if let Some(v) = merged.get("sandbox").filter(|v| !v.is_null()) {
+            match v.as_str().and_then(SandboxMode::parse) {
+                Some(m) => cfg.sandbox = m,
+                None => problems.push("rein setting \"sandbox\" must be \"workspace-write\", \"read-only\" or \"off\"; using \"workspace-write\"".into()),
+            }
+        }
         for (key, slot) in [
             ("allow", &mut cfg.allow),
             ("irreversible", &mut cfg.irreversible),
+            ("network", &mut cfg.network),
         ] {
             if let Some(v) = merged
                 .pointer(&format!("/policy/{key}"))
@@ -136,6 +149,8 @@ impl Config {
         e.policy
             .irreversible
             .extend(self.irreversible.iter().cloned());
+        e.policy.sandbox = self.sandbox;
+        e.policy.network.extend(self.network.iter().cloned());
         e.kill_grace = self.kill_grace;
         e
     }

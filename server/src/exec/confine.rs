@@ -1,0 +1,316 @@
+//! What a command Rein starts may touch: a Landlock domain entered between fork and exec.
+//!
+//! The policy decides *whether* a command runs; this decides *what it can reach*. In the
+//! default `workspace-write` mode a command reads anything, writes only in the working tree,
+//! the repository's git directory, the system temp dir and a few device files, cannot open a
+//! TCP connection or listen (unless its rule allows network), and cannot signal or reach by
+//! abstract socket a process outside its domain — Rein and the editor included.
+//!
+//! Landlock rules only add access, so a subtree of a writable directory cannot be taken back
+//! out: the tree's `.git` stays writable with the tree. The ruleset is built in the parent
+//! (it opens the allowed paths and allocates); the child only calls `restrict_self`, which
+//! makes two system calls and allocates nothing, as code between fork and exec must.
+
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, Scope, ABI,
+};
+use serde::{Deserialize, Serialize};
+
+/// The newest Landlock ABI whose rights Rein has vetted; newer kernels get these rights.
+const VETTED: ABI = ABI::V6;
+
+/// Device files every command may open for writing (shell redirections, terminals).
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+    "/dev/shm",
+];
+
+/// Set to `off` to behave as if the kernel had no Landlock (to see and test the fallback).
+pub const FORCE_VAR: &str = "REIN_LANDLOCK";
+
+/// How confined the commands Rein runs are (`sandbox` in `rein.toml` and the settings).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Write only in the working tree, its git directory and temp; no network unless allowed.
+    #[default]
+    WorkspaceWrite,
+    /// Write nowhere but temp and device files; no network unless allowed.
+    ReadOnly,
+    /// No confinement: the command has the user's full rights.
+    Off,
+}
+
+impl SandboxMode {
+    /// The setting's value, as written in `rein.toml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::WorkspaceWrite => "workspace-write",
+            SandboxMode::ReadOnly => "read-only",
+            SandboxMode::Off => "off",
+        }
+    }
+
+    /// Parses the setting's value.
+    pub fn parse(s: &str) -> Option<SandboxMode> {
+        match s {
+            "workspace-write" => Some(SandboxMode::WorkspaceWrite),
+            "read-only" => Some(SandboxMode::ReadOnly),
+            "off" => Some(SandboxMode::Off),
+            _ => None,
+        }
+    }
+}
+
+/// Why no confinement could be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    /// The kernel has no Landlock, or it is disabled, or it was forced off.
+    #[error("the kernel offers no Landlock sandbox ({0}); commands run with your full rights, gated only by the policy")]
+    Unavailable(String),
+    /// Landlock refused the ruleset.
+    #[error("cannot build the command sandbox: {0}")]
+    Ruleset(#[from] landlock::RulesetError),
+}
+
+/// What one command may touch.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    /// The mode in force.
+    pub mode: SandboxMode,
+    /// Directories (and files) the command may write beneath, besides temp and devices.
+    pub writable: Vec<PathBuf>,
+    /// Whether the command may connect and bind TCP ports.
+    pub network: bool,
+}
+
+impl Confinement {
+    /// The confinement of a command run in `root` (the working tree) under `mode`.
+    pub fn for_tree(mode: SandboxMode, root: &Path, network: bool) -> Confinement {
+        let mut writable = Vec::new();
+        if mode == SandboxMode::WorkspaceWrite {
+            writable.push(root.to_owned());
+            // A worktree's or submodule's git directory lies outside the tree; the git
+            // commands the policy allows (`git add`, `git commit`) need it.
+            if let Ok(repo) = git2::Repository::open(root) {
+                writable.push(repo.path().to_owned());
+                writable.push(repo.commondir().to_owned());
+            }
+        }
+        Confinement {
+            mode,
+            writable,
+            network,
+        }
+    }
+
+    /// The ruleset a child enters before exec, or `None` when the mode is `off`.
+    pub fn ruleset(&self) -> Result<Option<RulesetCreated>, ConfineError> {
+        if self.mode == SandboxMode::Off {
+            return Ok(None);
+        }
+        available()?;
+        let all = AccessFs::from_all(VETTED);
+        let mut rules = Ruleset::default()
+            // Without the first ABI's rights there is no sandbox at all: say so, never run
+            // "confined" in name only.
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessFs::from_all(ABI::V1))?
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(all)?
+            .scope(Scope::from_all(VETTED))?;
+        if !self.network {
+            rules = rules.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
+        }
+        let mut writable: Vec<PathBuf> = self.writable.clone();
+        writable.push(std::env::temp_dir());
+        writable.push(PathBuf::from("/tmp"));
+        writable.push(PathBuf::from("/var/tmp"));
+        writable.extend(DEVICES.iter().map(PathBuf::from));
+        let created = rules
+            .create()?
+            .add_rules(path_beneath_rules(["/"], AccessFs::from_read(VETTED)))?
+            .add_rules(path_beneath_rules(writable, all))?;
+        Ok(Some(created))
+    }
+}
+
+/// Whether this kernel can confine commands.
+pub fn available() -> Result<(), ConfineError> {
+    probe(std::env::var(FORCE_VAR).is_ok_and(|v| v == "off"))
+}
+
+fn probe(forced_off: bool) -> Result<(), ConfineError> {
+    if forced_off {
+        return Err(ConfineError::Unavailable(format!("{FORCE_VAR}=off")));
+    }
+    // A throwaway ruleset: creating it is the documented probe.
+    Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(ABI::V1))
+        .and_then(|r| r.create())
+        .map(|_| ())
+        .map_err(|e| ConfineError::Unavailable(e.to_string()))
+}
+
+/// The hint added to a confined command's failure that looks like a denied access.
+pub fn denial_hint(mode: SandboxMode, stderr: &str) -> Option<String> {
+    let denied = [
+        "Permission denied",
+        "Operation not permitted",
+        "Read-only file system",
+    ];
+    if mode == SandboxMode::Off || !denied.iter().any(|d| stderr.contains(d)) {
+        return None;
+    }
+    let allowed = match mode {
+        SandboxMode::WorkspaceWrite => "writes only in the working tree and temp, and no network",
+        SandboxMode::ReadOnly => "writes only in temp, and no network",
+        SandboxMode::Off => "",
+    };
+    Some(format!(
+        "the command ran in Rein's sandbox (sandbox = \"{}\": {allowed}), which may have denied it. \
+         To allow network for it, add it to policy.network; to widen or turn off the sandbox, set \
+         sandbox in rein.toml (\"workspace-write\", \"read-only\" or \"off\")",
+        mode.as_str()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt as _;
+    use std::process::Command;
+
+    fn confined(c: &Confinement, script: &str, cwd: &Path) -> std::process::Output {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(script).current_dir(cwd);
+        let mut rules = c.ruleset().expect("ruleset");
+        // SAFETY: restrict_self makes two system calls and allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || match rules.take() {
+                Some(r) => r
+                    .restrict_self()
+                    .map(|_| ())
+                    .map_err(|_| std::io::Error::from_raw_os_error(1)),
+                None => Ok(()),
+            });
+        }
+        cmd.output().expect("sh runs")
+    }
+
+    #[test]
+    fn a_confined_command_writes_in_the_tree_and_temp_and_nowhere_else() {
+        landlock_here();
+        let home = tempfile::tempdir_in(std::env::var("HOME").unwrap_or("/root".into()))
+            .expect("dir in home");
+        let tree = tempfile::tempdir_in(home.path()).expect("tree");
+        let c = Confinement::for_tree(SandboxMode::WorkspaceWrite, tree.path(), false);
+        let out_of_tree = home.path().join("escaped");
+        std::os::unix::fs::symlink(home.path(), tree.path().join("link")).expect("symlink");
+        let tmp = tempfile::NamedTempFile::new().expect("temp");
+        let script = format!(
+            "echo in > inside.txt; echo t > {tmp}; echo x > {out} ; echo y > ../up ; echo z > link/via-link; echo d > /dev/null; true",
+            tmp = tmp.path().display(),
+            out = out_of_tree.display()
+        );
+        let out = confined(&c, &script, tree.path());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            std::fs::read_to_string(tree.path().join("inside.txt"))
+                .ok()
+                .as_deref(),
+            Some("in\n"),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(tmp.path()).ok().as_deref(),
+            Some("t\n"),
+            "{err}"
+        );
+        assert!(!out_of_tree.exists(), "wrote outside the tree: {err}");
+        assert!(!home.path().join("up").exists(), "wrote ../up: {err}");
+        assert!(
+            !home.path().join("via-link").exists(),
+            "wrote through a symlink: {err}"
+        );
+        assert!(err.contains("Permission denied"), "{err}");
+        assert!(denial_hint(c.mode, &err).is_some());
+    }
+
+    #[test]
+    fn read_only_writes_nowhere_in_the_tree() {
+        landlock_here();
+        let tree =
+            tempfile::tempdir_in(std::env::var("HOME").unwrap_or("/root".into())).expect("tree");
+        let c = Confinement::for_tree(SandboxMode::ReadOnly, tree.path(), false);
+        let out = confined(
+            &c,
+            "cat /etc/hostname >/dev/null; echo x > a.txt",
+            tree.path(),
+        );
+        assert!(!tree.path().join("a.txt").exists());
+        assert!(!out.status.success());
+    }
+
+    #[test]
+    fn network_is_refused_unless_allowed_and_rein_cannot_be_signalled() {
+        landlock_here();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let port = listener.local_addr().expect("addr").port();
+        let tree = tempfile::tempdir().expect("tree");
+        let connect = format!(
+            "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 2)'"
+        );
+        let denied = Confinement::for_tree(SandboxMode::WorkspaceWrite, tree.path(), false);
+        let out = confined(&denied, &connect, tree.path());
+        assert!(!out.status.success(), "connected without network allowed");
+        let allowed = Confinement::for_tree(SandboxMode::WorkspaceWrite, tree.path(), true);
+        let out = confined(&allowed, &connect, tree.path());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The test process stands in for Rein: a confined command cannot signal it.
+        let me = std::process::id();
+        let out = confined(&denied, &format!("kill -0 {me}"), tree.path());
+        assert!(
+            !out.status.success(),
+            "a confined command signalled its parent"
+        );
+    }
+
+    /// These tests need the real kernel feature; the machines Rein is tested on have it.
+    fn landlock_here() {
+        if let Err(e) = probe(false) {
+            panic!("{e}: these tests need Landlock (Linux 5.13+, enabled in the lsm= boot list)");
+        }
+    }
+
+    #[test]
+    fn forced_off_is_unavailable_and_says_why() {
+        let msg = probe(true).expect_err("forced off").to_string();
+        assert!(msg.contains("full rights"), "{msg}");
+    }
+
+    #[test]
+    fn the_mode_parses_as_written() {
+        for m in [
+            SandboxMode::WorkspaceWrite,
+            SandboxMode::ReadOnly,
+            SandboxMode::Off,
+        ] {
+            assert_eq!(SandboxMode::parse(m.as_str()), Some(m));
+        }
+        assert_eq!(SandboxMode::parse("none"), None);
+    }
+}
