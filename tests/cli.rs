@@ -298,3 +298,24 @@ fn run_wait_asks_the_human_on_stdin() {
     assert_eq!(code, Some(3), "{out}");
     assert!(out.contains("input ended"), "{out}");
 }
+
+#[test]
+fn a_bad_plan_is_refused_before_the_task_starts_naming_step_and_field() {
+    let dir = repo(
+        &[("a.txt", "one\n")],
+        json!([{"read": "a.txt"}, {"edit": {"path": "a.txt", "old": "one", "neww": "two"}}]),
+    );
+    let root = dir.path().to_str().unwrap();
+    let plan = dir.path().join(".rein/plan.json");
+    let out = rein(&["run", "--plan", plan.to_str().unwrap(), root]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("step 2: \"edit\" has no field \"neww\"; its fields are: path, old, new"),
+        "{err}"
+    );
+    assert_eq!(
+        text(&rein(&["status", root]).stdout).trim(),
+        "no Rein task in this repository"
+    );
+}
