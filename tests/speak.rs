@@ -35,38 +35,43 @@ fn refusal(lsp: &mut Lsp, command: &str, arg: Value) -> String {
     }
 }
 
-/// (clientInfo.name, how "start", "release" and "handback" read there).
-const CLIENTS: [(Option<&str>, [&str; 3]); 5] = [
+/// (clientInfo.name, how start, release, handback, resume and abort read there).
+const CLIENTS: [(Option<&str>, [&str; 5]); 5] = [
     (
         Some("Neovim"),
-        [":Rein start", ":Rein release", ":Rein handback"],
-    ),
-    (
-        Some("Visual Studio Code"),
         [
-            "\"Rein: Start Task\"",
-            "\"Rein: Hand This File Back\"",
-            "\"Rein: Hand Back to the Agent\"",
+            ":Rein start",
+            ":Rein release",
+            ":Rein handback",
+            ":Rein resume",
+            ":Rein abort",
         ],
     ),
-    (
-        Some("code-server"),
-        [
-            "\"Rein: Start Task\"",
-            "\"Rein: Hand This File Back\"",
-            "\"Rein: Hand Back to the Agent\"",
-        ],
-    ),
-    (
-        Some("Emacs"),
-        ["rein.start", "rein.release", "rein.handback"],
-    ),
-    (None, ["rein.start", "rein.release", "rein.handback"]),
+    (Some("Visual Studio Code"), VSCODE),
+    (Some("code-server"), VSCODE),
+    (Some("Emacs"), COMMANDS),
+    (None, COMMANDS),
+];
+
+const VSCODE: [&str; 5] = [
+    "\"Rein: Start Task\"",
+    "\"Rein: Hand This File Back\"",
+    "\"Rein: Hand Back to the Agent\"",
+    "\"Rein: Resume the Agent\"",
+    "\"Rein: Abort the Task\"",
+];
+
+const COMMANDS: [&str; 5] = [
+    "rein.start",
+    "rein.release",
+    "rein.handback",
+    "rein.resume",
+    "rein.abort",
 ];
 
 #[test]
 fn refusals_name_the_action_as_each_editor_invokes_it() {
-    for (name, [start, release, handback]) in CLIENTS {
+    for (name, [start, release, handback, resume, abort]) in CLIENTS {
         let dir = repo(
             &[("a.txt", "a\nb\n")],
             json!([{"read": "a.txt"}, {"ask": "Which way?"}, {"finish": "f"}]),
@@ -107,6 +112,12 @@ fn refusals_name_the_action_as_each_editor_invokes_it() {
             m,
             format!("you already hold control; hand back with {handback} when you are done"),
             "{name:?}"
+        );
+
+        let m = refusal(&mut lsp, "rein.start", json!({"goal": "another"}));
+        assert!(
+            m.ends_with(&format!("is still human in this repository; resume it with {resume} and let it finish, or abort it with {abort}, before starting another")),
+            "{name:?}: {m}"
         );
 
         lsp.ok("rein.abort", json!({"keepChanges": true}));

@@ -363,6 +363,20 @@ fn new_task_id() -> String {
     format!("{stamp}-{:04x}", (nanos ^ std::process::id()) & 0xffff)
 }
 
+/// The refusal to start a task while task `id` is still `status`.
+pub fn still_active(id: &str, status: Status) -> ControlError {
+    ControlError::NotNow(
+        Advice::text(format!(
+            "task {id} is still {} in this repository; resume it with ",
+            status.as_str()
+        ))
+        .action(UserAction::Resume)
+        .then(" and let it finish, or abort it with ")
+        .action(UserAction::Abort)
+        .then(", before starting another"),
+    )
+}
+
 /// Starts a new task on the repository containing `workdir`. Must be called inside a tokio
 /// runtime: the engine runs as a task on it.
 pub fn start(
@@ -383,16 +397,7 @@ pub fn start(
         if let Ok(old) = StateStore::open(&git_dir, &id) {
             let status = old.state().status;
             if !status.is_terminal() {
-                return Err(ControlError::NotNow(
-                    Advice::text(format!(
-                        "task {id} is still {} in this repository; resume it with ",
-                        status.as_str()
-                    ))
-                    .action(UserAction::Resume)
-                    .then(" (and let it finish) or abort it with ")
-                    .action(UserAction::Abort)
-                    .then(" before starting another"),
-                ));
+                return Err(still_active(&id, status));
             }
         }
     }

@@ -243,18 +243,12 @@ impl Server {
             None => None,
         };
         if self.task_active() {
-            let s = self
-                .state
-                .as_ref()
-                .map(|s| (s.task.id.clone(), s.status.as_str()))
-                .unwrap_or_default();
-            return Err(rpc_error(
-                ErrorCode::RequestFailed,
-                format!(
-                    "task {} is still {}; resume, finish or abort it before starting another",
-                    s.0, s.1
-                ),
-            ));
+            if let Some(s) = &self.state {
+                return Err(to_rpc(
+                    control::still_active(&s.task.id, s.status),
+                    self.editor,
+                ));
+            }
         }
         let root = self.root.clone().map_err(bad)?;
         let Some(agent) = agent.or_else(|| self.config.default_agent(&root)) else {
