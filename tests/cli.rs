@@ -133,6 +133,27 @@ fn a_closed_stdout_ends_every_subcommand_quietly() {
         );
         assert_eq!(out.status.code(), Some(0), "rein {args:?}: {err}");
     }
+    // The server: no panic; it ends with the input, with status 1 as LSP says for an exit
+    // without shutdown.
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let mut server = Command::new(rein_bin())
+        .arg("lsp")
+        .stdin(Stdio::piped())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rein lsp runs");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"processId": null, "rootUri": null, "capabilities": {}}})
+    .to_string();
+    let mut stdin = server.stdin.take().unwrap();
+    write!(stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    drop(stdin);
+    let out = server.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
     // The demo prints from everywhere: it ends as `cat` would, by SIGPIPE.
     let demo = tempfile::tempdir().unwrap();
     let out = with_closed_stdout(&["demo", demo.path().join("d").to_str().unwrap()]);
