@@ -340,3 +340,36 @@ fn a_bad_plan_is_refused_before_the_task_starts_naming_step_and_field() {
         "no Rein task in this repository"
     );
 }
+
+/// Answers typed ahead (and the input ending) before the task stops still act, in order, and
+/// the exit status is the task's.
+#[test]
+fn run_wait_takes_typed_ahead_answers() {
+    let dir = repo(
+        &[("a.txt", "one\n")],
+        json!([{"ask": "Which?"}, {"finish": "f"}]),
+    );
+    let root = dir.path().to_str().unwrap();
+    let plan = dir.path().join(".rein/plan.json");
+    let mut child = Command::new(rein_bin())
+        .args(["run", "--wait", "--plan", plan.to_str().unwrap(), root])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rein runs");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"resume\nabort\n").unwrap();
+    drop(stdin);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = rx.recv_timeout(PATIENCE).expect("rein run ended").unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("aborted:"), "{stdout}");
+    let status: serde_json::Value =
+        serde_json::from_slice(&rein(&["status", root]).stdout).unwrap();
+    assert_eq!(status["status"], "aborted");
+}

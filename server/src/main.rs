@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser};
-use rein::control::{Handle, Notice, Reply, Request};
+use rein::control::{Handle, Notice, Reply, Request, UserAction};
 use rein::state::{Status, TaskState};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -261,6 +261,8 @@ impl Run<'_> {
         out!("task {} started in {}", self.state.task.id, dir.display())?;
         while let Some(event) = rx.recv().await {
             match event {
+                // A reply may have brought a newer state than a notice still queued.
+                Event::Engine(Notice::State(s)) if s.version <= self.state.version => {}
                 Event::Engine(Notice::State(s)) => {
                     self.state = s;
                     if let Some(code) = self.on_state()? {
@@ -269,7 +271,11 @@ impl Run<'_> {
                 }
                 Event::Engine(Notice::Message { text, .. }) => eprintln!("{text}"),
                 Event::Engine(Notice::Wrote { .. }) => {}
-                Event::Line(Some(line)) => self.on_line(line.trim()).await?,
+                Event::Line(Some(line)) => {
+                    if let Some(code) = self.on_line(line.trim()).await? {
+                        return Ok(code);
+                    }
+                }
                 Event::Line(None) => {
                     if self.stopped() {
                         out!("input ended; the task stays {}", self.state.status.as_str())?;
@@ -351,10 +357,10 @@ impl Run<'_> {
         Ok(Some(STOPPED_FOR_HUMAN))
     }
 
-    /// Acts on a line the human typed.
-    async fn on_line(&mut self, line: &str) -> Result<()> {
+    /// Acts on a line the human typed; Some(exit status) once `rein run` should end.
+    async fn on_line(&mut self, line: &str) -> Result<Option<i32>> {
         if line.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
         let req = match (word, self.state.decisions.first()) {
@@ -374,14 +380,33 @@ impl Run<'_> {
             },
             _ => {
                 out!("not understood: {line:?}; type resume, abort or steer TEXT")?;
-                return Ok(());
+                return Ok(None);
             }
         };
         match self.handle.call(req).await {
-            Ok(Reply::Steered { constraint_id, .. }) => out!("steer {constraint_id} queued")?,
-            Ok(_) => {}
+            Ok(reply) => {
+                if let Reply::Steered { constraint_id, .. } = &reply {
+                    out!("steer {constraint_id} queued")?;
+                }
+                let s = reply.state();
+                if s.version > self.state.version {
+                    *self.state = s.clone();
+                    return self.on_state();
+                }
+            }
+            // Name the actions as typed here where there is a word for them.
+            Err(rein::control::ControlError::NotNow(advice)) => out!(
+                "refused: {}",
+                advice.render(|a| match a {
+                    UserAction::Resume | UserAction::Abort | UserAction::Steer => {
+                        format!("`{}`", a.name())
+                    }
+                    UserAction::Decide => "one of its options".to_owned(),
+                    other => format!("rein.{} (from an editor)", other.name()),
+                })
+            )?,
             Err(e) => out!("refused: {e}")?,
         }
-        Ok(())
+        Ok(None)
     }
 }
