@@ -213,6 +213,9 @@ fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Resu
                 }
                 let _ = tx.send(Event::Line(None));
             });
+        } else {
+            // Only the engine feeds the channel then: should it stop, the loop sees the end.
+            drop(tx);
         }
         let mut run = Run {
             handle: &handle,
