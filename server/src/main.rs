@@ -1,41 +1,42 @@
 //! The `rein` binary: the language server, the demo, and a few commands for use without an
-//! editor (run a scripted task, status, log, restore).
+//! editor (run a task, status, log, restore). The command line itself is in `cli`.
 
+mod cli;
 mod demo;
 
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use clap::{CommandFactory, Parser};
+use rein::control::{Handle, Notice, Reply, Request, UserAction};
+use rein::state::{Status, TaskState};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
-const HELP: &str = "rein — keep a person in charge of a coding agent
+use cli::{Cli, Cmd};
 
-USAGE:
-    rein lsp                         run the language server on stdio (editors start this)
-    rein demo [DIR]                  the guided demo: an editor session over the real protocol
-    rein run (--plan FILE | --agent JSON) [--goal TEXT] [DIR]
-                                     run a task without an editor: a scripted plan, or
-                                     any agent spec, e.g. '{\"kind\": \"openai\", ...}'
-    rein status [DIR]                the current task's state
-    rein log [DIR]                   the current task's checkpoints, newest first
-    rein restore CHECKPOINT [DIR]    put the tree back to a checkpoint (the present is
-                                     checkpointed first, so nothing is lost)
-    rein schema                      the JSON Schema of the task state file
-    rein --version
-
-DIR defaults to the current directory. RUST_LOG sets the log level (default: info).";
+/// `rein run`'s status when the task stopped for the human and nobody answered.
+const STOPPED_FOR_HUMAN: i32 = 3;
 
 fn filter() -> EnvFilter {
     EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let code = match run(&args) {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and errors alike; a closed pipe while printing them is not worth a panic.
+            let _ = e.print();
+            std::process::exit(e.exit_code());
+        }
+    };
+    let code = match run(cli) {
         Ok(code) => code,
+        // The reader went away (`rein log | head -3`): nothing left to say, and no one to say it to.
+        Err(e) if closed_pipe(&e) => 0,
         Err(e) => {
             eprintln!("rein: {e:#}");
             2
@@ -44,21 +45,37 @@ fn main() {
     std::process::exit(code);
 }
 
-fn dir_arg(rest: &[String]) -> Result<PathBuf> {
-    match rest {
-        [] => Ok(std::env::current_dir()?),
-        [d] => Ok(PathBuf::from(d)),
-        _ => bail!("too many arguments; see `rein help`"),
+/// True when the error is a write to a closed standard output.
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Writes one line to standard output, reporting a closed pipe as an error (never a panic).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    };
+}
+
+fn dir_or_here(dir: Option<PathBuf>) -> Result<PathBuf> {
+    match dir {
+        Some(d) => Ok(d),
+        None => Ok(std::env::current_dir()?),
     }
 }
 
-fn run(args: &[String]) -> Result<i32> {
-    let Some((cmd, rest)) = args.split_first() else {
-        println!("{HELP}");
+fn run(cli: Cli) -> Result<i32> {
+    let Some(cmd) = cli.command else {
+        let mut help = Cli::command().render_help().to_string();
+        help.push('\n');
+        std::io::stdout().lock().write_all(help.as_bytes())?;
         return Ok(0);
     };
-    match cmd.as_str() {
-        "lsp" => {
+    match cmd {
+        Cmd::Lsp => {
             let (layer, logs) = rein::lsp::log::channel();
             tracing_subscriber::registry()
                 .with(filter())
@@ -76,63 +93,79 @@ fn run(args: &[String]) -> Result<i32> {
                 Some(logs),
             ))
         }
-        "demo" => {
+        Cmd::Demo { dir } => {
             init_stderr_log();
-            demo::run(rest.first().map(PathBuf::from))
+            // The transcript is printed from many places; a closed pipe ends the demo the
+            // conventional way (SIGPIPE, quietly), and its `rein lsp` child ends on EOF.
+            // SAFETY: setting a signal to its default disposition runs no handler code.
+            unsafe {
+                let _ = nix::sys::signal::signal(
+                    nix::sys::signal::Signal::SIGPIPE,
+                    nix::sys::signal::SigHandler::SigDfl,
+                );
+            }
+            demo::run(dir)
         }
-        "run" => {
+        Cmd::Run {
+            plan,
+            agent,
+            goal,
+            wait,
+            dir,
+        } => {
             init_stderr_log();
-            run_task(rest)
+            let spec = match (plan, agent) {
+                (Some(plan), _) => {
+                    let plan = std::fs::canonicalize(&plan)
+                        .with_context(|| format!("cannot find the plan {}", plan.display()))?;
+                    serde_json::json!({"kind": "script", "plan": plan})
+                }
+                (None, Some(agent)) => agent,
+                // clap requires one of the two.
+                (None, None) => anyhow::bail!("rein run needs --plan FILE or --agent JSON"),
+            };
+            run_task(spec, &goal, wait, &dir_or_here(dir)?)
         }
-        "status" => {
-            let dir = dir_arg(rest)?;
-            match rein::control::load(&dir)? {
-                Some(s) => println!("{}", serde_json::to_string_pretty(&s)?),
-                None => println!("no Rein task in this repository"),
+        Cmd::Status { dir } => {
+            match rein::control::load(&dir_or_here(dir)?)? {
+                Some(s) => out!("{}", serde_json::to_string_pretty(&s)?)?,
+                None => out!("no Rein task in this repository")?,
             }
             Ok(0)
         }
-        "log" => {
-            let dir = dir_arg(rest)?;
-            for c in rein::control::log(&dir)? {
-                println!(
+        Cmd::Log { dir } => {
+            for c in rein::control::log(&dir_or_here(dir)?)? {
+                out!(
                     "{}  step {:>3}  {:<5}  {}",
                     &c.id[..12.min(c.id.len())],
                     c.step,
                     c.author.as_str(),
                     c.action
-                );
+                )?;
             }
             Ok(0)
         }
-        "restore" => {
-            let Some((spec, rest)) = rest.split_first() else {
-                bail!("rein restore needs a checkpoint (an id, an abbreviation or step:N); see `rein log`");
-            };
-            let dir = dir_arg(rest)?;
-            let (before, target) = rein::control::restore(&dir, spec)?;
-            println!("the tree as it was is checkpoint {before}");
-            println!("restored checkpoint {target}");
+        Cmd::Restore { checkpoint, dir } => {
+            let (before, target) = rein::control::restore(&dir_or_here(dir)?, &checkpoint)?;
+            out!("the tree as it was is checkpoint {before}")?;
+            out!("restored checkpoint {target}")?;
             Ok(0)
         }
-        "schema" => {
-            let mut out = std::io::stdout().lock();
-            writeln!(
-                out,
-                "{}",
-                serde_json::to_string_pretty(&rein::state::schema())?
-            )?;
+        Cmd::Schema => {
+            out!("{}", serde_json::to_string_pretty(&rein::state::schema())?)?;
             Ok(0)
         }
-        "--version" | "-V" | "version" => {
-            println!("rein {}", env!("CARGO_PKG_VERSION"));
+        Cmd::Completions { shell } => {
+            // Generated into memory first: clap_complete panics on a failed write.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "rein", &mut script);
+            std::io::stdout().lock().write_all(&script)?;
             Ok(0)
         }
-        "help" | "--help" | "-h" => {
-            println!("{HELP}");
+        Cmd::Version => {
+            out!("rein {}", env!("CARGO_PKG_VERSION"))?;
             Ok(0)
         }
-        other => bail!("unknown command {other:?}; see `rein help`"),
     }
 }
 
@@ -145,96 +178,238 @@ fn init_stderr_log() {
         .try_init();
 }
 
-/// `rein run`: a scripted task in the terminal, one line per step, until it stops.
-fn run_task(args: &[String]) -> Result<i32> {
-    let mut plan = None;
-    let mut agent = None;
-    let mut goal = "run the scripted plan".to_owned();
-    let mut rest = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--plan" => plan = Some(it.next().context("--plan needs a file")?.clone()),
-            "--agent" => {
-                let text = it.next().context("--agent needs a JSON agent spec")?;
-                agent = Some(
-                    serde_json::from_str::<serde_json::Value>(text)
-                        .context("--agent is not JSON")?,
-                );
-            }
-            "--goal" => goal = it.next().context("--goal needs a text")?.clone(),
-            _ => rest.push(a.clone()),
-        }
-    }
-    let spec = match (plan, agent) {
-        (Some(plan), None) => {
-            let plan = std::fs::canonicalize(&plan).with_context(|| format!("cannot find the plan {plan}"))?;
-            serde_json::json!({"kind": "script", "plan": plan})
-        }
-        (None, Some(agent)) => agent,
-        _ => bail!("rein run needs exactly one of --plan FILE (a JSON {{\"steps\": [...]}}) or --agent JSON"),
-    };
-    let dir = dir_arg(&rest)?;
+/// What `rein run` waits on.
+enum Event {
+    Engine(Notice),
+    /// A line the human typed (None: standard input ended).
+    Line(Option<String>),
+}
+
+/// `rein run`: a task in the terminal, one line per step, until it ends or stops for the
+/// human (then, with `wait`, the human answers on standard input).
+fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Result<i32> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let engine_tx = tx.clone();
         let notify: rein::control::Notify = std::sync::Arc::new(move |n| {
-            let _ = tx.send(n);
+            let _ = engine_tx.send(Event::Engine(n));
         });
         let (handle, state) = rein::control::start(
-            &dir,
-            &goal,
+            dir,
+            goal,
             spec,
             rein::control::EngineConfig::default(),
             notify,
         )?;
-        println!(
-            "task {} started in {}",
-            state.task.id,
-            Path::new(&dir).display()
-        );
-        let mut seen = state.steps.len();
-        while let Some(n) = rx.recv().await {
-            match n {
-                rein::control::Notice::State(s) => {
-                    for st in s.steps.iter().skip(seen) {
-                        println!(
-                            "step {:>3} ({}) {} — {:?}",
-                            st.n,
-                            st.author.as_str(),
-                            st.action,
-                            st.status
-                        );
-                    }
-                    seen = s.steps.len();
-                    if s.status.is_terminal() {
-                        println!(
-                            "{}: {}",
-                            s.status.as_str(),
-                            s.stop_reason.unwrap_or_default()
-                        );
-                        return Ok(if s.status == rein::state::Status::Done {
-                            0
-                        } else {
-                            1
-                        });
-                    }
-                    if s.status == rein::state::Status::AwaitingDecision {
-                        println!(
-                            "waiting for a decision: {}",
-                            s.stop_reason.unwrap_or_default()
-                        );
-                        println!(
-                            "(rein run cannot answer it; use an editor, or rein status to inspect)"
-                        );
-                        return Ok(3);
+        if wait {
+            // Blocking reads belong on their own thread; it ends with the process.
+            std::thread::spawn(move || {
+                for line in std::io::stdin().lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(Event::Line(Some(line))).is_err() {
+                        return;
                     }
                 }
-                rein::control::Notice::Message { text, .. } => eprintln!("{text}"),
-                rein::control::Notice::Wrote { .. } => {}
+                let _ = tx.send(Event::Line(None));
+            });
+        } else {
+            // Only the engine feeds the channel then: should it stop, the loop sees the end.
+            drop(tx);
+        }
+        let mut run = Run {
+            handle: &handle,
+            seen: state.steps.len(),
+            state: Box::new(state),
+            asked: None,
+            wait,
+        };
+        let result = run.follow(&mut rx, dir).await;
+        if result
+            .as_ref()
+            .map_or(true, |code| *code != 0 && *code != 1)
+        {
+            // Leave the task paused, not half-done (also when the output was closed).
+            let _ = handle.call(Request::Shutdown).await;
+        }
+        match result {
+            Err(e) if closed_pipe(&e) => {
+                eprintln!(
+                    "rein run: the output was closed; the task is left paused (see rein status)"
+                );
+                Ok(STOPPED_FOR_HUMAN)
+            }
+            other => other,
+        }
+    })
+}
+
+/// The progress of one `rein run`.
+struct Run<'a> {
+    handle: &'a Handle,
+    state: Box<TaskState>,
+    /// Steps already printed.
+    seen: usize,
+    /// The stop last put to the human, so it is asked once.
+    asked: Option<String>,
+    wait: bool,
+}
+
+impl Run<'_> {
+    async fn follow(
+        &mut self,
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<Event>,
+        dir: &Path,
+    ) -> Result<i32> {
+        out!("task {} started in {}", self.state.task.id, dir.display())?;
+        while let Some(event) = rx.recv().await {
+            match event {
+                // A reply may have brought a newer state than a notice still queued.
+                Event::Engine(Notice::State(s)) if s.version <= self.state.version => {}
+                Event::Engine(Notice::State(s)) => {
+                    self.state = s;
+                    if let Some(code) = self.on_state()? {
+                        return Ok(code);
+                    }
+                }
+                Event::Engine(Notice::Message { text, .. }) => eprintln!("{text}"),
+                Event::Engine(Notice::Wrote { .. }) => {}
+                Event::Line(Some(line)) => {
+                    if let Some(code) = self.on_line(line.trim()).await? {
+                        return Ok(code);
+                    }
+                }
+                Event::Line(None) => {
+                    if self.stopped() {
+                        out!("input ended; the task stays {}", self.state.status.as_str())?;
+                        return Ok(STOPPED_FOR_HUMAN);
+                    }
+                    // Still running: follow it to its end or its next stop.
+                    self.wait = false;
+                }
             }
         }
-        drop(handle);
         Ok(1)
-    })
+    }
+
+    fn stopped(&self) -> bool {
+        matches!(
+            self.state.status,
+            Status::Paused | Status::AwaitingDecision | Status::Human
+        )
+    }
+
+    /// Prints new steps; Some(exit status) once `rein run` should end.
+    fn on_state(&mut self) -> Result<Option<i32>> {
+        let s = &self.state;
+        for st in s.steps.iter().skip(self.seen) {
+            out!(
+                "step {:>3} ({}) {} — {:?}",
+                st.n,
+                st.author.as_str(),
+                st.action,
+                st.status
+            )?;
+        }
+        self.seen = s.steps.len();
+        let reason = s.stop_reason.clone().unwrap_or_default();
+        if s.status.is_terminal() {
+            out!("{}: {reason}", s.status.as_str())?;
+            return Ok(Some(if s.status == Status::Done { 0 } else { 1 }));
+        }
+        if !self.stopped() {
+            self.asked = None;
+            return Ok(None);
+        }
+        let key = format!(
+            "{}|{reason}|{}",
+            s.status.as_str(),
+            s.decisions.first().map(|d| d.id.as_str()).unwrap_or("")
+        );
+        if self.asked.as_deref() == Some(key.as_str()) {
+            return Ok(None);
+        }
+        self.asked = Some(key);
+        match (s.status, s.decisions.first()) {
+            (Status::AwaitingDecision, Some(d)) => {
+                out!("waiting for a decision ({}): {}", d.id, d.question)?;
+                if let Some(detail) = &d.detail {
+                    out!("  {detail}")?;
+                }
+                if self.wait {
+                    out!(
+                        "answer with one of: {}{}; or abort",
+                        d.options.join(", "),
+                        if d.kind == rein::state::DecisionKind::Question {
+                            " (or any text)"
+                        } else {
+                            ""
+                        }
+                    )?;
+                }
+            }
+            (status, _) => out!("{}: {reason}", status.as_str())?,
+        }
+        if self.wait {
+            if s.status != Status::AwaitingDecision {
+                out!("type resume, abort or steer TEXT")?;
+            }
+            return Ok(None);
+        }
+        out!("rein run stops here: the task needs you. Answer it in an editor, or run with --wait to answer here; rein status shows the state")?;
+        Ok(Some(STOPPED_FOR_HUMAN))
+    }
+
+    /// Acts on a line the human typed; Some(exit status) once `rein run` should end.
+    async fn on_line(&mut self, line: &str) -> Result<Option<i32>> {
+        if line.is_empty() {
+            return Ok(None);
+        }
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        let req = match (word, self.state.decisions.first()) {
+            ("resume", _) => Request::Resume,
+            ("abort", _) => Request::Abort {
+                keep_changes: false,
+            },
+            ("steer", _) if !rest.trim().is_empty() => Request::Steer {
+                text: rest.trim().to_owned(),
+                location: None,
+                source: rein::state::ConstraintSource::Command,
+                urgent: false,
+            },
+            (_, Some(d)) if self.state.status == Status::AwaitingDecision => Request::Decide {
+                decision_id: d.id.clone(),
+                choice: line.to_owned(),
+            },
+            _ => {
+                out!("not understood: {line:?}; type resume, abort or steer TEXT")?;
+                return Ok(None);
+            }
+        };
+        match self.handle.call(req).await {
+            Ok(reply) => {
+                if let Reply::Steered { constraint_id, .. } = &reply {
+                    out!("steer {constraint_id} queued")?;
+                }
+                let s = reply.state();
+                if s.version > self.state.version {
+                    *self.state = s.clone();
+                    return self.on_state();
+                }
+            }
+            // Name the actions as typed here where there is a word for them.
+            Err(rein::control::ControlError::NotNow(advice)) => out!(
+                "refused: {}",
+                advice.render(|a| match a {
+                    UserAction::Resume | UserAction::Abort | UserAction::Steer => {
+                        format!("`{}`", a.name())
+                    }
+                    UserAction::Decide => "one of its options".to_owned(),
+                    other => format!("rein.{} (from an editor)", other.name()),
+                })
+            )?,
+            Err(e) => out!("refused: {e}")?,
+        }
+        Ok(None)
+    }
 }

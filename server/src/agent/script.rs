@@ -81,9 +81,41 @@ fn parse_step(v: &serde_json::Value) -> Result<Scripted, String> {
     };
     let actions: Vec<&String> = obj.keys().filter(|k| k.as_str() != "think_ms").collect();
     let [action] = actions.as_slice() else {
-        return Err(format!("a step needs exactly one action of: {ACTIONS}"));
+        let unknown: Vec<String> = actions
+            .iter()
+            .filter(|k| !ACTIONS.split(", ").any(|a| a == k.as_str()))
+            .map(|k| format!("\"{k}\""))
+            .collect();
+        return Err(if unknown.is_empty() {
+            format!("a step needs exactly one action of: {ACTIONS} (and an optional think_ms)")
+        } else {
+            format!(
+                "unknown key {}; a step needs exactly one action of: {ACTIONS} (and an optional think_ms)",
+                unknown.join(", ")
+            )
+        });
     };
     let arg = &obj[action.as_str()];
+    // A misspelt field is an error, not a silently ignored one.
+    if let Some(fields) = arg.as_object() {
+        let known: &[&str] = match action.as_str() {
+            "write" => &["path", "content"],
+            "edit" => &["path", "old", "new"],
+            "run" => &["cmd", "timeout_s", "irreversible"],
+            "search" => &["pattern", "path"],
+            _ => &[],
+        };
+        if let Some(k) = fields.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(if known.is_empty() {
+                format!("\"{action}\" takes no object (unknown field \"{k}\")")
+            } else {
+                format!(
+                    "\"{action}\" has no field \"{k}\"; its fields are: {}",
+                    known.join(", ")
+                )
+            });
+        }
+    }
     let text = |field: &str, of: &serde_json::Value| -> Result<String, String> {
         of.get(field)
             .and_then(|x| x.as_str())
@@ -145,11 +177,10 @@ fn parse_step(v: &serde_json::Value) -> Result<Scripted, String> {
             },
             _ => Move::Search {
                 pattern: text("pattern", arg)?,
-                path: arg
-                    .get("path")
-                    .and_then(|p| p.as_str())
-                    .unwrap_or("")
-                    .to_owned(),
+                path: match arg.get("path") {
+                    None => String::new(),
+                    Some(_) => text("path", arg)?,
+                },
             },
         },
         "plan" => Move::Plan(
@@ -224,17 +255,19 @@ mod tests {
             {"edit": {"path": "a", "old": "x", "new": "y"}},
             {"run": {"cmd": "true", "timeout_s": 5}},
             {"run": "ls"},
+            {"list": ""},
+            {"search": {"pattern": "fn ", "path": "src"}},
             {"ask": "ok?"},
             {"finish": "done"}
         ]))
         .unwrap();
         let ctx = Context::default();
-        assert_eq!(a.remaining(), Some(8));
+        assert_eq!(a.remaining(), Some(10));
         let mut moves = vec![];
         while let Ok(m) = a.next_move(&ctx).await {
             moves.push(m);
         }
-        assert_eq!(moves.len(), 8);
+        assert_eq!(moves.len(), 10);
         assert_eq!(moves[0], Move::Plan(vec!["a".into(), "b".into()]));
         assert_eq!(
             moves[4],
@@ -244,7 +277,7 @@ mod tests {
                 irreversible: false
             }
         );
-        assert_eq!(moves[7], Move::Finish("done".into()));
+        assert_eq!(moves[9], Move::Finish("done".into()));
         assert!(matches!(
             a.next_move(&ctx).await,
             Err(AgentError::Exhausted)
@@ -290,6 +323,26 @@ mod tests {
             ),
             (json!([{"plan": "x"}]), "\"plan\" takes a list"),
             (json!([7]), "a step must be an object"),
+            (
+                json!([{"read": "a", "thinkms": 5}]),
+                "step 1: unknown key \"thinkms\"",
+            ),
+            (
+                json!([{"read": "a"}, {"edit": {"path": "a", "old": "x", "neww": "y"}}]),
+                "step 2: \"edit\" has no field \"neww\"; its fields are: path, old, new",
+            ),
+            (
+                json!([{"run": {"cmd": "x", "timeout": 5}}]),
+                "\"run\" has no field \"timeout\"",
+            ),
+            (
+                json!([{"search": {"pattern": "x", "path": 3}}]),
+                "\"search\" needs a string \"path\"",
+            ),
+            (
+                json!([{"write": {"path": "a"}}]),
+                "step 1: \"write\" needs a string \"content\"",
+            ),
         ];
         for (steps, want) in cases {
             let err = agent(steps).unwrap_err().to_string();

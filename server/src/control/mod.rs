@@ -5,6 +5,7 @@
 //! next step boundary, or at once where the in-flight work is abortable (a think, a command).
 //! Nothing else changes the task state: callers get snapshots through `Notice`s and replies.
 
+mod advice;
 mod handover;
 mod moves;
 mod transitions;
@@ -18,6 +19,7 @@ use ropey::Rope;
 use tokio::sync::{mpsc, oneshot};
 
 pub use crate::exec::SandboxMode;
+pub use advice::{Advice, UserAction};
 pub use handover::{FileStat, Handover};
 
 use crate::agent::{self, Agent, AgentError, Context, Move, Outcome};
@@ -179,7 +181,7 @@ impl Reply {
 pub enum ControlError {
     /// The request is not legal in the current state; the message says what to do instead.
     #[error("{0}")]
-    NotNow(String),
+    NotNow(Advice),
     /// The request's arguments are wrong; the message says how.
     #[error("{0}")]
     BadArgument(String),
@@ -364,6 +366,20 @@ fn new_task_id() -> String {
     format!("{stamp}-{:04x}", (nanos ^ std::process::id()) & 0xffff)
 }
 
+/// The refusal to start a task while task `id` is still `status`.
+pub fn still_active(id: &str, status: Status) -> ControlError {
+    ControlError::NotNow(
+        Advice::text(format!(
+            "task {id} is still {} in this repository; resume it with ",
+            status.as_str()
+        ))
+        .action(UserAction::Resume)
+        .then(" and let it finish, or abort it with ")
+        .action(UserAction::Abort)
+        .then(", before starting another"),
+    )
+}
+
 /// Starts a new task on the repository containing `workdir`. Must be called inside a tokio
 /// runtime: the engine runs as a task on it.
 pub fn start(
@@ -384,10 +400,7 @@ pub fn start(
         if let Ok(old) = StateStore::open(&git_dir, &id) {
             let status = old.state().status;
             if !status.is_terminal() {
-                return Err(ControlError::NotNow(format!(
-                    "task {id} is still {} in this repository; resume, finish or abort it before starting another",
-                    status.as_str()
-                )));
+                return Err(still_active(&id, status));
             }
         }
     }

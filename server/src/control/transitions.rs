@@ -1,7 +1,9 @@
 //! The human's side of control: dispatching requests, and the transitions they cause —
 //! pause, resume, steer, abort, take over, hand back, decide, release, rewind.
 
-use super::{ControlError, Engine, Envelope, Flow, Level, Phase, Reply, Request};
+use super::{
+    Advice, ControlError, Engine, Envelope, Flow, Level, Phase, Reply, Request, UserAction,
+};
 use crate::checkpoint::{CheckpointError, Checkpoints, Overlay, SnapshotMeta};
 use crate::exec::Sandbox;
 use crate::reconcile::{verdict, FileReport};
@@ -12,7 +14,7 @@ use crate::state::{
 
 type Answer = Result<Reply, ControlError>;
 
-fn not_now(msg: impl Into<String>) -> ControlError {
+fn not_now(msg: impl Into<Advice>) -> ControlError {
     ControlError::NotNow(msg.into())
 }
 
@@ -118,10 +120,13 @@ impl Engine {
     fn ended(&self) -> Option<ControlError> {
         let s = self.state().status;
         s.is_terminal().then(|| {
-            not_now(format!(
-                "the task has ended ({}); start a new one with rein.start",
-                s.as_str()
-            ))
+            not_now(
+                Advice::text(format!(
+                    "the task has ended ({}); start a new one with ",
+                    s.as_str()
+                ))
+                .action(UserAction::Start),
+            )
         })
     }
 
@@ -129,17 +134,36 @@ impl Engine {
         if let Some(e) = self.ended() {
             return (Err(e), Flow::Continue);
         }
-        let refuse = |m: String| (Err(not_now(m)), Flow::Continue);
+        let refuse = |m: Advice| (Err(not_now(m)), Flow::Continue);
         match self.state().status {
             Status::Running => {}
-            Status::Paused => return refuse("the task is already paused; resume it with rein.resume".into()),
-            Status::AwaitingDecision => {
-                let q = self.state().decisions.first().map(|d| d.question.clone()).unwrap_or_default();
-                return refuse(format!(
-                    "the agent is already stopped, waiting for your decision: {q} Answer it with rein.decide, or take over"
-                ));
+            Status::Paused => {
+                return refuse(
+                    Advice::text("the task is already paused; resume it with ")
+                        .action(UserAction::Resume),
+                )
             }
-            Status::Human => return refuse("you hold control, so there is nothing to pause; hand back with rein.handback when you are done".into()),
+            Status::AwaitingDecision => {
+                let q = self
+                    .state()
+                    .decisions
+                    .first()
+                    .map(|d| d.question.clone())
+                    .unwrap_or_default();
+                return refuse(
+                    Advice::text(format!("the agent is already stopped, waiting for your decision: {q} Answer it with "))
+                        .action(UserAction::Decide)
+                        .then(", or take over with ")
+                        .action(UserAction::Takeover),
+                );
+            }
+            Status::Human => {
+                return refuse(
+                    Advice::text("you hold control, so there is nothing to pause; hand back with ")
+                        .action(UserAction::Handback)
+                        .then(" when you are done"),
+                )
+            }
             _ => unreachable!("terminal statuses were refused above"),
         }
         let mut reason = "paused by the user".to_owned();
@@ -173,11 +197,15 @@ impl Engine {
             Status::Running => return Err(not_now("the task is already running")),
             Status::AwaitingDecision => {
                 return Err(not_now(
-                    "the agent is waiting for your decision; answer it with rein.decide",
+                    Advice::text("the agent is waiting for your decision; answer it with ")
+                        .action(UserAction::Decide),
                 ))
             }
             Status::Human => {
-                return Err(not_now("you hold control; give it back with rein.handback"))
+                return Err(not_now(
+                    Advice::text("you hold control; give it back with ")
+                        .action(UserAction::Handback),
+                ))
             }
             _ => unreachable!("terminal statuses were refused above"),
         }
@@ -416,7 +444,9 @@ impl Engine {
         }
         if self.state().control.holder == Holder::Human {
             return Err(not_now(
-                "you already hold control; hand back with rein.handback when you are done",
+                Advice::text("you already hold control; hand back with ")
+                    .action(UserAction::Handback)
+                    .then(" when you are done"),
             ));
         }
         let why = match reason.as_deref().map(str::trim) {
@@ -470,7 +500,8 @@ impl Engine {
         }
         if self.state().status != Status::Human {
             return Err(not_now(
-                "the agent holds control, so there is nothing to hand back; take over first with rein.takeover",
+                Advice::text("the agent holds control, so there is nothing to hand back; take over first with ")
+                    .action(UserAction::Takeover),
             ));
         }
         if let Err(e) = self.store.sync_from_disk() {

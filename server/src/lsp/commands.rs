@@ -5,6 +5,7 @@ use lsp_server::{ErrorCode, RequestId};
 use lsp_types::MessageType;
 use serde_json::{json, Map, Value};
 
+use super::editor::Editor;
 use super::server::{rpc_error, ReplyTo, Server};
 use crate::agent::AgentError;
 use crate::control::{self, ControlError, Reply, Request};
@@ -57,7 +58,8 @@ fn bool_arg(args: &Args, command: &str, field: &str) -> Result<bool, lsp_server:
 }
 
 /// Maps an engine refusal or failure to the JSON-RPC error the client sees.
-pub(super) fn to_rpc(e: ControlError) -> lsp_server::ResponseError {
+/// The error as the client sees it, its actions named for `editor`.
+pub(super) fn to_rpc(e: ControlError, editor: Editor) -> lsp_server::ResponseError {
     let code = match &e {
         ControlError::NotNow(_) | ControlError::Gone => ErrorCode::RequestFailed,
         ControlError::BadArgument(_)
@@ -66,7 +68,11 @@ pub(super) fn to_rpc(e: ControlError) -> lsp_server::ResponseError {
         }
         _ => ErrorCode::InternalError,
     };
-    rpc_error(code, e.to_string())
+    let message = match &e {
+        ControlError::NotNow(advice) => editor.render(advice),
+        _ => e.to_string(),
+    };
+    rpc_error(code, message)
 }
 
 impl Server {
@@ -120,7 +126,7 @@ impl Server {
             "rein.state" => {
                 if self.engine.is_none() {
                     let root = self.root.clone().map_err(bad)?;
-                    let state = control::load(&root).map_err(to_rpc)?;
+                    let state = control::load(&root).map_err(|e| to_rpc(e, self.editor))?;
                     self.respond(id, Ok(json!({ "state": state })));
                     return Ok(None);
                 }
@@ -232,30 +238,30 @@ impl Server {
     fn start(&mut self, id: RequestId, args: &Args) -> Result<(), lsp_server::ResponseError> {
         let goal = text_arg(args, "rein.start", "goal", true)?.unwrap_or_default();
         let agent = match args.get("agent").filter(|a| !a.is_null()) {
-            Some(a @ Value::Object(_)) => a.clone(),
+            Some(a @ Value::Object(_)) => Some(a.clone()),
             Some(_) => return Err(bad("rein.start: \"agent\" must be an object like {\"kind\": \"script\", \"plan\": \"plan.json\"}")),
-            None => self.config.agent.clone(),
+            None => None,
         };
         if self.task_active() {
-            let s = self
-                .state
-                .as_ref()
-                .map(|s| (s.task.id.clone(), s.status.as_str()))
-                .unwrap_or_default();
-            return Err(rpc_error(
-                ErrorCode::RequestFailed,
-                format!(
-                    "task {} is still {}; resume, finish or abort it before starting another",
-                    s.0, s.1
-                ),
-            ));
+            if let Some(s) = &self.state {
+                return Err(to_rpc(
+                    control::still_active(&s.task.id, s.status),
+                    self.editor,
+                ));
+            }
         }
         let root = self.root.clone().map_err(bad)?;
+        let Some(agent) = agent.or_else(|| self.config.default_agent(&root)) else {
+            return Err(rpc_error(
+                ErrorCode::RequestFailed,
+                super::config::no_agent_message(self.editor),
+            ));
+        };
         let started = {
             let _rt = self.rt.enter();
             control::start(&root, &goal, agent, self.config.engine(), self.notify_fn())
         };
-        let (handle, state) = started.map_err(to_rpc)?;
+        let (handle, state) = started.map_err(|e| to_rpc(e, self.editor))?;
         if let Some(old) = self.engine.replace(handle) {
             old.tell(Request::Shutdown);
         }
@@ -294,24 +300,26 @@ impl Server {
         command: &str,
         result: Result<Reply, ControlError>,
     ) {
-        let value: RpcResult = result.map_err(to_rpc).map(|reply| match reply {
-            Reply::State(s) => json!({ "state": s }),
-            Reply::Steered {
-                constraint_id,
-                state,
-            } => json!({ "constraintId": constraint_id, "state": state }),
-            Reply::Handover { handover, state } => {
-                json!({ "handover": handover, "markdown": handover.markdown, "state": state })
-            }
-            Reply::Handback { report, state } => {
-                json!({ "reconcile": report, "markdown": report.markdown(), "state": state })
-            }
-            Reply::Hunks {
-                step,
-                changes,
-                state,
-            } => json!({ "step": step, "changes": changes, "state": state }),
-        });
+        let value: RpcResult = result.map_err(|e| to_rpc(e, self.editor)).map(
+            |reply| match reply {
+                Reply::State(s) => json!({ "state": s }),
+                Reply::Steered {
+                    constraint_id,
+                    state,
+                } => json!({ "constraintId": constraint_id, "state": state }),
+                Reply::Handover { handover, state } => {
+                    json!({ "handover": handover, "markdown": handover.markdown, "state": state })
+                }
+                Reply::Handback { report, state } => {
+                    json!({ "reconcile": report, "markdown": report.markdown(), "state": state })
+                }
+                Reply::Hunks {
+                    step,
+                    changes,
+                    state,
+                } => json!({ "step": step, "changes": changes, "state": state }),
+            },
+        );
         match to {
             ReplyTo::Client(id) => self.respond(id, value),
             ReplyTo::SteerComment { path, text, client } => {

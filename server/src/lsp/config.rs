@@ -7,13 +7,18 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::editor::Editor;
 use crate::control::{EngineConfig, SandboxMode};
+
+/// The plan file the scripted agent plays when no agent is configured and the repository has
+/// one (the convention the demo and the tests use).
+pub const CONVENTIONAL_PLAN: &str = ".rein/plan.json";
 
 /// The settings the server acts on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// The agent used when `rein.start` names none.
-    pub agent: Value,
+    /// The agent used when `rein.start` names none (None: not configured).
+    pub agent: Option<Value>,
     /// Send new steer comments when their file is saved.
     pub steer_on_save: bool,
     /// Extra commands that run without asking.
@@ -31,7 +36,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            agent: json!({"kind": "script", "plan": ".rein/plan.json"}),
+            agent: None,
             steer_on_save: true,
             allow: Vec::new(),
             irreversible: Vec::new(),
@@ -96,7 +101,7 @@ impl Sources {
         let mut problems = Vec::new();
         if let Some(agent) = merged.get("agent").filter(|a| !a.is_null()) {
             if agent.get("kind").and_then(Value::as_str).is_some() {
-                cfg.agent = agent.clone();
+                cfg.agent = Some(agent.clone());
             } else {
                 problems.push("rein setting \"agent\" needs a \"kind\" (e.g. {\"kind\": \"script\", \"plan\": \"plan.json\"}); using the default".into());
             }
@@ -142,6 +147,16 @@ impl Sources {
 }
 
 impl Config {
+    /// The agent for a task that names none: the configured one, else the scripted agent on
+    /// the repository's `.rein/plan.json` if it has one; None when there is neither.
+    pub fn default_agent(&self, root: &Path) -> Option<Value> {
+        self.agent.clone().or_else(|| {
+            root.join(CONVENTIONAL_PLAN)
+                .is_file()
+                .then(|| json!({"kind": "script", "plan": CONVENTIONAL_PLAN}))
+        })
+    }
+
     /// The engine settings these imply.
     pub fn engine(&self) -> EngineConfig {
         let mut e = EngineConfig::default();
@@ -154,6 +169,23 @@ impl Config {
         e.kill_grace = self.kill_grace;
         e
     }
+}
+
+/// What a user is told when a task starts with no agent configured: where to set one in
+/// their editor, a `rein.toml` to copy, and where the kinds are described.
+pub fn no_agent_message(editor: Editor) -> String {
+    let setting = match editor {
+        Editor::VsCode => "the setting \"rein.agent\" (Settings, search \"rein.agent\")",
+        Editor::Neovim => "require(\"rein\").setup({ agent = { kind = \"acp\", command = { \"npx\", \"-y\", \"@agentclientprotocol/claude-agent-acp\" } } })",
+        Editor::Other => "the setting rein.agent (initializationOptions {\"agent\": …} or the workspace/configuration section \"rein\")",
+    };
+    format!(
+        "no agent is configured. Choose one in {setting}, or write a rein.toml at the top of the repository, for example:\n\n\
+         [agent]\n\
+         kind = \"acp\"\n\
+         command = [\"npx\", \"-y\", \"@agentclientprotocol/claude-agent-acp\"]\n\n\
+         The kinds (acp for Claude, Codex, Gemini or Goose; openai for Ollama and other OpenAI-compatible servers; script for a JSON plan) and their keys are in docs/agents.md."
+    )
 }
 
 #[cfg(test)]
@@ -173,7 +205,7 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         assert!(!cfg.steer_on_save);
         assert_eq!(cfg.kill_grace, Duration::from_millis(30));
-        assert_eq!(cfg.agent, json!({"kind": "script", "plan": "w.json"}));
+        assert_eq!(cfg.agent, Some(json!({"kind": "script", "plan": "w.json"})));
     }
 
     #[test]

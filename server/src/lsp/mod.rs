@@ -3,12 +3,14 @@
 //!
 //! `server` is the event loop, `transport` the stdio framing, `commands` and `actions` the
 //! executeCommand and codeAction surfaces, `documents` the open buffers, `steer` the inline
-//! `rein:` comments, `config` the settings and `log` the client-side log.
+//! `rein:` comments, `config` the settings, `editor` how the client names actions and `log` the client-side
+//! log.
 
 mod actions;
 mod commands;
 pub mod config;
 pub mod documents;
+pub mod editor;
 pub mod log;
 mod server;
 pub mod steer;

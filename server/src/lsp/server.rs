@@ -18,10 +18,13 @@ use serde_json::{json, Value};
 
 use super::config::{self, Config, Sources};
 use super::documents::{Documents, Encoding};
+use super::editor::Editor;
 use super::log::LogLine;
 use super::steer::SteerComment;
 use super::transport::{self, Incoming};
-use crate::control::{self, ControlError, Handle, Level, Notice, Reply, Request};
+use crate::control::{
+    self, Advice, ControlError, Handle, Level, Notice, Reply, Request, UserAction,
+};
 use crate::state::{ConstraintStatus, Status, TaskState};
 
 /// Who waits for an engine reply.
@@ -90,6 +93,8 @@ pub(super) struct Server {
     pub(super) root: Result<PathBuf, String>,
     pub(super) encoding: Encoding,
     pub(super) caps: ClientCaps,
+    /// Which editor, so messages name actions the way its user invokes them.
+    pub(super) editor: Editor,
     sources: Sources,
     pub(super) config: Config,
     pub(super) docs: Documents,
@@ -145,6 +150,7 @@ pub fn run(
         root: Err("the client has not sent initialize yet".into()),
         encoding: Encoding::Utf16,
         caps: ClientCaps::default(),
+        editor: Editor::default(),
         sources: Sources::default(),
         config: Config::default(),
         docs: Documents::new(),
@@ -263,7 +269,9 @@ impl Server {
     /// Sends `req` to the engine; its reply comes back to the loop as an event.
     pub(super) fn forward(&mut self, to: ReplyTo, command: &str, req: Request) {
         let Some(engine) = &self.engine else {
-            let err = ControlError::NotNow("no task is active; start one with rein.start".into());
+            let err = ControlError::NotNow(
+                Advice::text("no task is active; start one with ").action(UserAction::Start),
+            );
             self.on_reply(to, command, Err(err));
             return;
         };
@@ -355,6 +363,8 @@ impl Server {
                 )
             }
         };
+        self.editor =
+            Editor::from_client_name(params.client_info.as_ref().map(|c| c.name.as_str()));
         let caps = &params.capabilities;
         self.encoding = Encoding::negotiate(
             caps.general
@@ -805,7 +815,13 @@ impl Server {
                     severity: Some(DiagnosticSeverity::INFORMATION),
                     code: Some(NumberOrString::String("held".into())),
                     source: Some("rein".into()),
-                    message: "You hold this file: the agent's writes to it wait for you. Hand it back with the code action, rein.release or rein.handback.".into(),
+                    message: self.editor.render(
+                        &Advice::text("You hold this file: the agent's writes to it wait for you. Hand it back with the code action, ")
+                            .action(UserAction::Release)
+                            .then(" or ")
+                            .action(UserAction::Handback)
+                            .then("."),
+                    ),
                     ..Default::default()
                 });
             }

@@ -1,0 +1,134 @@
+//! The command line: every subcommand and flag of `rein`, parsed by clap (derive), so each
+//! has `--help`, a wrong argument is named in the error, and shells get completions.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Keep a person in charge of a coding agent.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rein",
+    version,
+    about = "rein — keep a person in charge of a coding agent",
+    after_help = "DIR defaults to the current directory. RUST_LOG sets the log level (default: info for lsp, warn otherwise)."
+)]
+pub struct Cli {
+    /// What to do (none: this help).
+    #[command(subcommand)]
+    pub command: Option<Cmd>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Run the language server on stdio (editors start this).
+    Lsp,
+    /// The guided demo: an editor session over the real protocol, in a throwaway repository.
+    Demo {
+        /// Where to make the demo repository (default: a new temporary directory).
+        dir: Option<PathBuf>,
+    },
+    /// Run a task without an editor: a scripted plan or any agent spec, one line per step.
+    #[command(
+        after_help = "Exit status: 0 done; 1 the task failed or was aborted; 2 a usage or \
+        start-up error; 3 the task stopped for the human (paused or waiting for a decision) \
+        and --wait was not given, or the input ended while waiting.\n\n\
+        With --wait, a paused task or an open decision is answered on standard input: \
+        `resume`, `abort`, `steer TEXT`, or one of the decision's options (free text for a \
+        question)."
+    )]
+    Run {
+        /// A scripted plan, a JSON file {"steps": [...]} (see docs/agents.md).
+        #[arg(
+            long,
+            value_name = "FILE",
+            conflicts_with = "agent",
+            required_unless_present = "agent"
+        )]
+        plan: Option<PathBuf>,
+        /// Any agent spec as JSON, e.g. '{"kind": "openai", "baseUrl": ..., "model": ...}'.
+        #[arg(long, value_name = "JSON", value_parser = parse_json)]
+        agent: Option<serde_json::Value>,
+        /// What the agent should achieve.
+        #[arg(long, value_name = "TEXT", default_value = "run the scripted plan")]
+        goal: String,
+        /// When the task stops for the human, wait for answers on standard input instead of
+        /// ending.
+        #[arg(long)]
+        wait: bool,
+        /// The repository.
+        dir: Option<PathBuf>,
+    },
+    /// The current task's state, as JSON.
+    Status {
+        /// The repository.
+        dir: Option<PathBuf>,
+    },
+    /// The current task's checkpoints, newest first.
+    Log {
+        /// The repository.
+        dir: Option<PathBuf>,
+    },
+    /// Put the tree back to a checkpoint (the present is checkpointed first, so nothing is
+    /// lost).
+    Restore {
+        /// A checkpoint id, an abbreviation or step:N (see `rein log`).
+        checkpoint: String,
+        /// The repository.
+        dir: Option<PathBuf>,
+    },
+    /// The JSON Schema of the task state file.
+    Schema,
+    /// A shell completion script, on standard output.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// The version (same as --version).
+    #[command(hide = true)]
+    Version,
+}
+
+fn parse_json(text: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_needs_exactly_one_agent_source() {
+        let err = Cli::try_parse_from(["rein", "run"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--plan"), "{err}");
+        let err = Cli::try_parse_from(["rein", "run", "--plan", "p", "--agent", "{}"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--agent") && err.contains("--plan"), "{err}");
+        let err = Cli::try_parse_from(["rein", "run", "--agent", "{nope"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--agent") && err.contains("not JSON"), "{err}");
+    }
+
+    #[test]
+    fn a_wrong_argument_is_named() {
+        let err = Cli::try_parse_from(["rein", "log", "--colour"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--colour"), "{err}");
+        let err = Cli::try_parse_from(["rein", "status", "a", "b"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("'b'"), "{err}");
+    }
+}

@@ -1,0 +1,375 @@
+//! The command line end to end: `--help` and argument errors for every subcommand,
+//! completions, a closed standard output, and `rein run` when its task stops for the human.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+
+use rein_e2e::{rein_bin, repo, PATIENCE};
+use serde_json::json;
+
+const SUBCOMMANDS: [&str; 8] = [
+    "lsp",
+    "demo",
+    "run",
+    "status",
+    "log",
+    "restore",
+    "schema",
+    "completions",
+];
+
+fn rein(args: &[&str]) -> Output {
+    Command::new(rein_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("rein runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn every_subcommand_has_help() {
+    for sub in SUBCOMMANDS {
+        let out = rein(&[sub, "--help"]);
+        let help = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "rein {sub} --help: {help}{}",
+            text(&out.stderr)
+        );
+        assert!(help.contains(&format!("Usage: rein {sub}")), "{help}");
+    }
+    let out = rein(&["--help"]);
+    for sub in SUBCOMMANDS {
+        assert!(
+            text(&out.stdout).contains(sub),
+            "{sub} missing from rein --help"
+        );
+    }
+    let out = rein(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(
+        text(&out.stdout).trim(),
+        format!("rein {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn errors_name_the_wrong_argument() {
+    for (args, want) in [
+        (&["log", "--colour"][..], "--colour"),
+        (&["frobnicate"][..], "frobnicate"),
+        (&["status", "a", "b"][..], "'b'"),
+        (&["run", "--agent", "{nope"][..], "--agent"),
+        (&["run"][..], "--plan"),
+        (&["completions", "tcsh"][..], "tcsh"),
+        (&["restore"][..], "CHECKPOINT"),
+    ] {
+        let out = rein(args);
+        assert_eq!(out.status.code(), Some(2), "rein {args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains(want), "rein {args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn completions_for_each_shell() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = rein(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        assert!(
+            script.contains("restore") && script.contains("wait"),
+            "{shell}:\n{script}"
+        );
+    }
+}
+
+/// Runs rein with its standard output a pipe whose reader is already closed, so the first
+/// write fails with EPIPE every time.
+fn with_closed_stdout(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    Command::new(rein_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("rein runs")
+}
+
+#[test]
+fn a_closed_stdout_ends_every_subcommand_quietly() {
+    let dir = repo(
+        &[("a.txt", "one\n")],
+        json!([{"read": "a.txt"}, {"finish": "f"}]),
+    );
+    let root = dir.path().to_str().unwrap();
+    let plan = dir.path().join(".rein/plan.json");
+    let out = rein(&["run", "--plan", plan.to_str().unwrap(), root]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for args in [
+        &["log", root][..],
+        &["status", root][..],
+        &["schema"][..],
+        &["completions", "bash"][..],
+        &["restore", "step:0", root][..],
+        &["--help"][..],
+        &["log", "--help"][..],
+        &["--version"][..],
+    ] {
+        let out = with_closed_stdout(args);
+        let err = text(&out.stderr);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "rein {args:?}: {err}"
+        );
+        assert_eq!(out.status.code(), Some(0), "rein {args:?}: {err}");
+    }
+    // The server: no panic; it ends with the input, with status 1 as LSP says for an exit
+    // without shutdown.
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let mut server = Command::new(rein_bin())
+        .arg("lsp")
+        .stdin(Stdio::piped())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rein lsp runs");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"processId": null, "rootUri": null, "capabilities": {}}})
+    .to_string();
+    let mut stdin = server.stdin.take().unwrap();
+    write!(stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    drop(stdin);
+    let out = server.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The demo prints from everywhere: it ends as `cat` would, by SIGPIPE.
+    let demo = tempfile::tempdir().unwrap();
+    let out = with_closed_stdout(&["demo", demo.path().join("d").to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        out.status.code() == Some(0) || out.status.signal() == Some(13),
+        "{:?} {err}",
+        out.status
+    );
+    // `rein run` leaves its task paused, says so on stderr, and ends stopped-for-the-human.
+    let dir = repo(
+        &[("a.txt", "one\n")],
+        json!([{"read": "a.txt", "think_ms": 60000}, {"finish": "f"}]),
+    );
+    let root = dir.path().to_str().unwrap();
+    let plan = dir.path().join(".rein/plan.json");
+    let out = with_closed_stdout(&["run", "--plan", plan.to_str().unwrap(), root]);
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("output was closed"), "{err}");
+    let status: serde_json::Value =
+        serde_json::from_slice(&rein(&["status", root]).stdout).unwrap();
+    assert_eq!(status["status"], "paused", "{status}");
+}
+
+const MISSING_AGENT: &str = r#"{"kind": "acp", "command": ["/nonexistent/rein-test-agent"]}"#;
+
+#[test]
+fn run_ends_when_its_task_pauses() {
+    let dir = repo(&[("a.txt", "one\n")], json!([]));
+    let root = dir.path().to_str().unwrap().to_owned();
+    // On a thread, so a hang fails the test instead of blocking the suite.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(rein(&[
+            "run",
+            "--agent",
+            MISSING_AGENT,
+            "--goal",
+            "g",
+            &root,
+        ]));
+    });
+    let out = rx.recv_timeout(PATIENCE).expect("rein run ended");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("paused:") && stdout.contains("/nonexistent/rein-test-agent"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("--wait"), "{stdout}");
+}
+
+/// A `rein run --wait` with its stdin and stdout at hand, line by line.
+struct Waiting {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Waiting {
+    fn spawn(args: &[&str]) -> Waiting {
+        let mut child = Command::new(rein_bin())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("rein runs");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        Waiting {
+            child,
+            lines,
+            seen: vec![],
+        }
+    }
+
+    fn until(&mut self, want: &str) {
+        while !self.seen.iter().any(|l| l.contains(want)) {
+            match self.lines.recv_timeout(PATIENCE) {
+                Ok(l) => self.seen.push(l),
+                Err(_) => panic!("no {want:?} in:\n{}", self.seen.join("\n")),
+            }
+        }
+    }
+
+    fn say(&mut self, line: &str) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn exit(mut self) -> (Option<i32>, String) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().unwrap();
+        self.seen.extend(self.lines.iter());
+        (status.code(), self.seen.join("\n"))
+    }
+}
+
+#[test]
+fn run_wait_asks_the_human_on_stdin() {
+    // A paused task waits (it is still there after the prompt) until the human aborts it.
+    let dir = repo(&[("a.txt", "one\n")], json!([]));
+    let root = dir.path().to_str().unwrap();
+    let mut w = Waiting::spawn(&[
+        "run",
+        "--wait",
+        "--agent",
+        MISSING_AGENT,
+        "--goal",
+        "g",
+        root,
+    ]);
+    w.until("type resume, abort or steer TEXT");
+    assert!(
+        w.child.try_wait().unwrap().is_none(),
+        "rein run --wait ended before the human answered"
+    );
+    // Resuming retries the agent, which fails again: asked again.
+    w.say("resume");
+    w.seen.clear();
+    w.until("type resume, abort or steer TEXT");
+    w.say("abort");
+    w.until("aborted:");
+    let (code, out) = w.exit();
+    assert_eq!(code, Some(1), "{out}");
+
+    // A decision is answered by its option, then the task runs to its end.
+    let dir = repo(
+        &[("a.txt", "one\n")],
+        json!([{"ask": "Shall I go on?"}, {"write": {"path": "b.txt", "content": "b\n"}}, {"finish": "done it"}]),
+    );
+    let root = dir.path().to_str().unwrap();
+    let plan = dir.path().join(".rein/plan.json");
+    let mut w = Waiting::spawn(&["run", "--wait", "--plan", plan.to_str().unwrap(), root]);
+    w.until("Shall I go on?");
+    w.until("answer with one of:");
+    w.say("yes, go on");
+    w.until("done: ");
+    let (code, out) = w.exit();
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(rein_e2e::read(dir.path(), "b.txt"), "b\n");
+
+    // Input ending while the task waits leaves it waiting, with the stopped status.
+    let dir = repo(
+        &[("a.txt", "one\n")],
+        json!([{"ask": "Which?"}, {"finish": "f"}]),
+    );
+    let root = dir.path().to_str().unwrap();
+    let plan = dir.path().join(".rein/plan.json");
+    let mut w = Waiting::spawn(&["run", "--wait", "--plan", plan.to_str().unwrap(), root]);
+    w.until("Which?");
+    let (code, out) = w.exit();
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.contains("input ended"), "{out}");
+}
+
+#[test]
+fn a_bad_plan_is_refused_before_the_task_starts_naming_step_and_field() {
+    let dir = repo(
+        &[("a.txt", "one\n")],
+        json!([{"read": "a.txt"}, {"edit": {"path": "a.txt", "old": "one", "neww": "two"}}]),
+    );
+    let root = dir.path().to_str().unwrap();
+    let plan = dir.path().join(".rein/plan.json");
+    let out = rein(&["run", "--plan", plan.to_str().unwrap(), root]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("step 2: \"edit\" has no field \"neww\"; its fields are: path, old, new"),
+        "{err}"
+    );
+    assert_eq!(
+        text(&rein(&["status", root]).stdout).trim(),
+        "no Rein task in this repository"
+    );
+}
+
+/// Answers typed ahead (and the input ending) before the task stops still act, in order, and
+/// the exit status is the task's.
+#[test]
+fn run_wait_takes_typed_ahead_answers() {
+    let dir = repo(
+        &[("a.txt", "one\n")],
+        json!([{"ask": "Which?"}, {"finish": "f"}]),
+    );
+    let root = dir.path().to_str().unwrap();
+    let plan = dir.path().join(".rein/plan.json");
+    let mut child = Command::new(rein_bin())
+        .args(["run", "--wait", "--plan", plan.to_str().unwrap(), root])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rein runs");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"resume\nabort\n").unwrap();
+    drop(stdin);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = rx.recv_timeout(PATIENCE).expect("rein run ended").unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("aborted:"), "{stdout}");
+    let status: serde_json::Value =
+        serde_json::from_slice(&rein(&["status", root]).stdout).unwrap();
+    assert_eq!(status["status"], "aborted");
+}
