@@ -213,6 +213,8 @@ impl Lsp {
             "general": {"positionEncodings": ["utf-8", "utf-16"]},
             "window": {"workDoneProgress": true, "showMessage": {"messageActionItem": {"additionalPropertiesSupport": false}}},
             "workspace": {"configuration": true},
+            "textDocument": {"codeAction": {"codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["", "quickfix", "source"]}}}},
+            "experimental": {"rein": {"steerSelection": true}},
         })
     }
 

@@ -148,7 +148,11 @@ fn illegal_commands_and_bad_arguments_say_why_and_change_nothing() {
         &[("a.txt", "a\n")],
         json!([{"read": "a.txt", "think_ms": 600000}]),
     );
-    let (mut lsp, _) = Lsp::start(dir.path(), json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(
+        dir.path(),
+        json!({"experimental": {"rein": {"steerSelection": true}}}),
+        Value::Null,
+    );
     let err = lsp.command("rein.pause", json!({})).unwrap_err();
     assert_eq!(err.0, -32803);
     assert!(err.1.contains("start one with rein.start"), "{}", err.1);
@@ -462,7 +466,11 @@ fn code_actions_follow_the_moment() {
         &[("a.txt", "a\nb\n")],
         json!([{"read": "a.txt", "think_ms": 600000}]),
     );
-    let (mut lsp, _) = Lsp::start(dir.path(), json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(
+        dir.path(),
+        json!({"experimental": {"rein": {"steerSelection": true}}}),
+        Value::Null,
+    );
     let u = lsp.open("a.txt", "a\nb\n");
     let titles = |lsp: &mut Lsp, range: Value| -> Vec<String> {
         lsp.request(
@@ -493,8 +501,9 @@ fn code_actions_follow_the_moment() {
     assert!(!t.iter().any(|t| t.contains("selection")), "{t:?}");
     let t = titles(&mut lsp, selection);
     assert!(
-        t.iter().any(|t| t.contains("steer about this selection")),
-        "{t:?}"
+        t.last()
+            .is_some_and(|t| t.contains("steer about this selection")),
+        "the client-side action comes after the real controls: {t:?}"
     );
     // The human edits the buffer: the file is held, and handing it back is offered.
     lsp.notify(
@@ -757,7 +766,7 @@ fn the_agents_latest_change_can_be_reverted_or_kept_by_code_action() {
         json!([{"edit": {"path": "a.txt", "old": "two\n", "new": "TWO (agent)\nextra (agent)\n"}}, {"finish": "f"}]),
     );
     let root = dir.path();
-    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
     lsp.ok("rein.start", json!({"goal": "g"}));
     lsp.wait_state("done", |s| status(s) == "done");
     let text = read(root, "a.txt");

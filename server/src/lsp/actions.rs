@@ -1,5 +1,7 @@
 //! `textDocument/codeAction`: the controls that make sense at this place and this moment,
-//! and only those (a code action that cannot work is not offered).
+//! and only those (a code action that cannot work is not offered). The controls the server
+//! runs come first; the client-side `rein.steerSelection` last, and only to a client that
+//! declares it runs it.
 
 use lsp_server::ErrorCode;
 use serde_json::{json, Value};
@@ -10,6 +12,16 @@ use super::server::{rpc_error, ReplyTo, Server};
 use crate::control::Request;
 use crate::reconcile::merge::LineChange;
 use crate::state::{DecisionKind, Status};
+
+/// A text cut to a title's length, at a character boundary.
+fn short(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(40) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None if line.len() < text.trim_end().len() => format!("{line}…"),
+        None => line.to_owned(),
+    }
+}
 
 /// A code action running `command`. Controls carry no kind (`""`): editors show kindless
 /// actions in the quick-fix menu, while `source` would hide them under "Source Action…".
@@ -40,25 +52,85 @@ impl Server {
         };
         let uri = p.text_document.uri;
         let mut out = Vec::new();
+        let mut client_side = Vec::new();
         let path = self.rel_path(&uri);
         let uri_json = json!(uri);
+        let selected = self
+            .docs
+            .get(&uri)
+            .filter(|_| p.range.start != p.range.end)
+            .and_then(|d| d.text_in(p.range, self.encoding).ok())
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty());
+        let question = self
+            .state
+            .as_ref()
+            .filter(|s| self.engine.is_some() && s.status == Status::AwaitingDecision)
+            .and_then(|s| {
+                s.decisions
+                    .iter()
+                    .find(|d| d.kind == DecisionKind::Question)
+            })
+            .map(|d| d.id.clone());
         if let Some(s) = self.state.as_ref().filter(|_| self.engine.is_some()) {
             let active = !s.status.is_terminal();
-            if s.status == Status::Running {
-                out.push(action("Rein: pause the agent", "", "rein.pause", json!({})));
+            match s.status {
+                Status::Running => {
+                    out.push(action("Rein: pause the agent", "", "rein.pause", json!({})));
+                }
+                Status::Paused => {
+                    out.push(action(
+                        "Rein: resume the agent",
+                        "",
+                        "rein.resume",
+                        json!({}),
+                    ));
+                }
+                Status::Human => out.push(action(
+                    "Rein: hand back to the agent",
+                    "",
+                    "rein.handback",
+                    json!({}),
+                )),
+                _ => {}
+            }
+            for d in &s.decisions {
+                for o in &d.options {
+                    let title = format!("Rein: {o} — {}", d.question);
+                    out.push(action(
+                        &title,
+                        "quickfix",
+                        "rein.decide",
+                        json!({"decisionId": d.id, "choice": o}),
+                    ));
+                }
+                if d.kind == DecisionKind::Question {
+                    if let Some(text) = &selected {
+                        out.push(action(
+                            &format!("Rein: answer the agent: \"{}\"", short(text)),
+                            "quickfix",
+                            "rein.decide",
+                            json!({"decisionId": d.id, "choice": text}),
+                        ));
+                    }
+                }
+            }
+            // Take over is always at hand while the agent holds control, a question included
+            // (a decision that offers it as an option already lists it).
+            let offered = s
+                .decisions
+                .iter()
+                .any(|d| d.options.iter().any(|o| o == "take over"));
+            if matches!(
+                s.status,
+                Status::Running | Status::Paused | Status::AwaitingDecision
+            ) && !offered
+            {
                 out.push(action(
                     "Rein: take over from the agent",
                     "",
                     "rein.takeover",
                     json!({}),
-                ));
-            }
-            if active && p.range.start != p.range.end {
-                out.push(action(
-                    "Rein: steer about this selection…",
-                    "",
-                    "rein.steerSelection",
-                    json!({"uri": uri_json, "range": p.range}),
                 ));
             }
             if let Some(path) = &path {
@@ -71,19 +143,13 @@ impl Server {
                     ));
                 }
             }
-            for d in &s.decisions {
-                if d.kind == DecisionKind::Question {
-                    continue;
-                }
-                for o in &d.options {
-                    let title = format!("Rein: {o} — {}", d.question);
-                    out.push(action(
-                        &title,
-                        "quickfix",
-                        "rein.decide",
-                        json!({"decisionId": d.id, "choice": o}),
-                    ));
-                }
+            if active && self.caps.steer_selection && p.range.start != p.range.end {
+                client_side.push(action(
+                    "Rein: steer about this selection…",
+                    "",
+                    "rein.steerSelection",
+                    json!({"uri": uri_json, "range": p.range}),
+                ));
             }
         }
         let lines = p.range.start.line..=p.range.end.line;
@@ -94,6 +160,17 @@ impl Server {
             let key = (path.clone().unwrap_or_default(), c.text.clone());
             if self.dismissed.contains(&key) {
                 continue;
+            }
+            if let Some(d) = &question {
+                out.push(action(
+                    &format!(
+                        "Rein: answer the agent with this comment: \"{}\"",
+                        short(&c.text)
+                    ),
+                    "quickfix",
+                    "rein.decide",
+                    json!({"decisionId": d, "choice": c.text}),
+                ));
             }
             let arg = json!({"uri": uri_json, "line": c.line});
             if self.task_active() && !self.steer_sent.contains_key(&key) {
@@ -118,6 +195,7 @@ impl Server {
                     uri,
                     range: p.range,
                     actions: out,
+                    client_side,
                 };
                 self.forward(
                     to,
@@ -125,8 +203,27 @@ impl Server {
                     Request::AgentHunks { path: path.clone() },
                 );
             }
-            _ => self.respond(req.id, Ok(Value::Array(out))),
+            _ => {
+                out.extend(client_side);
+                let result = self.for_client(out);
+                self.respond(req.id, Ok(result));
+            }
         }
+    }
+
+    /// The code action result in the form the client takes: `CodeAction` literals when it
+    /// declared `codeActionLiteralSupport`, else the bare `Command`s (an action that is only
+    /// an edit cannot be one, and is left out).
+    pub(super) fn for_client(&self, actions: Vec<Value>) -> Value {
+        if self.caps.code_action_literals {
+            return Value::Array(actions);
+        }
+        Value::Array(
+            actions
+                .into_iter()
+                .filter_map(|mut a| a.get_mut("command").map(Value::take))
+                .collect(),
+        )
     }
 
     /// Revert / keep actions for the agent's latest changes to this document that are still

@@ -57,6 +57,22 @@ fn bool_arg(args: &Args, command: &str, field: &str) -> Result<bool, lsp_server:
     }
 }
 
+/// A command's one object argument. No arguments, `[]`, `null` and `[null]` all mean `{}`:
+/// clients differ in how they send an empty object (Emacs reads `{}` as nil, so eglot sends
+/// `[null]` back for an action's `[{}]`).
+fn arguments(raw: Option<&Value>) -> Result<Args, ()> {
+    let first = match raw {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => a.first(),
+        Some(_) => return Err(()),
+    };
+    match first {
+        None | Some(Value::Null) => Ok(Map::new()),
+        Some(Value::Object(o)) => Ok(o.clone()),
+        Some(_) => Err(()),
+    }
+}
+
 /// Maps an engine refusal or failure to the JSON-RPC error the client sees.
 /// The error as the client sees it, its actions named for `editor`.
 pub(super) fn to_rpc(e: ControlError, editor: Editor) -> lsp_server::ResponseError {
@@ -78,15 +94,17 @@ pub(super) fn to_rpc(e: ControlError, editor: Editor) -> lsp_server::ResponseErr
 impl Server {
     pub(super) fn execute_command(&mut self, req: lsp_server::Request) {
         let id = req.id.clone();
-        let params: lsp_types::ExecuteCommandParams = match serde_json::from_value(req.params) {
-            Ok(p) => p,
-            Err(e) => return self.respond(id, Err(bad(format!("bad executeCommand params: {e}")))),
+        let Some(command) = req.params.get("command").and_then(Value::as_str) else {
+            return self.respond(
+                id,
+                Err(bad(
+                    "bad executeCommand params: \"command\" must be a string",
+                )),
+            );
         };
-        let command = params.command.as_str();
-        let args = match params.arguments.first() {
-            None => Map::new(),
-            Some(Value::Object(o)) => o.clone(),
-            Some(_) => {
+        let args = match arguments(req.params.get("arguments")) {
+            Ok(a) => a,
+            Err(()) => {
                 return self.respond(
                     id,
                     Err(bad(format!(
@@ -348,13 +366,15 @@ impl Server {
                 id,
                 uri,
                 range,
-                actions,
+                mut actions,
+                client_side,
             } => {
-                let mut actions = actions;
                 if let Ok(v) = &value {
                     actions.extend(self.hunk_actions(&uri, range, v));
                 }
-                self.respond(id, Ok(Value::Array(actions)));
+                actions.extend(client_side);
+                let result = self.for_client(actions);
+                self.respond(id, Ok(result));
             }
             ReplyTo::Nobody => {
                 if let Err(e) = value {
@@ -364,6 +384,29 @@ impl Server {
                     );
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_argument_an_empty_list_null_and_a_list_of_null_all_mean_an_empty_object() {
+        for raw in [
+            None,
+            Some(Value::Null),
+            Some(json!([])),
+            Some(json!([null])),
+            Some(json!([{}])),
+        ] {
+            assert_eq!(arguments(raw.as_ref()), Ok(Map::new()), "{raw:?}");
+        }
+        let one = arguments(Some(&json!([{"goal": "g"}]))).unwrap();
+        assert_eq!(one["goal"], "g");
+        for raw in [json!(["x"]), json!([1]), json!({"goal": "g"}), json!("x")] {
+            assert_eq!(arguments(Some(&raw)), Err(()), "{raw}");
         }
     }
 }

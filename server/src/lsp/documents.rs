@@ -89,6 +89,9 @@ pub struct Document {
     divergence: Divergence,
     /// The steer comments of `text`, kept current line by line as edits arrive.
     steers: Vec<SteerComment>,
+    /// The agent wrote the file after the buffer last matched it: until the buffer matches
+    /// the disk again (the client reloaded) or is saved, it is older than the file.
+    behind_agent: bool,
 }
 
 /// What is known of where a buffer first differs from the file on disk, so that the dirty
@@ -124,6 +127,7 @@ impl Document {
             text,
             version,
             steers,
+            behind_agent: false,
         }
     }
 
@@ -218,6 +222,7 @@ impl Document {
 
     /// Records that the client saved the buffer as it is now.
     pub fn mark_saved(&mut self) {
+        self.behind_agent = false;
         self.disk = self.text.clone();
         self.divergence = Divergence::EqualUpTo(self.text.len_bytes());
     }
@@ -226,6 +231,22 @@ impl Document {
     pub fn set_disk(&mut self, disk: &str) {
         self.disk = Rope::from_str(disk);
         self.divergence = Divergence::EqualUpTo(0);
+    }
+
+    /// Records what the agent wrote to the file: the buffer is stale unless it already holds
+    /// exactly that.
+    pub fn agent_wrote(&mut self, disk: &str) {
+        self.set_disk(disk);
+        self.behind_agent = self.is_dirty();
+    }
+
+    /// Whether the buffer is older than the agent's last write to its file (a client that did
+    /// not reload on `rein/filesChanged`); reloading or saving ends it.
+    pub fn is_stale(&mut self) -> bool {
+        if self.behind_agent && !self.is_dirty() {
+            self.behind_agent = false;
+        }
+        self.behind_agent
     }
 
     /// Number of lines; a trailing line break starts a last, empty line (as in LSP).
@@ -511,6 +532,32 @@ impl Documents {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_buffer_behind_the_agents_write_is_stale_until_reloaded_or_saved() {
+        let mut d = Document::new("a\n", 1);
+        d.agent_wrote("a\n");
+        assert!(
+            !d.is_stale(),
+            "the buffer already holds what the agent wrote"
+        );
+        d.agent_wrote("a\nagent\n");
+        assert!(d.is_stale());
+        let reload = TextDocumentContentChangeEvent {
+            range: None,
+            range_length: None,
+            text: "a\nagent\n".into(),
+        };
+        d.apply_changes(&[reload], Encoding::Utf8).unwrap();
+        assert!(!d.is_stale(), "reloaded");
+        d.agent_wrote("a\nagent\nmore\n");
+        assert!(d.is_stale());
+        d.mark_saved();
+        assert!(
+            !d.is_stale(),
+            "saved over: the merge sees it as the human's change"
+        );
+    }
+
     use super::*;
     use proptest::prelude::*;
     use std::str::FromStr;

@@ -21,11 +21,11 @@ use super::documents::{Documents, Encoding};
 use super::editor::Editor;
 use super::log::LogLine;
 use super::steer::SteerComment;
-use super::transport::{self, Incoming};
+use super::transport::{self, Frame, Incoming};
 use crate::control::{
     self, Advice, ControlError, Handle, Level, Notice, Reply, Request, UserAction,
 };
-use crate::state::{ConstraintStatus, Status, TaskState};
+use crate::state::{ConstraintStatus, DecisionKind, Status, TaskState};
 
 /// Who waits for an engine reply.
 #[derive(Debug, Clone)]
@@ -44,6 +44,8 @@ pub(super) enum ReplyTo {
         uri: Uri,
         range: Range,
         actions: Vec<Value>,
+        /// Client-side actions, listed after everything the server runs.
+        client_side: Vec<Value>,
     },
     /// Nobody: failures are logged (answers to `showMessageRequest`).
     Nobody,
@@ -65,27 +67,50 @@ pub(super) enum Event {
 #[derive(Debug)]
 enum Outgoing {
     Configuration,
-    Decision { decision: String },
-    Other,
+    Decision {
+        decision: String,
+    },
+    /// `window/workDoneProgress/create` for this token.
+    Progress {
+        token: String,
+    },
 }
 
 /// What the client said it can do.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct ClientCaps {
     pub progress: bool,
-    pub show_message_request: bool,
     pub configuration: bool,
+    /// `textDocument.codeAction.codeActionLiteralSupport`: else code actions go as `Command`s.
+    pub code_action_literals: bool,
+    /// `experimental.rein.steerSelection`: the client runs the client-side command itself.
+    pub steer_selection: bool,
 }
 
-/// A live work-done progress.
+/// Where a work-done progress token stands with the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// `window/workDoneProgress/create` is sent and not answered yet: the token is not
+    /// usable until the client accepts it.
+    Asked,
+    /// The client accepted the token and `begin` was sent.
+    Live,
+    /// The client refused it: nothing is sent on it, and no other token is made until this
+    /// stretch of running ends.
+    Refused,
+}
+
+/// The work-done progress of one stretch of running.
 struct Progress {
     token: String,
+    title: String,
     last: (String, Option<u32>),
+    phase: Phase,
 }
 
 /// The server's whole state, owned by the loop thread.
 pub(super) struct Server {
-    out: Sender<Message>,
+    out: Sender<Frame>,
     events: Sender<Event>,
     pub(super) rt: tokio::runtime::Runtime,
     initialized: bool,
@@ -209,7 +234,9 @@ impl Server {
                 return self.on_notification(n)
             }
             Event::Client(Incoming::Message(Message::Response(r))) => self.on_response(r),
-            Event::Client(Incoming::Invalid(resp)) => self.send(Message::Response(resp)),
+            Event::Client(Incoming::Invalid(frame)) => {
+                let _ = self.out.send(frame);
+            }
             Event::Client(Incoming::Closed) => return Some(if self.shutting_down { 0 } else { 1 }),
             Event::Engine(notice) => self.on_notice(notice),
             Event::Reply {
@@ -226,7 +253,7 @@ impl Server {
     }
 
     pub(super) fn send(&self, msg: Message) {
-        let _ = self.out.send(msg);
+        let _ = self.out.send(Frame::Message(msg));
     }
 
     pub(super) fn notify(&self, method: &str, params: Value) {
@@ -374,11 +401,21 @@ impl Server {
         let window = caps.window.as_ref();
         self.caps = ClientCaps {
             progress: window.and_then(|w| w.work_done_progress).unwrap_or(false),
-            show_message_request: window.and_then(|w| w.show_message.as_ref()).is_some(),
             configuration: caps
                 .workspace
                 .as_ref()
                 .and_then(|w| w.configuration)
+                .unwrap_or(false),
+            code_action_literals: caps
+                .text_document
+                .as_ref()
+                .and_then(|t| t.code_action.as_ref())
+                .is_some_and(|c| c.code_action_literal_support.is_some()),
+            steer_selection: caps
+                .experimental
+                .as_ref()
+                .and_then(|e| e.pointer("/rein/steerSelection"))
+                .and_then(Value::as_bool)
                 .unwrap_or(false),
         };
         #[allow(deprecated)]
@@ -508,7 +545,8 @@ impl Server {
                     self.forward(ReplyTo::Nobody, "rein.decide", req);
                 }
             }
-            Some(Outgoing::Other) | None => {}
+            Some(Outgoing::Progress { token }) => self.progress_answered(&token, r.error.is_none()),
+            None => {}
         }
     }
 
@@ -681,10 +719,12 @@ impl Server {
                 if let (Some(doc), Ok(root)) = (self.docs.get_mut(&uri), &self.root) {
                     // The reload that follows is the agent's content, not a human edit.
                     if let Ok(disk) = std::fs::read_to_string(root.join(&path)) {
-                        doc.set_disk(&disk);
+                        doc.agent_wrote(&disk);
                     }
                 }
                 self.notify("rein/filesChanged", json!({"uris": [uri]}));
+                // A client that does not reload is told its buffer is now behind the file.
+                self.publish(&uri);
             }
             Notice::Message { level, text } => {
                 let t = match level {
@@ -715,6 +755,9 @@ impl Server {
         }
     }
 
+    /// Follows a stretch of running with work-done progress. The token is used only once the
+    /// client accepted `window/workDoneProgress/create` (LSP forbids it before, and after a
+    /// refusal); each stretch gets a token of its own, so none is ever reused.
     fn update_progress(&mut self, s: &TaskState) {
         if !self.caps.progress {
             return;
@@ -735,31 +778,32 @@ impl Server {
                 self.request_client(
                     "window/workDoneProgress/create",
                     json!({"token": token}),
-                    Outgoing::Other,
+                    Outgoing::Progress {
+                        token: token.clone(),
+                    },
                 );
-                let mut begin = json!({"kind": "begin", "title": format!("Rein: {}", s.task.goal), "message": message, "cancellable": false});
-                if let Some(p) = percentage {
-                    begin["percentage"] = json!(p);
-                }
-                self.notify("$/progress", json!({"token": token, "value": begin}));
                 self.progress = Some(Progress {
                     token,
+                    title: format!("Rein: {}", s.task.goal),
                     last: (message, percentage),
+                    phase: Phase::Asked,
                 });
             }
             (Some(p), true) => {
                 if p.last != (message.clone(), percentage) {
-                    let mut report = json!({"kind": "report", "message": message});
-                    if let Some(pc) = percentage {
-                        report["percentage"] = json!(pc);
-                    }
-                    let token = p.token.clone();
                     p.last = (message, percentage);
-                    self.notify("$/progress", json!({"token": token, "value": report}));
+                    if p.phase == Phase::Live {
+                        let mut report = json!({"kind": "report", "message": p.last.0});
+                        if let Some(pc) = percentage {
+                            report["percentage"] = json!(pc);
+                        }
+                        let token = p.token.clone();
+                        self.notify("$/progress", json!({"token": token, "value": report}));
+                    }
                 }
             }
             (Some(_), false) => {
-                if let Some(p) = self.progress.take() {
+                if let Some(p) = self.progress.take().filter(|p| p.phase == Phase::Live) {
                     let why = s
                         .stop_reason
                         .clone()
@@ -774,10 +818,36 @@ impl Server {
         }
     }
 
-    fn ask_decisions(&mut self, s: &TaskState) {
-        if !self.caps.show_message_request {
+    /// The client answered `window/workDoneProgress/create`: begin on the token if it was
+    /// accepted and its stretch of running still goes on; never use it otherwise.
+    fn progress_answered(&mut self, token: &str, accepted: bool) {
+        let Some(p) = self
+            .progress
+            .as_mut()
+            .filter(|p| p.token == token && p.phase == Phase::Asked)
+        else {
+            return;
+        };
+        if !accepted {
+            tracing::info!("the client refused progress token {token}: no progress this run");
+            p.phase = Phase::Refused;
             return;
         }
+        p.phase = Phase::Live;
+        let mut begin =
+            json!({"kind": "begin", "title": p.title, "message": p.last.0, "cancellable": false});
+        if let Some(pc) = p.last.1 {
+            begin["percentage"] = json!(pc);
+        }
+        let token = p.token.clone();
+        self.notify("$/progress", json!({"token": token, "value": begin}));
+    }
+
+    /// Prompts for each new decision with `window/showMessageRequest`, whether or not the
+    /// client declared `window.showMessage` (it is core LSP, and clients that declare nothing,
+    /// such as Helix and eglot, still show it). Questions take free text, which a prompt
+    /// cannot: they are answered by code action or `rein.decide`.
+    fn ask_decisions(&mut self, s: &TaskState) {
         for d in &s.decisions {
             let key = (s.task.id.clone(), d.id.clone());
             if d.options.is_empty() || self.asked.contains(&key) {
@@ -802,6 +872,9 @@ impl Server {
 
     /// Publishes the diagnostics of one open document, when they changed.
     pub(super) fn publish(&mut self, uri: &Uri) {
+        let Some(stale) = self.docs.get_mut(uri).map(|d| d.is_stale()) else {
+            return;
+        };
         let Some(doc) = self.docs.get(uri) else {
             return;
         };
@@ -825,6 +898,28 @@ impl Server {
                     ..Default::default()
                 });
             }
+        }
+        if let Some(s) = state.filter(|s| s.status == Status::AwaitingDecision) {
+            for d in &s.decisions {
+                diags.push(Diagnostic {
+                    range: Range::new(Position::new(0, 0), Position::new(0, 0)),
+                    severity: Some(DiagnosticSeverity::WARNING),
+                    code: Some(NumberOrString::String("decision".into())),
+                    source: Some("rein".into()),
+                    message: decision_message(d),
+                    ..Default::default()
+                });
+            }
+        }
+        if stale {
+            diags.push(Diagnostic {
+                range: Range::new(Position::new(0, 0), Position::new(0, 0)),
+                severity: Some(DiagnosticSeverity::WARNING),
+                code: Some(NumberOrString::String("stale".into())),
+                source: Some("rein".into()),
+                message: "This buffer is older than the agent's write to the file: reload it from disk (revert the buffer; in Emacs, auto-revert-mode does it) before you edit or save, or saving puts the old text back over the agent's change.".into(),
+                ..Default::default()
+            });
         }
         for c in doc.steers() {
             let key = (path.clone().unwrap_or_default(), c.text.clone());
@@ -863,6 +958,27 @@ impl Server {
         );
         self.published.insert(uri.clone(), diags);
     }
+}
+
+/// What an open decision's diagnostic says: the question and how to answer it from any client.
+fn decision_message(d: &crate::state::Decision) -> String {
+    let how = if d.kind == DecisionKind::Question {
+        format!(
+            "answer with a code action on a selection or on a `rein:` comment holding your answer, or with rein.decide {{\"decisionId\": \"{}\", \"choice\": YOUR ANSWER}}; or take over",
+            d.id
+        )
+    } else {
+        format!(
+            "choose {} with a code action, or with rein.decide {{\"decisionId\": \"{}\", \"choice\": …}}",
+            d.options
+                .iter()
+                .map(|o| format!("\"{o}\""))
+                .collect::<Vec<_>>()
+                .join(" or "),
+            d.id
+        )
+    };
+    format!("Rein is waiting for you: {} — {how}", d.question)
 }
 
 /// The local path of a `file:` URI.

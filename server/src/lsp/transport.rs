@@ -1,12 +1,14 @@
 //! JSON-RPC over stdio with `Content-Length` framing, tolerant of anything a broken or hostile
 //! client sends: bad headers are skipped, bad JSON is answered with a parse error, oversized
 //! bodies are drained and refused, and the reader keeps going. (lsp-server's own reader stops
-//! at the first malformed message, which would take the whole server down with it.)
+//! at the first malformed message, which would take the whole server down with it.) Every frame
+//! written carries `"jsonrpc": "2.0"`, which JSON-RPC 2.0 and LSP require of each message.
 
 use std::io::{self, BufRead, Read, Write};
 
 use crossbeam_channel::Sender;
 use lsp_server::{ErrorCode, Message, RequestId, Response, ResponseError};
+use serde::Serialize;
 
 /// The largest body accepted; a larger one is read past and refused.
 pub const MAX_BODY: usize = 64 * 1024 * 1024;
@@ -17,21 +19,75 @@ pub enum Incoming {
     /// A well-formed message.
     Message(Message),
     /// Something that could not be taken; the loop answers it with this error.
-    Invalid(Response),
+    Invalid(Frame),
     /// The client closed the stream.
     Closed,
 }
 
+/// One message for the client.
+#[derive(Debug)]
+pub enum Frame {
+    /// A request, notification or response.
+    Message(Message),
+    /// The error answer to input whose id could not be read: JSON-RPC gives it a null id,
+    /// which lsp-server's `RequestId` cannot hold.
+    Unidentified(ResponseError),
+}
+
+impl From<Message> for Frame {
+    fn from(m: Message) -> Self {
+        Frame::Message(m)
+    }
+}
+
+impl Frame {
+    /// The JSON text of the frame's body, with its `jsonrpc` member.
+    pub fn to_json(&self) -> serde_json::Result<String> {
+        #[derive(Serialize)]
+        #[serde(untagged)]
+        enum Body<'a> {
+            Message(&'a Message),
+            Unidentified { id: (), error: &'a ResponseError },
+        }
+        #[derive(Serialize)]
+        struct Envelope<'a> {
+            jsonrpc: &'static str,
+            #[serde(flatten)]
+            body: Body<'a>,
+        }
+        let body = match self {
+            Frame::Message(m) => Body::Message(m),
+            Frame::Unidentified(error) => Body::Unidentified { id: (), error },
+        };
+        serde_json::to_string(&Envelope {
+            jsonrpc: "2.0",
+            body,
+        })
+    }
+
+    /// The error response, if the frame is one (for tests and logs).
+    pub fn error(&self) -> Option<&ResponseError> {
+        match self {
+            Frame::Message(Message::Response(r)) => r.error.as_ref(),
+            Frame::Message(_) => None,
+            Frame::Unidentified(e) => Some(e),
+        }
+    }
+}
+
 fn invalid(id: Option<RequestId>, code: ErrorCode, message: String) -> Incoming {
-    Incoming::Invalid(Response {
-        // JSON-RPC says a response to an unidentifiable request carries a null id.
-        id: id.unwrap_or_else(|| RequestId::from(String::new())),
-        result: None,
-        error: Some(ResponseError {
-            code: code as i32,
-            message,
-            data: None,
-        }),
+    let error = ResponseError {
+        code: code as i32,
+        message,
+        data: None,
+    };
+    Incoming::Invalid(match id {
+        Some(id) => Frame::Message(Message::Response(Response {
+            id,
+            result: None,
+            error: Some(error),
+        })),
+        None => Frame::Unidentified(error),
     })
 }
 
@@ -178,10 +234,10 @@ pub fn decode(body: &[u8]) -> Incoming {
     }
 }
 
-/// Writes messages to `output` until the channel closes.
-pub fn write_loop(mut output: impl Write, rx: crossbeam_channel::Receiver<Message>) {
-    for msg in rx {
-        let json = match serde_json::to_string(&msg) {
+/// Writes frames to `output` until the channel closes.
+pub fn write_loop(mut output: impl Write, rx: crossbeam_channel::Receiver<Frame>) {
+    for frame in rx {
+        let json = match frame.to_json() {
             Ok(j) => j,
             Err(e) => {
                 tracing::error!("cannot serialize a message: {e}");
@@ -232,11 +288,7 @@ mod tests {
             .iter()
             .map(|i| match i {
                 Incoming::Message(_) => "ok".to_owned(),
-                Incoming::Invalid(r) => r
-                    .error
-                    .as_ref()
-                    .map(|e| e.code.to_string())
-                    .unwrap_or_default(),
+                Incoming::Invalid(f) => f.error().map(|e| e.code.to_string()).unwrap_or_default(),
                 Incoming::Closed => "closed".to_owned(),
             })
             .collect();
@@ -244,10 +296,15 @@ mod tests {
             kinds,
             ["ok", "-32700", "-32700", "-32700", "-32600", "-32600", "ok", "closed"]
         );
-        let Incoming::Invalid(r) = &got[5] else {
-            panic!()
+        let Incoming::Invalid(Frame::Message(Message::Response(r))) = &got[5] else {
+            panic!("{:?}", got[5])
         };
         assert_eq!(r.id, RequestId::from(7));
+        let Incoming::Invalid(f) = &got[1] else {
+            panic!("{:?}", got[1])
+        };
+        let v: serde_json::Value = serde_json::from_str(&f.to_json().unwrap()).unwrap();
+        assert_eq!(v["id"], serde_json::Value::Null, "{v}");
     }
 
     #[test]
@@ -257,7 +314,7 @@ mod tests {
         input.extend(frame(r#"{"jsonrpc":"2.0","method":"exit"}"#).into_bytes());
         let got = read_all(&input);
         assert!(
-            matches!(&got[0], Incoming::Invalid(r) if r.error.as_ref().unwrap().message.contains("refused"))
+            matches!(&got[0], Incoming::Invalid(f) if f.error().unwrap().message.contains("refused"))
         );
         assert!(
             matches!(&got[1], Incoming::Message(Message::Notification(n)) if n.method == "exit")
@@ -273,9 +330,8 @@ mod tests {
     #[test]
     fn written_messages_are_framed() {
         let (tx, rx) = crossbeam_channel::unbounded();
-        tx.send(Message::Notification(lsp_server::Notification::new(
-            "x".into(),
-            serde_json::json!({}),
+        tx.send(Frame::from(Message::Notification(
+            lsp_server::Notification::new("x".into(), serde_json::json!({})),
         )))
         .unwrap();
         drop(tx);
@@ -284,5 +340,65 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("Content-Length: "), "{text}");
         assert!(text.ends_with(r#""method":"x","params":{}}"#), "{text}");
+        assert!(text.contains(r#""jsonrpc":"2.0""#), "{text}");
+    }
+
+    #[test]
+    fn every_kind_of_frame_carries_jsonrpc_2_0() {
+        use lsp_server::{Notification, Request};
+        let error = ResponseError {
+            code: ErrorCode::InvalidParams as i32,
+            message: "bad".into(),
+            data: None,
+        };
+        let frames = [
+            Frame::from(Message::Request(Request::new(
+                RequestId::from("rein-1".to_owned()),
+                "window/workDoneProgress/create".into(),
+                serde_json::json!({"token": "t"}),
+            ))),
+            Frame::from(Message::Notification(Notification::new(
+                "$/progress".into(),
+                serde_json::json!({"token": "t", "value": {"kind": "end"}}),
+            ))),
+            Frame::from(Message::Response(Response::new_ok(
+                RequestId::from(1),
+                serde_json::json!({"state": null}),
+            ))),
+            Frame::from(Message::Response(Response::new_ok(
+                RequestId::from(2),
+                serde_json::Value::Null,
+            ))),
+            Frame::from(Message::Response(Response {
+                id: RequestId::from(3),
+                result: None,
+                error: Some(error.clone()),
+            })),
+            Frame::Unidentified(error),
+        ];
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for f in frames {
+            tx.send(f).unwrap();
+        }
+        drop(tx);
+        let mut out = Vec::new();
+        write_loop(&mut out, rx);
+        let mut input = io::BufReader::new(&out[..]);
+        let mut bodies = Vec::new();
+        while let Some(body) = read_frame(&mut input).unwrap() {
+            bodies.push(serde_json::from_slice::<serde_json::Value>(&body).unwrap());
+        }
+        assert_eq!(bodies.len(), 6);
+        for b in &bodies {
+            assert_eq!(b["jsonrpc"], "2.0", "{b}");
+        }
+        // A null result is still a result; an unidentified error has a null id.
+        assert!(bodies[3].as_object().unwrap().contains_key("result"));
+        assert!(bodies[5].as_object().unwrap().contains_key("id"));
+        assert!(bodies[5]["id"].is_null());
+        // What the server writes, its own reader (and lsp-server's) reads back.
+        for b in &bodies[..5] {
+            serde_json::from_value::<Message>(b.clone()).unwrap();
+        }
     }
 }
