@@ -235,6 +235,18 @@ async function startClient(): Promise<void> {
     },
   };
   client = new LanguageClient('rein', 'Rein', { run, debug: run }, clientOptions);
+  // The server offers "Steer about this selection…" only to clients that run it themselves.
+  client.registerFeature({
+    fillClientCapabilities(caps) {
+      const experimental = (caps.experimental ?? {}) as Record<string, unknown>;
+      caps.experimental = { ...experimental, rein: { steerSelection: true } };
+    },
+    initialize() {},
+    getState() {
+      return { kind: 'static' };
+    },
+    clear() {},
+  });
   client.onDidChangeState((e) => {
     log(`client: ${ClientState[e.oldState]} -> ${ClientState[e.newState]}`);
     render();

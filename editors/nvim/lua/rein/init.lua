@@ -103,6 +103,8 @@ function M.capabilities()
   caps.workspace = caps.workspace or {}
   caps.workspace.configuration = true
   caps.workspace.workspaceFolders = true
+  -- The plugin runs rein.steerSelection itself (it asks for the text), so the server offers it.
+  caps.experimental = vim.tbl_deep_extend("force", caps.experimental or {}, { rein = { steerSelection = true } })
   return vim.tbl_deep_extend("force", caps, M.config.capabilities or {})
 end
 
