@@ -400,11 +400,18 @@ async fn a_tool_the_agent_ran_itself_is_checkpointed_as_its_step() {
     }));
     let mut run = start_acp(root, &sc);
     let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_notes_are_the_agents(root, &s, "Write notes.txt");
+    assert_eq!(read(root, "notes.txt"), "agent notes\n");
+}
+
+/// `notes.txt` ("agent notes") is in the checkpoint of the agent's step named `action`, and
+/// neither among the human's changes nor held.
+fn assert_notes_are_the_agents(root: &Path, s: &rein::state::TaskState, action: &str) {
     let step = s
         .steps
         .iter()
-        .find(|st| st.action == "Write notes.txt")
-        .unwrap_or_else(|| panic!("an Observe step: {:#?}", s.steps));
+        .find(|st| st.action == action)
+        .unwrap_or_else(|| panic!("a step of the agent's named {action:?}: {:#?}", s.steps));
     assert_eq!(step.author, Author::Agent);
     let ck = step.checkpoint.as_deref().expect("a checkpoint");
     assert_eq!(
@@ -412,11 +419,12 @@ async fn a_tool_the_agent_ran_itself_is_checkpointed_as_its_step() {
         "agent notes\n"
     );
     assert!(
-        s.human_changes.iter().all(|h| h.path != "notes.txt"),
-        "the agent's file is not taken for the human's: {:#?}",
-        s.human_changes
+        s.human_changes.iter().all(|h| h.path != "notes.txt")
+            && !s.held_files.contains(&"notes.txt".to_owned()),
+        "the agent's file is not taken for the human's: {:#?} {:?}",
+        s.human_changes,
+        s.held_files
     );
-    assert_eq!(read(root, "notes.txt"), "agent notes\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -434,24 +442,7 @@ async fn a_file_the_agent_wrote_without_reporting_it_is_its_step_not_the_humans(
     }));
     let mut run = start_acp(root, &sc);
     let s = run.until("done", |s| s.status == Status::Done).await;
-    let step = s
-        .steps
-        .iter()
-        .find(|st| st.action == "changed files with its own tools")
-        .unwrap_or_else(|| panic!("a step of the agent's: {:#?}", s.steps));
-    assert_eq!(step.author, Author::Agent);
-    let ck = step.checkpoint.as_deref().expect("a checkpoint");
-    assert_eq!(
-        git(root, &["show", &format!("{ck}:notes.txt")]),
-        "agent notes\n"
-    );
-    assert!(
-        s.human_changes.iter().all(|h| h.path != "notes.txt")
-            && !s.held_files.contains(&"notes.txt".to_owned()),
-        "the agent's file is not taken for the human's: {:#?} {:?}",
-        s.human_changes,
-        s.held_files
-    );
+    assert_notes_are_the_agents(root, &s, "changed files with its own tools");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

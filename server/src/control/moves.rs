@@ -921,17 +921,7 @@ impl Engine {
         let action = p.mv.describe();
         let path = p.decision.path.clone().unwrap_or_default();
         match (p.decision.kind, choice.as_str()) {
-            (DecisionKind::ApproveCommand, "approve")
-                if matches!(p.mv, Move::Permission { .. }) =>
-            {
-                self.complete(
-                    action,
-                    StepStatus::Done,
-                    ok("allowed by the human"),
-                    Touched::Nothing,
-                )
-            }
-            (DecisionKind::ProtectedLines, "approve")
+            (DecisionKind::ApproveCommand | DecisionKind::ProtectedLines, "approve")
                 if matches!(p.mv, Move::Permission { .. }) =>
             {
                 self.complete(
