@@ -445,9 +445,10 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
             Ok(r) => {
                 st.log(json!({"event": "read", "path": path, "ok": true, "content": r.content}))
             }
-            Err(e) => {
-                st.log(json!({"event": "read", "path": path, "ok": false, "error": e.to_string()}))
-            }
+            Err(e) => st.log(
+                json!({"event": "read", "path": path, "ok": false, "error": e.to_string(),
+                    "code": serde_json::to_value(e.code).unwrap_or_default()}),
+            ),
         }
     } else if let Some(w) = action.get("write") {
         let path = w.get("path").and_then(Value::as_str).unwrap_or("");

@@ -261,6 +261,50 @@ async fn trust_a_stale_write_after_handback_keeps_the_humans_fix() {
     assert_eq!(sc.of("session").len(), 1);
 }
 
+#[tokio::test]
+async fn reads_hand_over_the_exact_file_or_refuse_and_a_missing_file_is_not_found() {
+    // Over 1 MiB, multi-byte characters across every 256 KiB boundary Rein used to cut at.
+    let line = "é😀 line of text that goes on for a while\n";
+    let big: String = line.repeat(1_300_000 / line.len() + 1);
+    let dir = repo(&[("big.txt", big.as_str()), ("a.txt", "a\n")]);
+    let root = dir.path();
+    std::fs::write(root.join("latin1.txt"), b"caf\xe9\n").expect("latin-1 file");
+    let sc = scenario(json!({
+        "turns": [[
+            {"read": "big.txt"},
+            {"read": "big.txt", "line": 3, "limit": 2},
+            {"read": "latin1.txt"},
+            {"read": "new.txt"},
+            {"say": "read"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    run.until("done", |s| s.status == Status::Done).await;
+    let reads = sc.of("read");
+    assert_eq!(reads.len(), 4, "{reads:#?}");
+    assert_eq!(reads[0]["ok"], true);
+    assert!(
+        reads[0]["content"].as_str() == Some(big.as_str()),
+        "the whole file, byte for byte ({} bytes)",
+        big.len()
+    );
+    assert_eq!(reads[1]["content"], line.repeat(2));
+    assert_eq!(reads[2]["ok"], false, "{:?}", reads[2]);
+    let why = reads[2]["error"].as_str().unwrap_or_default();
+    assert!(why.contains("not UTF-8"), "{why}");
+    assert!(!why.contains('\u{fffd}'), "{why}");
+    assert_eq!(reads[3]["ok"], false);
+    assert_eq!(
+        reads[3]["code"], -32002,
+        "ACP's resource-not-found: {:?}",
+        reads[3]
+    );
+    assert_eq!(
+        std::fs::read(root.join("latin1.txt")).expect("latin-1 file"),
+        b"caf\xe9\n"
+    );
+}
+
 /// Takes over while the agent waits, fixes `src/lib.rs` by hand and hands back.
 async fn take_over_and_fix(run: &mut Run, sc: &Scenario, root: &Path) {
     sc.logged("read", 1).await;

@@ -315,6 +315,15 @@ impl AcpAgent {
                 }
                 None => r.respond_with_error(error(&out.text)),
             },
+            // ACP's own "not found" answer, which agents map to a missing file (a new one
+            // they may create), unlike a failure.
+            Incoming::Read(q, r) if out.absent => r.respond_with_error(
+                agent_client_protocol::Error::new(
+                    -32002,
+                    format!("Resource not found: {}", out.text),
+                )
+                .data(serde_json::json!({ "uri": q.path.display().to_string() })),
+            ),
             Incoming::Read(_, r) => r.respond_with_error(error(&out.text)),
             Incoming::Write(_, r) => r.respond_with_error(error(&out.text)),
             other => {

@@ -174,12 +174,15 @@ pub struct Context {
 }
 
 /// The outcome of a move, as the agent sees it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Outcome {
     /// Whether the move did what it asked.
     pub ok: bool,
     /// What happened: file content, command output, merge notes, the human's answer.
     pub text: String,
+    /// The move read a file that does not exist (protocols that have a "not found" answer
+    /// give that one, not a generic failure).
+    pub absent: bool,
 }
 
 /// Why an agent could not produce a move.

@@ -519,6 +519,7 @@ mod tests {
             last_result: Some(Outcome {
                 ok: true,
                 text: "A".into(),
+                ..Default::default()
             }),
             ..Context::default()
         };
@@ -533,6 +534,7 @@ mod tests {
             last_result: Some(Outcome {
                 ok: false,
                 text: "gone".into(),
+                ..Default::default()
             }),
             ..Context::default()
         };

@@ -675,6 +675,7 @@ impl Engine {
             let outcome = Outcome {
                 ok: true,
                 text: format!("wrote {} (Rein restarted before checkpointing it)", i.path),
+                ..Default::default()
             };
             self.complete(
                 i.action.clone(),

@@ -13,25 +13,11 @@ use crate::reconcile::merge::{self, Merge};
 use crate::reconcile::{verdict, FileReport, Report, Verdict};
 use crate::state::{self, Author, DecisionKind, HumanChange, Status, Step, StepStatus};
 
-/// How much of a file or command output the agent is shown.
-const SHOW_LIMIT: usize = 256 * 1024;
-
-fn shown(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(SHOW_LIMIT)]).into_owned();
-    if bytes.len() > SHOW_LIMIT {
-        format!(
-            "{text}\n[… {} more bytes not shown]",
-            bytes.len() - SHOW_LIMIT
-        )
-    } else {
-        text
-    }
-}
-
 fn ok(text: impl Into<String>) -> Outcome {
     Outcome {
         ok: true,
         text: text.into(),
+        ..Default::default()
     }
 }
 
@@ -39,6 +25,7 @@ fn failed(text: impl Into<String>) -> Outcome {
     Outcome {
         ok: false,
         text: text.into(),
+        ..Default::default()
     }
 }
 
@@ -479,6 +466,7 @@ impl Engine {
         let outcome = Outcome {
             ok: !failed_tool,
             text,
+            ..Default::default()
         };
         let flow = self.complete(action, status, outcome, Touched::Anything);
         for (path, lost, merged, theirs) in repairs {
@@ -583,11 +571,27 @@ impl Engine {
                 Err(e) => return failed(e.to_string()),
             },
         };
-        let outcome = match &content {
-            Some(c) => ok(shown(c)),
-            None => failed(format!("{path} does not exist")),
+        // The agent gets the file exactly or not at all: whatever it is handed may come back
+        // as the file's content, so a cut or re-decoded text would be written over the file.
+        let outcome = match content.as_deref().map(std::str::from_utf8) {
+            Some(Ok(text)) => ok(text),
+            Some(Err(e)) => failed(format!(
+                "{path} is not UTF-8 text (invalid byte at offset {} of {}), so Rein does not \
+                 hand it over as text: it could not be written back unaltered; leave it as it \
+                 is, or change it with a command",
+                e.valid_up_to(),
+                content.as_ref().map_or(0, Vec::len)
+            )),
+            None => Outcome {
+                ok: false,
+                text: format!("{path} does not exist"),
+                absent: true,
+            },
         };
-        self.views.insert(path, content);
+        // A file it was refused is one it has not seen.
+        if outcome.ok || outcome.absent {
+            self.views.insert(path, content);
+        }
         outcome
     }
 
@@ -1390,5 +1394,6 @@ fn command_outcome(out: &exec::Output, note: Option<&str>) -> Outcome {
     Outcome {
         ok: out.code == Some(0) && note.is_none(),
         text,
+        ..Default::default()
     }
 }

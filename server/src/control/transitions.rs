@@ -466,6 +466,7 @@ impl Engine {
                 crate::agent::Outcome {
                     ok: false,
                     text: "not applied: the human took over before deciding".into(),
+                    ..Default::default()
                 },
                 super::Touched::Nothing,
             );

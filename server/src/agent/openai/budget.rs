@@ -165,6 +165,10 @@ fn is_drop_note(m: &Msg) -> bool {
     m.kind == Kind::Note && m.content.contains("dropped to fit the context budget")
 }
 
+/// Ends every marker that stands for text cut out of the conversation: text carrying it
+/// is not what the model was given whole, so it must never be written back as a file.
+pub(crate) const CUT_MARK: &str = "cut to fit the context budget]";
+
 /// Keeps the first `keep` characters of a message's text (when that saves anything).
 fn shorten(m: &mut Msg, keep: usize, what: &str) {
     let count = m.content.chars().count();
@@ -173,7 +177,7 @@ fn shorten(m: &mut Msg, keep: usize, what: &str) {
     }
     let head: String = m.content.chars().take(keep).collect();
     m.content = format!(
-        "{head}\n[… {} characters of {what} cut to fit the context budget]",
+        "{head}\n[… {} characters of {what} {CUT_MARK}",
         count - keep
     );
 }
@@ -192,7 +196,7 @@ fn elide_arguments(m: &mut Msg) {
             if let serde_json::Value::String(s) = v {
                 if s.len() > 100 {
                     *v = serde_json::Value::String(format!(
-                        "[… {} characters cut to fit the context budget]",
+                        "[… {} characters {CUT_MARK}",
                         s.chars().count()
                     ));
                 }

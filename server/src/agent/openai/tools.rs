@@ -132,12 +132,12 @@ pub(crate) fn to_move(call: &ToolCall) -> Result<Move, String> {
         },
         "write_file" => Move::Write {
             path: text("path")?,
-            content: text("content")?,
+            content: whole(name, text("content")?)?,
         },
         "edit_file" => Move::Edit {
             path: text("path")?,
             old: text("old")?,
-            new: text("new")?,
+            new: whole(name, text("new")?)?,
         },
         "run_command" => {
             let timeout = match args.get("timeout_s") {
@@ -173,6 +173,20 @@ pub(crate) fn to_move(call: &ToolCall) -> Result<Move, String> {
             ))
         }
     })
+}
+
+/// Refuses content that carries the marker of a shortened tool result: it was copied from
+/// a read the model saw cut, and writing it would cut the file the same way.
+fn whole(name: &str, content: String) -> Result<String, String> {
+    if content.contains(super::budget::CUT_MARK) {
+        return Err(format!(
+            "{name}: the content contains Rein's marker \"[… {}\": it was copied from a file \
+             shown to you shortened, and writing it would cut the file. Change the file with \
+             edit_file (exact old and new text) instead",
+            super::budget::CUT_MARK
+        ));
+    }
+    Ok(content)
 }
 
 fn parse_args(raw: &str) -> Result<Map<String, Value>, String> {
@@ -281,6 +295,20 @@ mod tests {
             ),
             (call("update_plan", r#"{"items":"x"}"#), "a list of strings"),
             (call("delete_everything", "{}"), "no tool named"),
+            (
+                call(
+                    "write_file",
+                    r#"{"path":"big.txt","content":"head\n[… 90000 characters of this tool result cut to fit the context budget]"}"#,
+                ),
+                "shown to you shortened",
+            ),
+            (
+                call(
+                    "edit_file",
+                    r#"{"path":"big.txt","old":"a","new":"[… 12 characters cut to fit the context budget]"}"#,
+                ),
+                "edit_file (exact old and new text)",
+            ),
         ];
         for (c, want) in cases {
             let err = to_move(&c).unwrap_err();
