@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+pub mod harnesses;
+
 /// How long any single wait may take before the test fails with what it saw.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 

@@ -55,6 +55,8 @@ pub struct AcpAgent {
     link: Option<Link>,
     /// The open session and whether it takes steering.
     session: Option<(SessionId, bool)>,
+    /// Answer a read of a missing file with empty content (see `Opened::absent_as_empty`).
+    absent_as_empty: bool,
     /// The turn whose prompt is running.
     turn: Option<u64>,
     turns: u64,
@@ -201,6 +203,7 @@ impl AcpAgent {
             skip,
             link: None,
             session: None,
+            absent_as_empty: false,
             turn: None,
             turns: 0,
             cancel_sent: false,
@@ -317,6 +320,9 @@ impl AcpAgent {
             },
             // ACP's own "not found" answer, which agents map to a missing file (a new one
             // they may create), unlike a failure.
+            Incoming::Read(_, r) if out.absent && self.absent_as_empty => {
+                r.respond(ReadTextFileResponse::new(String::new()))
+            }
             Incoming::Read(q, r) if out.absent => r.respond_with_error(
                 agent_client_protocol::Error::new(
                     -32002,
@@ -482,8 +488,9 @@ impl AcpAgent {
 
     fn handle(&mut self, ev: Event) -> Option<Result<Move, AgentError>> {
         match ev {
-            Event::Ready { session, steering } => {
-                self.session = Some((session, steering));
+            Event::Ready(opened) => {
+                self.session = Some((opened.session, opened.steering));
+                self.absent_as_empty = opened.absent_as_empty;
                 None
             }
             Event::Failed(why) => {

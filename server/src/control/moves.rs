@@ -244,7 +244,7 @@ impl Engine {
                 Judged::Refuse(why) => return self.step_failed(action, why),
                 Judged::AskProtected { path, lines } => {
                     let question = format!(
-                        "The agent asks to {title}, which would change {} line(s) you wrote in {path}. Approve?",
+                        "The agent's tool call \"{title}\" would change {} line(s) you wrote in {path}. Approve?",
                         lines.len()
                     );
                     return self.ask(
@@ -274,7 +274,7 @@ impl Engine {
         match ask {
             None => self.complete(action, StepStatus::Done, ok("allowed"), Touched::Nothing),
             Some(reason) => {
-                let question = format!("The agent asks to {title}: {reason}. Approve?");
+                let question = format!("The agent asks for \"{title}\": {reason}. Approve?");
                 let detail = command
                     .clone()
                     .or_else(|| (!clean.is_empty()).then(|| clean.join("\n")));

@@ -87,14 +87,21 @@ impl Incoming {
     }
 }
 
+/// An open session and what Rein learnt of the agent while opening it.
+pub(super) struct Opened {
+    pub session: SessionId,
+    /// The agent takes `_session/steering` into a running turn.
+    pub steering: bool,
+    /// The agent cannot tell an error answer from a failure, so a read of a missing file is
+    /// answered with empty content (Gemini CLI, whose ACP layer rejects with the plain error
+    /// object and never recognises "not found": it could not create a file otherwise).
+    pub absent_as_empty: bool,
+}
+
 /// Something that happened on the connection, in order.
 pub(super) enum Event {
     /// The session is open.
-    Ready {
-        session: SessionId,
-        /// The agent takes `_session/steering` into a running turn.
-        steering: bool,
-    },
+    Ready(Opened),
     /// The agent could not be started or set up; the text says why.
     Failed(String),
     /// A request from the agent.

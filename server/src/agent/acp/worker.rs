@@ -36,7 +36,7 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::link::{error, Event, Incoming, Shared};
+use super::link::{error, Event, Incoming, Opened, Shared};
 use crate::exec::{make_subreaper, Tree, AGENT_TAG_VAR};
 
 /// How many stderr lines are kept to explain a crash.
@@ -131,7 +131,7 @@ pub(super) fn start(launch: Launch, shared: Arc<Shared>) -> mpsc::UnboundedSende
 
 /// What a task of the connection thread finished.
 enum Done {
-    Setup(Result<(SessionId, bool), String>),
+    Setup(Result<Opened, String>),
     Prompt(u64, Result<StopReason, agent_client_protocol::Error>),
     Steer(
         String,
@@ -419,7 +419,7 @@ async fn setup(
     cx: ConnectionTo<Peer>,
     root: PathBuf,
     mode: Option<String>,
-) -> Result<(SessionId, bool), String> {
+) -> Result<Opened, String> {
     let caps = ClientCapabilities::new()
         .fs(FileSystemCapabilities::new()
             .read_text_file(true)
@@ -469,7 +469,14 @@ async fn setup(
             }
         }
     }
-    Ok((new.session_id, steering))
+    Ok(Opened {
+        session: new.session_id,
+        steering,
+        absent_as_empty: init
+            .agent_info
+            .as_ref()
+            .is_some_and(|a| a.name == "gemini-cli"),
+    })
 }
 
 /// Whether the agent takes `_session/steering`: `_meta.steering.supported` on its
@@ -749,14 +756,14 @@ impl Worker {
 
     fn finished(&mut self, done: Done) {
         match done {
-            Done::Setup(Ok((session, steering))) => {
+            Done::Setup(Ok(opened)) => {
                 // What runs now is the harness itself (its CLI, its app server); what starts
                 // later is the agent's commands, which take over ends.
                 if let Some(tree) = &mut self.tree {
                     tree.adopt_current();
                 }
-                self.session = Some(session.clone());
-                self.shared.push(Event::Ready { session, steering });
+                self.session = Some(opened.session.clone());
+                self.shared.push(Event::Ready(opened));
             }
             Done::Setup(Err(why)) => {
                 self.shared.push(Event::Failed(why));
