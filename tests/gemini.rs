@@ -162,7 +162,20 @@ impl Drop for Model {
 /// `rein lsp` in `root`, with the model's environment, and a task started on Gemini.
 fn start(root: &Path, model: &Model, init_options: Value, goal: &str) -> Lsp {
     // A fixed model: the default "auto" first asks a router model which one to use.
-    let command = json!([gemini_bin(), "--acp", "--model", "gemini-2.5-pro"]);
+    let mut command = json!([gemini_bin(), "--acp", "--model", "gemini-2.5-pro"]);
+    // GEMINI_ACP_LOG=FILE records the ACP traffic there.
+    if let Ok(log) = std::env::var("GEMINI_ACP_LOG") {
+        let tap = agents_dir().join("acp_tap.py");
+        command = json!([
+            "python3",
+            tap,
+            log,
+            gemini_bin(),
+            "--acp",
+            "--model",
+            "gemini-2.5-pro"
+        ]);
+    }
     let (mut lsp, _) = Lsp::start_env(root, Lsp::rich_client(), init_options, &model.env());
     let started = lsp.ok(
         "rein.start",
@@ -265,11 +278,6 @@ fn decide_if_asked(lsp: &mut Lsp, s: Value, choice: &str) -> Value {
         .as_str()
         .expect("decision id")
         .to_owned();
-    assert_eq!(
-        s["decisions"][0]["kind"], "protected_lines",
-        "{:#}",
-        s["decisions"]
-    );
     let v = s["version"].as_u64();
     lsp.ok("rein.decide", json!({"decisionId": id, "choice": choice}));
     lsp.wait_state("the end", |s| {
@@ -293,6 +301,11 @@ fn b_a_stale_whole_file_write_after_a_handback_keeps_the_human_fix() {
         {"when": RESULT, "parts": [say("Added the print.")]}
     ]}));
     let (mut lsp, s) = takeover_fix_handback(root, &model, 0);
+    assert_eq!(
+        s["decisions"][0]["kind"], "protected_lines",
+        "{:#}",
+        s["decisions"]
+    );
     let s = decide_if_asked(&mut lsp, s, "deny");
     assert_fix_kept(root, &s);
     assert_eq!(
@@ -356,5 +369,269 @@ fn d_a_stale_replace_after_a_handback_keeps_the_human_fix() {
         "stopReason {}; {:#?}",
         s["stopReason"],
         actions(&s)
+    );
+}
+
+// (e) pause freezes the command Gemini runs ----------------------------------------------
+
+fn shell(cmd: &str) -> Value {
+    call(
+        "run_shell_command",
+        json!({"command": cmd, "description": "as asked"}),
+    )
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn e_pause_freezes_the_command_gemini_runs_and_resume_lets_it_finish_as_the_agents() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"parts": [shell("sleep 3 && touch late.txt")]},
+        {"when": RESULT, "parts": [say("Touched late.txt.")]}
+    ]}));
+    let mut lsp = start(
+        root,
+        &model,
+        json!({"policy": {"allow": ["touch"]}}),
+        "touch late.txt",
+    );
+    wait_command(&mut lsp, "late.txt");
+    let paused = lsp.ok("rein.pause", json!({}));
+    assert_eq!(status(&paused["state"]), "paused", "{paused:#}");
+    let rein = lsp.pid();
+    wait_for(&mut lsp, "the command's processes to be stopped", |_| {
+        let ps = command_procs(rein, "late.txt");
+        !ps.is_empty() && ps.iter().all(|p| p.state == 'T')
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    let ps = command_procs(rein, "late.txt");
+    assert!(
+        !root.join("late.txt").exists(),
+        "late.txt appeared while paused; processes:{}",
+        show(&ps)
+    );
+    assert!(
+        ps.iter().all(|p| p.state == 'T'),
+        "not every process of the command is stopped:{}",
+        show(&ps)
+    );
+    lsp.ok("rein.resume", json!({}));
+    let s = wait_status(&mut lsp, "done");
+    assert!(root.join("late.txt").exists(), "{:#?}", actions(&s));
+    let human: Vec<&str> = s["humanChanges"]
+        .as_array()
+        .map(|h| h.iter().filter_map(|c| c["path"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        !human.contains(&"late.txt"),
+        "the command's file was taken for the human's: {human:?}"
+    );
+    assert_eq!(
+        first_author_of(root, &s, "late.txt").as_deref(),
+        Some("agent"),
+        "{:#?}",
+        actions(&s)
+    );
+}
+
+// (f) deny -------------------------------------------------------------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn f_a_denied_command_lets_the_task_go_on() {
+    let dir = repo(&[("scratch.txt", "keep me\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"parts": [shell("rm -f scratch.txt")]},
+        {"when": RESULT, "parts": [say("Understood, I left scratch.txt alone.")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "tidy up");
+    let s = wait_status(&mut lsp, "awaiting_decision");
+    assert!(
+        s["decisions"][0]["question"]
+            .as_str()
+            .is_some_and(|q| q.contains("rm")),
+        "{:#}",
+        s["decisions"]
+    );
+    let s = decide_if_asked(&mut lsp, s, "deny");
+    assert_eq!(read(root, "scratch.txt"), "keep me\n");
+    assert_eq!(
+        status(&s),
+        "done",
+        "a deny should let the agent go on; stopReason {}; {:#?}",
+        s["stopReason"],
+        actions(&s)
+    );
+}
+
+// (g) takeover and abort during a command ------------------------------------------------
+
+fn during_a_command(command: &str, body: Value) {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"parts": [shell("sleep 30 && touch never.txt")]},
+        {"when": RESULT, "parts": [say("Done.")]}
+    ]}));
+    let mut lsp = start(
+        root,
+        &model,
+        json!({"policy": {"allow": ["touch"]}}),
+        "wait long",
+    );
+    let ps = wait_command(&mut lsp, "never.txt");
+    let pids: Vec<u32> = ps.iter().map(|p| p.pid).collect();
+    let r = lsp.ok(command, body);
+    let rein = lsp.pid();
+    wait_for(&mut lsp, "the command's processes to end", |_| {
+        command_procs(rein, "never.txt").is_empty()
+            && pids.iter().all(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map(|s| s.contains(") Z "))
+                    .unwrap_or(true)
+            })
+    });
+    assert!(!root.join("never.txt").exists());
+    if command == "rein.takeover" {
+        assert_eq!(r["state"]["control"]["holder"], "human", "{r:#}");
+        assert_eq!(status(&lsp.state), "human", "{:#}", lsp.state);
+    } else {
+        let s = lsp.wait_state("aborted", |s| status(s) == "aborted");
+        assert_eq!(s["control"]["holder"], "none");
+    }
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn g1_takeover_during_a_command_ends_its_processes() {
+    during_a_command("rein.takeover", json!({"reason": "mine now"}));
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn g2_abort_during_a_command_ends_its_processes() {
+    during_a_command("rein.abort", json!({}));
+}
+
+// (h) Gemini killed mid-turn -------------------------------------------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn h_gemini_killed_mid_turn_pauses_the_task_with_a_clear_message() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"parts": [call("write_file", json!({"file_path": abs(root, "a.txt"), "content": "a\n"}))]},
+        {"when": RESULT, "once": true, "delay_s": 30, "parts": [say("never")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "write a");
+    model.wait_turn(1);
+    let rein = lsp.pid();
+    let cli = descendants(rein)
+        .into_iter()
+        .find(|p| p.ppid == rein)
+        .unwrap_or_else(|| panic!("nothing runs under rein:{}", show(&descendants(rein))));
+    let killed = Command::new("kill")
+        .args(["-9", &cli.pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let s = lsp.wait_state("a pause", stopped);
+    assert_eq!(status(&s), "paused", "{s:#}");
+    let reason = s["stopReason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("gemini") && (reason.contains("signal") || reason.contains("exit")),
+        "the reason should name the agent and how it ended: {reason}"
+    );
+    assert_eq!(
+        read(root, "a.txt"),
+        "a\n",
+        "the step before the crash is kept"
+    );
+    wait_for(&mut lsp, "Gemini's processes to end", |_| {
+        descendants(rein)
+            .iter()
+            .all(|p| p.state == 'Z' || !p.cmdline.contains("gemini"))
+    });
+}
+
+// (i) a held buffer, (j) steer mid-turn --------------------------------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn i_a_write_to_a_file_the_person_is_editing_asks_and_skip_keeps_their_text() {
+    let dir = repo(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let m = abs(root, "m.py");
+    let model = Model::start(json!({"turns": [
+        {"parts": [call("read_file", json!({"file_path": m}))]},
+        {"when": RESULT, "once": true, "delay_s": 2, "parts": [call("write_file", json!({"file_path": m, "content": "def f(x):\n    return x + 2\n"}))]},
+        {"when": RESULT, "parts": [say("Left m.py to the person.")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "make f add 2");
+    let u = lsp.open("m.py", M_PY);
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [{"text": "def f(x):\n    return x + 100\n"}]}),
+    );
+    lsp.wait_state("m.py held", |s| {
+        s["heldFiles"]
+            .as_array()
+            .is_some_and(|h| h.iter().any(|p| p == "m.py"))
+    });
+    let s = wait_status(&mut lsp, "awaiting_decision");
+    let d = &s["decisions"][0];
+    assert_eq!(d["kind"], "held_file", "{d:#}");
+    let id = d["id"].as_str().expect("decision id").to_owned();
+    lsp.ok("rein.decide", json!({"decisionId": id, "choice": "skip"}));
+    let s = wait_status(&mut lsp, "done");
+    assert_eq!(
+        read(root, "m.py"),
+        M_PY,
+        "Gemini's write never reached the file the person holds"
+    );
+    assert!(
+        actions(&s)
+            .iter()
+            .any(|a| a.contains("m.py") && a.contains("agent")),
+        "the refused write is a step: {:#?}",
+        actions(&s)
+    );
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn j_a_steer_mid_turn_reaches_gemini_and_it_acts_on_it() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"delay_s": 4, "once": true, "parts": [say("Thinking about it.")]},
+        {"when": "leave a note in notes.txt", "once": true, "parts": [call("write_file", json!({"file_path": abs(root, "notes.txt"), "content": "noted\n"}))]},
+        {"when": RESULT, "parts": [say("Left the note.")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "tidy up");
+    model.wait_turn(0);
+    let steered = lsp.ok("rein.steer", json!({"text": "leave a note in notes.txt"}));
+    assert_eq!(
+        status(&steered["state"]),
+        "running",
+        "a steer is not a stop: {steered:#}"
+    );
+    let s = wait_status(&mut lsp, "done");
+    assert!(
+        model
+            .requests()
+            .iter()
+            .any(|r| r["body"].to_string().contains("leave a note in notes.txt")),
+        "Gemini's model saw the correction: {}",
+        model.summary()
+    );
+    assert_eq!(s["constraints"][0]["status"], "delivered", "{s:#}");
+    assert_eq!(
+        read(root, "notes.txt"),
+        "noted\n",
+        "Gemini acted on the steer"
     );
 }

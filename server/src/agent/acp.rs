@@ -28,7 +28,7 @@ use agent_client_protocol::v1::schema::{
 use tokio::sync::mpsc;
 
 use super::{Agent, AgentError, Context, Intended, Interrupt, Move, MoveFuture, Outcome};
-use link::{error, Event, Incoming, Shared};
+use link::{error, Event, Incoming, Quirks, Shared};
 use worker::{Cmd, Launch};
 
 /// How long a cancelled turn may take to end before the agent is killed.
@@ -55,8 +55,8 @@ pub struct AcpAgent {
     link: Option<Link>,
     /// The open session and whether it takes steering.
     session: Option<(SessionId, bool)>,
-    /// Answer a read of a missing file with empty content (see `Opened::absent_as_empty`).
-    absent_as_empty: bool,
+    /// What the agent is known to need beyond the protocol.
+    quirks: Quirks,
     /// The turn whose prompt is running.
     turn: Option<u64>,
     turns: u64,
@@ -203,7 +203,7 @@ impl AcpAgent {
             skip,
             link: None,
             session: None,
-            absent_as_empty: false,
+            quirks: Quirks::default(),
             turn: None,
             turns: 0,
             cancel_sent: false,
@@ -320,7 +320,7 @@ impl AcpAgent {
             },
             // ACP's own "not found" answer, which agents map to a missing file (a new one
             // they may create), unlike a failure.
-            Incoming::Read(_, r) if out.absent && self.absent_as_empty => {
+            Incoming::Read(_, r) if out.absent && self.quirks.absent_as_empty => {
                 r.respond(ReadTextFileResponse::new(String::new()))
             }
             Incoming::Read(q, r) if out.absent => r.respond_with_error(
@@ -490,7 +490,7 @@ impl AcpAgent {
         match ev {
             Event::Ready(opened) => {
                 self.session = Some((opened.session, opened.steering));
-                self.absent_as_empty = opened.absent_as_empty;
+                self.quirks = opened.quirks;
                 None
             }
             Event::Failed(why) => {
@@ -688,7 +688,12 @@ impl AcpAgent {
             }
         }
         let command = match kind {
-            ToolKind::Execute => f.raw_input.as_ref().and_then(command_of),
+            ToolKind::Execute => f.raw_input.as_ref().and_then(command_of).or_else(|| {
+                self.quirks
+                    .title_is_command
+                    .then(|| f.title.clone())
+                    .flatten()
+            }),
             _ => None,
         };
         let writes = intended(f.raw_input.as_ref(), f.content.as_deref())

@@ -92,10 +92,31 @@ pub(super) struct Opened {
     pub session: SessionId,
     /// The agent takes `_session/steering` into a running turn.
     pub steering: bool,
-    /// The agent cannot tell an error answer from a failure, so a read of a missing file is
-    /// answered with empty content (Gemini CLI, whose ACP layer rejects with the plain error
-    /// object and never recognises "not found": it could not create a file otherwise).
+    /// What this agent is known to need beyond the protocol.
+    pub quirks: Quirks,
+}
+
+/// Known ways of a named agent that the protocol leaves open or that it gets wrong.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Quirks {
+    /// A read of a missing file is answered with empty content: the agent cannot tell an
+    /// error answer from a failure (Gemini CLI 0.61, whose ACP layer rejects with the plain
+    /// error object and never recognises "not found"), so it could not create a file.
     pub absent_as_empty: bool,
+    /// An `execute` tool call's title is its exact command line and its `rawInput` is empty
+    /// (Gemini CLI's shell tool), so the policy judges the title.
+    pub title_is_command: bool,
+}
+
+impl Quirks {
+    /// The quirks of the agent that named itself `name` in its initialize answer.
+    pub fn of(name: Option<&str>) -> Quirks {
+        let gemini = name == Some("gemini-cli");
+        Quirks {
+            absent_as_empty: gemini,
+            title_is_command: gemini,
+        }
+    }
 }
 
 /// Something that happened on the connection, in order.

@@ -36,7 +36,7 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::link::{error, Event, Incoming, Opened, Shared};
+use super::link::{error, Event, Incoming, Opened, Quirks, Shared};
 use crate::exec::{make_subreaper, Tree, AGENT_TAG_VAR};
 
 /// How many stderr lines are kept to explain a crash.
@@ -472,10 +472,7 @@ async fn setup(
     Ok(Opened {
         session: new.session_id,
         steering,
-        absent_as_empty: init
-            .agent_info
-            .as_ref()
-            .is_some_and(|a| a.name == "gemini-cli"),
+        quirks: Quirks::of(init.agent_info.as_ref().map(|a| a.name.as_str())),
     })
 }
 
