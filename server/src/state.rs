@@ -94,6 +94,55 @@ pub struct TaskState {
     /// The agent's closing summary once it finished.
     #[serde(default)]
     pub summary: Option<String>,
+    /// After an abort: lines the agent wrote that stayed, because the human edited inside
+    /// the block they belong to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept_agent_lines: Vec<KeptLines>,
+}
+
+/// Lines of one file the agent wrote that an abort kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptLines {
+    /// Repo-relative path.
+    pub path: String,
+    /// The lines, in file order.
+    pub lines: Vec<KeptLine>,
+}
+
+/// One line the agent wrote that an abort kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptLine {
+    /// 1-based line number in the file as the abort left it.
+    pub line: usize,
+    /// The line's text, without its end of line.
+    pub text: String,
+}
+
+impl KeptLines {
+    /// "notes.txt lines 2, 4 (`AGENT one`, `AGENT three`)".
+    pub fn describe(&self) -> String {
+        let nums: Vec<String> = self.lines.iter().map(|l| l.line.to_string()).collect();
+        let texts: Vec<String> = self
+            .lines
+            .iter()
+            .take(5)
+            .map(|l| format!("`{}`", l.text.trim()))
+            .collect();
+        let more = if self.lines.len() > 5 { ", …" } else { "" };
+        let word = if self.lines.len() == 1 {
+            "line"
+        } else {
+            "lines"
+        };
+        format!(
+            "{} {word} {} ({}{more})",
+            self.path,
+            nums.join(", "),
+            texts.join(", ")
+        )
+    }
 }
 
 /// The task's identity and goal.
@@ -777,6 +826,7 @@ mod tests {
             head: None,
             protected_lines: BTreeMap::new(),
             summary: None,
+            kept_agent_lines: Vec::new(),
         }
     }
 

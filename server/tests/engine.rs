@@ -501,6 +501,60 @@ async fn abort_removes_the_agents_changes_keeps_the_humans_and_keeps_the_attempt
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_says_which_agent_lines_stayed_where_the_human_edited_inside_its_block() {
+    let dir = repo(&[("notes.txt", "top\n"), ("other.txt", "x\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"write": {"path": "notes.txt", "content": "top\nAGENT one\nAGENT two\nAGENT three\n"}},
+            {"write": {"path": "other.txt", "content": "x\nagent\n"}},
+            {"read": "notes.txt", "think_ms": 600000}
+        ]),
+    );
+    run.until("two agent steps", |s| {
+        s.steps
+            .iter()
+            .filter(|st| st.author == Author::Agent)
+            .count()
+            == 2
+    })
+    .await;
+    let human = "top\nAGENT one\nAGENT two fixed by HUMAN\nAGENT three\n";
+    write(root, "notes.txt", human);
+    run.call(Request::Abort {
+        keep_changes: false,
+    })
+    .await;
+    let s = run.state.clone();
+    assert_eq!(s.status, Status::Aborted);
+    assert_eq!(
+        read(root, "notes.txt"),
+        human,
+        "the human's block is kept whole"
+    );
+    assert_eq!(
+        read(root, "other.txt"),
+        "x\n",
+        "a file the human left is reverted"
+    );
+    assert_eq!(s.kept_agent_lines.len(), 1, "{:#?}", s.kept_agent_lines);
+    let kept = &s.kept_agent_lines[0];
+    assert_eq!(kept.path, "notes.txt");
+    let lines: Vec<(usize, &str)> = kept
+        .lines
+        .iter()
+        .map(|l| (l.line, l.text.as_str()))
+        .collect();
+    assert_eq!(lines, vec![(2, "AGENT one"), (4, "AGENT three")]);
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("notes.txt lines 2, 4") && why.contains("AGENT one"),
+        "the stop reason names the lines that stayed: {why}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn illegal_requests_are_refused_with_what_to_do_and_change_nothing() {
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();

@@ -441,6 +441,7 @@ pub fn start(
         head: base,
         protected_lines: Default::default(),
         summary: None,
+        kept_agent_lines: Vec::new(),
     };
     let store = StateStore::create(&git_dir, initial)?;
     let (tx, rx) = mpsc::unbounded_channel();

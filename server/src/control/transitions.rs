@@ -9,13 +9,23 @@ use crate::exec::Sandbox;
 use crate::reconcile::{verdict, FileReport};
 use crate::state::{
     self, Author, Constraint, ConstraintSource, ConstraintStatus, Control, DecisionKind, Holder,
-    Location, Status, StepStatus,
+    KeptLine, KeptLines, Location, Status, StepStatus,
 };
 
 type Answer = Result<Reply, ControlError>;
 
 fn not_now(msg: impl Into<Advice>) -> ControlError {
     ControlError::NotNow(msg.into())
+}
+
+/// What taking the agent's steps back out of the tree came to.
+struct Undone {
+    /// How many files changed.
+    files: usize,
+    /// Files left as they are because they cannot be reached safely, each with why.
+    left: Vec<(String, String)>,
+    /// Agent lines that stayed inside blocks the human edited.
+    kept: Vec<KeptLines>,
 }
 
 impl Request {
@@ -321,8 +331,10 @@ impl Engine {
         self.ckpt.set_ref("aborted", &snap.id)?;
         let mut reverted = 0;
         let mut left = Vec::new();
+        let mut kept = Vec::new();
         if !keep_changes {
-            (reverted, left) = self.revert_agent_changes()?;
+            let undone = self.revert_agent_changes()?;
+            (reverted, left, kept) = (undone.files, undone.left, undone.kept);
             let snap = self.ckpt.snapshot(SnapshotMeta {
                 step: n,
                 author: Author::Human,
@@ -331,13 +343,24 @@ impl Engine {
             self.tip = Some(snap.id);
         }
         let task = self.state().task.id.clone();
-        let why = if keep_changes {
+        let mut why = if keep_changes {
             format!("aborted by the user; the agent's changes were kept (attempt at refs/rein/{task}/aborted)")
-        } else if left.is_empty() {
+        } else {
             format!(
                 "aborted by the user; the agent's changes were removed from {reverted} file(s), yours kept (attempt at refs/rein/{task}/aborted)"
             )
-        } else {
+        };
+        if !kept.is_empty() {
+            let named: Vec<String> = kept.iter().map(KeptLines::describe).collect();
+            let told = format!(
+                "the agent's lines stayed where you edited inside a block it wrote (your version of the block is kept whole): {}; remove them with the code action on those lines, or by hand",
+                named.join("; ")
+            );
+            self.say(Level::Warning, told.clone());
+            why.push_str("; ");
+            why.push_str(&told);
+        }
+        if !left.is_empty() {
             let named: Vec<String> = left.iter().map(|(_, why)| why.clone()).collect();
             let warning = format!(
                 "the abort left the agent's changes in {} file(s) it cannot reach safely; revert them by hand (the attempt is at refs/rein/{task}/aborted): {}",
@@ -345,13 +368,13 @@ impl Engine {
                 named.join("; ")
             );
             self.say(Level::Warning, warning.clone());
-            format!(
-                "aborted by the user; the agent's changes were removed from {reverted} file(s), yours kept; {warning}"
-            )
-        };
+            why.push_str("; ");
+            why.push_str(&warning);
+        }
         self.commit(|s| {
             s.status = Status::Aborted;
             s.decisions.clear();
+            s.kept_agent_lines = kept;
             s.control = Control {
                 holder: Holder::None,
                 since: state::now(),
@@ -373,12 +396,13 @@ impl Engine {
     /// Returns how many files changed, and the files left as they are because they cannot be
     /// reached safely (a symlink now on the way, a directory where the file was), each with
     /// why: one such file does not keep the others, or the abort, from landing.
-    fn revert_agent_changes(&mut self) -> Result<(usize, Vec<(String, String)>), ControlError> {
+    fn revert_agent_changes(&mut self) -> Result<Undone, ControlError> {
         let list = self.ckpt.list()?;
         // Keyed by the path's bytes, so a name that is not UTF-8 is found on disk as it is;
         // the value carries the name as shown and the content the file should end with.
         let mut touched = std::collections::BTreeMap::<Vec<u8>, (String, Option<Vec<u8>>)>::new();
         let mut left = std::collections::BTreeMap::<Vec<u8>, (String, String)>::new();
+        let mut kept = std::collections::BTreeMap::<Vec<u8>, Vec<String>>::new();
         for (i, c) in list.iter().enumerate() {
             if c.author != Author::Agent {
                 continue;
@@ -406,14 +430,38 @@ impl Engine {
                     change.after.as_deref(),
                     now.as_deref(),
                 ) {
-                    touched.insert(key, (change.path, next));
+                    if !next.kept.is_empty() {
+                        let k = kept.entry(key.clone()).or_default();
+                        k.extend(next.kept.into_iter().map(|(_, text)| text));
+                    }
+                    touched.insert(key, (change.path, next.content));
                 } else {
                     touched.entry(key).or_insert((change.path, now));
                 }
             }
         }
         let mut count = 0;
+        let mut stayed = Vec::new();
         for (raw, (path, content)) in touched {
+            // Where each kept line ended up, once every older step is taken back too.
+            if let (Some(texts), Some(c)) = (kept.remove(&raw), &content) {
+                let mut wanted = texts;
+                let mut lines = Vec::new();
+                for (i, line) in String::from_utf8_lossy(c).lines().enumerate() {
+                    if let Some(k) = wanted.iter().position(|w| w == line) {
+                        lines.push(KeptLine {
+                            line: i + 1,
+                            text: wanted.remove(k),
+                        });
+                    }
+                }
+                if !lines.is_empty() {
+                    stayed.push(KeptLines {
+                        path: path.clone(),
+                        lines,
+                    });
+                }
+            }
             let done = self.sandbox.read(&raw).and_then(|disk| {
                 if disk == content {
                     return Ok(false);
@@ -435,7 +483,11 @@ impl Engine {
                 }
             }
         }
-        Ok((count, left.into_values().collect()))
+        Ok(Undone {
+            files: count,
+            left: left.into_values().collect(),
+            kept: stayed,
+        })
     }
 
     fn takeover(&mut self, reason: Option<String>) -> Answer {

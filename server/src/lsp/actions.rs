@@ -152,6 +152,9 @@ impl Server {
                 ));
             }
         }
+        if let Some(path) = &path {
+            out.extend(self.kept_line_actions(&uri, path, p.range));
+        }
         let lines = p.range.start.line..=p.range.end.line;
         for c in self.docs.get(&uri).map(|d| d.steers()).unwrap_or_default() {
             if !lines.contains(&(c.line as u32)) {
@@ -224,6 +227,44 @@ impl Server {
                 .filter_map(|mut a| a.get_mut("command").map(Value::take))
                 .collect(),
         )
+    }
+
+    /// Removal of the agent's lines an abort kept in this document (those still there as
+    /// the abort left them): the one under the cursor, and all of them at once.
+    fn kept_line_actions(&self, uri: &Uri, path: &str, range: Range) -> Vec<Value> {
+        let Some(doc) = self.docs.get(uri) else {
+            return Vec::new();
+        };
+        let here = self.kept_lines_in(path, |n| doc.line(n));
+        if here.is_empty() {
+            return Vec::new();
+        }
+        let delete = |lines: &[u32]| -> Value {
+            let edits: Vec<Value> = lines
+                .iter()
+                .map(|&l| json!({"range": {"start": {"line": l, "character": 0}, "end": {"line": l + 1, "character": 0}}, "newText": ""}))
+                .collect();
+            json!({"changes": {uri.as_str(): edits}})
+        };
+        let mut out = Vec::new();
+        if let Some(&l) = here
+            .iter()
+            .find(|&&l| range.start.line <= l && l <= range.end.line)
+        {
+            out.push(json!({
+                "title": "Rein: remove this line the agent wrote (the abort kept it)",
+                "kind": "quickfix",
+                "edit": delete(&[l]),
+            }));
+        }
+        if here.len() > 1 {
+            out.push(json!({
+                "title": format!("Rein: remove the {} lines the agent wrote that the abort kept in this file", here.len()),
+                "kind": "quickfix",
+                "edit": delete(&here),
+            }));
+        }
+        out
     }
 
     /// Revert / keep actions for the agent's latest changes to this document that are still

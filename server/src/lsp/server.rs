@@ -870,6 +870,28 @@ impl Server {
         }
     }
 
+    /// The 0-based lines of `path` holding an agent line the last abort kept, where the
+    /// document (`line_at`) still has it as the abort left it.
+    pub(super) fn kept_lines_in(
+        &self,
+        path: &str,
+        line_at: impl Fn(usize) -> Option<String>,
+    ) -> Vec<u32> {
+        let Some(s) = self.state.as_ref() else {
+            return Vec::new();
+        };
+        s.kept_agent_lines
+            .iter()
+            .filter(|k| k.path == path)
+            .flat_map(|k| &k.lines)
+            .filter(|l| {
+                line_at(l.line.saturating_sub(1))
+                    .is_some_and(|t| t.trim_end_matches(['\r', '\n']) == l.text)
+            })
+            .filter_map(|l| u32::try_from(l.line.saturating_sub(1)).ok())
+            .collect()
+    }
+
     /// Publishes the diagnostics of one open document, when they changed.
     pub(super) fn publish(&mut self, uri: &Uri) {
         let Some(stale) = self.docs.get_mut(uri).map(|d| d.is_stale()) else {
@@ -907,6 +929,18 @@ impl Server {
                     code: Some(NumberOrString::String("decision".into())),
                     source: Some("rein".into()),
                     message: decision_message(d),
+                    ..Default::default()
+                });
+            }
+        }
+        if let Some(path) = &path {
+            for l in self.kept_lines_in(path, |n| doc.line(n)) {
+                diags.push(Diagnostic {
+                    range: Range::new(Position::new(l, 0), Position::new(l + 1, 0)),
+                    severity: Some(DiagnosticSeverity::WARNING),
+                    code: Some(NumberOrString::String("kept".into())),
+                    source: Some("rein".into()),
+                    message: "The agent wrote this line. The abort kept it because you edited inside the block it belongs to; remove it with the code action if you do not want it.".into(),
                     ..Default::default()
                 });
             }

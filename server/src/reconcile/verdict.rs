@@ -135,20 +135,28 @@ pub fn protectable(before: Option<&[u8]>, after: Option<&[u8]>) -> Vec<String> {
         .collect()
 }
 
+/// What taking one agent change back out of a file comes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reverted {
+    /// What the file should hold; None when it should not exist.
+    pub content: Option<Vec<u8>>,
+    /// Lines the agent wrote that stay, because the human edited inside the block they
+    /// belong to and the human's version of the block is kept whole (1-based, in `content`).
+    pub kept: Vec<(usize, String)>,
+}
+
 /// Takes one agent change back out of a file, keeping whatever else happened since.
 /// `before`/`after` are the file around the agent's step, `now` the file as it stands.
-/// Returns None when nothing should change, `Some(None)` when the file should not exist,
-/// and `Some(Some(content))` otherwise.
-pub fn revert(
-    before: Option<&[u8]>,
-    after: Option<&[u8]>,
-    now: Option<&[u8]>,
-) -> Option<Option<Vec<u8>>> {
+/// Returns None when nothing should change.
+pub fn revert(before: Option<&[u8]>, after: Option<&[u8]>, now: Option<&[u8]>) -> Option<Reverted> {
     if now == before {
         return None;
     }
     if now == after {
-        return Some(before.map(<[u8]>::to_vec));
+        return Some(Reverted {
+            content: before.map(<[u8]>::to_vec),
+            kept: Vec::new(),
+        });
     }
     // The human touched the file after the agent: take back the agent's lines only. A file
     // the human deleted stays deleted, and binary files are left as the human has them.
@@ -156,14 +164,42 @@ pub fn revert(
     let (Some(a), Some(b)) = (text(after), text(before)) else {
         return None;
     };
-    let merged = match merge::merge3(a, n, b) {
-        Merge::Clean(m) => m,
-        Merge::Conflict { ours_resolved, .. } => ours_resolved,
+    let (merged, kept) = match merge::merge3(a, n, b) {
+        Merge::Clean(m) => (m, Vec::new()),
+        Merge::Conflict {
+            ours_resolved,
+            hunks,
+            ..
+        } => {
+            // In each overlap the human's version stays; the agent's lines in it stay too.
+            let mut wanted: Vec<String> = hunks
+                .iter()
+                .flat_map(|h| {
+                    let theirs: Vec<&str> = h.theirs.lines().collect();
+                    let base: Vec<&str> = h.base.lines().collect();
+                    h.ours
+                        .lines()
+                        .filter(|l| base.contains(l) && !theirs.contains(l))
+                        .map(str::to_owned)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let mut kept = Vec::new();
+            for (i, line) in ours_resolved.lines().enumerate() {
+                if let Some(k) = wanted.iter().position(|w| w == line) {
+                    kept.push((i + 1, wanted.remove(k)));
+                }
+            }
+            (ours_resolved, kept)
+        }
     };
-    if merged.as_bytes() == n.as_bytes() {
+    if merged.as_bytes() == n.as_bytes() && kept.is_empty() {
         None
     } else {
-        Some(Some(merged.into_bytes()))
+        Some(Reverted {
+            content: Some(merged.into_bytes()),
+            kept,
+        })
     }
 }
 
@@ -268,14 +304,37 @@ mod tests {
             Some(after.as_bytes()),
             Some(now.as_bytes()),
         );
-        assert_eq!(r, Some(Some(b"a\nhuman\nc\n".to_vec())));
+        let content = |r: Option<Reverted>| r.map(|r| r.content);
+        assert_eq!(content(r), Some(Some(b"a\nhuman\nc\n".to_vec())));
         assert_eq!(
-            revert(Some(b"x"), Some(b"y"), Some(b"y")),
+            content(revert(Some(b"x"), Some(b"y"), Some(b"y"))),
             Some(Some(b"x".to_vec()))
         );
-        assert_eq!(revert(None, Some(b"y"), Some(b"y")), Some(None));
+        assert_eq!(content(revert(None, Some(b"y"), Some(b"y"))), Some(None));
         assert_eq!(revert(Some(b"x"), Some(b"y"), Some(b"x")), None);
         assert_eq!(revert(None, Some(b"y"), None), None);
+    }
+
+    #[test]
+    fn revert_names_the_agent_lines_it_keeps_where_the_human_edited_inside_its_block() {
+        let before = "top\n";
+        let after = "top\nAGENT one\nAGENT two\nAGENT three\n";
+        let now = "top\nAGENT one\nAGENT two fixed by HUMAN\nAGENT three\n";
+        let r = revert(
+            Some(before.as_bytes()),
+            Some(after.as_bytes()),
+            Some(now.as_bytes()),
+        )
+        .expect("a conflict still reports");
+        assert_eq!(
+            r.content.as_deref(),
+            Some(now.as_bytes()),
+            "the human's block stays"
+        );
+        assert_eq!(
+            r.kept,
+            vec![(2, "AGENT one".to_owned()), (4, "AGENT three".to_owned())]
+        );
     }
 
     #[test]
