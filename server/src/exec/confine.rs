@@ -254,8 +254,7 @@ pub fn denied_path(stderr: &str) -> Option<String> {
         let word = line
             .split_whitespace()
             .map(|w| w.trim_end_matches(':'))
-            .filter(|w| pathlike(w))
-            .last();
+            .rfind(|w| pathlike(w));
         if let Some(w) = word {
             return Some(w.to_owned());
         }
