@@ -404,7 +404,7 @@ pub fn start(
             }
         }
     }
-    let agent = agent::build(&agent_spec, &root, 0)?;
+    let agent = agent::build(&agent_spec, &root, 0, cfg.policy.sandbox)?;
     let base = checkpoint::head_commit(&root)?;
     let id = new_task_id();
     let mut ckpt = Checkpoints::open(&root, &id, base.as_deref())?;
@@ -540,7 +540,12 @@ pub fn recover(
     }
     // Built once the in-flight write is settled: a write that landed is a move made.
     let skip = engine.state().agent_moves;
-    match agent::build(&engine.state().task.agent, &engine.root, skip) {
+    match agent::build(
+        &engine.state().task.agent,
+        &engine.root,
+        skip,
+        engine.cfg.policy.sandbox,
+    ) {
         Ok(a) => {
             if landed {
                 let remaining = a.remaining();
@@ -770,6 +775,10 @@ impl Engine {
     }
 
     async fn run(mut self) {
+        if self.cfg.policy.sandbox != SandboxMode::Off && !self.state().status.is_terminal() {
+            // Said up front: an ACP agent's own process is confined (or not) from its start.
+            self.sandbox_here();
+        }
         loop {
             if self.state().status.is_terminal() {
                 // Nothing will step again; give the kernel its watches back.

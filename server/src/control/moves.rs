@@ -989,17 +989,25 @@ impl Engine {
     /// task, never silently).
     fn confinement(&mut self, cmd: &str) -> Option<exec::Confinement> {
         let mode = self.cfg.policy.sandbox;
-        if mode == exec::SandboxMode::Off {
-            return None;
-        }
-        if let Err(e) = exec::sandbox_available() {
-            if !std::mem::replace(&mut self.told_unconfined, true) {
-                self.say(Level::Warning, e.to_string());
-            }
+        if mode == exec::SandboxMode::Off || !self.sandbox_here() {
             return None;
         }
         let network = self.cfg.policy.network_for(cmd);
         Some(exec::Confinement::for_tree(mode, &self.root, network))
+    }
+
+    /// Whether the kernel can confine; when it cannot, the person is told (once per task)
+    /// that commands and agent processes run unconfined.
+    pub(super) fn sandbox_here(&mut self) -> bool {
+        match exec::sandbox_available() {
+            Ok(()) => true,
+            Err(e) => {
+                if !std::mem::replace(&mut self.told_unconfined, true) {
+                    self.say(Level::Warning, e.to_string());
+                }
+                false
+            }
+        }
     }
 
     /// Runs a command in its own process group, answering requests meanwhile: pause freezes
