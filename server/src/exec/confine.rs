@@ -96,6 +96,10 @@ pub struct Confinement {
     pub network: bool,
     /// With `network`, the only TCP ports it may connect to (none listed: every port).
     pub ports: Vec<u16>,
+    /// Whether file access is confined; false leaves files to a harness's own sandbox (a
+    /// Landlock file domain forbids the mounts bubblewrap makes), and only the network and
+    /// signals are.
+    pub files: bool,
 }
 
 impl Confinement {
@@ -116,6 +120,7 @@ impl Confinement {
             writable,
             network,
             ports: Vec::new(),
+            files: true,
         }
     }
 
@@ -161,28 +166,35 @@ impl Confinement {
         }
         available()?;
         let all = AccessFs::from_all(VETTED);
-        let mut rules = Ruleset::default()
+        let mut rules = Ruleset::default();
+        if self.files {
             // Without the first ABI's rights there is no sandbox at all: say so, never run
             // "confined" in name only.
-            .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(AccessFs::from_all(ABI::V1))?
+            rules = rules
+                .set_compatibility(CompatLevel::HardRequirement)
+                .handle_access(AccessFs::from_all(ABI::V1))?
+                .set_compatibility(CompatLevel::BestEffort)
+                .handle_access(all)?;
+        }
+        rules = rules
             .set_compatibility(CompatLevel::BestEffort)
-            .handle_access(all)?
             .scope(Scope::from_all(VETTED))?;
         if !self.network || !self.ports.is_empty() {
             rules = rules.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
         }
-        let mut writable: Vec<PathBuf> = self.writable.clone();
-        writable.push(std::env::temp_dir());
-        writable.push(PathBuf::from("/tmp"));
-        writable.push(PathBuf::from("/var/tmp"));
-        writable.extend(DEVICES.iter().map(PathBuf::from));
-        // A rule needs the path opened; one that does not exist grants nothing anyway.
-        writable.retain(|p| p.exists());
-        let mut created = rules
-            .create()?
-            .add_rules(path_beneath_rules(["/"], AccessFs::from_read(VETTED)))?
-            .add_rules(path_beneath_rules(writable, all))?;
+        let mut created = rules.create()?;
+        if self.files {
+            let mut writable: Vec<PathBuf> = self.writable.clone();
+            writable.push(std::env::temp_dir());
+            writable.push(PathBuf::from("/tmp"));
+            writable.push(PathBuf::from("/var/tmp"));
+            writable.extend(DEVICES.iter().map(PathBuf::from));
+            // A rule needs the path opened; one that does not exist grants nothing anyway.
+            writable.retain(|p| p.exists());
+            created = created
+                .add_rules(path_beneath_rules(["/"], AccessFs::from_read(VETTED)))?
+                .add_rules(path_beneath_rules(writable, all))?;
+        }
         if self.network {
             created = created.add_rules(self.ports.iter().map(|p| {
                 Ok::<_, landlock::RulesetError>(NetPort::new(*p, AccessNet::ConnectTcp))

@@ -1,7 +1,12 @@
 //! The Landlock domain an ACP agent process runs in: what its harness writes besides the
 //! working tree and temp (its state directories, by default the ones each known harness
-//! uses), and which TCP ports it may reach. Spec keys: `state_dirs` (replaces the defaults)
-//! and `ports` (none: every port).
+//! uses), and which TCP ports it may reach. Spec keys: `state_dirs` (replaces the defaults),
+//! `ports` (none: every port) and `own_sandbox`.
+//!
+//! Codex confines the commands it runs with bubblewrap, which mounts; no process inside a
+//! Landlock file domain may mount (the kernel forbids it), so Codex's commands would all
+//! fail. A harness with its `own_sandbox` (Codex's default) is therefore confined only in
+//! its network and signals, and its files are left to its own sandbox.
 //!
 //! The defaults were found by tracing the real harnesses (Claude Code through
 //! claude-agent-acp, Codex through codex-acp) at their pinned versions.
@@ -18,6 +23,9 @@ pub(super) struct Domain {
     pub state: Vec<PathBuf>,
     /// The only TCP ports it may connect to; empty: every port.
     pub ports: Vec<u16>,
+    /// The harness confines its commands with a sandbox of its own that mounts (Codex's
+    /// bubblewrap): its files are left to that.
+    pub own_sandbox: bool,
 }
 
 impl Domain {
@@ -69,7 +77,20 @@ impl Domain {
                     )
                 })?,
         };
-        Ok(Domain { state, ports })
+        let own_sandbox = match spec.get("own_sandbox") {
+            None | Some(serde_json::Value::Null) => harness_sandboxes(words),
+            Some(serde_json::Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(AgentError::Spec(
+                    "\"own_sandbox\" must be true (the harness confines its commands itself; Rein confines only its network) or false".into(),
+                ))
+            }
+        };
+        Ok(Domain {
+            state,
+            ports,
+            own_sandbox,
+        })
     }
 
     /// The confinement for the agent process under `mode`, or `None` when it is `off`.
@@ -85,7 +106,9 @@ impl Domain {
                 tracing::warn!("cannot make the agent's state dir {}: {e}", dir.display());
             }
         }
-        Some(Confinement::for_agent(mode, root, &self.state, &self.ports))
+        let mut c = Confinement::for_agent(mode, root, &self.state, &self.ports);
+        c.files = !self.own_sandbox;
+        Some(c)
     }
 }
 
@@ -97,14 +120,9 @@ fn expand(entry: &str, home: Option<&Path>) -> Option<PathBuf> {
     }
 }
 
-/// The state a known harness writes, recognised by a word of its command naming it
-/// (`claude-agent-acp`, `codex-acp`, `gemini`), plus npm's cache for a harness npx starts.
-fn defaults(
-    words: &[String],
-    var: &dyn Fn(&str) -> Option<String>,
-    home: Option<&Path>,
-) -> Vec<PathBuf> {
-    let names: Vec<String> = words
+/// The words of a command, lowercased file names (`@scope/codex-acp` → `codex-acp`).
+fn names(words: &[String]) -> Vec<String> {
+    words
         .iter()
         .map(|w| {
             Path::new(w)
@@ -112,7 +130,22 @@ fn defaults(
                 .map(|n| n.to_string_lossy().to_lowercase())
                 .unwrap_or_default()
         })
-        .collect();
+        .collect()
+}
+
+/// Whether the harness is one known to confine its commands with bubblewrap (Codex).
+fn harness_sandboxes(words: &[String]) -> bool {
+    names(words).iter().any(|n| n.contains("codex"))
+}
+
+/// The state a known harness writes, recognised by a word of its command naming it
+/// (`claude-agent-acp`, `codex-acp`, `gemini`), plus npm's cache for a harness npx starts.
+fn defaults(
+    words: &[String],
+    var: &dyn Fn(&str) -> Option<String>,
+    home: Option<&Path>,
+) -> Vec<PathBuf> {
+    let names = names(words);
     let named = |h: &str| names.iter().any(|n| n.contains(h));
     let in_home = |rel: &str| home.map(|h| h.join(rel));
     let mut state = Vec::new();
@@ -203,17 +236,34 @@ mod tests {
             [PathBuf::from("/h/.mine"), PathBuf::from("/var/lib/x")]
         );
         assert_eq!(d.ports, [443, 8080]);
+        assert!(!d.own_sandbox);
+        let codex = |spec| Domain::from_spec(&spec, &words(&["codex-acp"]), &home_env());
+        assert!(
+            codex(json!({})).expect("spec").own_sandbox,
+            "Codex has bubblewrap"
+        );
+        assert!(
+            !codex(json!({"own_sandbox": false}))
+                .expect("spec")
+                .own_sandbox
+        );
         for bad in [
             json!({"state_dirs": ["relative/dir"]}),
             json!({"state_dirs": "~/.claude"}),
             json!({"ports": [0]}),
             json!({"ports": ["https"]}),
             json!({"ports": [70000]}),
+            json!({"own_sandbox": "yes"}),
         ] {
             let e = Domain::from_spec(&bad, &words(&["x"]), &home_env())
                 .expect_err("refused")
                 .to_string();
-            assert!(e.contains("state_dirs") || e.contains("ports"), "{e}");
+            assert!(
+                ["state_dirs", "ports", "own_sandbox"]
+                    .iter()
+                    .any(|k| e.contains(k)),
+                "{e}"
+            );
         }
     }
 
@@ -223,6 +273,7 @@ mod tests {
         let d = Domain {
             state: vec![tmp.path().join("a/b"), tmp.path().join("c.json")],
             ports: vec![],
+            own_sandbox: false,
         };
         assert!(d.confinement(SandboxMode::Off, tmp.path()).is_none());
         let c = d
