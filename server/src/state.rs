@@ -335,6 +335,8 @@ pub enum DecisionKind {
     HeldFile,
     /// The agent asked the human something.
     Question,
+    /// A command failed because the sandbox denied it: re-run it once unconfined?
+    SandboxDenied,
 }
 
 /// A change the human made to one file during the task.
