@@ -187,4 +187,41 @@ fn without_landlock_the_person_is_told_once_and_commands_still_run() {
         })
         .count();
     assert_eq!(warnings, 1, "said once per task, not per command");
+    let sb = &s["sandbox"];
+    assert_eq!(sb["mode"], "workspace-write", "{s:#}");
+    assert_eq!(sb["inForce"], false, "{sb:#}");
+    assert!(
+        sb["unavailable"]
+            .as_str()
+            .is_some_and(|w| w.contains("REIN_LANDLOCK=off")),
+        "the state says why there is no sandbox: {sb:#}"
+    );
+}
+
+#[test]
+fn state_and_handover_show_the_sandbox_in_force() {
+    let cmds = vec!["sleep 30".to_owned()];
+    let opts = json!({"policy": {"allow": ["sleep"], "network": ["cargo fetch"]}});
+    let mut steps: Vec<Value> = cmds.iter().map(|c| json!({"run": {"cmd": c}})).collect();
+    steps.push(json!({"finish": "slept"}));
+    let dir = repo(&[("a.txt", "a\n")], Value::Array(steps));
+    let (mut lsp, _) = Lsp::start(dir.path(), Lsp::rich_client(), opts);
+    let started = lsp.ok("rein.start", json!({"goal": "sleep"}));
+    let s = lsp.wait_state("running", |s| status(s) == "running");
+    let sb = &s["sandbox"];
+    assert_eq!(sb["mode"], "workspace-write", "{started:#} {s:#}");
+    assert_eq!(sb["inForce"], true, "{sb:#}");
+    assert!(sb["landlockAbi"].as_i64().is_some_and(|v| v >= 1), "{sb:#}");
+    assert_eq!(sb["network"], json!(["cargo fetch"]));
+    let taken = lsp.ok("rein.takeover", json!({"reason": "look"}));
+    assert_eq!(
+        taken["handover"]["sandbox"]["mode"], "workspace-write",
+        "{taken:#}"
+    );
+    let md = taken["markdown"].as_str().unwrap_or("");
+    assert!(
+        md.contains("**Sandbox:** workspace-write (Landlock ABI")
+            && md.contains("network for: cargo fetch"),
+        "{md}"
+    );
 }

@@ -352,6 +352,21 @@ struct Engine {
     told_unconfined: bool,
 }
 
+/// The sandbox these settings put in force on this kernel.
+fn sandbox_info(cfg: &EngineConfig) -> state::SandboxInfo {
+    let mode = cfg.policy.sandbox;
+    let unavailable = crate::exec::sandbox_available()
+        .err()
+        .map(|e| e.to_string());
+    state::SandboxInfo {
+        mode: mode.as_str().to_owned(),
+        in_force: mode != SandboxMode::Off && unavailable.is_none(),
+        landlock_abi: crate::exec::landlock_abi(),
+        unavailable,
+        network: cfg.policy.network.clone(),
+    }
+}
+
 fn new_task_id() -> String {
     let now = std::time::SystemTime::now();
     let stamp: String = humantime::format_rfc3339_seconds(now)
@@ -441,6 +456,7 @@ pub fn start(
         head: base,
         protected_lines: Default::default(),
         summary: None,
+        sandbox: Some(sandbox_info(&cfg)),
     };
     let store = StateStore::create(&git_dir, initial)?;
     let (tx, rx) = mpsc::unbounded_channel();
@@ -775,9 +791,16 @@ impl Engine {
     }
 
     async fn run(mut self) {
-        if self.cfg.policy.sandbox != SandboxMode::Off && !self.state().status.is_terminal() {
-            // Said up front: an ACP agent's own process is confined (or not) from its start.
-            self.sandbox_here();
+        if !self.state().status.is_terminal() {
+            if self.cfg.policy.sandbox != SandboxMode::Off {
+                // Said up front: an ACP agent's own process is confined (or not) from its start.
+                self.sandbox_here();
+            }
+            // A restart may run under other settings or another kernel.
+            let info = sandbox_info(&self.cfg);
+            if self.state().sandbox.as_ref() != Some(&info) {
+                self.commit(|s| s.sandbox = Some(info));
+            }
         }
         loop {
             if self.state().status.is_terminal() {
