@@ -200,11 +200,9 @@ fn without_landlock_the_person_is_told_once_and_commands_still_run() {
 
 #[test]
 fn state_and_handover_show_the_sandbox_in_force() {
-    let cmds = vec!["sleep 30".to_owned()];
     let opts = json!({"policy": {"allow": ["sleep"], "network": ["cargo fetch"]}});
-    let mut steps: Vec<Value> = cmds.iter().map(|c| json!({"run": {"cmd": c}})).collect();
-    steps.push(json!({"finish": "slept"}));
-    let dir = repo(&[("a.txt", "a\n")], Value::Array(steps));
+    let steps = json!([{"run": {"cmd": "sleep 30"}}, {"finish": "slept"}]);
+    let dir = repo(&[("a.txt", "a\n")], steps);
     let (mut lsp, _) = Lsp::start(dir.path(), Lsp::rich_client(), opts);
     let started = lsp.ok("rein.start", json!({"goal": "sleep"}));
     let s = lsp.wait_state("running", |s| status(s) == "running");
