@@ -203,7 +203,10 @@ fn state_and_handover_show_the_sandbox_in_force() {
     let opts = json!({"policy": {"allow": ["sleep"], "network": ["cargo fetch"]}});
     let steps = json!([{"run": {"cmd": "sleep 30"}}, {"finish": "slept"}]);
     let dir = repo(&[("a.txt", "a\n")], steps);
-    let (mut lsp, _) = Lsp::start(dir.path(), Lsp::rich_client(), opts);
+    let (mut lsp, init) = Lsp::start(dir.path(), Lsp::rich_client(), opts);
+    let here = &init["capabilities"]["experimental"]["rein"]["landlock"];
+    assert!(here["abi"].as_i64().is_some_and(|v| v >= 1), "{init:#}");
+    assert!(here["unavailable"].is_null(), "{init:#}");
     let started = lsp.ok("rein.start", json!({"goal": "sleep"}));
     let s = lsp.wait_state("running", |s| status(s) == "running");
     let sb = &s["sandbox"];
@@ -221,5 +224,20 @@ fn state_and_handover_show_the_sandbox_in_force() {
         md.contains("**Sandbox:** workspace-write (Landlock ABI")
             && md.contains("network for: cargo fetch"),
         "{md}"
+    );
+}
+
+#[test]
+fn the_server_says_at_initialize_when_no_sandbox_can_be_had() {
+    let dir = repo(&[("a.txt", "a\n")], json!([]));
+    let env = [("REIN_LANDLOCK".to_owned(), "off".to_owned())];
+    let (_lsp, init) = Lsp::start_env(dir.path(), Lsp::rich_client(), json!({}), &env);
+    let here = &init["capabilities"]["experimental"]["rein"]["landlock"];
+    assert!(here["abi"].is_null(), "{init:#}");
+    assert!(
+        here["unavailable"]
+            .as_str()
+            .is_some_and(|w| w.contains("no Landlock")),
+        "{init:#}"
     );
 }

@@ -353,7 +353,7 @@ struct Engine {
 }
 
 /// The sandbox these settings put in force on this kernel.
-fn sandbox_info(cfg: &EngineConfig) -> state::SandboxInfo {
+pub fn sandbox_info(cfg: &EngineConfig) -> state::SandboxInfo {
     let mode = cfg.policy.sandbox;
     let unavailable = crate::exec::sandbox_available()
         .err()
