@@ -45,7 +45,9 @@ struct Model {
 
 impl Model {
     fn start(script: Value) -> Model {
-        let dir = tempfile::tempdir().expect("temp dir");
+        // Outside temp (which any sandbox lets a process write): the harness's HOME is here,
+        // so the suite sees the agent domain's state dirs at work.
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
         let script_path = dir.path().join("script.json");
         std::fs::write(&script_path, script.to_string()).expect("script");
         let log = dir.path().join("requests.jsonl");

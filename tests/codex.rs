@@ -45,7 +45,9 @@ impl Codex {
     /// Starts the model with this script (`{"turns": [...]}`, see the server's doc).
     fn new(script: Value) -> Codex {
         codex_acp();
-        let home = tempfile::tempdir().expect("temp dir");
+        // Outside temp (which any sandbox lets a process write), so the suite sees the agent
+        // domain's own rules at work.
+        let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
         let script_path = home.path().join("script.json");
         std::fs::write(&script_path, script.to_string()).expect("script");
         let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/openai_responses_model.py");

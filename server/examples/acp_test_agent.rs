@@ -12,7 +12,9 @@
 //! `{"read": PATH, "line"?, "limit"?}`, `{"write": {"path", "content"}}`,
 //! `{"terminal": {"command", "args"?}}`, `{"edit_file": {"path", "content", "title"?}}`
 //! (the agent writes the file itself and reports the tool call), `{"write_silently": {"path",
-//! "content"}}` (it writes the file itself and reports nothing), `{"wait_cancel": true}`,
+//! "content"}}` (it writes the file itself and reports nothing; the log says whether the
+//! write worked and why not), `{"connect": PORT}` (a TCP connect to 127.0.0.1:PORT, logged
+//! with its result), `{"wait_cancel": true}`,
 //! `{"ignore_cancel": true}`, `{"wait_steering": true}`, `{"sleep_ms": N}`, `{"crash": CODE}`,
 //! `{"stop": "max_tokens" | "refusal"}`. A turn ends with `end_turn` after its actions.
 //! With `late_steering`, a steer wakes the turn but is answered `promptRequired` only once
@@ -465,8 +467,16 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
     } else if let Some(e) = action.get("write_silently") {
         let path = e.get("path").and_then(Value::as_str).unwrap_or("");
         let content = e.get("content").and_then(Value::as_str).unwrap_or("");
-        let ok = std::fs::write(st.path(path), content).is_ok();
-        st.log(json!({"event": "wrote_silently", "path": path, "ok": ok}));
+        let wrote = std::fs::write(st.path(path), content);
+        let error = wrote.as_ref().err().map(|e| e.to_string());
+        st.log(
+            json!({"event": "wrote_silently", "path": path, "ok": wrote.is_ok(), "error": error}),
+        );
+    } else if let Some(port) = action.get("connect").and_then(Value::as_u64) {
+        let addr = format!("127.0.0.1:{port}");
+        let done = std::net::TcpStream::connect(&addr);
+        let error = done.as_ref().err().map(|e| e.to_string());
+        st.log(json!({"event": "connected", "port": port, "ok": done.is_ok(), "error": error}));
     } else if let Some(e) = action.get("edit_file") {
         let path = e.get("path").and_then(Value::as_str).unwrap_or("");
         let content = e.get("content").and_then(Value::as_str).unwrap_or("");

@@ -98,6 +98,9 @@ pub struct TaskState {
     /// the block they belong to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kept_agent_lines: Vec<KeptLines>,
+    /// The sandbox the task's commands and agent process run in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxInfo>,
 }
 
 /// Lines of one file the agent wrote that an abort kept.
@@ -142,6 +145,45 @@ impl KeptLines {
             nums.join(", "),
             texts.join(", ")
         )
+    }
+}
+
+/// The sandbox in force, as the person should see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxInfo {
+    /// The setting: `workspace-write`, `read-only` or `off`.
+    pub mode: String,
+    /// Whether commands and the agent process really run confined (the setting is not
+    /// `off` and the kernel has Landlock).
+    pub in_force: bool,
+    /// The kernel's Landlock ABI version, when it has Landlock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock_abi: Option<i32>,
+    /// Why no sandbox can be had here, when none can: everything runs unconfined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+    /// Commands the sandbox lets reach the network (`policy.network`).
+    #[serde(default)]
+    pub network: Vec<String>,
+}
+
+impl SandboxInfo {
+    /// One line for people: "workspace-write (Landlock ABI 7), network for: cargo fetch".
+    pub fn describe(&self) -> String {
+        let base = match (&self.unavailable, self.landlock_abi) {
+            _ if self.mode == "off" => {
+                "off: commands and the agent run with your full rights".to_owned()
+            }
+            (Some(why), _) => format!("{} wanted, but not in force: {why}", self.mode),
+            (None, Some(abi)) => format!("{} (Landlock ABI {abi})", self.mode),
+            (None, None) => self.mode.clone(),
+        };
+        if self.network.is_empty() || !self.in_force {
+            base
+        } else {
+            format!("{base}; network for: {}", self.network.join(", "))
+        }
     }
 }
 
@@ -384,6 +426,8 @@ pub enum DecisionKind {
     HeldFile,
     /// The agent asked the human something.
     Question,
+    /// A command failed because the sandbox denied it: re-run it once unconfined?
+    SandboxDenied,
 }
 
 /// A change the human made to one file during the task.
@@ -827,6 +871,7 @@ mod tests {
             protected_lines: BTreeMap::new(),
             summary: None,
             kept_agent_lines: Vec::new(),
+            sandbox: None,
         }
     }
 

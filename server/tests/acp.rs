@@ -749,7 +749,8 @@ async fn the_abort_interrupt_cancels_the_turn_and_ends_the_process() {
     let root = dir.path();
     let sc = scenario(json!({"turns": [[{"wait_cancel": true}]]}));
     let spec = json!({"kind": "acp", "command": [agent_bin(), sc.file]});
-    let mut agent = agent::build(&spec, root, 0).expect("an ACP agent");
+    let mut agent =
+        agent::build(&spec, root, 0, control::SandboxMode::default()).expect("an ACP agent");
     let ctx = Context {
         goal: "fix the answer".into(),
         ..Default::default()
@@ -826,4 +827,77 @@ async fn an_agent_that_needs_a_login_pauses_the_task_saying_so() {
         sc.of("authenticate").is_empty(),
         "no interactive login is started"
     );
+}
+
+/// The agent's own domain (the real kernel): it writes its tree and its state dirs, not the
+/// rest of the home directory, and reaches only the ports it names; `sandbox = "off"` lifts
+/// it. The paths are in the home directory, since temp is writable in any domain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_process_runs_in_its_own_domain_unless_the_sandbox_is_off() {
+    let home = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()));
+    let outside = tempfile::tempdir_in(&home).expect("dir in home");
+    let escape = outside.path().join("escape.txt");
+    let state = outside.path().join("state");
+    let open = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let shut = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = |l: &std::net::TcpListener| l.local_addr().expect("addr").port();
+    let turns = json!([[
+        {"write_silently": {"path": escape, "content": "x\n"}},
+        {"write_silently": {"path": state.join("s.txt"), "content": "s\n"}},
+        {"write_silently": {"path": "inside.txt", "content": "in\n"}},
+        {"connect": port(&open)},
+        {"connect": port(&shut)},
+        {"read": "a.txt"},
+        {"say": "tried"}
+    ]]);
+    let ran = |sandbox: control::SandboxMode| {
+        let turns = turns.clone();
+        let (state, open) = (state.clone(), port(&open));
+        async move {
+            let dir = repo(&[("a.txt", "a\n")]);
+            let sc = scenario(json!({ "turns": turns }));
+            let spec = json!({"kind": "acp", "command": [agent_bin(), sc.file],
+                "state_dirs": [state], "ports": [open]});
+            let (notify, notices) = channel();
+            let mut cfg = test_config();
+            cfg.policy.sandbox = sandbox;
+            let (handle, st) =
+                control::start(dir.path(), "try", spec, cfg, notify).expect("task starts");
+            let mut run = Run {
+                handle,
+                notices,
+                state: st,
+                root: dir.path().to_owned(),
+            };
+            run.until("done", |s| s.status == Status::Done).await;
+            let ok = |event: &str| -> Vec<bool> {
+                sc.of(event).iter().map(|e| e["ok"] == true).collect()
+            };
+            let inside = dir.path().join("inside.txt").exists();
+            (ok("wrote_silently"), ok("connected"), inside, sc.events())
+        }
+    };
+    let (wrote, connected, inside, log) = ran(control::SandboxMode::WorkspaceWrite).await;
+    assert_eq!(
+        wrote,
+        [false, true, true],
+        "escape denied, state and tree written: {log:#?}"
+    );
+    assert!(!escape.exists(), "the agent wrote outside its domain");
+    assert!(inside && state.join("s.txt").exists());
+    assert_eq!(connected, [true, false], "only the named port: {log:#?}");
+    let denied = &log
+        .iter()
+        .find(|e| e["event"] == "wrote_silently")
+        .expect("logged")["error"];
+    assert!(
+        denied
+            .as_str()
+            .is_some_and(|e| e.contains("Permission denied")),
+        "{denied}"
+    );
+    let (wrote, connected, _, log) = ran(control::SandboxMode::Off).await;
+    assert_eq!(wrote, [true, true, true], "{log:#?}");
+    assert_eq!(connected, [true, true], "{log:#?}");
+    assert!(escape.exists(), "sandbox = \"off\" lifts the domain");
 }

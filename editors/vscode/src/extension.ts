@@ -25,6 +25,7 @@ import {
   serverSettings,
   resolveServerPath,
   errorMessage,
+  Landlock,
 } from './model';
 import { ReinTree, Node } from './view';
 import * as git from './git';
@@ -367,7 +368,7 @@ async function refresh(): Promise<void> {
 }
 
 function render(): void {
-  const st = statusText(state, !(client && client.state === ClientState.Stopped));
+  const st = statusText(state, !(client && client.state === ClientState.Stopped), landlock());
   if (!client && !workspaceRoot) {
     statusItem.text = '$(circle-slash) Rein: no folder';
   } else if (client?.state === ClientState.Starting) {
@@ -613,8 +614,13 @@ async function rewind(): Promise<void> {
   await call('rein.rewind', { checkpoint: pick.checkpoint });
 }
 
+/** What the server said at initialize this kernel can confine. */
+function landlock(): Landlock | undefined {
+  return (client?.initializeResult?.capabilities as any)?.experimental?.rein?.landlock;
+}
+
 async function menu(): Promise<void> {
-  const st = statusText(state, serverUp());
+  const st = statusText(state, serverUp(), landlock());
   const items: (vscode.QuickPickItem & { command?: string })[] = legalControls(state).map((c) => ({
     label: CONTROLS[c].label,
     detail: CONTROLS[c].detail,

@@ -47,7 +47,8 @@ export type DecisionKind =
   | 'merge_conflict'
   | 'protected_lines'
   | 'held_file'
-  | 'question';
+  | 'question'
+  | 'sandbox_denied';
 
 export interface Decision {
   id: string;
@@ -76,6 +77,35 @@ export interface TaskState {
   head?: string | null;
   protectedLines?: Record<string, string[]>;
   summary?: string | null;
+  sandbox?: SandboxInfo | null;
+}
+
+/** The sandbox in force for a task (`state.sandbox`). */
+export interface SandboxInfo {
+  mode: 'workspace-write' | 'read-only' | 'off';
+  inForce: boolean;
+  landlockAbi?: number | null;
+  unavailable?: string | null;
+  network?: string[];
+}
+
+/** What the kernel can confine, from the server's `experimental.rein.landlock` at initialize. */
+export interface Landlock {
+  abi?: number | null;
+  unavailable?: string | null;
+}
+
+/** The tooltip line about the sandbox: the task's when there is one, else the kernel's. */
+export function sandboxLine(sb: SandboxInfo | null | undefined, here?: Landlock | null): string | undefined {
+  if (sb) {
+    if (sb.mode === 'off') return 'Sandbox: off — commands and the agent run with your full rights';
+    if (!sb.inForce) return `Sandbox: cannot be had here (${sb.unavailable ?? 'no Landlock'}) — commands and the agent run unconfined`;
+    const net = sb.network?.length ? `; network for: ${sb.network.join(', ')}` : '';
+    return `Sandbox: ${sb.mode} (Landlock ABI ${sb.landlockAbi ?? '?'})${net}`;
+  }
+  if (here?.unavailable) return `Sandbox: cannot be had here (${here.unavailable})`;
+  if (here?.abi) return `Sandbox: Landlock ABI ${here.abi} available`;
+  return undefined;
 }
 
 export const TERMINAL: readonly Status[] = ['aborted', 'done', 'failed'];
@@ -101,6 +131,7 @@ const DECISION_WAIT: Record<DecisionKind, string> = {
   merge_conflict: 'merge conflict',
   held_file: 'needs a file you hold',
   question: 'agent asks you',
+  sandbox_denied: 'sandbox denied a command',
 };
 
 export type Tone = 'normal' | 'warning' | 'error';
@@ -114,12 +145,14 @@ export interface StatusText {
 }
 
 /** What the status bar shows: who holds control and where the run is. */
-export function statusText(state: TaskState | null | undefined, serverUp = true): StatusText {
+export function statusText(state: TaskState | null | undefined, serverUp = true, here?: Landlock | null): StatusText {
   if (!serverUp) {
     return { text: '$(circle-slash) Rein: server stopped', tooltip: ['The Rein language server is not running. Click for controls.'], tone: 'error' };
   }
   if (!state) {
-    return { text: '$(circle-outline) Rein: no task', tooltip: ['No Rein task in this repository. Click to start one.'], tone: 'normal' };
+    const sb = sandboxLine(null, here);
+    const tooltip = ['No Rein task in this repository. Click to start one.', ...(sb ? [sb] : [])];
+    return { text: '$(circle-outline) Rein: no task', tooltip, tone: 'normal' };
   }
   const n = lastStep(state);
   let text: string;
@@ -156,14 +189,20 @@ export function statusText(state: TaskState | null | undefined, serverUp = true)
     default:
       text = `$(question) Rein: ${String(state.status)}`;
   }
-  return { text, tooltip: tooltipLines(state), tone };
+  const sb = state.sandbox;
+  if (sb && !sb.inForce && sb.mode !== 'off' && !isTerminal(state.status)) {
+    // Said where it is always seen: the person asked for a sandbox and has none.
+    text += ' · $(unlock) unconfined';
+    if (tone === 'normal') tone = 'warning';
+  }
+  return { text, tooltip: tooltipLines(state, here), tone };
 }
 
 function holderText(h: Holder): string {
   return h === 'agent' ? 'the agent' : h === 'human' ? 'you' : 'nobody (the task ended)';
 }
 
-export function tooltipLines(state: TaskState): string[] {
+export function tooltipLines(state: TaskState, here?: Landlock | null): string[] {
   const lines = [`Task: ${state.task.goal}`, `Status: ${state.status.replace('_', ' ')}`];
   lines.push(`Control: ${holderText(state.control.holder)} — ${state.control.reason}`);
   if (state.stopReason) lines.push(`Why stopped: ${state.stopReason}`);
@@ -179,6 +218,8 @@ export function tooltipLines(state: TaskState): string[] {
   const open = state.decisions ?? [];
   for (const d of open) lines.push(`Decision ${d.id}: ${d.question}`);
   if (state.summary) lines.push(`Summary: ${state.summary}`);
+  const sb = sandboxLine(state.sandbox, here);
+  if (sb) lines.push(sb);
   lines.push('Click for the controls you can use now.');
   return lines;
 }
@@ -354,6 +395,7 @@ export interface ReinSettings {
   agent?: unknown;
   steer?: { onSave?: boolean };
   policy?: unknown;
+  sandbox?: string;
 }
 
 /**
@@ -368,6 +410,8 @@ export function serverSettings(get: (key: string) => unknown): ReinSettings {
   if (typeof onSave === 'boolean') out.steer = { onSave };
   const policy = get('policy');
   if (policy && typeof policy === 'object' && Object.keys(policy as object).length) out.policy = policy;
+  const sandbox = get('sandbox');
+  if (typeof sandbox === 'string' && sandbox) out.sandbox = sandbox;
   return out;
 }
 

@@ -16,6 +16,7 @@ import {
   errorMessage,
   isActive,
   tooltipLines,
+  sandboxLine,
 } from '../src/model';
 
 function mk(over: Partial<TaskState> = {}): TaskState {
@@ -168,4 +169,21 @@ test('error messages: refusals are warnings with the server text', () => {
   assert.deepEqual(errorMessage('rein.handback', { code: -32803, message: 'take over first' }), { text: 'take over first', severity: 'warning' });
   assert.equal(errorMessage('rein.steer', { code: -32602, message: 'needs text' }).severity, 'error');
   assert.equal(errorMessage('rein.rewind', new Error('boom')).text, 'Rein: rein.rewind failed: boom');
+});
+
+test('the sandbox shows in the tooltip, and an unconfined task in the status text', () => {
+  const confined = mk({ sandbox: { mode: 'workspace-write', inForce: true, landlockAbi: 7, network: ['cargo fetch'] } });
+  assert.ok(tooltipLines(confined).includes('Sandbox: workspace-write (Landlock ABI 7); network for: cargo fetch'));
+  assert.equal(statusText(confined).text, '$(sync~spin) Agent running · step 1');
+  const none = mk({ sandbox: { mode: 'workspace-write', inForce: false, unavailable: 'REIN_LANDLOCK=off' } });
+  assert.equal(statusText(none).text, '$(sync~spin) Agent running · step 1 · $(unlock) unconfined');
+  assert.equal(statusText(none).tone, 'warning');
+  assert.match(sandboxLine(none.sandbox) ?? '', /cannot be had here \(REIN_LANDLOCK=off\)/);
+  const off = mk({ sandbox: { mode: 'off', inForce: false } });
+  assert.equal(statusText(off).text, '$(sync~spin) Agent running · step 1');
+  assert.match(sandboxLine(off.sandbox) ?? '', /off — .*full rights/);
+  assert.ok(statusText(null, true, { unavailable: 'no Landlock' }).tooltip.includes('Sandbox: cannot be had here (no Landlock)'));
+  assert.ok(statusText(null, true, { abi: 7 }).tooltip.includes('Sandbox: Landlock ABI 7 available'));
+  assert.equal(statusText(mk({ status: 'awaiting_decision', decisions: [{ id: 'd1', kind: 'sandbox_denied', question: 'q', options: ['approve', 'deny'] }] })).text, '$(debug-pause) Paused: sandbox denied a command');
+  assert.deepEqual(serverSettings((k) => (k === 'sandbox' ? 'read-only' : undefined)), { sandbox: 'read-only' });
 });

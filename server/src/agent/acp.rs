@@ -10,6 +10,7 @@
 //! again in the same session. The connection itself lives on a thread of its own (`worker`),
 //! talking to this side through a shared inbox (`link`).
 
+mod domain;
 mod link;
 mod worker;
 
@@ -28,6 +29,7 @@ use agent_client_protocol::v1::schema::{
 use tokio::sync::mpsc;
 
 use super::{Agent, AgentError, Context, Intended, Interrupt, Move, MoveFuture, Outcome};
+use crate::exec::SandboxMode;
 use link::{error, Event, Incoming, Quirks, Shared};
 use worker::{Cmd, Launch};
 
@@ -126,8 +128,14 @@ impl Ran {
 
 impl AcpAgent {
     /// Builds from `{"kind": "acp", "command": [PROGRAM, ARGS…], "env"?: {K: V},
-    /// "mode"?: MODE}`. The process starts on the first move, in `root`.
-    pub fn from_spec(spec: &serde_json::Value, root: &Path, skip: u32) -> Result<Self, AgentError> {
+    /// "mode"?: MODE, "state_dirs"?: [PATH…], "ports"?: [PORT…]}`. The process starts on the
+    /// first move, in `root`, in a Landlock domain of its own unless `sandbox` is `off`.
+    pub fn from_spec(
+        spec: &serde_json::Value,
+        root: &Path,
+        skip: u32,
+        sandbox: SandboxMode,
+    ) -> Result<Self, AgentError> {
         const EXAMPLE: &str =
             r#"{"kind": "acp", "command": ["npx", "-y", "@agentclientprotocol/claude-agent-acp"]}"#;
         let words = spec
@@ -190,6 +198,7 @@ impl AcpAgent {
                         .into(),
                 )),
             };
+        let confine = domain::Domain::from_spec(spec, &words, &env)?.confinement(sandbox, root);
         Ok(AcpAgent {
             launch: Launch {
                 program,
@@ -198,6 +207,7 @@ impl AcpAgent {
                 root: root.to_owned(),
                 mode,
                 grace: CANCEL_GRACE,
+                confine,
             },
             root_canon: root.canonicalize().unwrap_or_else(|_| root.to_owned()),
             skip,
@@ -1242,7 +1252,8 @@ mod tests {
             json!({"kind": "acp", "command": ["x"], "mode": 2}),
             json!({"kind": "acp", "command": ["x"], "env": {"ANTHROPIC_API_KEY": "sk-…"}}),
         ] {
-            let Err(AgentError::Spec(msg)) = AcpAgent::from_spec(&bad, root, 0) else {
+            let Err(AgentError::Spec(msg)) = AcpAgent::from_spec(&bad, root, 0, SandboxMode::Off)
+            else {
                 panic!("{bad} should be refused");
             };
             assert!(msg.contains('"'), "{msg}");
@@ -1251,6 +1262,7 @@ mod tests {
             &json!({"kind": "acp", "command": ["./bin/agent", "--acp"], "env": {"K": "V"}, "mode": "default"}),
             root,
             0,
+            SandboxMode::Off,
         )
         .expect("a good spec");
         assert_eq!(ok.launch.program, Path::new("/tmp/./bin/agent"));

@@ -264,11 +264,13 @@ pub trait Agent: Send {
 }
 
 /// Builds the agent a spec names. `skip` moves are treated as already made, so an agent
-/// rebuilt after a restart picks up where the last completed step left it.
+/// rebuilt after a restart picks up where the last completed step left it. An agent with a
+/// process of its own (ACP) runs it under `sandbox`.
 pub fn build(
     spec: &serde_json::Value,
     root: &Path,
     skip: u32,
+    sandbox: crate::exec::SandboxMode,
 ) -> Result<Box<dyn Agent>, AgentError> {
     let kind = spec.get("kind").and_then(|k| k.as_str()).ok_or_else(|| {
         AgentError::Spec(
@@ -279,7 +281,9 @@ pub fn build(
     match kind {
         "script" => Ok(Box::new(ScriptAgent::from_spec(spec, root, skip)?)),
         "openai" => Ok(Box::new(openai::OpenAiAgent::from_spec(spec, skip)?)),
-        "acp" => Ok(Box::new(acp::AcpAgent::from_spec(spec, root, skip)?)),
+        "acp" => Ok(Box::new(acp::AcpAgent::from_spec(
+            spec, root, skip, sandbox,
+        )?)),
         other => Err(AgentError::Spec(format!(
             "unknown agent kind \"{other}\"; this build knows \"script\", \"openai\" and \"acp\""
         ))),

@@ -2,7 +2,8 @@
 //! same work, on generated repositories of 1k, 10k and 50k files (200k with `--huge`); then,
 //! over the real `rein lsp` stdio, how fast the controls take effect, when steers are
 //! delivered, how many `didChange` edits a 5 MB buffer takes per second, and how much memory
-//! the server holds (module `lsp`).
+//! the server holds (module `lsp`); and what the command sandbox adds to a command's start
+//! (module `confine`).
 //!
 //! Every checkpoint verdict is a ratio against a baseline measured in the same run, on the same
 //! repository and the same working-tree state: the machines this runs on are shared and noisy,
@@ -13,13 +14,15 @@
 //! ```text
 //! cargo build --release --bin bench --bin rein
 //! target/release/bench [--quick] [--huge] [--sizes 1000,10000] [--json FILE] [--keep]
-//!                      [--no-lsp | --lsp-only]
+//!                      [--no-lsp | --lsp-only | --sandbox-only]
 //! ```
 
 // bench.rs is a crate root, so its modules would be looked up next to it, in src/bin/, where
 // cargo would take them for binaries of their own.
 #[path = "bench/client.rs"]
 mod client;
+#[path = "bench/confine.rs"]
+mod confine;
 #[path = "bench/lsp.rs"]
 mod lsp;
 
@@ -39,7 +42,8 @@ use rein::state::Author;
 use serde::Serialize;
 
 const USAGE: &str = "\
-usage: bench [--quick] [--huge] [--sizes N,N,...] [--json FILE] [--keep] [--no-lsp | --lsp-only]
+usage: bench [--quick] [--huge] [--sizes N,N,...] [--json FILE] [--keep]
+             [--no-lsp | --lsp-only | --sandbox-only]
 
   --quick        1k and 10k files only, few repetitions (well under a minute)
   --huge         also run a 200k-file repository (slow; not for CI)
@@ -49,6 +53,8 @@ usage: bench [--quick] [--huge] [--sizes N,N,...] [--json FILE] [--keep] [--no-l
   --no-lsp       skip the measurements over `rein lsp` (control latency, steer delivery,
                  didChange throughput, memory)
   --lsp-only     run only those (they need the rein binary built next to bench)
+  --sandbox-only run only the command sandbox's start-up cost (confined against unconfined
+                 `true`; every other run measures it too, unless Landlock is missing)
 ";
 
 /// Rein's warm checkpoint must beat the warm git CLI by this factor.
@@ -94,6 +100,15 @@ struct Args {
     lsp: bool,
 }
 
+/// `sh -c true` pairs for the sandbox start-up cost.
+fn sandbox_runs(quick: bool) -> usize {
+    if quick {
+        100
+    } else {
+        500
+    }
+}
+
 fn parse_args() -> Result<Args> {
     let mut quick = false;
     let mut huge = false;
@@ -102,6 +117,7 @@ fn parse_args() -> Result<Args> {
     let mut keep = false;
     let mut no_lsp = false;
     let mut lsp_only = false;
+    let mut sandbox_only = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -110,6 +126,7 @@ fn parse_args() -> Result<Args> {
             "--keep" => keep = true,
             "--no-lsp" => no_lsp = true,
             "--lsp-only" => lsp_only = true,
+            "--sandbox-only" => sandbox_only = true,
             "--json" => json = Some(PathBuf::from(args.next().context("--json needs a FILE")?)),
             "--sizes" => {
                 let list = args
@@ -137,6 +154,9 @@ fn parse_args() -> Result<Args> {
     if no_lsp && lsp_only {
         bail!("--no-lsp and --lsp-only leave nothing to run\n{USAGE}");
     }
+    if sandbox_only && lsp_only {
+        bail!("--sandbox-only and --lsp-only cannot both be the only thing run\n{USAGE}");
+    }
     let sizes = match sizes {
         Some(s) => s,
         None if quick => vec![1_000, 10_000],
@@ -148,8 +168,8 @@ fn parse_args() -> Result<Args> {
         sizes,
         json,
         keep,
-        git: !lsp_only,
-        lsp: !no_lsp,
+        git: !lsp_only && !sandbox_only,
+        lsp: !no_lsp && !sandbox_only,
     })
 }
 
@@ -197,6 +217,7 @@ fn run() -> Result<()> {
         load_at_end: String::new(),
         generation_ms: BTreeMap::new(),
         lsp: None,
+        sandbox: None,
     };
     if args.git {
         for &files in &args.sizes {
@@ -207,6 +228,10 @@ fn run() -> Result<()> {
     if let Some(rein) = &rein {
         let plan = lsp::Plan::new(args.quick);
         report.lsp = Some(lsp::run(rein, &scratch.path, &plan)?);
+    }
+    match confine::run(&scratch.path.join("sandbox"), sandbox_runs(args.quick)) {
+        Ok(s) => report.sandbox = Some(s),
+        Err(e) => eprintln!("bench: command sandbox start-up not measured: {e:#}"),
     }
     report.load_at_end = load_average();
 
@@ -1010,6 +1035,8 @@ struct Report {
     generation_ms: BTreeMap<usize, f64>,
     /// The measurements over `rein lsp`, unless skipped.
     lsp: Option<lsp::LspReport>,
+    /// The command sandbox's start-up cost, where Landlock is.
+    sandbox: Option<confine::SandboxReport>,
 }
 
 impl Report {
@@ -1079,6 +1106,9 @@ impl Report {
         }
         if let Some(lsp) = &self.lsp {
             out.push_str(&lsp.markdown());
+        }
+        if let Some(s) = &self.sandbox {
+            out.push_str(&s.markdown());
         }
         out
     }

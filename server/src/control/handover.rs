@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::{ControlError, Engine};
 use crate::checkpoint::ChangeKind;
 use crate::reconcile::FileReport;
-use crate::state::{ConstraintStatus, Decision, PlanStatus, Step};
+use crate::state::{ConstraintStatus, Decision, PlanStatus, SandboxInfo, Step};
 
 /// One file changed since the task started.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -40,6 +40,8 @@ pub struct Handover {
     pub decisions: Vec<Decision>,
     /// Files changed since the task started (both sides), with line counts.
     pub changes: Vec<FileStat>,
+    /// The sandbox the agent's commands and process ran in.
+    pub sandbox: Option<SandboxInfo>,
     /// The same, as Markdown for a preview.
     pub markdown: String,
 }
@@ -129,6 +131,9 @@ impl Engine {
                 c.path, c.kind, c.added, c.removed
             ));
         }
+        if let Some(sb) = &s.sandbox {
+            md.push_str(&format!("\n**Sandbox:** {}\n", sb.describe()));
+        }
         md.push_str("\nYou hold control. Edit freely; hand back when done and the agent will start from your files, not from its memory.\n");
         Ok(Handover {
             goal: s.task.goal,
@@ -138,6 +143,7 @@ impl Engine {
             pending,
             decisions: s.decisions,
             changes,
+            sandbox: s.sandbox,
             markdown: md,
         })
     }

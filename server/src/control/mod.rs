@@ -352,6 +352,21 @@ struct Engine {
     told_unconfined: bool,
 }
 
+/// The sandbox these settings put in force on this kernel.
+pub fn sandbox_info(cfg: &EngineConfig) -> state::SandboxInfo {
+    let mode = cfg.policy.sandbox;
+    let unavailable = crate::exec::sandbox_available()
+        .err()
+        .map(|e| e.to_string());
+    state::SandboxInfo {
+        mode: mode.as_str().to_owned(),
+        in_force: mode != SandboxMode::Off && unavailable.is_none(),
+        landlock_abi: crate::exec::landlock_abi(),
+        unavailable,
+        network: cfg.policy.network.clone(),
+    }
+}
+
 fn new_task_id() -> String {
     let now = std::time::SystemTime::now();
     let stamp: String = humantime::format_rfc3339_seconds(now)
@@ -404,7 +419,7 @@ pub fn start(
             }
         }
     }
-    let agent = agent::build(&agent_spec, &root, 0)?;
+    let agent = agent::build(&agent_spec, &root, 0, cfg.policy.sandbox)?;
     let base = checkpoint::head_commit(&root)?;
     let id = new_task_id();
     let mut ckpt = Checkpoints::open(&root, &id, base.as_deref())?;
@@ -442,6 +457,7 @@ pub fn start(
         protected_lines: Default::default(),
         summary: None,
         kept_agent_lines: Vec::new(),
+        sandbox: Some(sandbox_info(&cfg)),
     };
     let store = StateStore::create(&git_dir, initial)?;
     let (tx, rx) = mpsc::unbounded_channel();
@@ -541,7 +557,12 @@ pub fn recover(
     }
     // Built once the in-flight write is settled: a write that landed is a move made.
     let skip = engine.state().agent_moves;
-    match agent::build(&engine.state().task.agent, &engine.root, skip) {
+    match agent::build(
+        &engine.state().task.agent,
+        &engine.root,
+        skip,
+        engine.cfg.policy.sandbox,
+    ) {
         Ok(a) => {
             if landed {
                 let remaining = a.remaining();
@@ -772,6 +793,17 @@ impl Engine {
     }
 
     async fn run(mut self) {
+        if !self.state().status.is_terminal() {
+            if self.cfg.policy.sandbox != SandboxMode::Off {
+                // Said up front: an ACP agent's own process is confined (or not) from its start.
+                self.sandbox_here();
+            }
+            // A restart may run under other settings or another kernel.
+            let info = sandbox_info(&self.cfg);
+            if self.state().sandbox.as_ref() != Some(&info) {
+                self.commit(|s| s.sandbox = Some(info));
+            }
+        }
         loop {
             if self.state().status.is_terminal() {
                 // Nothing will step again; give the kernel its watches back.

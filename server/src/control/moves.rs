@@ -99,7 +99,7 @@ impl Engine {
                 match verdict {
                     exec::Verdict::Run => {
                         let cmd = cmd.clone();
-                        self.run_command(action, &cmd, timeout, false).await
+                        self.run_command(action, &cmd, timeout, false, true).await
                     }
                     exec::Verdict::Ask {
                         reason,
@@ -945,10 +945,28 @@ impl Engine {
             (DecisionKind::ApproveCommand, "approve") => match &p.mv {
                 Move::Run { cmd, timeout, .. } => {
                     let cmd = cmd.clone();
-                    self.run_command(action, &cmd, *timeout, true).await
+                    self.run_command(action, &cmd, *timeout, true, true).await
                 }
                 _ => self.step_failed(action, "not a command"),
             },
+            (DecisionKind::SandboxDenied, "approve") => match &p.mv {
+                Move::Run { cmd, timeout, .. } => {
+                    let cmd = cmd.clone();
+                    self.say(
+                        Level::Info,
+                        format!("re-running `{cmd}` once without the sandbox, as you approved"),
+                    );
+                    self.run_command(action, &cmd, *timeout, true, false).await
+                }
+                _ => self.step_failed(action, "not a command"),
+            },
+            (DecisionKind::SandboxDenied, _) => {
+                // Denied: the confined run's failure stands, as the agent would have had it.
+                let mut text =
+                    String::from_utf8_lossy(&p.proposal.unwrap_or_default()).into_owned();
+                text.push_str("The human chose not to re-run it without the sandbox.\n");
+                self.complete(action, StepStatus::Failed, failed(text), Touched::Anything)
+            }
             (DecisionKind::Question, answer) => {
                 let text = format!("The human answered: {answer}");
                 let action = format!("{action} → answered: {answer}");
@@ -993,31 +1011,46 @@ impl Engine {
     /// task, never silently).
     fn confinement(&mut self, cmd: &str) -> Option<exec::Confinement> {
         let mode = self.cfg.policy.sandbox;
-        if mode == exec::SandboxMode::Off {
-            return None;
-        }
-        if let Err(e) = exec::sandbox_available() {
-            if !std::mem::replace(&mut self.told_unconfined, true) {
-                self.say(Level::Warning, e.to_string());
-            }
+        if mode == exec::SandboxMode::Off || !self.sandbox_here() {
             return None;
         }
         let network = self.cfg.policy.network_for(cmd);
         Some(exec::Confinement::for_tree(mode, &self.root, network))
     }
 
+    /// Whether the kernel can confine; when it cannot, the person is told (once per task)
+    /// that commands and agent processes run unconfined.
+    pub(super) fn sandbox_here(&mut self) -> bool {
+        match exec::sandbox_available() {
+            Ok(()) => true,
+            Err(e) => {
+                if !std::mem::replace(&mut self.told_unconfined, true) {
+                    self.say(Level::Warning, e.to_string());
+                }
+                false
+            }
+        }
+    }
+
     /// Runs a command in its own process group, answering requests meanwhile: pause freezes
     /// it, resume thaws it, abort, takeover and an urgent steer kill it and roll the step
     /// back. A `gated` (approved) command runs to completion before any interrupt lands.
+    /// A `confined` one runs in the sandbox; when the sandbox denied it, the human decides
+    /// whether it is run again once without.
     async fn run_command(
         &mut self,
         action: String,
         cmd: &str,
         timeout: Option<Duration>,
         gated: bool,
+        confined: bool,
     ) -> Flow {
         let tag = self.state().task.id.clone();
-        let confine = self.confinement(cmd);
+        let confine = if confined {
+            self.confinement(cmd)
+        } else {
+            None
+        };
         let mut proc = match Process::spawn_tagged(&self.root, cmd, Some(&tag), confine.as_ref()) {
             Ok(p) => p,
             Err(e) => return self.step_failed(action, e.to_string()),
@@ -1068,11 +1101,12 @@ impl Engine {
                     .as_ref()
                     .filter(|_| status == StepStatus::Failed)
                     .and_then(|c| exec::denial_hint(c.mode, &out.stderr));
-                if let Some(hint) = hint {
+                if let (Some(hint), Some(c)) = (hint, &confine) {
                     // The person sees it too, in the same words as the agent.
                     self.say(Level::Warning, format!("`{cmd}` failed: {hint}"));
                     outcome.text.push_str(&hint);
                     outcome.text.push('\n');
+                    return self.ask_unconfined(cmd, timeout, c.mode, &out, outcome);
                 }
                 self.complete(action, status, outcome, Touched::Anything)
             }
@@ -1111,6 +1145,40 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Asks whether a command the sandbox denied is run again once without it; the step
+    /// waits, its failure (`outcome`) kept for a "deny".
+    fn ask_unconfined(
+        &mut self,
+        cmd: &str,
+        timeout: Option<Duration>,
+        mode: exec::SandboxMode,
+        out: &exec::Output,
+        outcome: Outcome,
+    ) -> Flow {
+        let denied = exec::denied_path(&out.stderr)
+            .map(|p| format!(" It was denied {p}."))
+            .unwrap_or_default();
+        let question = format!(
+            "`{cmd}` failed in the sandbox (sandbox = \"{}\").{denied} Re-run it once without the sandbox, with your full rights? To allow it for good, widen sandbox or policy.network in rein.toml.",
+            mode.as_str()
+        );
+        let mv = Move::Run {
+            cmd: cmd.to_owned(),
+            timeout,
+            irreversible: false,
+        };
+        self.ask(
+            DecisionKind::SandboxDenied,
+            question,
+            &["approve", "deny"],
+            Some(outcome.text.clone()),
+            None,
+            mv,
+            Some(outcome.text.into_bytes()),
+            None,
+        )
     }
 
     /// Undoes an interrupted step: every file it changed goes back to the last checkpoint,

@@ -17,8 +17,8 @@ mod tree;
 use std::io;
 
 pub use confine::{
-    available as sandbox_available, denial_hint, ConfineError, Confinement, SandboxMode,
-    FORCE_VAR as SANDBOX_FORCE_VAR,
+    abi as landlock_abi, available as sandbox_available, denial_hint, denied_path, ConfineError,
+    Confinement, SandboxMode, FORCE_VAR as SANDBOX_FORCE_VAR,
 };
 pub use policy::{Policy, Verdict};
 pub use process::{end_tagged, Output, Process, OUTPUT_CAP, TAG_VAR};

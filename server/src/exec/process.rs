@@ -94,23 +94,10 @@ impl Process {
             command.env(TAG_VAR, tag);
         }
         if let Some(c) = confine {
-            let mut rules = c.ruleset().map_err(|e| ExecError::Confine {
+            c.apply(&mut command).map_err(|e| ExecError::Confine {
                 cmd: cmd.to_owned(),
                 why: e.to_string(),
             })?;
-            if rules.is_some() {
-                // SAFETY: between fork and exec the child only calls `restrict_self`, which
-                // makes two system calls (prctl, landlock_restrict_self) and allocates nothing.
-                unsafe {
-                    command.pre_exec(move || match rules.take() {
-                        Some(r) => r
-                            .restrict_self()
-                            .map(|_| ())
-                            .map_err(|_| std::io::Error::from_raw_os_error(nix::libc::EPERM)),
-                        None => Ok(()),
-                    });
-                }
-            }
         }
         let mut child = command.spawn().map_err(|source| ExecError::Spawn {
             cmd: cmd.to_owned(),

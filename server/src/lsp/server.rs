@@ -437,8 +437,15 @@ impl Server {
         });
         self.sources.init = params.initialization_options;
         self.initialized = true;
+        // What this kernel can confine, before any task: editors show it in their health
+        // check and status even when the sandbox cannot be had.
+        let here = crate::control::sandbox_info(&Default::default());
         let result = json!({
             "capabilities": {
+                "experimental": {"rein": {"landlock": {
+                    "abi": here.landlock_abi,
+                    "unavailable": here.unavailable,
+                }}},
                 "positionEncoding": self.encoding.kind(),
                 "textDocumentSync": {"openClose": true, "change": 2, "save": {"includeText": false}},
                 "codeActionProvider": {"codeActionKinds": ["quickfix", "source"], "resolveProvider": false},

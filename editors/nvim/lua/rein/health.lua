@@ -66,6 +66,38 @@ function M.check()
       rein.describe(state) or "starting"
     ))
   end
+
+  -- What the agent's commands and process may touch: the task's sandbox, else what the
+  -- server said at initialize this kernel can confine.
+  health.start("sandbox")
+  if #clients == 0 then
+    health.info("no Rein client running: open a file in a git work tree to see the sandbox")
+  end
+  for _, c in ipairs(clients) do
+    local sb = (rein._states[c.id] or {}).sandbox
+    local here = vim.tbl_get(c.server_capabilities or {}, "experimental", "rein", "landlock") or {}
+    local advice = { 'set sandbox = "workspace-write" in rein.toml or setup{ sandbox = "workspace-write" }' }
+    if type(sb) == "table" and sb.mode == "off" then
+      health.warn(("client %d: sandbox off: commands and the agent run with your full rights"):format(c.id), advice)
+    elseif type(sb) == "table" and not sb.inForce then
+      health.warn(
+        ("client %d: the sandbox cannot be had here (%s): commands and the agent run unconfined, gated only by the policy"):format(
+          c.id,
+          tostring(sb.unavailable or "no Landlock")
+        ),
+        { "Landlock needs Linux 5.13 or newer with landlock in the lsm= boot list" }
+      )
+    elseif type(sb) == "table" then
+      local net = (sb.network and #sb.network > 0) and ("; network for: " .. table.concat(sb.network, ", ")) or ""
+      health.ok(("client %d: sandbox %s (Landlock ABI %s)%s"):format(c.id, sb.mode, tostring(sb.landlockAbi), net))
+    elseif type(here.unavailable) == "string" then
+      health.warn(("client %d: the sandbox cannot be had here: %s"):format(c.id, here.unavailable), {
+        "Landlock needs Linux 5.13 or newer with landlock in the lsm= boot list",
+      })
+    elseif here.abi ~= nil and here.abi ~= vim.NIL then
+      health.ok(("client %d: Landlock ABI %s available; no task yet"):format(c.id, tostring(here.abi)))
+    end
+  end
 end
 
 return M

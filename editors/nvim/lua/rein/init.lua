@@ -19,6 +19,9 @@ local defaults = {
   agent = nil,
   steer = nil,
   policy = nil,
+  --- "workspace-write" (the server's default), "read-only" or "off": what the agent's
+  --- commands and its own process may touch (Landlock). nil: rein.toml, else the default.
+  sandbox = nil,
   killGraceMs = nil,
   --- Extra `initializationOptions`, merged over the keys above.
   init_options = nil,
@@ -78,7 +81,7 @@ M.server_cmd = server_cmd
 --- The `initializationOptions` sent to the server.
 function M.init_options()
   local o = {}
-  for _, k in ipairs({ "agent", "steer", "policy", "killGraceMs" }) do
+  for _, k in ipairs({ "agent", "steer", "policy", "sandbox", "killGraceMs" }) do
     if M.config[k] ~= nil then
       o[k] = M.config[k]
     end
@@ -426,6 +429,7 @@ local decision_words = {
   merge_conflict = "merge conflict",
   held_file = "file held",
   question = "question for you",
+  sandbox_denied = "sandbox denied a command",
 }
 
 --- One-line description of a state (without prefix).

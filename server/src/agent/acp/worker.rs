@@ -37,7 +37,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::link::{error, Event, Incoming, Opened, Quirks, Shared};
-use crate::exec::{make_subreaper, Tree, AGENT_TAG_VAR};
+use crate::exec::{make_subreaper, ConfineError, Confinement, Tree, AGENT_TAG_VAR};
 
 /// How many stderr lines are kept to explain a crash.
 const STDERR_LINES: usize = 20;
@@ -68,6 +68,8 @@ pub(super) struct Launch {
     pub mode: Option<String>,
     /// How long a cancelled turn may take to end before the agent is killed.
     pub grace: Duration,
+    /// The Landlock domain the process enters, unless the sandbox is off.
+    pub confine: Option<Confinement>,
 }
 
 /// What the engine's side asks of the connection.
@@ -315,6 +317,18 @@ fn spawn(l: &Launch, tag: &str) -> io::Result<Child> {
         // Its own group, so Rein can end the agent and everything it started at once.
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(c) = &l.confine {
+        match c.apply(&mut cmd) {
+            Ok(()) => {}
+            // Without Landlock it runs as before; the engine has told the person once.
+            Err(ConfineError::Unavailable(why)) => tracing::info!("agent unconfined: {why}"),
+            Err(e) => {
+                return Err(io::Error::other(format!(
+                    "{e}; set sandbox = \"off\" in rein.toml to run the agent unconfined"
+                )))
+            }
+        }
+    }
     cmd.spawn()
 }
 

@@ -250,13 +250,14 @@ impl Control {
 #[derive(Serialize, Clone)]
 pub struct Pct {
     samples_ms: Vec<f64>,
-    p50_ms: f64,
-    p99_ms: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
     max_ms: f64,
 }
 
 impl Pct {
-    fn of(mut samples_ms: Vec<f64>) -> Self {
+    /// The percentiles of these samples (milliseconds).
+    pub fn of(mut samples_ms: Vec<f64>) -> Self {
         samples_ms.sort_by(f64::total_cmp);
         let n = samples_ms.len();
         let at = |i: usize| samples_ms.get(i).copied().unwrap_or(f64::NAN);
