@@ -189,6 +189,31 @@ do
         T.eq(windows_showing("rein://handover"), 1, "one handover window")
         T.eq(windows_showing("rein://reconcile"), 1, "one reconcile window")
         T.eq(#vim.api.nvim_list_wins(), wins, "no new split")
+        -- As floats: a new report of a kind replaces its float instead of stacking another.
+        require("rein").config.report = "float"
+        for round = 1, 2 do
+          H.cmd("Rein takeover float " .. round)
+          H.wait_status("human")
+          T.wait(function()
+            local t = H.named_buf_text("rein://handover")
+            return t and t:find("float " .. round, 1, true)
+          end, "handover float " .. round)
+          table.insert(H.inputs, "back " .. round)
+          H.cmd("Rein handback")
+          H.wait_status("running")
+          T.wait(function()
+            local t = H.named_buf_text("rein://reconcile")
+            return t and t:find("back " .. round, 1, true)
+          end, "reconcile float " .. round)
+        end
+        T.eq(windows_showing("rein://handover"), 1, "one handover float")
+        T.eq(windows_showing("rein://reconcile"), 1, "one reconcile float")
+        require("rein").config.report = "split"
+        for _, w in ipairs(vim.api.nvim_list_wins()) do
+          if vim.api.nvim_win_get_config(w).relative ~= "" then
+            vim.api.nvim_win_close(w, true)
+          end
+        end
       end,
     },
     {

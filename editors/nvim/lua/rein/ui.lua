@@ -306,7 +306,8 @@ function M.report(kind, markdown)
     if old and vim.api.nvim_win_is_valid(old) then
       vim.api.nvim_win_close(old, true)
     end
-    local buf, win = M.float(name, lines, kind == "handover" and "Rein handover" or "Rein reconcile", rein().config.report_focus)
+    -- A report float is entered (q closes it), as it covers the code.
+    local buf, win = M.float(name, lines, kind == "handover" and "Rein handover" or "Rein reconcile")
     M._report_wins[kind] = win
     return buf, win
   end
