@@ -47,4 +47,7 @@ for name, sub in pairs(plugs) do
 end
 -- In Visual mode a steer is about the selected lines (`:'<,'>Rein steer`).
 vim.keymap.set("x", "<Plug>(rein-steer)", ":Rein steer<CR>", { silent = true, desc = "Rein: steer about these lines" })
-vim.keymap.set("x", "<Plug>(rein-steer-urgent)", ":Rein! steer<CR>", { silent = true, desc = "Rein: urgent steer about these lines" })
+vim.keymap.set("x", "<Plug>(rein-steer-urgent)", ":Rein! steer<CR>", {
+  silent = true,
+  desc = "Rein: urgent steer about these lines",
+})

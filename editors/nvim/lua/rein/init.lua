@@ -201,9 +201,8 @@ end
 --- Every running Rein client.
 function M.clients(filter)
   filter = vim.tbl_extend("force", { name = M.name }, filter or {})
-  local get = vim.lsp.get_clients or vim.lsp.get_active_clients
   local out = {}
-  for _, c in ipairs(get(filter)) do
+  for _, c in ipairs(vim.lsp.get_clients(filter)) do
     if not c:is_stopped() then
       table.insert(out, c)
     end
