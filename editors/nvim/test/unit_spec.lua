@@ -100,6 +100,23 @@ T.test("a <Plug> mapping runs its :Rein command", function()
   T.eq(seen, "")
 end)
 
+T.test("<Plug>(rein-steer) in Visual mode steers about the selected lines", function()
+  vim.cmd("enew!")
+  vim.api.nvim_buf_set_lines(0, 0, -1, false, { "one", "two", "three", "four" })
+  local seen
+  local real = commands.subcommands.steer.run
+  commands.subcommands.steer.run = function(args, cmd)
+    seen = { args = args, line1 = cmd.line1, line2 = cmd.line2, range = cmd.range, bang = cmd.bang }
+  end
+  vim.keymap.set("x", "<F8>", "<Plug>(rein-steer-urgent)")
+  vim.api.nvim_win_set_cursor(0, { 2, 0 })
+  vim.api.nvim_feedkeys(vim.keycode("Vj<F8>"), "x", false)
+  commands.subcommands.steer.run = real
+  vim.keymap.del("x", "<F8>")
+  vim.cmd("bwipeout!")
+  T.eq(seen, { args = "", line1 = 2, line2 = 3, range = 2, bang = true })
+end)
+
 T.test("statusline is empty where Rein is not running", function()
   T.eq(rein.statusline(), "")
 end)
