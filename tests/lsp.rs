@@ -812,3 +812,92 @@ fn the_agents_latest_change_can_be_reverted_or_kept_by_code_action() {
         "a kept change is not offered again"
     );
 }
+
+#[test]
+fn rewind_names_every_step_and_tells_the_editor_which_files_changed() {
+    let dir = repo(
+        &[("a.txt", "v0\n")],
+        json!([
+            {"write": {"path": "a.txt", "content": "v1\n"}},
+            {"read": "a.txt"},
+            {"write": {"path": "a.txt", "content": "v2\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    let s = lsp.wait_state("three steps", |s| agent_steps(s) >= 3);
+    // Step 2 (the read) made no checkpoint of its own: it ended on step 1's.
+    let steps = s["steps"].as_array().unwrap();
+    let second = steps.iter().find(|st| st["n"] == 2).unwrap();
+    assert!(
+        second["action"].as_str().unwrap().starts_with("read"),
+        "{s:#}"
+    );
+    lsp.ok("rein.takeover", json!({}));
+    let from = lsp.notifications.len();
+    lsp.ok("rein.rewind", json!({"checkpoint": "step:2"}));
+    assert_eq!(read(root, "a.txt"), "v1\n");
+    let n = lsp.wait_notification("filesChanged after the rewind", from, |n| {
+        n["method"] == "rein/filesChanged"
+    });
+    let uri = n["params"]["uris"][0].as_str().unwrap();
+    assert!(uri.ends_with("/a.txt"), "{n:#}");
+    let err = lsp
+        .command("rein.rewind", json!({"checkpoint": "step:99"}))
+        .unwrap_err();
+    assert_eq!(err.0, -32602);
+    lsp.ok("rein.abort", json!({"keepChanges": true}));
+}
+
+#[test]
+fn a_delivered_steer_comment_can_be_removed_by_code_action() {
+    let dir = repo(
+        &[("src/app.py", "x = 1\n")],
+        json!([{"read": "src/app.py"}, {"read": "src/app.py", "think_ms": 300}, {"read": "src/app.py", "think_ms": 600000}]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    let text = "x = 1\n# rein: use the logging module\ny = 2\n";
+    let u = lsp.open("src/app.py", text);
+    let at = json!({"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 0}});
+    let titles = |lsp: &mut Lsp| -> Vec<Value> {
+        lsp.request(
+            "textDocument/codeAction",
+            json!({"textDocument": {"uri": u}, "range": at, "context": {"diagnostics": []}}),
+        )
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+    };
+    let remove = |a: &[Value]| {
+        a.iter()
+            .find(|a| {
+                a["title"]
+                    .as_str()
+                    .unwrap()
+                    .contains("remove this steer comment")
+            })
+            .cloned()
+    };
+    assert!(
+        remove(&titles(&mut lsp)).is_none(),
+        "not offered before it is sent"
+    );
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.notify("textDocument/didSave", json!({"textDocument": {"uri": u}}));
+    lsp.wait_state("comment delivered", |s| {
+        s["constraints"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["status"] == "delivered"))
+    });
+    let action = remove(&titles(&mut lsp)).expect("remove offered once delivered");
+    let edits = &action["edit"]["changes"][u.as_str()];
+    assert_eq!(
+        edits,
+        &json!([{"range": {"start": {"line": 1, "character": 0}, "end": {"line": 2, "character": 0}}, "newText": ""}])
+    );
+    lsp.ok("rein.abort", json!({"keepChanges": true}));
+}

@@ -485,7 +485,9 @@ impl Checkpoints {
     }
 
     /// Turns a full or abbreviated (4+ hex digits) checkpoint id, or `step:N` (the newest
-    /// checkpoint of step N), into the full id of a checkpoint in this task's chain.
+    /// checkpoint recorded for step N), into the full id of a checkpoint in this task's chain.
+    /// A step that made no checkpoint of its own is resolved by the control layer, which
+    /// knows the checkpoint each step ended on.
     pub fn resolve(&self, spec: &str) -> Result<String> {
         let spec_trim = spec.trim();
         let list = self.list()?;

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
     name = "rein",
     version,
     about = "rein — keep a person in charge of a coding agent",
-    after_help = "DIR defaults to the current directory. RUST_LOG sets the log level (default: info for lsp, warn otherwise)."
+    after_help = "DIR defaults to the current directory. RUST_LOG sets the log level (default: warn; `rein lsp` also sends info lines to the editor as window/logMessage)."
 )]
 pub struct Cli {
     /// What to do (none: this help).

@@ -14,6 +14,7 @@ use rein::state::{Status, TaskState};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer as _;
 
 use cli::{Cli, Cmd};
 
@@ -77,14 +78,19 @@ fn run(cli: Cli) -> Result<i32> {
     match cmd {
         Cmd::Lsp => {
             let (layer, logs) = rein::lsp::log::channel();
+            // The editor gets the log as `window/logMessage`, each line at its level. Editors
+            // record a server's stderr as errors (Neovim tags every line [ERROR] in lsp.log),
+            // so stderr carries only warnings and errors unless RUST_LOG asks for more.
+            let stderr_filter =
+                EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
             tracing_subscriber::registry()
-                .with(filter())
                 .with(
                     tracing_subscriber::fmt::layer()
                         .with_writer(std::io::stderr)
-                        .with_ansi(false),
+                        .with_ansi(false)
+                        .with_filter(stderr_filter),
                 )
-                .with(layer)
+                .with(layer.with_filter(filter()))
                 .init();
             // Only protocol goes to stdout in this mode.
             Ok(rein::lsp::run(

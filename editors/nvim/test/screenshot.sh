@@ -111,5 +111,16 @@ sleep 0.3
 tmux -L "$sock" capture-pane -t shot -e -p >"$work/screen.ansi"
 mkdir -p "$(dirname "$out")"
 "$venv/bin/python" "$here/render_ansi.py" "$work/screen.ansi" "$out" "$font" 112
+# A server message (the rewind's) shows in the plugin's style, with no hit-enter prompt.
+keys ":Rein state" Enter  # closes the live float
+keys ":Rein pause" Enter
+wait_for "Rein: paused"
+keys ":Rein rewind step:1" Enter  # the plan step: it made no checkpoint of its own
+wait_for "Rein: rewound"
+if tmux -L "$sock" capture-pane -t shot -p | grep -qE "Press ENTER|LSP\[rein\]"; then
+  echo "screenshot: a server message asked for ENTER or came as LSP[rein]:" >&2
+  tmux -L "$sock" capture-pane -t shot -p >&2
+  exit 1
+fi
 keys Escape ":qa!" Enter
 echo "wrote $out" >&2

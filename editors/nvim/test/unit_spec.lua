@@ -43,6 +43,80 @@ T.test("describe: one line per status", function()
   T.eq(rein.describe(state({ status = "failed" })), "failed")
 end)
 
+T.test("describe: a pause says why, unless the user paused", function()
+  -- The server's own reasons (control/transitions.rs, control/mod.rs).
+  T.eq(rein.describe(state({ status = "paused", stopReason = "paused by the user" })), "paused")
+  T.eq(
+    rein.describe(state({ status = "paused", stopReason = "paused by the user; the running command is frozen and resumes where it stopped" })),
+    "paused"
+  )
+  T.eq(
+    rein.describe(state({ status = "paused", stopReason = "interrupted: Rein stopped while the task was running; every step up to 3 is kept. Resume to continue." })),
+    "paused (interrupted: :Rein resume continues)"
+  )
+  T.eq(
+    rein.describe(state({ status = "paused", stopReason = "interrupted: the server shut down; resume to continue" })),
+    "paused (interrupted: :Rein resume continues)"
+  )
+  T.eq(
+    rein.describe(state({ status = "paused", stopReason = "stopped on an error: cannot start the agent. Fix it and resume." })),
+    "paused (stopped on an error)"
+  )
+end)
+
+T.test(":Rein changes uses the last reconcile of this task only", function()
+  local rc1 = { changes = { { path = "old.txt", kind = "modified", added = 1, removed = 0, diff = "@@ -1 +1 @@\n-a\n+b\n" } } }
+  rein._remember_reconcile(99, state({ task = { id = "t1" } }), rc1)
+  T.eq(rein.last_reconcile(99, state({ task = { id = "t1" } })), rc1)
+  T.eq(rein.last_reconcile(99, state({ task = { id = "t2" } })), nil, "another task's reconcile")
+  T.eq(ui.changes_items(state({ task = { id = "t2" } }), "/r", rein.last_reconcile(99, state({ task = { id = "t2" } }))), {})
+  rein._reconciles[99] = nil
+end)
+
+T.test("<Plug>(rein-…) mappings exist and no key is mapped by default", function()
+  for _, name in ipairs({ "start", "pause", "resume", "steer", "steer-urgent", "abort", "takeover", "handback", "state", "decide", "rewind", "release", "steps", "changes" }) do
+    local m = vim.fn.maparg("<Plug>(rein-" .. name .. ")", "n", false, true)
+    T.truthy(m.rhs and m.rhs:find("Rein", 1, true), "<Plug>(rein-" .. name .. ") in Normal mode: " .. vim.inspect(m))
+  end
+  T.eq(vim.fn.maparg("<Plug>(rein-steer)", "x"), ":Rein steer<CR>")
+  T.eq(vim.fn.maparg("<Plug>(rein-pause)", "n"), "<Cmd>Rein pause<CR>")
+  for _, mode in ipairs({ "n", "x", "i", "o" }) do
+    for _, m in ipairs(vim.api.nvim_get_keymap(mode)) do
+      T.truthy(not (m.rhs or ""):find("Rein", 1, true) or m.lhs:find("^<Plug>"), "a default key for Rein: " .. vim.inspect(m))
+    end
+  end
+end)
+
+T.test("a <Plug> mapping runs its :Rein command", function()
+  local seen
+  local real = commands.subcommands.steps.run
+  commands.subcommands.steps.run = function(args)
+    seen = args
+  end
+  vim.keymap.set("n", "<F7>", "<Plug>(rein-steps)")
+  vim.api.nvim_feedkeys(vim.keycode("<F7>"), "x", false)
+  commands.subcommands.steps.run = real
+  vim.keymap.del("n", "<F7>")
+  T.eq(seen, "")
+end)
+
+T.test("<Plug>(rein-steer) in Visual mode steers about the selected lines", function()
+  vim.cmd("enew!")
+  vim.api.nvim_buf_set_lines(0, 0, -1, false, { "one", "two", "three", "four" })
+  local seen
+  local real = commands.subcommands.steer.run
+  commands.subcommands.steer.run = function(args, cmd)
+    seen = { args = args, line1 = cmd.line1, line2 = cmd.line2, range = cmd.range, bang = cmd.bang }
+  end
+  vim.keymap.set("x", "<F8>", "<Plug>(rein-steer-urgent)")
+  vim.api.nvim_win_set_cursor(0, { 2, 0 })
+  vim.api.nvim_feedkeys(vim.keycode("Vj<F8>"), "x", false)
+  commands.subcommands.steer.run = real
+  vim.keymap.del("x", "<F8>")
+  vim.cmd("bwipeout!")
+  T.eq(seen, { args = "", line1 = 2, line2 = 3, range = 2, bang = true })
+end)
+
 T.test("statusline is empty where Rein is not running", function()
   T.eq(rein.statusline(), "")
 end)
@@ -127,19 +201,27 @@ T.test(":Rein completes subcommands, abort choices, checkpoints, decisions and o
   rein.state = function()
     return state({
       steps = {
+        { n = 0, action = "tree at start", author = "human", status = "done", checkpoint = "aaaa1111bbbb" },
         { n = 1, action = "read a", author = "agent", status = "done", checkpoint = "aaaa1111bbbb" },
         { n = 2, action = "write b", author = "human", status = "done", checkpoint = "cccc2222dddd" },
+        { n = 3, action = "finish", author = "agent", status = "done", checkpoint = "cccc2222dddd" },
       },
       decisions = { { id = "d1", kind = "held_file", question = "?", options = { "release", "skip", "take over" } } },
       heldFiles = { "b.txt" },
     })
   end
   local ok, err = pcall(function()
-    T.eq(vim.fn.getcompletion("Rein rewind ", "cmdline"), { "step:2", "step:1", "cccc2222", "aaaa1111" })
-    T.eq(vim.fn.getcompletion("Rein rewind st", "cmdline"), { "step:2", "step:1" })
+    -- Every step once (a read or the finish ended on the checkpoint before it), each id once.
+    T.eq(vim.fn.getcompletion("Rein rewind ", "cmdline"), { "step:3", "step:2", "step:1", "step:0", "cccc2222", "aaaa1111" })
+    T.eq(vim.fn.getcompletion("Rein rewind st", "cmdline"), { "step:3", "step:2", "step:1", "step:0" })
     T.eq(vim.fn.getcompletion("Rein decide ", "cmdline"), { "d1" })
     T.eq(vim.fn.getcompletion("Rein decide d1 ", "cmdline"), { "release", "skip", "take over" })
     T.eq(vim.fn.getcompletion("Rein release ", "cmdline"), { "b.txt" })
+    T.eq(vim.fn.getcompletion("Rein state ", "cmdline"), { "split" })
+    rein.config.agents = { quick = { kind = "script", steps = {} }, careful = { kind = "script", steps = {} } }
+    T.eq(vim.fn.getcompletion("Rein start ", "cmdline"), { "agent=careful", "agent=quick" })
+    T.eq(vim.fn.getcompletion("Rein start agent=careful ", "cmdline"), {})
+    rein.config.agents = nil
   end)
   rein.state = real
   assert(ok, err)
@@ -180,9 +262,21 @@ T.test("doc/rein.txt is valid for :helptags and has a tag for every subcommand",
   for _, n in ipairs(commands.names()) do
     T.contains(tags, ":Rein-" .. n .. "\t", "tag :Rein-" .. n)
   end
-  vim.opt.runtimepath:prepend(dir)
-  vim.cmd("help rein-statusline")
+  -- The shipped doc/tags is what :helptags makes of doc/rein.txt today (regenerate it with
+  -- `nvim --headless -c "helptags editors/nvim/doc" -c q` after editing the help).
+  T.eq(vim.fn.readfile(vim.g.rein_plugin_dir .. "/doc/tags"), vim.fn.readfile(dir .. "/doc/tags"), "doc/tags up to date")
+end)
+
+T.test(":help rein works from the shipped doc/tags, without running :helptags", function()
+  -- Only the plugin directory as a user installs it: its doc/tags is what Neovim reads.
+  T.truthy(vim.tbl_contains(vim.opt.runtimepath:get(), vim.g.rein_plugin_dir), "plugin on 'runtimepath'")
+  local ok, err = pcall(vim.cmd, "help rein")
+  T.truthy(ok, "help rein: " .. tostring(err))
   T.eq(vim.bo.filetype, "help")
+  T.eq(vim.fn.expand("%:t"), "rein.txt")
+  vim.cmd("helpclose")
+  vim.cmd("help :Rein-takeover")
+  T.eq(vim.fn.expand("%:t"), "rein.txt")
   vim.cmd("helpclose")
 end)
 

@@ -218,7 +218,8 @@ pub enum Level {
 pub enum Notice {
     /// The state changed (sent after every change).
     State(Box<TaskState>),
-    /// The agent wrote this file (editors reload clean buffers).
+    /// This file changed on disk: the agent wrote it, or a rewind or an abort put it back
+    /// (editors reload clean buffers).
     Wrote {
         /// Repo-relative path.
         path: String,
@@ -622,7 +623,7 @@ pub fn restore(workdir: &Path, spec: &str) -> Result<(String, String), ControlEr
     let root = checkpoint::workdir_root(workdir)?;
     let mut ckpt = Checkpoints::open(&root, &s.task.id, s.task.base.as_deref())?;
     let sandbox = Sandbox::new(&root)?;
-    let target = ckpt.resolve(spec)?;
+    let target = transitions::resolve_target(&ckpt, &s.steps, spec)?;
     let next = s.steps.last().map_or(1, |st| st.n + 1);
     let before = ckpt.snapshot(SnapshotMeta {
         step: next,

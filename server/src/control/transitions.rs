@@ -39,12 +39,12 @@ impl Request {
     }
 }
 
-/// Makes the working tree equal to a checkpoint's tree. Returns how many files changed.
+/// Makes the working tree equal to a checkpoint's tree. Returns the paths it changed.
 pub(super) fn restore_tree(
     ckpt: &mut Checkpoints,
     sandbox: &Sandbox,
     target: &str,
-) -> Result<usize, ControlError> {
+) -> Result<Vec<String>, ControlError> {
     let changes = ckpt.diff_worktree(target, &Overlay::new())?;
     for c in &changes {
         match &c.before {
@@ -52,7 +52,33 @@ pub(super) fn restore_tree(
             None => sandbox.remove(c.path_bytes())?,
         }
     }
-    Ok(changes.len())
+    Ok(changes.into_iter().map(|c| c.path).collect())
+}
+
+/// Resolves a rewind target. `step:N` names the checkpoint step N ended on, as the state
+/// records it: a step that changed nothing (a read, a plan, the finish) ended on the one
+/// before it, so every listed step can be named. Anything else is a checkpoint id.
+pub(super) fn resolve_target(
+    ckpt: &Checkpoints,
+    steps: &[state::Step],
+    spec: &str,
+) -> Result<String, CheckpointError> {
+    let Some(n) = spec.trim().strip_prefix("step:") else {
+        return ckpt.resolve(spec);
+    };
+    let n: u32 = n
+        .trim()
+        .parse()
+        .map_err(|_| CheckpointError::UnknownCheckpoint(spec.to_owned()))?;
+    match steps.iter().rev().find(|st| st.n == n) {
+        Some(state::Step {
+            checkpoint: Some(id),
+            ..
+        }) => ckpt.resolve(id),
+        Some(_) => Err(CheckpointError::UnknownCheckpoint(spec.to_owned())),
+        // Not in the state (a hand-edited or older state): the chain's own step numbers.
+        None => ckpt.resolve(spec),
+    }
 }
 
 impl Engine {
@@ -768,16 +794,21 @@ impl Engine {
             }
             _ => {}
         }
-        let target = self.ckpt.resolve(spec).map_err(|e| match e {
-            CheckpointError::UnknownCheckpoint(_) => ControlError::BadArgument(format!(
+        let target =
+            resolve_target(&self.ckpt, &self.state().steps, spec).map_err(|e| match e {
+                CheckpointError::UnknownCheckpoint(_) => ControlError::BadArgument(format!(
                 "{e}; list checkpoints with `rein log` or see each step's checkpoint in the state"
             )),
-            other => other.into(),
-        })?;
+                other => other.into(),
+            })?;
         if let Some(r) = self.absorb(false, "before rewind")? {
             self.add_note(r.markdown());
         }
-        let files = restore_tree(&mut self.ckpt, &self.sandbox, &target)?;
+        let paths = restore_tree(&mut self.ckpt, &self.sandbox, &target)?;
+        let files = paths.len();
+        for path in paths {
+            (self.notify)(super::Notice::Wrote { path });
+        }
         self.views.clear();
         let short: String = target.chars().take(10).collect();
         if let Some(r) = self.absorb(false, &format!("rewound to checkpoint {short}"))? {

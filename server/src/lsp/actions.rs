@@ -11,7 +11,7 @@ use lsp_types::{Range, Uri};
 use super::server::{rpc_error, ReplyTo, Server};
 use crate::control::Request;
 use crate::reconcile::merge::LineChange;
-use crate::state::{DecisionKind, Status};
+use crate::state::{ConstraintStatus, DecisionKind, Status};
 
 /// A text cut to a title's length, at a character boundary.
 fn short(text: &str) -> String {
@@ -184,6 +184,9 @@ impl Server {
                     arg.clone(),
                 ));
             }
+            if let Some(edit) = self.remove_delivered_comment(&uri, &key, c.line) {
+                out.push(edit);
+            }
             out.push(action(
                 "Rein: dismiss this steer comment",
                 "quickfix",
@@ -265,6 +268,32 @@ impl Server {
             }));
         }
         out
+    }
+
+    /// Once the agent was given a steer comment, the comment has done its work: an edit that
+    /// deletes its line (the whole line, so no empty comment marker is left behind).
+    fn remove_delivered_comment(
+        &self,
+        uri: &Uri,
+        key: &(String, String),
+        line: usize,
+    ) -> Option<Value> {
+        let id = self.steer_sent.get(key)?;
+        let delivered = self
+            .state
+            .as_ref()?
+            .constraints
+            .iter()
+            .any(|k| &k.id == id && k.status == ConstraintStatus::Delivered);
+        if !delivered {
+            return None;
+        }
+        let range = json!({"start": {"line": line, "character": 0}, "end": {"line": line + 1, "character": 0}});
+        Some(json!({
+            "title": "Rein: remove this steer comment (delivered)",
+            "kind": "quickfix",
+            "edit": {"changes": {uri.as_str(): [{"range": range, "newText": ""}]}},
+        }))
     }
 
     /// Revert / keep actions for the agent's latest changes to this document that are still

@@ -341,6 +341,10 @@ impl Server {
         match to {
             ReplyTo::Client(id) => self.respond(id, value),
             ReplyTo::SteerComment { path, text, client } => {
+                if value.is_err() {
+                    // Not sent after all: a later save may send it.
+                    self.steer_sent.remove(&(path.clone(), text.clone()));
+                }
                 match &value {
                     Ok(v) => {
                         if let Some(cid) = v.get("constraintId").and_then(Value::as_str) {

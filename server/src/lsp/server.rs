@@ -706,6 +706,11 @@ impl Server {
             source: crate::state::ConstraintSource::Comment,
             urgent: false,
         };
+        // Counted as sent from now on (the constraint id comes with the reply), so a save
+        // before the reply does not send it again; a refusal takes it back out.
+        self.steer_sent
+            .entry((path.to_owned(), c.text.clone()))
+            .or_default();
         let to = ReplyTo::SteerComment {
             path: path.to_owned(),
             text: c.text.clone(),

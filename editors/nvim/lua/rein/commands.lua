@@ -63,22 +63,72 @@ end
 
 local sub = {}
 
+--- The names of the agents in `config.agents`, sorted.
+function M.agent_names()
+  local agents = rein().config.agents
+  local names = type(agents) == "table" and vim.tbl_keys(agents) or {}
+  table.sort(names)
+  return names
+end
+
+--- `:Rein start [agent=NAME] [goal]`: with `config.agents` set and no `agent=`, asks which
+--- agent first (before the goal, so a goal is never typed for nothing).
 sub.start = {
-  desc = "start a task with a goal",
-  run = function(args)
-    local function go(goal)
-      goal = trim(goal)
-      if goal == "" then
-        return
-      end
-      rein().exec("start", { goal = goal }, function(result)
-        rein().notify(("task %s started"):format(result and result.taskId or "?"))
-      end)
+  desc = "start a task with a goal (agent=NAME picks one of config.agents)",
+  complete = function(words)
+    if #words > 0 then
+      return {}
     end
-    if args ~= "" then
-      go(args)
+    return vim.tbl_map(function(n)
+      return "agent=" .. n
+    end, M.agent_names())
+  end,
+  run = function(args)
+    local agents = rein().config.agents
+    local name, rest = args:match("^agent=(%S+)%s*(.-)$")
+    if name then
+      args = rest
+    end
+    local function with_goal(agent_name)
+      local agent
+      if agent_name then
+        agent = type(agents) == "table" and agents[agent_name] or nil
+        if agent == nil then
+          rein().notify(
+            ("no agent %q in setup({ agents = … }); known: %s"):format(agent_name, table.concat(M.agent_names(), ", ")),
+            vim.log.levels.ERROR
+          )
+          return
+        end
+      end
+      local function go(goal)
+        goal = trim(goal)
+        if goal == "" then
+          return
+        end
+        rein().exec("start", { goal = goal, agent = agent }, function(result)
+          rein().notify(
+            ("task %s started%s"):format(result and result.taskId or "?", agent_name and (" with " .. agent_name) or "")
+          )
+        end)
+      end
+      if args ~= "" then
+        go(args)
+      else
+        input(agent_name and ("Rein goal (" .. agent_name .. "): ") or "Rein goal: ", nil, go)
+      end
+    end
+    local names = M.agent_names()
+    if name or #names == 0 then
+      with_goal(name)
+    elseif #names == 1 then
+      with_goal(names[1])
     else
-      input("Rein goal: ", nil, go)
+      select(names, { prompt = "Which agent?" }, function(choice)
+        if choice then
+          with_goal(choice)
+        end
+      end)
     end
   end,
 }
@@ -165,25 +215,41 @@ sub.abort = {
   end,
 }
 
+--- `:Rein takeover [reason]`. Without a reason, control is taken at once and the reason is
+--- asked for afterwards (optional: Esc or an empty answer gives none); an answer is told to
+--- the agent with the hand-back note. Nothing about the prompt can undo the takeover.
 sub.takeover = {
   desc = "take control from the agent (opens the handover)",
   run = function(args)
-    local function go(reason)
-      if reason == nil then
+    local reason = trim(args)
+    rein().exec("takeover", reason ~= "" and { reason = reason } or {}, function(result, client)
+      show_report("handover", result)
+      if reason ~= "" then
         return
       end
-      reason = trim(reason)
-      rein().exec("takeover", reason ~= "" and { reason = reason } or {}, function(result)
-        show_report("handover", result)
+      input("You hold control. Why? (optional, told to the agent at hand-back) ", nil, function(why)
+        why = trim(why)
+        if why ~= "" then
+          rein()._takeover_reasons[client.id] = why
+        end
       end)
-    end
-    if args ~= "" then
-      go(args)
-    else
-      input("Why are you taking over? (optional) ", nil, go)
-    end
+    end)
   end,
 }
+
+--- The hand-back note: the reason given after a takeover, then the note.
+local function handback_note(client, note)
+  local why = rein()._takeover_reasons[client.id]
+  rein()._takeover_reasons[client.id] = nil
+  local parts = {}
+  if why then
+    table.insert(parts, "Why I took over: " .. why)
+  end
+  if note ~= "" then
+    table.insert(parts, note)
+  end
+  return table.concat(parts, "\n")
+end
 
 sub.handback = {
   desc = "give control back to the agent (opens the reconcile report)",
@@ -193,11 +259,14 @@ sub.handback = {
         return
       end
       note = trim(note)
-      rein().exec("handback", note ~= "" and { note = note } or {}, function(result, client)
-        if type(result) == "table" and type(result.reconcile) == "table" then
-          rein()._reconciles[client.id] = result.reconcile
-        end
-        show_report("reconcile", result)
+      rein().with_client(function(client)
+        note = handback_note(client, note)
+        rein().exec("handback", note ~= "" and { note = note } or {}, function(result)
+          if type(result) == "table" then
+            rein()._remember_reconcile(client.id, result.state, result.reconcile)
+          end
+          show_report("reconcile", result)
+        end)
       end)
     end
     if args ~= "" then
@@ -208,24 +277,34 @@ sub.handback = {
   end,
 }
 
+--- `:Rein state`: a float that follows the state live and leaves the cursor where it is;
+--- run again to close it. `:Rein state split` shows the same in a split.
 sub.state = {
-  desc = "show the task state in a floating window",
-  run = function()
-    rein().exec("state", {}, function(result)
-      ui().state_float(result and result.state)
+  desc = "show the task state live (a float; `split` for a split); again to close",
+  complete = function()
+    return { "split" }
+  end,
+  run = function(args)
+    if ui().state_close() then
+      return
+    end
+    rein().exec("state", {}, function(result, client)
+      ui().state_live(client.id, result and result.state, args == "split" and "split" or "float")
     end)
   end,
 }
 
---- Checkpoints that can be rewound to, newest first.
+--- The steps that can be rewound to (each once, newest first): every step that ended on a
+--- checkpoint (`step:N` names the one it ended on; several steps can share one).
 function M.checkpoints(state)
-  local out = {}
+  local out, seen = {}, {}
   if type(state) ~= "table" or type(state.steps) ~= "table" then
     return out
   end
   for i = #state.steps, 1, -1 do
     local st = state.steps[i]
-    if type(st.checkpoint) == "string" and st.checkpoint ~= "" then
+    if type(st.checkpoint) == "string" and st.checkpoint ~= "" and not seen[st.n] then
+      seen[st.n] = true
       table.insert(out, st)
     end
   end
@@ -235,12 +314,17 @@ end
 sub.rewind = {
   desc = "restore the tree to a checkpoint",
   complete = function()
-    local out = {}
-    for _, st in ipairs(M.checkpoints(current_state())) do
+    local out, ids = {}, {}
+    local cps = M.checkpoints(current_state())
+    for _, st in ipairs(cps) do
       table.insert(out, "step:" .. st.n)
     end
-    for _, st in ipairs(M.checkpoints(current_state())) do
-      table.insert(out, st.checkpoint:sub(1, 8))
+    for _, st in ipairs(cps) do
+      local id = st.checkpoint:sub(1, 8)
+      if not ids[id] then
+        ids[id] = true
+        table.insert(out, id)
+      end
     end
     return out
   end,
@@ -402,7 +486,8 @@ sub.changes = {
   desc = "put the human's changes in the quickfix list",
   run = function()
     rein().exec("state", {}, function(result, client)
-      ui().quickfix_changes(result and result.state, client_root(), rein()._reconciles[client.id])
+      local state = result and result.state
+      ui().quickfix_changes(state, client_root(), rein().last_reconcile(client.id, state))
     end)
   end,
 }
@@ -473,7 +558,11 @@ function M.client_commands()
       if not client then
         return
       end
-      rein()._client_call(client, "request", "workspace/executeCommand", {
+      if name == "rein.handback" then
+        local note = handback_note(client, trim(type(args.note) == "string" and args.note or ""))
+        args = vim.tbl_extend("force", args, { note = note ~= "" and note or nil })
+      end
+      client:request("workspace/executeCommand", {
         command = name,
         arguments = { next(args) == nil and vim.empty_dict() or args },
       }, function(err, result)
@@ -484,8 +573,8 @@ function M.client_commands()
         if type(result) == "table" and result.state ~= nil then
           rein()._set_state(client.id, result.state)
         end
-        if name == "rein.handback" and type(result) == "table" and result.reconcile then
-          rein()._reconciles[client.id] = result.reconcile
+        if name == "rein.handback" and type(result) == "table" then
+          rein()._remember_reconcile(client.id, result.state, result.reconcile)
         end
         if show then
           show_report(show, result)

@@ -5,10 +5,10 @@ local health = vim.health
 
 function M.check()
   health.start("Neovim")
-  if vim.fn.has("nvim-0.10") == 1 then
-    health.ok("Neovim " .. tostring(vim.version()) .. " (0.10 or newer)")
+  if vim.fn.has("nvim-0.11") == 1 then
+    health.ok("Neovim " .. tostring(vim.version()) .. " (0.11 or newer)")
   else
-    health.error("Neovim " .. tostring(vim.version()) .. " is too old", { "Rein needs Neovim 0.10 or newer" })
+    health.error("Neovim " .. tostring(vim.version()) .. " is too old", { "Rein needs Neovim 0.11 or newer" })
   end
 
   local rein = require("rein")

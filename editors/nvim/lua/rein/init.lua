@@ -5,8 +5,7 @@
 --- `workspace/executeCommand` and shows their results.
 local M = {}
 
-local uv = vim.uv or vim.loop
-local has_011 = vim.fn.has("nvim-0.11") == 1
+local uv = vim.uv
 
 M.name = "rein"
 
@@ -17,6 +16,8 @@ local defaults = {
   --- `initializationOptions` keys (see docs/protocol.md); nil ones are left out so that
   --- `workspace/configuration` and `rein.toml` apply.
   agent = nil,
+  --- Named agents for `:Rein start` to choose from per task (name -> agent object, as `agent`).
+  agents = nil,
   steer = nil,
   policy = nil,
   --- "workspace-write" (the server's default), "read-only" or "off": what the agent's
@@ -47,8 +48,12 @@ M.config = vim.deepcopy(defaults)
 M._setup_done = false
 --- client id -> latest state (table), or vim.NIL when the repository has no task.
 M._states = {}
---- client id -> last reconcile object (from rein.handback).
+--- client id -> task id -> last reconcile object (from rein.handback) of that task.
 M._reconciles = {}
+--- client id -> why the user took over (asked after the takeover), told at handback.
+M._takeover_reasons = {}
+--- The server command that was found missing (so it is said once, not per buffer).
+M._missing = nil
 --- client id -> callbacks waiting for the client to be initialized.
 M._pending = {}
 
@@ -56,15 +61,6 @@ local function notify(msg, level)
   vim.notify("Rein: " .. msg, level or vim.log.levels.INFO, { title = "Rein" })
 end
 M.notify = notify
-
---- Calls a client method in a way that works on 0.10 (dot) and 0.11+ (colon).
-local function client_call(client, method, ...)
-  if has_011 then
-    return client[method](client, ...)
-  end
-  return client[method](...)
-end
-M._client_call = client_call
 
 local function server_cmd()
   if M.config.cmd then
@@ -171,12 +167,34 @@ function M._set_state(client_id, state)
         notify("the agent finished" .. (type(state.summary) == "string" and (": " .. state.summary) or ""))
       elseif s == "failed" then
         notify("the run failed: " .. tostring(state.stopReason or "?"), vim.log.levels.ERROR)
+      elseif s == "aborted" then
+        notify(type(state.stopReason) == "string" and state.stopReason or "the task was aborted")
       elseif s == "awaiting_decision" then
         local d = type(state.decisions) == "table" and state.decisions[1] or nil
         if d then
           notify(("decision %s: %s  (:Rein decide)"):format(d.id, d.question), vim.log.levels.WARN)
         end
       end
+    end
+    if same_task then
+      M._notify_comment_steers(old, state)
+    end
+  end
+end
+
+--- Says once for each `rein:` comment the server sent (on save): a new constraint whose
+--- source is a comment. Steers sent with `:Rein steer` are confirmed by the command itself.
+function M._notify_comment_steers(old, new)
+  local known = {}
+  for _, c in ipairs(type(old.constraints) == "table" and old.constraints or {}) do
+    known[c.id] = true
+  end
+  for _, c in ipairs(type(new.constraints) == "table" and new.constraints or {}) do
+    if c.source == "comment" and not known[c.id] then
+      local where = type(c.location) == "table"
+          and (" (%s:%d)"):format(tostring(c.location.path), (tonumber(c.location.line) or 0) + 1)
+        or ""
+      notify(("steer %s sent from a comment%s: %s"):format(tostring(c.id), where, tostring(c.text)))
     end
   end
 end
@@ -186,10 +204,9 @@ end
 --- Every running Rein client.
 function M.clients(filter)
   filter = vim.tbl_extend("force", { name = M.name }, filter or {})
-  local get = vim.lsp.get_clients or vim.lsp.get_active_clients
   local out = {}
-  for _, c in ipairs(get(filter)) do
-    if not client_call(c, "is_stopped") then
+  for _, c in ipairs(vim.lsp.get_clients(filter)) do
+    if not c:is_stopped() then
       table.insert(out, c)
     end
   end
@@ -256,6 +273,18 @@ function M.client_config(root)
           M._set_state(ctx.client_id, params.state == nil and vim.NIL or params.state)
         end
       end,
+      -- The server's messages in the plugin's own style ("Rein: …" through vim.notify), not
+      -- Neovim's default "LSP[rein][Info] …" echo, which ends in a hit-enter prompt.
+      ["window/showMessage"] = function(_, params)
+        if type(params) == "table" and type(params.message) == "string" then
+          local levels = vim.log.levels
+          local level = ({ levels.ERROR, levels.WARN, levels.INFO, levels.DEBUG })[params.type] or levels.INFO
+          vim.schedule(function()
+            notify(params.message, level)
+          end)
+        end
+        return vim.NIL
+      end,
       ["rein/filesChanged"] = function(_, params)
         if type(params) == "table" and type(params.uris) == "table" then
           vim.schedule(function()
@@ -266,7 +295,7 @@ function M.client_config(root)
     },
     on_init = function(client)
       M._states[client.id] = M._states[client.id] or vim.NIL
-      client_call(client, "request", "workspace/executeCommand", {
+      client:request("workspace/executeCommand", {
         command = "rein.state",
         arguments = { vim.empty_dict() },
       }, function(err, result)
@@ -296,26 +325,63 @@ function M.client_config(root)
   }
 end
 
---- Starts (or reuses) the client for `root`; attaches `bufnr` when given.
---- Returns the client id or nil.
-function M.start(root, bufnr)
+--- Why the server command cannot be run (not found, not executable), with the fix; nil
+--- when it can (or when `cmd` is a function, which Neovim runs as given).
+function M.missing_server()
+  local cmd = server_cmd()
+  if type(cmd) ~= "table" or type(cmd[1]) ~= "string" then
+    return nil
+  end
+  if vim.fn.executable(cmd[1]) == 1 then
+    return nil
+  end
+  return ("the server %q was not found or is not executable. Build it (`cargo install --path server` "
+    .. "in the Rein repository puts `rein` on your PATH), or point the plugin at it: "
+    .. "require(\"rein\").setup({ cmd = { \"/path/to/rein\", \"lsp\" } }) or $REIN_BIN. "
+    .. "See :checkhealth rein"):format(cmd[1])
+end
+
+--- Whether the server can be started. A missing binary is said once (`quiet` callers, like
+--- the autocommand attaching every buffer, say nothing after that); Neovim is never asked to
+--- spawn it, so its own "Spawning language server … failed" never appears.
+local function can_start(quiet)
+  local why = M.missing_server()
+  if not why then
+    M._missing = nil
+    return true
+  end
+  if M._missing ~= why or not quiet then
+    M._missing = why
+    vim.schedule(function()
+      notify(why, vim.log.levels.ERROR)
+    end)
+  end
+  return false
+end
+
+--- Starts (or reuses) the client for `root`; attaches `bufnr` when given. `quiet`: a missing
+--- server binary already said is not said again. Returns the client id or nil.
+function M.start(root, bufnr, quiet)
+  for _, c in ipairs(M.clients()) do
+    if c.config.root_dir and vim.fs.normalize(c.config.root_dir) == root then
+      if bufnr then
+        vim.lsp.buf_attach_client(bufnr, c.id)
+      end
+      return c.id
+    end
+  end
+  if not can_start(quiet) then
+    return nil
+  end
   local config = M.client_config(root)
   if bufnr then
     return vim.lsp.start(config, { bufnr = bufnr })
   end
-  for _, c in ipairs(M.clients()) do
-    if c.config.root_dir and vim.fs.normalize(c.config.root_dir) == root then
-      return c.id
-    end
-  end
-  if has_011 then
-    return vim.lsp.start(config, { attach = false })
-  end
-  return vim.lsp.start_client(config)
+  return vim.lsp.start(config, { attach = false })
 end
 
---- Attaches a file buffer inside a git work tree to Rein.
-function M.attach(bufnr)
+--- Attaches a file buffer inside a git work tree to Rein (`quiet` as for `M.start`).
+function M.attach(bufnr, quiet)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
   if not is_file_buffer(bufnr) then
     return nil
@@ -324,13 +390,17 @@ function M.attach(bufnr)
   if not root then
     return nil
   end
-  return M.start(root, bufnr)
+  return M.start(root, bufnr, quiet)
 end
 
 --- Runs `cb(client)` once the client for the current buffer (started if needed) is ready.
 function M.with_client(cb)
   local client = M.get_client(0)
   if not client then
+    -- Asked for by the user: a missing server is said (again) here.
+    if not can_start(false) then
+      return
+    end
     local id = M.attach(0)
     if not id then
       local root = M.root_of(uv.cwd())
@@ -364,7 +434,7 @@ function M.exec(command, args, on_result, on_error)
     args = vim.empty_dict()
   end
   M.with_client(function(client)
-    client_call(client, "request", "workspace/executeCommand", {
+    client:request("workspace/executeCommand", {
       command = command,
       arguments = { args },
     }, function(err, result)
@@ -411,6 +481,23 @@ function M.reload(uris)
   end
 end
 
+--- Keeps the reconcile of a hand-back for its task (`state` is the state it came with).
+function M._remember_reconcile(client_id, state, reconcile)
+  local task = type(state) == "table" and type(state.task) == "table" and state.task.id or nil
+  if not task or type(reconcile) ~= "table" then
+    return
+  end
+  M._reconciles[client_id] = M._reconciles[client_id] or {}
+  M._reconciles[client_id][task] = reconcile
+end
+
+--- The last reconcile of the task `state` is about, or nil (another task's is never used).
+function M.last_reconcile(client_id, state)
+  local task = type(state) == "table" and type(state.task) == "table" and state.task.id or nil
+  local by_task = M._reconciles[client_id]
+  return task and by_task and by_task[task] or nil
+end
+
 -- Public state helpers -----------------------------------------------------------------
 
 --- The latest task state for the current buffer's repository: a table, vim.NIL when the
@@ -431,6 +518,20 @@ local decision_words = {
   question = "question for you",
   sandbox_denied = "sandbox denied a command",
 }
+
+--- Why a task is paused, short, for the statusline: "" for the user's own pause, else the
+--- server's reason up to its first clause (" (interrupted: resume to continue)", after a
+--- restart; " (stopped on an error)").
+function M.pause_reason(reason)
+  if type(reason) ~= "string" or reason == "" or vim.startswith(reason, "paused by the user") then
+    return ""
+  end
+  if vim.startswith(reason, "interrupted") then
+    return " (interrupted: :Rein resume continues)"
+  end
+  local head = reason:match("^([^:;.]+)") or reason
+  return " (" .. vim.trim(head) .. ")"
+end
 
 --- One-line description of a state (without prefix).
 function M.describe(state)
@@ -453,7 +554,11 @@ function M.describe(state)
   if s == "running" then
     return ("agent running · step %d"):format(last + 1)
   elseif s == "paused" then
-    return "paused" .. needs()
+    local n = needs()
+    if n == "" then
+      n = M.pause_reason(state.stopReason)
+    end
+    return "paused" .. n
   elseif s == "awaiting_decision" then
     local n = needs()
     return "paused" .. (n ~= "" and n or " (needs decision)")
@@ -489,19 +594,24 @@ end
 function M.setup(opts)
   M.config = vim.tbl_deep_extend("force", vim.deepcopy(defaults), opts or {})
   M._setup_done = true
+  if not vim.g.loaded_rein then
+    -- Put on 'runtimepath' after start-up (lazy.nvim's `config` for the subdirectory): the
+    -- :Rein command and the <Plug> mappings were never loaded.
+    vim.cmd.runtime("plugin/rein.lua")
+  end
   local group = vim.api.nvim_create_augroup("rein", { clear = true })
   if M.config.autostart then
     vim.api.nvim_create_autocmd({ "BufReadPost", "BufNewFile", "BufEnter" }, {
       group = group,
       callback = function(ev)
         if #M.clients({ bufnr = ev.buf }) == 0 then
-          M.attach(ev.buf)
+          M.attach(ev.buf, true)
         end
       end,
     })
     for _, b in ipairs(vim.api.nvim_list_bufs()) do
       if vim.api.nvim_buf_is_loaded(b) then
-        M.attach(b)
+        M.attach(b, true)
       end
     end
   end

@@ -161,12 +161,18 @@ local function close_on_q(buf, win)
   end
 end
 
+--- The buffer named exactly `name` (bufnr() would take it as a pattern), or nil.
+local function named(name)
+  for _, b in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_valid(b) and vim.api.nvim_buf_get_name(b) == name then
+      return b
+    end
+  end
+end
+
 local function scratch(name, lines, ft)
-  local existing = vim.fn.bufnr(name)
-  local buf
-  if existing > 0 and vim.api.nvim_buf_is_valid(existing) then
-    buf = existing
-  else
+  local buf = named(name)
+  if not buf then
     buf = vim.api.nvim_create_buf(false, true)
     pcall(vim.api.nvim_buf_set_name, buf, name)
   end
@@ -180,37 +186,114 @@ local function scratch(name, lines, ft)
   return buf
 end
 
---- Opens `lines` in a centred floating window; returns buf, win.
-function M.float(name, lines, title)
-  local buf = scratch(name, lines)
+--- Where a float of `lines` goes: centred, as wide as its longest line (within the screen).
+local function float_geometry(lines)
   local width = 20
   for _, l in ipairs(lines) do
     width = math.max(width, vim.fn.strdisplaywidth(l))
   end
   width = math.min(width + 2, math.max(20, vim.o.columns - 6))
   local height = math.min(#lines, math.max(3, vim.o.lines - 6))
-  local win = vim.api.nvim_open_win(buf, true, {
+  return {
     relative = "editor",
     width = width,
     height = height,
     row = math.max(0, math.floor((vim.o.lines - height) / 2) - 1),
     col = math.max(0, math.floor((vim.o.columns - width) / 2)),
+  }
+end
+
+--- Opens `lines` in a centred floating window (entered when `enter`); returns buf, win.
+function M.float(name, lines, title, enter)
+  local buf = scratch(name, lines)
+  local cfg = vim.tbl_extend("force", float_geometry(lines), {
     style = "minimal",
     border = "rounded",
     title = title and (" " .. title .. " ") or nil,
     title_pos = title and "center" or nil,
   })
+  local win = vim.api.nvim_open_win(buf, enter ~= false, cfg)
   vim.wo[win].wrap = true
   close_on_q(buf, win)
   return buf, win
 end
 
---- `:Rein state`: the state in a float.
-function M.state_float(state)
-  return M.float("rein://state", M.state_lines(state), "Rein")
+--- The open `:Rein state` view: {win, buf, client_id, group}, or nil.
+M._live = nil
+
+--- Closes the `:Rein state` view if it is open; returns whether it was.
+function M.state_close()
+  local live = M._live
+  M._live = nil
+  if not live then
+    return false
+  end
+  pcall(vim.api.nvim_del_augroup_by_id, live.group)
+  if vim.api.nvim_win_is_valid(live.win) then
+    vim.api.nvim_win_close(live.win, true)
+    return true
+  end
+  return false
 end
 
---- Shows a handover / reconcile report (Markdown) where `config.report` says.
+--- `:Rein state`: the state of `client_id`'s task in a float (`how` = "float") or a split
+--- ("split") that is redrawn on every `rein/stateChanged` and does not take the cursor.
+function M.state_live(client_id, state, how)
+  M.state_close()
+  local lines = M.state_lines(state)
+  local buf, win
+  if how == "split" then
+    local prev = vim.api.nvim_get_current_win()
+    buf = scratch("rein://state", lines)
+    vim.cmd("botright " .. math.min(#lines, 15) .. "split")
+    win = vim.api.nvim_get_current_win()
+    vim.api.nvim_win_set_buf(win, buf)
+    close_on_q(buf, win)
+    if vim.api.nvim_win_is_valid(prev) then
+      vim.api.nvim_set_current_win(prev)
+    end
+  else
+    buf, win = M.float("rein://state", lines, "Rein (:Rein state closes)", false)
+  end
+  local group = vim.api.nvim_create_augroup("rein_state_live", { clear = true })
+  M._live = { win = win, buf = buf, client_id = client_id, group = group }
+  vim.api.nvim_create_autocmd("User", {
+    group = group,
+    pattern = "ReinStateChanged",
+    callback = function(ev)
+      local live = M._live
+      if not live or not ev.data or ev.data.client_id ~= live.client_id then
+        return
+      end
+      if not vim.api.nvim_win_is_valid(live.win) or not vim.api.nvim_buf_is_valid(live.buf) then
+        M.state_close()
+        return
+      end
+      local new = M.state_lines(ev.data.state)
+      vim.bo[live.buf].modifiable = true
+      vim.api.nvim_buf_set_lines(live.buf, 0, -1, false, new)
+      vim.bo[live.buf].modifiable = false
+      if vim.api.nvim_win_get_config(live.win).relative ~= "" then
+        vim.api.nvim_win_set_config(live.win, float_geometry(new))
+      end
+    end,
+  })
+  vim.api.nvim_create_autocmd("WinClosed", {
+    group = group,
+    pattern = tostring(win),
+    once = true,
+    callback = function()
+      vim.schedule(M.state_close)
+    end,
+  })
+  return buf, win
+end
+
+--- kind ("handover" / "reconcile") -> the window its report was last shown in.
+M._report_wins = {}
+
+--- Shows a handover / reconcile report (Markdown) where `config.report` says, reusing the
+--- kind's window while it is open.
 function M.report(kind, markdown)
   local how = rein().config.report
   if how == false then
@@ -218,14 +301,25 @@ function M.report(kind, markdown)
   end
   local lines = vim.split(markdown, "\n", { plain = true })
   local name = "rein://" .. kind
+  local old = M._report_wins[kind]
   if how == "float" then
-    return M.float(name, lines, kind == "handover" and "Rein handover" or "Rein reconcile")
+    if old and vim.api.nvim_win_is_valid(old) then
+      vim.api.nvim_win_close(old, true)
+    end
+    -- A report float is entered (q closes it), as it covers the code.
+    local buf, win = M.float(name, lines, kind == "handover" and "Rein handover" or "Rein reconcile")
+    M._report_wins[kind] = win
+    return buf, win
   end
   local prev = vim.api.nvim_get_current_win()
   local buf = scratch(name, lines)
+  -- One window per kind: the last one shown (wherever the buffer now is), else a new split.
   local shown = vim.fn.bufwinid(buf)
   local win
-  if shown ~= -1 then
+  if old and vim.api.nvim_win_is_valid(old) then
+    win = old
+    vim.api.nvim_win_set_buf(win, buf)
+  elseif shown ~= -1 then
     win = shown
   else
     if how == "tab" then
@@ -238,6 +332,7 @@ function M.report(kind, markdown)
     win = vim.api.nvim_get_current_win()
     vim.api.nvim_win_set_buf(win, buf)
   end
+  M._report_wins[kind] = win
   close_on_q(buf, win)
   if not rein().config.report_focus and how ~= "tab" and vim.api.nvim_win_is_valid(prev) then
     vim.api.nvim_set_current_win(prev)
