@@ -980,6 +980,8 @@ impl Engine {
                     "not done: the human chose \"{other}\" for: {}",
                     p.decision.question
                 );
+                // The step list says what was not done and why, not only "skipped".
+                let action = format!("{action} → not done: the human chose {other}");
                 self.complete(action, StepStatus::Skipped, failed(text), Touched::Nothing)
             }
         }
