@@ -1276,6 +1276,13 @@ impl Engine {
             })
             .collect();
         let paths: Vec<String> = changes.iter().map(|c| c.path.clone()).collect();
+        // A file whose change is only `rein:` steer comments is not held: the steer is a
+        // message to the agent (its line is still protected, like any line the human wrote).
+        let holds: Vec<String> = changes
+            .iter()
+            .filter(|c| !steers_only(c))
+            .map(|c| c.path.clone())
+            .collect();
         let summary = if paths.len() > 3 {
             format!("{}, … ({} files)", paths[..3].join(", "), paths.len())
         } else {
@@ -1316,7 +1323,7 @@ impl Engine {
                 }
             }
             if hold {
-                for p in &paths {
+                for p in &holds {
                     if !s.held_files.contains(p) {
                         s.held_files.push(p.clone());
                     }
@@ -1392,5 +1399,18 @@ fn command_outcome(out: &exec::Output, note: Option<&str>) -> Outcome {
     Outcome {
         ok: out.code == Some(0) && note.is_none(),
         text,
+    }
+}
+
+/// Whether a change to a text file adds, edits or removes `rein:` steer comments and nothing
+/// else.
+fn steers_only(c: &FileChange) -> bool {
+    fn text(b: &Option<Vec<u8>>) -> Option<&str> {
+        b.as_deref()
+            .map_or(Some(""), |b| std::str::from_utf8(b).ok())
+    }
+    match (text(&c.before), text(&c.after)) {
+        (Some(before), Some(after)) => crate::steer::differ_only_in_steers(before, after),
+        _ => false,
     }
 }

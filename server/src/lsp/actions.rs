@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use lsp_types::{Range, Uri};
 
-use super::server::{rpc_error, ReplyTo, Server};
+use super::server::{rpc_error, Delivery, ReplyTo, Server};
 use crate::control::Request;
 use crate::reconcile::merge::LineChange;
 use crate::state::{DecisionKind, Status};
@@ -173,6 +173,10 @@ impl Server {
                 ));
             }
             let arg = json!({"uri": uri_json, "line": c.line});
+            let delivery = self.comment_delivery(&key);
+            if let Some(edit) = self.remove_comment_action(&uri, c, delivery) {
+                out.push(edit);
+            }
             if self.task_active() && !self.steer_sent.contains_key(&key) {
                 out.push(action(
                     "Rein: send this steer comment to the agent",
@@ -209,6 +213,41 @@ impl Server {
                 self.respond(req.id, Ok(result));
             }
         }
+    }
+
+    /// "Remove this steer comment", once the agent has read it: an edit that takes the
+    /// comment out (its whole line when nothing else is on it). Editors apply it themselves.
+    fn remove_comment_action(
+        &self,
+        uri: &Uri,
+        c: &crate::steer::SteerComment,
+        delivery: Option<Delivery>,
+    ) -> Option<Value> {
+        let when = match delivery? {
+            Delivery::Delivered(Some(n)) => format!("delivered at step {n}"),
+            Delivery::Delivered(None) => "delivered".to_owned(),
+            Delivery::Earlier => "delivered to an earlier task".to_owned(),
+            Delivery::Queued | Delivery::Sent => return None,
+        };
+        let doc = self.docs.get(uri)?;
+        let line = doc.line(c.line)?;
+        let alone = line[..c.start].trim().is_empty() && line[c.end..].trim().is_empty();
+        let range = if alone && c.line + 1 < doc.line_count() {
+            json!({"start": {"line": c.line, "character": 0}, "end": {"line": c.line + 1, "character": 0}})
+        } else {
+            // Code before it stays, without the blanks that led to the comment.
+            let from = if alone {
+                0
+            } else {
+                line[..c.start].trim_end().len()
+            };
+            json!(doc.range_of_line_bytes(c.line, from, c.end, self.encoding))
+        };
+        Some(json!({
+            "title": format!("Rein: remove this steer comment ({when})"),
+            "kind": "quickfix",
+            "edit": {"changes": {uri.as_str(): [{"range": range, "newText": ""}]}},
+        }))
     }
 
     /// The code action result in the form the client takes: `CodeAction` literals when it

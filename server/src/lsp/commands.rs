@@ -283,26 +283,32 @@ impl Server {
         if let Some(old) = self.engine.replace(handle) {
             old.tell(Request::Shutdown);
         }
-        self.steer_sent.clear();
+        self.spend_comments();
         // Unsaved buffers are the human's work in progress: the agent sees and respects them.
-        let dirty: Vec<(String, ropey::Rope)> = self
+        // A buffer whose only difference is steer comments is not held (a steer is a message).
+        let dirty: Vec<(String, ropey::Rope, bool)> = self
             .docs
             .iter()
             .filter_map(|(uri, doc)| {
                 let path = self.rel_path(uri)?;
                 let text = doc.rope();
                 let disk = std::fs::read_to_string(root.join(&path)).ok();
+                let hold = disk
+                    .as_ref()
+                    .is_none_or(|d| !crate::steer::differ_only_in_steers(d, &text.to_string()));
                 disk.is_none_or(|d| *text != d)
-                    .then(|| (path, text.clone()))
+                    .then(|| (path, text.clone(), hold))
             })
             .collect();
         if let Some(engine) = &self.engine {
-            for (path, text) in dirty {
+            for (path, text, hold) in dirty {
                 engine.tell(Request::Buffer {
                     path: path.clone(),
                     content: Some(text),
                 });
-                engine.tell(Request::Hold { path });
+                if hold {
+                    engine.tell(Request::Hold { path });
+                }
             }
         }
         let task_id = state.task.id.clone();
