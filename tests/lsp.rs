@@ -944,3 +944,42 @@ fn the_agents_latest_change_can_be_reverted_or_kept_by_code_action() {
         "a kept change is not offered again"
     );
 }
+
+#[test]
+fn preflight_says_before_the_goal_whether_a_task_can_start() {
+    // Outside a git working tree: one message, worded for a folder inside none.
+    let plain = tempfile::tempdir().unwrap();
+    let (mut lsp, _) = Lsp::start(plain.path(), json!({}), Value::Null);
+    let r = lsp.ok("rein.preflight", json!({}));
+    assert_eq!(r["problem"]["kind"], "no_repository", "{r}");
+    let m = r["problem"]["message"].as_str().unwrap();
+    assert!(m.contains("is not inside a git working tree") && m.contains("git init"), "{m}");
+    assert!(!m.contains("top of"), "{m}");
+    assert!(r["repository"].is_null());
+
+    // A repository in a subfolder of which the editor opened: found, but no agent yet.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    git(root, &["init", "-q", "-b", "main"]);
+    write(root, "src/a.txt", "a\n");
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "i"]);
+    let (mut lsp, _) = Lsp::start(&root.join("src"), json!({}), Value::Null);
+    let r = lsp.ok("rein.preflight", json!({}));
+    assert_eq!(r["problem"]["kind"], "no_agent", "{r}");
+    assert!(r["problem"]["message"].as_str().unwrap().contains("rein.toml"));
+    assert_eq!(
+        std::fs::canonicalize(r["repository"].as_str().unwrap()).unwrap(),
+        std::fs::canonicalize(root).unwrap()
+    );
+    // A rein.toml written meanwhile counts at once.
+    write(
+        root,
+        "rein.toml",
+        "[agent]\nkind = \"script\"\nsteps = [{finish = \"ok\"}]\n",
+    );
+    let r = lsp.ok("rein.preflight", json!({}));
+    assert!(r["problem"].is_null(), "{r}");
+    assert_eq!(r["agent"]["kind"], "script");
+    lsp.ok("rein.start", json!({"goal": "g"}));
+}

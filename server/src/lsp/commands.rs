@@ -27,6 +27,7 @@ pub const COMMANDS: &[&str] = &[
     "rein.sendSteerComment",
     "rein.dismissSteerComment",
     "rein.keepAgentChange",
+    "rein.preflight",
 ];
 
 type Args = Map<String, Value>;
@@ -113,6 +114,10 @@ impl Server {
                 )
             }
         };
+        if command == "rein.preflight" {
+            let answer = self.preflight();
+            return self.respond(id, Ok(answer));
+        }
         if let Err(e) = self.root.clone() {
             return self.respond(
                 id,
@@ -241,6 +246,30 @@ impl Server {
             }
             other => return Err(bad(format!("unknown command {other}; rein knows: {}", COMMANDS.join(", ")))),
         }))
+    }
+
+    /// Whether a task could start now, asked before the editor asks for a goal: the
+    /// repository (`null` outside one), the agent a start would use (`rein.toml` is read
+    /// again, so one just written counts), and the first problem, with what to do.
+    fn preflight(&mut self) -> Value {
+        let root = match self.root.clone() {
+            Ok(root) => root,
+            Err(e) => {
+                return json!({"repository": null, "agent": null,
+                    "problem": {"kind": "no_repository", "message": e}})
+            }
+        };
+        self.reload_rein_toml();
+        let agent = self.config.default_agent(&root);
+        let problem = match (&agent, &self.state) {
+            (None, _) => {
+                json!({"kind": "no_agent", "message": super::config::no_agent_message(self.editor)})
+            }
+            (Some(_), Some(s)) if self.task_active() => json!({"kind": "task_active",
+                "message": to_rpc(control::still_active(&s.task.id, s.status), self.editor).message}),
+            _ => Value::Null,
+        };
+        json!({"repository": root, "agent": agent, "problem": problem})
     }
 
     fn uri_arg(

@@ -447,11 +447,8 @@ impl Server {
                 .ok_or_else(|| format!("the workspace {} is not a local folder", uri.as_str())),
             None => std::env::current_dir().map_err(|e| e.to_string()),
         };
-        self.root = dir.and_then(|d| {
-            crate::checkpoint::workdir_root(&d).map_err(|e| {
-                format!("{e}. Rein works on a git working tree: open a folder inside one (or run `git init`)")
-            })
-        });
+        self.root =
+            dir.and_then(|d| crate::checkpoint::workdir_root(&d).map_err(|e| e.to_string()));
         self.sources.init = params.initialization_options;
         self.initialized = true;
         let result = json!({
@@ -518,6 +515,19 @@ impl Server {
                 &format!("cannot reopen this repository's Rein task: {e}"),
             ),
         }
+    }
+
+    /// Reads `rein.toml` again (saved or written since start-up); a broken one is reported.
+    pub(super) fn reload_rein_toml(&mut self) {
+        let Ok(root) = self.root.clone() else { return };
+        match config::read_file(&root) {
+            Ok(v) => self.sources.file = v,
+            Err(e) => self.show(
+                MessageType::ERROR,
+                &format!("{e}; using the other settings"),
+            ),
+        }
+        self.apply_config();
     }
 
     fn fetch_configuration(&mut self) {
@@ -672,6 +682,9 @@ impl Server {
             return;
         };
         doc.mark_saved();
+        if self.rel_path(&uri).as_deref() == Some("rein.toml") {
+            self.reload_rein_toml();
+        }
         if let (Some(path), Some(engine)) = (self.rel_path(&uri), &self.engine) {
             engine.tell(Request::Buffer {
                 path,
