@@ -22,6 +22,7 @@ mkdirSync(ART, { recursive: true });
 const GOAL = 'Add a farewell next to the greeting';
 const STEER = 'keep greet() returning a plain string';
 const HUMAN_LINE = 'def shout(name):';
+const COMMENT = '# rein: say which check ran';
 const plan = {
   steps: [
     { plan: ['Read the greeter', 'Adjust the greeting', 'Add a farewell', 'Document it', 'Run the check'], think_ms: 1200 },
@@ -385,6 +386,19 @@ async function scenario() {
   check('code action asks for the text client-side and sends rein.steer with the range', viaAction?.location?.path === 'src/greet.py', JSON.stringify(viaAction));
   check('selecting text does not hold the file', !(diskState()?.heldFiles ?? []).includes('src/greet.py'));
 
+  // 5b'. A `rein:` comment typed while paused is a message, not an edit: its file is not held.
+  await openFile('check.sh');
+  await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().click();
+  await page.keyboard.press('Control+End');
+  await page.keyboard.type(COMMENT, { delay: 10 });
+  await sleep(1500); // a hold would reach the state at once
+  const heldNow = diskState()?.heldFiles ?? [];
+  check('typing a rein: comment while paused does not hold its file', !heldNow.includes('check.sh'), JSON.stringify(heldNow));
+  await page.keyboard.press('Control+S');
+  const viaComment = await waitFor('the comment steer in the state', () => (diskState()?.constraints ?? []).find((c) => c.source === 'comment'), 15_000).catch(() => null);
+  check('saving sends the rein: comment as a steer anchored at its line', viaComment?.location?.path === 'check.sh' && viaComment?.location?.line === 2, JSON.stringify(viaComment));
+  check('saving it does not hold the file either', !(diskState()?.heldFiles ?? []).includes('check.sh'), JSON.stringify(diskState()?.heldFiles));
+
   // 5c. Resume from the palette, then pause again.
   await palette('Rein: Resume the Agent');
   const resumed = await waitStatus(/Agent running/).catch((e) => e.message);
@@ -451,6 +465,27 @@ async function scenario() {
   await showReinView();
   await waitTree('the open decision', (r) => r.some((x) => x.startsWith('Decisions')));
   await shot('needs-approval');
+  // The comment steer was delivered when the agent ran on: its quick fix takes it out.
+  const commentDelivered = (diskState()?.constraints ?? []).find((c) => c.source === 'comment');
+  check('the rein: comment steer was delivered', commentDelivered?.status === 'delivered', JSON.stringify(commentDelivered));
+  check('the file of the delivered comment was never held', !(diskState()?.heldFiles ?? []).includes('check.sh'), JSON.stringify(diskState()?.heldFiles));
+  await openFile('check.sh');
+  await page.locator('.editor-group-container.active .monaco-editor .view-line', { hasText: 'rein:' }).first().click();
+  await palette('Quick Fix');
+  const removeAction = page.locator('.action-widget .monaco-list-row', { hasText: 'remove this steer comment' }).first();
+  const removable = await removeAction.waitFor({ state: 'visible', timeout: 15_000 }).then(() => true, () => false);
+  check('a delivered rein: comment offers "remove this steer comment" (quick fix)', removable);
+  if (removable) {
+    await sleep(300);
+    await removeAction.dispatchEvent('click');
+    await waitFor('the comment removed from the buffer', async () => !(await editorText()).includes('rein:'), 10_000).catch(() => {});
+    await page.keyboard.press('Control+S');
+  } else {
+    await page.keyboard.press('Escape');
+  }
+  const gone = await waitFor('the comment gone from disk', () => !readFileSync(join(repo, 'check.sh'), 'utf8').includes('rein:'), 10_000).then(() => true, () => false);
+  check('the quick fix removes the comment line (saved: gone from disk, the script intact)', gone && readFileSync(join(repo, 'check.sh'), 'utf8').includes('echo checked'), readFileSync(join(repo, 'check.sh'), 'utf8'));
+  await showReinView();
   const tagRow = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: 'git tag v1' })
     .filter({ has: page.locator('.action-label[aria-label="Deny"]') }).first();
   await tagRow.hover();
