@@ -953,7 +953,10 @@ fn preflight_says_before_the_goal_whether_a_task_can_start() {
     let r = lsp.ok("rein.preflight", json!({}));
     assert_eq!(r["problem"]["kind"], "no_repository", "{r}");
     let m = r["problem"]["message"].as_str().unwrap();
-    assert!(m.contains("is not inside a git working tree") && m.contains("git init"), "{m}");
+    assert!(
+        m.contains("is not inside a git working tree") && m.contains("git init"),
+        "{m}"
+    );
     assert!(!m.contains("top of"), "{m}");
     assert!(r["repository"].is_null());
 
@@ -967,7 +970,10 @@ fn preflight_says_before_the_goal_whether_a_task_can_start() {
     let (mut lsp, _) = Lsp::start(&root.join("src"), json!({}), Value::Null);
     let r = lsp.ok("rein.preflight", json!({}));
     assert_eq!(r["problem"]["kind"], "no_agent", "{r}");
-    assert!(r["problem"]["message"].as_str().unwrap().contains("rein.toml"));
+    assert!(r["problem"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("rein.toml"));
     assert_eq!(
         std::fs::canonicalize(r["repository"].as_str().unwrap()).unwrap(),
         std::fs::canonicalize(root).unwrap()

@@ -144,6 +144,9 @@ pub(super) struct Server {
     /// save (the comment was read; what is left is to remove it).
     pub(super) spent: HashSet<(String, String)>,
     pub(super) dismissed: HashSet<(String, String)>,
+    /// Paths a hold was asked for since the last state: a burst of keystrokes compares the
+    /// buffer with the disk (for steer-only edits) once, not once per keystroke.
+    hold_asked: HashSet<String>,
     /// Agent changes the human chose to keep: (uri, step, first line).
     pub(super) kept: HashSet<(String, u64, u64)>,
     published: HashMap<Uri, Vec<Diagnostic>>,
@@ -200,6 +203,7 @@ pub fn run(
         steer_sent: HashMap::new(),
         spent: HashSet::new(),
         dismissed: HashSet::new(),
+        hold_asked: HashSet::new(),
         kept: HashSet::new(),
         published: HashMap::new(),
         progress: None,
@@ -646,9 +650,11 @@ impl Server {
     fn buffer_changed(&mut self, uri: &Uri, edited: bool) {
         let path = self.rel_path(uri);
         let held = path.as_ref().is_some_and(|p| {
-            self.state
-                .as_ref()
-                .is_some_and(|s| s.held_files.contains(p))
+            self.hold_asked.contains(p)
+                || self
+                    .state
+                    .as_ref()
+                    .is_some_and(|s| s.held_files.contains(p))
         });
         let hold = edited && self.task_active() && !held;
         let Some(doc) = self.docs.get_mut(uri) else {
@@ -661,6 +667,7 @@ impl Server {
                     content: Some(doc.rope().clone()),
                 });
                 if hold && !doc.only_steers_differ() {
+                    self.hold_asked.insert(path.clone());
                     engine.tell(Request::Hold { path });
                 }
             } else {
@@ -836,6 +843,8 @@ impl Server {
             return;
         }
         self.notify("rein/stateChanged", json!({ "state": s }));
+        // The state says what is held now (a release may have ended a hold).
+        self.hold_asked.clear();
         self.update_progress(&s);
         self.ask_decisions(&s);
         self.state = Some(s);
