@@ -434,6 +434,138 @@ fn steer_comments_show_send_on_save_and_report_delivery() {
 }
 
 #[test]
+fn a_steer_comment_holds_no_file_is_delivered_once_and_can_be_removed() {
+    let plan = json!([
+        {"read": "src/app.py"},
+        {"read": "src/app.py", "think_ms": 600000},
+        {"read": "src/app.py", "think_ms": 600000}
+    ]);
+    let dir = repo(&[("src/app.py", "x = 1\n"), ("b.py", "b = 1\n")], plan);
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    let u = lsp.open("src/app.py", "x = 1\n");
+    let b = lsp.open("b.py", "b = 1\n");
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("first step", |s| agent_steps(s) >= 1);
+    lsp.ok("rein.pause", json!({}));
+    // Typed key by key while paused, on a line of its own: no keystroke holds the file.
+    let comment = "# rein: log with the logging module";
+    let mut version = 1;
+    for (i, ch) in format!("{comment}\n").char_indices() {
+        version += 1;
+        let (line, col) = (1, i);
+        lsp.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": u, "version": version}, "contentChanges": [
+                {"range": {"start": {"line": line, "character": col}, "end": {"line": line, "character": col}}, "text": ch.to_string()}
+            ]}),
+        );
+    }
+    // A real edit elsewhere is held; the engine takes requests in order, so once b.py is
+    // held every keystroke above has been judged.
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": b, "version": 2}, "contentChanges": [{"text": "b = 2\n"}]}),
+    );
+    let s = lsp.wait_state("b.py held", |s| {
+        s["heldFiles"].as_array().is_some_and(|h| !h.is_empty())
+    });
+    assert_eq!(
+        s["heldFiles"],
+        json!(["b.py"]),
+        "the steer comment held its file"
+    );
+    // Saved and resumed: delivered at the next boundary, and still not held there either.
+    write(root, "src/app.py", &format!("x = 1\n{comment}\n"));
+    lsp.notify("textDocument/didSave", json!({"textDocument": {"uri": u}}));
+    lsp.ok("rein.resume", json!({}));
+    let s = lsp.wait_state("comment delivered", |s| {
+        s["constraints"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["status"] == "delivered"))
+    });
+    assert_eq!(s["heldFiles"], json!(["b.py"]), "{s:#}");
+    assert!(
+        s["protectedLines"]["src/app.py"]
+            .as_array()
+            .is_some_and(|l| l.contains(&json!(comment))),
+        "only its own line is the human's: {s:#}"
+    );
+    lsp.wait_diagnostics("delivered", &u, |d| {
+        d.iter().any(|d| {
+            d["message"]
+                .as_str()
+                .unwrap()
+                .contains("remove the comment")
+        })
+    });
+    let remove = |lsp: &mut Lsp| {
+        let range =
+            json!({"start": {"line": 1, "character": 3}, "end": {"line": 1, "character": 3}});
+        let actions = lsp
+            .request(
+                "textDocument/codeAction",
+                json!({"textDocument": {"uri": u}, "range": range, "context": {"diagnostics": []}}),
+            )
+            .unwrap();
+        actions
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| {
+                a["title"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("Rein: remove this steer comment")
+            })
+            .cloned()
+    };
+    let action = remove(&mut lsp).expect("removal offered once delivered");
+    assert!(
+        action["title"]
+            .as_str()
+            .unwrap()
+            .contains("delivered at step"),
+        "{action}"
+    );
+    assert_eq!(
+        action["edit"]["changes"][&u],
+        json!([{"range": {"start": {"line": 1, "character": 0}, "end": {"line": 2, "character": 0}}, "newText": ""}]),
+        "the comment's whole line goes"
+    );
+
+    // The next task: saving the same comment again does not send it again.
+    lsp.ok("rein.abort", json!({"keepChanges": true}));
+    lsp.ok("rein.start", json!({"goal": "second"}));
+    lsp.notify("textDocument/didSave", json!({"textDocument": {"uri": u}}));
+    let r = lsp.ok("rein.steer", json!({"text": "marker"}));
+    let texts: Vec<&str> = r["state"]["constraints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        texts,
+        ["marker"],
+        "the delivered comment was sent to a later task"
+    );
+    lsp.wait_diagnostics("spent", &u, |d| {
+        d.iter().any(|d| {
+            d["message"]
+                .as_str()
+                .unwrap()
+                .contains("delivered to an earlier task")
+        })
+    });
+    let action = remove(&mut lsp).expect("removal still offered in the next task");
+    assert!(
+        action["title"].as_str().unwrap().contains("earlier task"),
+        "{action}"
+    );
+}
+
+#[test]
 fn a_steer_comment_sent_by_code_action_carries_its_location() {
     let dir = repo(
         &[("a.rs", "fn a() {}\n")],
@@ -900,4 +1032,49 @@ fn a_delivered_steer_comment_can_be_removed_by_code_action() {
         &json!([{"range": {"start": {"line": 1, "character": 0}, "end": {"line": 2, "character": 0}}, "newText": ""}])
     );
     lsp.ok("rein.abort", json!({"keepChanges": true}));
+}
+
+#[test]
+fn preflight_says_before_the_goal_whether_a_task_can_start() {
+    // Outside a git working tree: one message, worded for a folder inside none.
+    let plain = tempfile::tempdir().unwrap();
+    let (mut lsp, _) = Lsp::start(plain.path(), json!({}), Value::Null);
+    let r = lsp.ok("rein.preflight", json!({}));
+    assert_eq!(r["problem"]["kind"], "no_repository", "{r}");
+    let m = r["problem"]["message"].as_str().unwrap();
+    assert!(
+        m.contains("is not inside a git working tree") && m.contains("git init"),
+        "{m}"
+    );
+    assert!(!m.contains("top of"), "{m}");
+    assert!(r["repository"].is_null());
+
+    // A repository in a subfolder of which the editor opened: found, but no agent yet.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    git(root, &["init", "-q", "-b", "main"]);
+    write(root, "src/a.txt", "a\n");
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "i"]);
+    let (mut lsp, _) = Lsp::start(&root.join("src"), json!({}), Value::Null);
+    let r = lsp.ok("rein.preflight", json!({}));
+    assert_eq!(r["problem"]["kind"], "no_agent", "{r}");
+    assert!(r["problem"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("rein.toml"));
+    assert_eq!(
+        std::fs::canonicalize(r["repository"].as_str().unwrap()).unwrap(),
+        std::fs::canonicalize(root).unwrap()
+    );
+    // A rein.toml written meanwhile counts at once.
+    write(
+        root,
+        "rein.toml",
+        "[agent]\nkind = \"script\"\nsteps = [{finish = \"ok\"}]\n",
+    );
+    let r = lsp.ok("rein.preflight", json!({}));
+    assert!(r["problem"].is_null(), "{r}");
+    assert_eq!(r["agent"]["kind"], "script");
+    lsp.ok("rein.start", json!({"goal": "g"}));
 }

@@ -113,7 +113,7 @@ pub enum EntryMode {
 pub enum CheckpointError {
     /// The path is not the working tree of a git repository.
     #[error(
-        "{} is not the top of a git working tree; open the repository root or run `git init` there",
+        "{} is not inside a git working tree: Rein keeps its checkpoints in git. Run `git init` there, or open a folder inside a repository",
         path.display()
     )]
     NotARepository {

@@ -10,4 +10,5 @@ pub mod exec;
 pub mod lsp;
 pub mod reconcile;
 pub mod state;
+pub mod steer;
 pub mod watch;

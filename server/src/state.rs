@@ -67,6 +67,9 @@ pub struct TaskState {
     /// Open questions waiting for the human.
     #[serde(default)]
     pub decisions: Vec<Decision>,
+    /// Decisions no longer open, oldest first: what was asked, who answered and what.
+    #[serde(default)]
+    pub answered: Vec<AnsweredDecision>,
     /// The newest checkpoint written after an agent step.
     #[serde(default)]
     pub last_agent_checkpoint: Option<String>,
@@ -410,6 +413,21 @@ pub struct Decision {
     /// The file it is about, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+}
+
+/// A decision that was answered (or withdrawn by a takeover or an abort).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnsweredDecision {
+    /// The decision as it was asked.
+    #[serde(flatten)]
+    pub decision: Decision,
+    /// The answer: one of its options, the free-text answer, `take over` or `abort`.
+    pub choice: String,
+    /// Who answered (always the human today; kept so a record says it).
+    pub by: Author,
+    /// When (RFC 3339).
+    pub at: String,
 }
 
 /// What sort of question a decision is.
@@ -861,6 +879,7 @@ mod tests {
             steps: vec![],
             constraints: vec![],
             decisions: vec![],
+            answered: vec![],
             last_agent_checkpoint: None,
             human_changes: vec![],
             stop_reason: None,

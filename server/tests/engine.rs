@@ -667,7 +667,29 @@ async fn a_gated_command_waits_for_approval_then_runs_to_completion() {
     .await;
     let s = run.until("done", |s| s.status == Status::Done).await;
     assert!(!root.join("denied.txt").exists());
-    assert!(s.steps.iter().any(|st| st.status == StepStatus::Skipped));
+    assert!(s.steps.iter().any(|st| st.status == StepStatus::Skipped
+        && st.action.contains("not done: the human chose deny")));
+    // Answered decisions stay in the state: what was asked, who answered, what.
+    let answers: Vec<(&str, rein::state::Author)> = s
+        .answered
+        .iter()
+        .map(|a| (a.choice.as_str(), a.by))
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            ("approve", rein::state::Author::Human),
+            ("deny", rein::state::Author::Human)
+        ],
+        "{:?}",
+        s.answered
+    );
+    assert!(s.answered[1]
+        .decision
+        .detail
+        .as_deref()
+        .is_some_and(|d| d.contains("denied.txt")));
+    assert!(s.decisions.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

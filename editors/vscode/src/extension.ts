@@ -22,6 +22,7 @@ import {
   stepRange,
   inlineChoice,
   isActive,
+  steerPrompt,
   serverSettings,
   resolveServerPath,
   errorMessage,
@@ -42,6 +43,10 @@ let treeView: vscode.TreeView<Node>;
 let workspaceRoot: vscode.Uri | undefined;
 let repoRoot: vscode.Uri | undefined;
 let extensionPath = '';
+let workspaceState: vscode.Memento | undefined;
+/** The steer notice in the status bar, shown until that steer reaches the agent. */
+let steerNotice: { id: string; item: vscode.Disposable } | undefined;
+const GOAL_KEY = 'rein.pendingGoal';
 const reports = new Map<string, string>();
 const reportChanged = new vscode.EventEmitter<vscode.Uri>();
 
@@ -54,12 +59,15 @@ export interface ReinApi {
 export async function activate(context: vscode.ExtensionContext): Promise<ReinApi> {
   extensionPath = context.extensionPath;
   output = teeToFile(vscode.window.createOutputChannel('Rein'), process.env.REIN_VSCODE_LOG);
+  workspaceState = context.workspaceState;
   workspaceRoot = vscode.workspace.workspaceFolders?.find((f) => f.uri.scheme === 'file')?.uri;
-  repoRoot = workspaceRoot;
+  // The folder may be the top of a working tree or anywhere inside one (a subfolder).
+  repoRoot = undefined;
   if (workspaceRoot) {
     const top = await git.repoTop(workspaceRoot.fsPath);
     if (top) repoRoot = vscode.Uri.file(top);
   }
+  log(repoRoot ? `repository: ${repoRoot.fsPath} (folder ${workspaceRoot?.fsPath})` : `no git working tree at ${workspaceRoot?.fsPath ?? '(no folder)'}: Rein stays idle until asked`);
 
   statusItem = vscode.window.createStatusBarItem('rein.status', vscode.StatusBarAlignment.Left, 1000);
   statusItem.name = 'Rein';
@@ -173,8 +181,8 @@ function log(msg: string) {
 // The language client
 
 async function startClient(): Promise<void> {
-  if (!workspaceRoot) {
-    log('no folder is open: Rein needs a git working tree as the first workspace folder');
+  if (!workspaceRoot || !repoRoot) {
+    // Outside a git working tree there is nothing to serve: a Rein command says so, once.
     render();
     return;
   }
@@ -288,8 +296,41 @@ function serverUp(): boolean {
   return !!client && client.state === ClientState.Running;
 }
 
+/** The one message for a folder outside git, with the action that fixes it. */
+function notARepositoryText(folder: string): string {
+  return `Rein: ${folder} is not inside a git working tree. Rein keeps its checkpoints in git: run git init there, or open a folder inside a repository.`;
+}
+
+/** True when the folder is inside a git working tree; else says so once and offers git init. */
+async function ensureRepository(): Promise<boolean> {
+  if (repoRoot) return true;
+  if (!workspaceRoot) {
+    void vscode.window.showWarningMessage('Rein: open a folder inside a git working tree first (File: Open Folder…).');
+    return false;
+  }
+  const init = 'git init';
+  const pick = await vscode.window.showWarningMessage(notARepositoryText(workspaceRoot.fsPath), init);
+  if (pick !== init) return false;
+  try {
+    await git.git(workspaceRoot.fsPath, ['init']);
+  } catch (e) {
+    void vscode.window.showErrorMessage(`Rein: git init failed: ${(e as Error).message}`);
+    return false;
+  }
+  const top = await git.repoTop(workspaceRoot.fsPath);
+  if (!top) return false;
+  repoRoot = vscode.Uri.file(top);
+  log(`git init in ${top}`);
+  await startClient();
+  return serverUp();
+}
+
 /** Runs a server command; shows refusals and errors as notifications; applies the state. */
 async function call<T = any>(command: string, arg: object = {}): Promise<T | undefined> {
+  if (!repoRoot) {
+    await ensureRepository();
+    return undefined;
+  }
   if (!client || !serverUp()) {
     const pick = await vscode.window.showErrorMessage('Rein: the language server is not running.', 'Restart the Server', 'Show Log');
     if (pick === 'Restart the Server') void restartServer();
@@ -350,7 +391,23 @@ function setState(next: TaskState | null, fromReply = false): void {
   if (next && state && next.task?.id === state.task?.id && next.version < state.version) return;
   if (!next && fromReply && state) return;
   state = next;
+  // "steer cN queued" stays only while it is: gone once delivered (or the task moved on).
+  if (steerNotice) {
+    const c = state?.constraints?.find((k) => k.id === steerNotice!.id);
+    if (!c || c.status === 'delivered') {
+      steerNotice.item.dispose();
+      steerNotice = undefined;
+    }
+  }
   render();
+}
+
+/** Shows "steer cN queued" in the status bar until the state says it was delivered. */
+function noteSteerQueued(id: string): void {
+  steerNotice?.item.dispose();
+  const item = vscode.window.setStatusBarMessage(`$(comment) Rein: steer ${id} queued for the next step`);
+  steerNotice = { id, item };
+  setState(state);
 }
 
 async function refresh(): Promise<void> {
@@ -369,8 +426,11 @@ async function refresh(): Promise<void> {
 
 function render(): void {
   const st = statusText(state, !(client && client.state === ClientState.Stopped), landlock());
-  if (!client && !workspaceRoot) {
-    statusItem.text = '$(circle-slash) Rein: no folder';
+  if (!repoRoot) {
+    // Not inside a git working tree: Rein has nothing to show until a command asks for it.
+    statusItem.hide();
+    tree.update(null);
+    return;
   } else if (client?.state === ClientState.Starting) {
     statusItem.text = '$(loading~spin) Rein: starting';
   } else {
@@ -431,6 +491,12 @@ async function reloadClean(uris: string[]): Promise<void> {
 // ---------------------------------------------------------------------------------------------
 // Commands
 
+interface Preflight {
+  repository: string | null;
+  agent: unknown;
+  problem: { kind: 'no_repository' | 'no_agent' | 'task_active'; message: string } | null;
+}
+
 async function startTask(): Promise<void> {
   if (isActive(state)) {
     void vscode.window.showWarningMessage(
@@ -438,16 +504,89 @@ async function startTask(): Promise<void> {
     );
     return;
   }
+  // The repository and the agent are checked before the goal is asked, so no goal is typed
+  // for nothing.
+  if (!(await ensureRepository())) return;
+  if (!client || !serverUp()) return void (await call('rein.state'));
+  let pre: Preflight;
+  try {
+    pre = (await client.sendRequest(ExecuteCommandRequest.type, { command: 'rein.preflight', arguments: [{}] })) as Preflight;
+  } catch (e) {
+    log(`rein.preflight failed: ${(e as Error)?.message ?? e}`);
+    pre = { repository: repoRoot?.fsPath ?? null, agent: settings().agent ?? null, problem: null };
+  }
+  if (pre.problem?.kind === 'no_agent' && !settings().agent) {
+    const configure = 'Configure Agent…';
+    const pick = await vscode.window.showWarningMessage(
+      'Rein: no agent is configured for this repository, so a task has nothing to run. Choose one in the rein.agent setting or in a rein.toml.',
+      configure,
+    );
+    if (pick === configure) await configureAgent();
+    return;
+  }
+  if (pre.problem?.kind === 'task_active') {
+    void vscode.window.showWarningMessage(`Rein: ${pre.problem.message}`);
+    return;
+  }
+  // A goal typed for a start that failed comes back, so it is never lost.
+  const kept = workspaceState?.get<string>(GOAL_KEY) ?? '';
   const goal = await vscode.window.showInputBox({
     title: 'Rein: Start Task',
-    prompt: 'What should the agent do?',
+    prompt: kept ? 'What should the agent do? (your last goal, kept because that start failed)' : 'What should the agent do?',
     placeHolder: 'e.g. add input validation to the parser',
+    value: kept,
     ignoreFocusOut: true,
     validateInput: (v) => (v.trim() ? undefined : 'Give the agent a goal'),
   });
   if (!goal?.trim()) return;
+  await workspaceState?.update(GOAL_KEY, goal.trim());
   const agent = settings().agent;
-  await call('rein.start', agent ? { goal: goal.trim(), agent } : { goal: goal.trim() });
+  const res = await call('rein.start', agent ? { goal: goal.trim(), agent } : { goal: goal.trim() });
+  if (res) await workspaceState?.update(GOAL_KEY, undefined);
+}
+
+/** The rein.toml a user starts from: one agent on, the others shown. */
+const REIN_TOML_TEMPLATE = `# Rein's settings for this repository. Every agent kind and key is in Rein's
+# docs/agents.md. The VS Code setting "rein.agent" wins over this file.
+
+[agent]
+# An ACP agent: Claude Code through its ACP adapter (Codex, Gemini CLI and Goose work too).
+kind = "acp"
+command = ["npx", "-y", "@agentclientprotocol/claude-agent-acp"]
+
+# Or a local OpenAI-compatible server (Ollama, llama.cpp, vLLM):
+# kind = "openai"
+# baseUrl = "http://127.0.0.1:11434/v1"
+# model = "qwen2.5-coder"
+
+# Or a scripted plan (for trying Rein out):
+# kind = "script"
+# plan = ".rein/plan.json"
+`;
+
+/** Offers the two ways to configure an agent: the setting, or a rein.toml template. */
+async function configureAgent(): Promise<void> {
+  const toml = repoRoot ? vscode.Uri.joinPath(repoRoot, 'rein.toml') : undefined;
+  const pick = await vscode.window.showQuickPick(
+    [
+      { label: '$(settings-gear) Open the rein.agent setting', detail: 'Set the agent for this workspace or for every folder.', id: 'setting' },
+      { label: '$(new-file) Write a rein.toml template', detail: 'A rein.toml at the top of the repository with an ACP agent on and the others shown; edit it, save, then start the task.', id: 'toml' },
+    ],
+    { title: 'Rein: Configure Agent', placeHolder: 'Where should the agent be configured?', ignoreFocusOut: true },
+  );
+  if (pick?.id === 'setting') {
+    await vscode.commands.executeCommand('workbench.action.openSettings', 'rein.agent');
+  } else if (pick?.id === 'toml' && toml) {
+    let exists = true;
+    try {
+      await vscode.workspace.fs.stat(toml);
+    } catch {
+      exists = false;
+    }
+    if (!exists) await vscode.workspace.fs.writeFile(toml, Buffer.from(REIN_TOML_TEMPLATE, 'utf8'));
+    await vscode.window.showTextDocument(await vscode.workspace.openTextDocument(toml));
+    if (exists) void vscode.window.showInformationMessage('Rein: this repository already has a rein.toml; it is open.');
+  }
 }
 
 /** Asks for a steer's text; the button toggles "urgent" (cut the in-flight step first). */
@@ -458,7 +597,7 @@ function askSteerText(title?: string): Promise<{ text: string; urgent: boolean }
     const urgentOff = { iconPath: new vscode.ThemeIcon('zap'), tooltip: 'Urgent: cut the current step first (off)' };
     const urgentOn = { iconPath: new vscode.ThemeIcon('flame'), tooltip: 'Urgent: cut the current step first (on)' };
     box.title = title ?? 'Rein: Steer the Agent';
-    box.prompt = 'A correction the agent gets before its next step (it keeps running). Enter to send.';
+    box.prompt = steerPrompt(state);
     box.placeholder = 'e.g. use the existing helper instead of a new one';
     box.ignoreFocusOut = true;
     box.buttons = [urgentOff];
@@ -472,9 +611,7 @@ function askSteerText(title?: string): Promise<{ text: string; urgent: boolean }
     box.onDidTriggerButton(() => {
       urgent = !urgent;
       box.buttons = [urgent ? urgentOn : urgentOff];
-      box.prompt = urgent
-        ? 'URGENT: the step in flight is cut (rolled back) and the agent gets this first.'
-        : 'A correction the agent gets before its next step (it keeps running). Enter to send.';
+      box.prompt = steerPrompt(state, urgent);
     });
     box.onDidAccept(() => {
       const text = box.value.trim();
@@ -493,7 +630,7 @@ async function steer(): Promise<void> {
   const t = await askSteerText();
   if (!t) return;
   const res = await call<{ constraintId: string }>('rein.steer', { text: t.text, ...(t.urgent ? { urgent: true } : {}) });
-  if (res) vscode.window.setStatusBarMessage(`$(comment) Rein: steer ${res.constraintId} queued for the next step`, 4000);
+  if (res) noteSteerQueued(res.constraintId);
 }
 
 async function steerSelection(uriArg?: vscode.Uri, rangeArg?: unknown): Promise<void> {
@@ -517,7 +654,7 @@ async function steerSelection(uriArg?: vscode.Uri, rangeArg?: unknown): Promise<
     range: c2p.asRange(range),
     ...(t.urgent ? { urgent: true } : {}),
   });
-  if (res) vscode.window.setStatusBarMessage(`$(comment) Rein: steer ${res.constraintId} queued for the next step`, 4000);
+  if (res) noteSteerQueued(res.constraintId);
 }
 
 async function abort(): Promise<void> {

@@ -59,6 +59,13 @@ export interface Decision {
   path?: string | null;
 }
 
+/** A decision no longer open: what was asked, who answered, what. */
+export interface AnsweredDecision extends Decision {
+  choice: string;
+  by: 'agent' | 'human';
+  at: string;
+}
+
 export interface TaskState {
   version: number;
   task: { id: string; goal: string; base?: string | null; agent?: unknown; started: string };
@@ -69,6 +76,7 @@ export interface TaskState {
   steps?: Step[];
   constraints?: Constraint[];
   decisions?: Decision[];
+  answered?: AnsweredDecision[];
   lastAgentCheckpoint?: string | null;
   humanChanges?: unknown[];
   stopReason?: string | null;
@@ -361,22 +369,70 @@ export function stepIcon(step: Step): string {
   return step.author === 'human' ? 'person' : 'hubot';
 }
 
+/** A step's row description; its icon already says who (the tooltip says it all). */
 export function stepDescription(step: Step): string {
-  const parts: string[] = [step.author];
+  const parts: string[] = [];
   if (step.status !== 'done') parts.push(step.status.replace('_', ' '));
   if (step.checkpoint) parts.push(step.checkpoint.slice(0, 7));
   return parts.join(' · ');
 }
 
+/** A steer's row description, short enough to fit beside its text at the default width. */
 export function constraintDescription(c: Constraint): string {
   const parts: string[] = [];
   if (c.status === 'delivered') {
-    parts.push(c.deliveredAtStep != null ? `delivered at step ${c.deliveredAtStep}` : 'delivered');
+    parts.push(c.deliveredAtStep != null ? `✓ step ${c.deliveredAtStep}` : '✓');
   } else {
     parts.push('queued');
   }
-  if (c.location) parts.push(`${c.location.path}:${c.location.line + 1}`);
+  if (c.location) parts.push(`${c.location.path.split('/').pop()}:${c.location.line + 1}`);
   return parts.join(' · ');
+}
+
+/** A steer's tooltip: the whole text and where it stands. */
+export function constraintTooltip(c: Constraint): string {
+  const lines = [c.text, ''];
+  if (c.status === 'delivered') {
+    lines.push(c.deliveredAtStep != null ? `Delivered to the agent before step ${c.deliveredAtStep}.` : 'Delivered to the agent.');
+  } else {
+    lines.push('Queued: the agent gets it before its next step.');
+  }
+  if (c.location) lines.push(`About ${c.location.path}:${c.location.line + 1}${c.source === 'comment' ? ' (a `rein:` comment)' : ''}.`);
+  if (c.id) lines.push(`Steer ${c.id}.`);
+  return lines.join('\n');
+}
+
+/** What the steer prompt says happens next, for the state the task is in. */
+export function steerPrompt(state: TaskState | null | undefined, urgent = false): string {
+  if (urgent) return 'URGENT: the step in flight is cut (rolled back) and the agent gets this first.';
+  switch (state?.status) {
+    case 'paused':
+      return 'A correction the agent gets before its next step. It stays paused until you resume. Enter to send.';
+    case 'awaiting_decision':
+      return 'A correction the agent gets before its next step, once you answer the open decision. Enter to send.';
+    case 'human':
+      return 'A correction the agent gets when you hand back. Enter to send.';
+    default:
+      return 'A correction the agent gets before its next step (it keeps running). Enter to send.';
+  }
+}
+
+/** One answered decision in words, from the user's side: "you denied `git tag v1`". */
+export function answeredLabel(a: AnsweredDecision): string {
+  const who = a.by === 'human' ? 'you' : 'the agent';
+  const what = a.kind === 'approve_command' && a.detail ? `\`${a.detail.split('\n')[0]}\`` : a.path ? a.path : a.question;
+  switch (a.choice) {
+    case 'approve':
+      return `${who} approved ${what}`;
+    case 'deny':
+      return `${who} denied ${what}`;
+    case 'take over':
+      return `${who} took over instead (${what})`;
+    case 'abort':
+      return `${who} aborted instead (${what})`;
+    default:
+      return a.kind === 'question' ? `${who} answered: ${a.choice}` : `${who} chose "${a.choice}" (${what})`;
+  }
 }
 
 /** Tree-item context value of a decision: `decision:` plus its options, for menu `when`s. */

@@ -6,6 +6,9 @@ import {
   Step,
   Decision,
   Constraint,
+  AnsweredDecision,
+  answeredLabel,
+  constraintTooltip,
   planIcon,
   stepIcon,
   stepDescription,
@@ -25,6 +28,7 @@ export type Node =
   | { kind: 'step'; step: Step }
   | { kind: 'constraint'; constraint: Constraint; index: number }
   | { kind: 'decision'; decision: Decision }
+  | { kind: 'answered'; answered: AnsweredDecision; index: number }
   | { kind: 'held'; path: string };
 
 export class ReinTree implements vscode.TreeDataProvider<Node> {
@@ -62,13 +66,15 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         icon: holder === 'human' ? 'person' : holder === 'agent' ? 'hubot' : 'circle-slash',
         tooltip: `${s.control.reason}\nsince ${s.control.since}`,
       });
-      if (s.stopReason && s.status !== 'running' && !(s.decisions ?? []).length && !(s.status === 'done' && s.summary)) {
+      // The control row already says why when control changed hands (taken over: the reason).
+      const said = s.stopReason === s.control.reason;
+      if (s.stopReason && !said && s.status !== 'running' && !(s.decisions ?? []).length && !(s.status === 'done' && s.summary)) {
         out.push({ kind: 'info', id: 'stop', label: s.stopReason, icon: 'info', tooltip: s.stopReason });
       }
       if (s.summary) {
         out.push({ kind: 'info', id: 'summary', label: s.summary, icon: 'note', tooltip: s.summary });
       }
-      if ((s.decisions ?? []).length) out.push({ kind: 'group', group: 'decisions' });
+      if ((s.decisions ?? []).length || (s.answered ?? []).length) out.push({ kind: 'group', group: 'decisions' });
       if ((s.heldFiles ?? []).length) out.push({ kind: 'group', group: 'held' });
       out.push({ kind: 'group', group: 'plan' });
       out.push({ kind: 'group', group: 'steps' });
@@ -84,8 +90,12 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         return [...(s.steps ?? [])].sort((a, b) => b.n - a.n).map((step) => ({ kind: 'step', step }));
       case 'constraints':
         return (s.constraints ?? []).map((constraint, index) => ({ kind: 'constraint', constraint, index }));
-      case 'decisions':
-        return (s.decisions ?? []).map((decision) => ({ kind: 'decision', decision }));
+      case 'decisions': {
+        // Open ones first, then the answered ones, newest first: what you said stays visible.
+        const open: Node[] = (s.decisions ?? []).map((decision) => ({ kind: 'decision', decision }));
+        const answered: Node[] = (s.answered ?? []).map((answered, index) => ({ kind: 'answered' as const, answered, index })).reverse();
+        return [...open, ...answered];
+      }
       case 'held':
         return (s.heldFiles ?? []).map((path) => ({ kind: 'held', path }));
     }
@@ -113,6 +123,7 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         const item = new vscode.TreeItem(p?.text ?? '', vscode.TreeItemCollapsibleState.None);
         item.id = `plan:${p?.id || node.index}`;
         item.description = p?.status && p.status !== 'pending' ? p.status : undefined;
+        item.tooltip = `${p?.text ?? ''}${p?.status ? `\n${p.status}` : ''}`;
         item.iconPath = new vscode.ThemeIcon(planIcon(p?.status), p?.status === 'active' ? new vscode.ThemeColor('charts.blue') : undefined);
         item.contextValue = 'plan';
         return item;
@@ -134,7 +145,7 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         item.id = `constraint:${c.id || node.index}`;
         item.description = constraintDescription(c);
         item.iconPath = new vscode.ThemeIcon(c.status === 'delivered' ? 'mail-read' : 'mail');
-        item.tooltip = `${c.id ?? ''} ${c.text}\n${item.description}${c.source ? `\nfrom: ${c.source}` : ''}`;
+        item.tooltip = constraintTooltip(c);
         item.contextValue = `constraint:${c.status ?? 'queued'}`;
         const root = this.root();
         if (c.location && root) {
@@ -157,6 +168,17 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         item.tooltip = `${d.id} (${d.kind.replace('_', ' ')}): ${d.question}${d.detail ? `\n\n${d.detail}` : ''}`;
         item.contextValue = decisionContext(d);
         item.command = { command: 'rein.ui.decide', title: 'Answer', arguments: [node] };
+        return item;
+      }
+      case 'answered': {
+        const a = node.answered;
+        const item = new vscode.TreeItem(answeredLabel(a), vscode.TreeItemCollapsibleState.None);
+        item.id = `answered:${a.id}:${node.index}`;
+        item.description = a.id;
+        const icon = a.choice === 'deny' || a.choice === 'abort' ? 'close' : a.choice === 'take over' ? 'person' : 'check';
+        item.iconPath = new vscode.ThemeIcon(icon);
+        item.tooltip = `${answeredLabel(a)}\n\n${a.question}${a.detail ? `\n\n${a.detail}` : ''}\n\nanswered by ${a.by === 'human' ? 'you' : a.by} at ${a.at}`;
+        item.contextValue = 'answered';
         return item;
       }
       case 'held': {
@@ -202,11 +224,14 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         item.iconPath = new vscode.ThemeIcon('comment-discussion');
         break;
       }
-      case 'decisions':
+      case 'decisions': {
+        const open = (s?.decisions ?? []).length;
+        const answered = (s?.answered ?? []).length;
         item = new vscode.TreeItem('Decisions', E);
-        item.description = `${(s?.decisions ?? []).length} open`;
+        item.description = [open ? `${open} open` : '', answered ? `${answered} answered` : ''].filter(Boolean).join(', ');
         item.iconPath = new vscode.ThemeIcon('question');
         break;
+      }
       case 'held':
         item = new vscode.TreeItem('Files you hold', E);
         item.description = `${(s?.heldFiles ?? []).length}`;

@@ -5,6 +5,8 @@
 #   REIN_BIN   the rein binary the test workspace uses (default: <repo>/target/debug/rein,
 #              built with cargo if missing)
 #   KEEP=1     keep the scratch repository
+#   ONLY=setup|main   run one scenario: the first hour (no repository, no agent, a subfolder)
+#              or the task itself (default: both)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROOT=$(git -C "$HERE" rev-parse --show-toplevel)
@@ -31,8 +33,10 @@ VSIX=$(ls -t "$HERE"/rein-*.vsix | head -1)
 export VSIX
 
 echo "== code-server"
+# The shared tools sit beside the checkout (or beside the worktrees' directory).
 INSTALLER="$ROOT/../shared/tools/install-code-server.sh"
-[ -f "$INSTALLER" ] || fail "missing $INSTALLER"
+[ -f "$INSTALLER" ] || INSTALLER="$ROOT/../../shared/tools/install-code-server.sh"
+[ -f "$INSTALLER" ] || fail "missing $ROOT/../shared/tools/install-code-server.sh"
 CODE_SERVER=$(bash "$INSTALLER" | tail -1) || fail "code-server install"
 [ -x "$CODE_SERVER" ] || fail "code-server not at $CODE_SERVER"
 export CODE_SERVER

@@ -58,7 +58,7 @@ export function freePort() {
 }
 
 /** Installs the .vsix and starts code-server on the folder; resolves once it answers HTTP. */
-export async function startCodeServer({ bin, vsix, folder, dataDir, logFile, extensionLog }) {
+export async function startCodeServer({ bin, vsix, folder, dataDir, logFile, extensionLog, settings = {} }) {
   const userDir = join(dataDir, 'user');
   const extDir = join(dataDir, 'extensions');
   mkdirSync(join(userDir, 'User'), { recursive: true });
@@ -81,6 +81,7 @@ export async function startCodeServer({ bin, vsix, folder, dataDir, logFile, ext
         'workbench.colorTheme': 'Default Dark Modern',
         'window.restoreWindows': 'none',
         'editor.minimap.enabled': false,
+        ...settings,
       },
       null,
       2,
@@ -119,6 +120,8 @@ export async function startCodeServer({ bin, vsix, folder, dataDir, logFile, ext
   }
   return {
     url: `${url}?folder=${encodeURIComponent(folder)}`,
+    /** The workbench on another folder (a new window: the extension activates afresh). */
+    urlFor: (other) => `${url}?folder=${encodeURIComponent(other)}`,
     userDir,
     stop: async () => {
       if (proc.exitCode !== null) return;

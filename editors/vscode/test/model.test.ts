@@ -13,6 +13,9 @@ import {
   decisionContext,
   inlineChoice,
   constraintDescription,
+  constraintTooltip,
+  steerPrompt,
+  answeredLabel,
   errorMessage,
   isActive,
   tooltipLines,
@@ -162,7 +165,10 @@ test('decision context values drive the inline approve/deny buttons', () => {
 
 test('constraint descriptions', () => {
   assert.equal(constraintDescription({ text: 'x' }), 'queued');
-  assert.equal(constraintDescription({ text: 'x', status: 'delivered', deliveredAtStep: 3, location: { path: 'a.rs', line: 9 } }), 'delivered at step 3 · a.rs:10');
+  assert.equal(constraintDescription({ text: 'x', status: 'delivered', deliveredAtStep: 3, location: { path: 'src/a.rs', line: 9 } }), '✓ step 3 · a.rs:10');
+  const tip = constraintTooltip({ id: 'c1', text: 'keep greet() returning a plain string', status: 'delivered', deliveredAtStep: 3 });
+  assert.match(tip, /^keep greet\(\) returning a plain string\n/);
+  assert.match(tip, /Delivered to the agent before step 3/);
 });
 
 test('error messages: refusals are warnings with the server text', () => {
@@ -186,4 +192,23 @@ test('the sandbox shows in the tooltip, and an unconfined task in the status tex
   assert.ok(statusText(null, true, { abi: 7 }).tooltip.includes('Sandbox: Landlock ABI 7 available'));
   assert.equal(statusText(mk({ status: 'awaiting_decision', decisions: [{ id: 'd1', kind: 'sandbox_denied', question: 'q', options: ['approve', 'deny'] }] })).text, '$(debug-pause) Paused: sandbox denied a command');
   assert.deepEqual(serverSettings((k) => (k === 'sandbox' ? 'read-only' : undefined)), { sandbox: 'read-only' });
+});
+
+test('the steer prompt says what happens next in each state', () => {
+  assert.match(steerPrompt(mk()), /keeps running/);
+  for (const status of ['paused', 'awaiting_decision', 'human'] as const) {
+    assert.doesNotMatch(steerPrompt(mk({ status })), /keeps running/, status);
+  }
+  assert.match(steerPrompt(mk({ status: 'paused' })), /stays paused until you resume/);
+  assert.match(steerPrompt(mk({ status: 'human' })), /when you hand back/);
+  assert.match(steerPrompt(mk({ status: 'paused' }), true), /URGENT/);
+});
+
+test('answered decisions say who answered what', () => {
+  const base = { id: 'd1', kind: 'approve_command' as const, question: 'The agent wants to run `git tag v1`. Approve?', options: ['approve', 'deny'], detail: 'git tag v1', by: 'human' as const, at: '2025-01-01T00:00:00Z' };
+  assert.equal(answeredLabel({ ...base, choice: 'deny' }), 'you denied `git tag v1`');
+  assert.equal(answeredLabel({ ...base, choice: 'approve' }), 'you approved `git tag v1`');
+  assert.equal(answeredLabel({ ...base, choice: 'take over' }), 'you took over instead (`git tag v1`)');
+  assert.equal(answeredLabel({ ...base, kind: 'question', detail: null, question: 'Which name?', options: [], choice: 'shout' }), 'you answered: shout');
+  assert.equal(answeredLabel({ ...base, kind: 'merge_conflict', detail: null, path: 'a.rs', options: ['keep mine', "take agent's"], choice: 'keep mine' }), 'you chose "keep mine" (a.rs)');
 });

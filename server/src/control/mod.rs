@@ -448,6 +448,7 @@ pub fn start(
         steps: Vec::new(),
         constraints: Vec::new(),
         decisions: Vec::new(),
+        answered: Vec::new(),
         last_agent_checkpoint: None,
         human_changes: Vec::new(),
         stop_reason: None,

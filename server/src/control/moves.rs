@@ -1002,6 +1002,8 @@ impl Engine {
                     "not done: the human chose \"{other}\" for: {}",
                     p.decision.question
                 );
+                // The step list says what was not done and why, not only "skipped".
+                let action = format!("{action} → not done: the human chose {other}");
                 self.complete(action, StepStatus::Skipped, failed(text), Touched::Nothing)
             }
         }
@@ -1346,6 +1348,13 @@ impl Engine {
             })
             .collect();
         let paths: Vec<String> = changes.iter().map(|c| c.path.clone()).collect();
+        // A file whose change is only `rein:` steer comments is not held: the steer is a
+        // message to the agent (its line is still protected, like any line the human wrote).
+        let holds: Vec<String> = changes
+            .iter()
+            .filter(|c| !steers_only(c))
+            .map(|c| c.path.clone())
+            .collect();
         let summary = if paths.len() > 3 {
             format!("{}, … ({} files)", paths[..3].join(", "), paths.len())
         } else {
@@ -1386,7 +1395,7 @@ impl Engine {
                 }
             }
             if hold {
-                for p in &paths {
+                for p in &holds {
                     if !s.held_files.contains(p) {
                         s.held_files.push(p.clone());
                     }
@@ -1463,5 +1472,18 @@ fn command_outcome(out: &exec::Output, note: Option<&str>) -> Outcome {
         ok: out.code == Some(0) && note.is_none(),
         text,
         ..Default::default()
+    }
+}
+
+/// Whether a change to a text file adds, edits or removes `rein:` steer comments and nothing
+/// else.
+fn steers_only(c: &FileChange) -> bool {
+    fn text(b: &Option<Vec<u8>>) -> Option<&str> {
+        b.as_deref()
+            .map_or(Some(""), |b| std::str::from_utf8(b).ok())
+    }
+    match (text(&c.before), text(&c.after)) {
+        (Some(before), Some(after)) => crate::steer::differ_only_in_steers(before, after),
+        _ => false,
     }
 }

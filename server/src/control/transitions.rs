@@ -14,6 +14,16 @@ use crate::state::{
 
 type Answer = Result<Reply, ControlError>;
 
+/// Records that `decision` is no longer open: answered with `choice` by the human.
+fn answered(s: &mut state::TaskState, decision: state::Decision, choice: &str) {
+    s.answered.push(state::AnsweredDecision {
+        decision,
+        choice: choice.to_owned(),
+        by: Author::Human,
+        at: state::now(),
+    });
+}
+
 fn not_now(msg: impl Into<Advice>) -> ControlError {
     ControlError::NotNow(msg.into())
 }
@@ -345,7 +355,9 @@ impl Engine {
         if let Some(e) = self.ended() {
             return Err(e);
         }
-        self.pending = None;
+        if let Some(p) = self.pending.take() {
+            self.commit(|s| answered(s, p.decision, "abort"));
+        }
         let n = self.next_n();
         // The whole attempt stays recoverable under refs/rein/<task>/aborted.
         let snap = self.ckpt.snapshot(SnapshotMeta {
@@ -533,6 +545,8 @@ impl Engine {
         };
         let mut was_doing = None;
         if let Some(p) = self.pending.take() {
+            let decision = p.decision.clone();
+            self.commit(|s| answered(s, decision, "take over"));
             was_doing = Some(format!(
                 "was waiting for your decision: {}",
                 p.decision.question
@@ -681,6 +695,7 @@ impl Engine {
         if choice == "take over" {
             return self.takeover(Some(format!("chosen in decision {id}")));
         }
+        let decision = p.decision.clone();
         if p.decision.kind == DecisionKind::HeldFile && choice == "release" {
             if let Some(path) = p.decision.path.clone() {
                 self.commit(|s| s.held_files.retain(|h| *h != path));
@@ -690,6 +705,7 @@ impl Engine {
             p.choice = Some(choice.clone());
         }
         self.commit(|s| {
+            answered(s, decision, &choice);
             s.status = Status::Running;
             s.decisions.clear();
             s.stop_reason = None;

@@ -8,10 +8,10 @@ use serde_json::{json, Value};
 
 use lsp_types::{Range, Uri};
 
-use super::server::{rpc_error, ReplyTo, Server};
+use super::server::{rpc_error, Delivery, ReplyTo, Server};
 use crate::control::Request;
 use crate::reconcile::merge::LineChange;
-use crate::state::{ConstraintStatus, DecisionKind, Status};
+use crate::state::{DecisionKind, Status};
 
 /// A text cut to a title's length, at a character boundary.
 fn short(text: &str) -> String {
@@ -176,6 +176,10 @@ impl Server {
                 ));
             }
             let arg = json!({"uri": uri_json, "line": c.line});
+            let delivery = self.comment_delivery(&key);
+            if let Some(edit) = self.remove_comment_action(&uri, c, delivery) {
+                out.push(edit);
+            }
             if self.task_active() && !self.steer_sent.contains_key(&key) {
                 out.push(action(
                     "Rein: send this steer comment to the agent",
@@ -183,9 +187,6 @@ impl Server {
                     "rein.sendSteerComment",
                     arg.clone(),
                 ));
-            }
-            if let Some(edit) = self.remove_delivered_comment(&uri, &key, c.line) {
-                out.push(edit);
             }
             out.push(action(
                 "Rein: dismiss this steer comment",
@@ -215,6 +216,41 @@ impl Server {
                 self.respond(req.id, Ok(result));
             }
         }
+    }
+
+    /// "Remove this steer comment", once the agent has read it: an edit that takes the
+    /// comment out (its whole line when nothing else is on it). Editors apply it themselves.
+    fn remove_comment_action(
+        &self,
+        uri: &Uri,
+        c: &crate::steer::SteerComment,
+        delivery: Option<Delivery>,
+    ) -> Option<Value> {
+        let when = match delivery? {
+            Delivery::Delivered(Some(n)) => format!("delivered at step {n}"),
+            Delivery::Delivered(None) => "delivered".to_owned(),
+            Delivery::Earlier => "delivered to an earlier task".to_owned(),
+            Delivery::Queued | Delivery::Sent => return None,
+        };
+        let doc = self.docs.get(uri)?;
+        let line = doc.line(c.line)?;
+        let alone = line[..c.start].trim().is_empty() && line[c.end..].trim().is_empty();
+        let range = if alone && c.line + 1 < doc.line_count() {
+            json!({"start": {"line": c.line, "character": 0}, "end": {"line": c.line + 1, "character": 0}})
+        } else {
+            // Code before it stays, without the blanks that led to the comment.
+            let from = if alone {
+                0
+            } else {
+                line[..c.start].trim_end().len()
+            };
+            json!(doc.range_of_line_bytes(c.line, from, c.end, self.encoding))
+        };
+        Some(json!({
+            "title": format!("Rein: remove this steer comment ({when})"),
+            "kind": "quickfix",
+            "edit": {"changes": {uri.as_str(): [{"range": range, "newText": ""}]}},
+        }))
     }
 
     /// The code action result in the form the client takes: `CodeAction` literals when it
@@ -268,32 +304,6 @@ impl Server {
             }));
         }
         out
-    }
-
-    /// Once the agent was given a steer comment, the comment has done its work: an edit that
-    /// deletes its line (the whole line, so no empty comment marker is left behind).
-    fn remove_delivered_comment(
-        &self,
-        uri: &Uri,
-        key: &(String, String),
-        line: usize,
-    ) -> Option<Value> {
-        let id = self.steer_sent.get(key)?;
-        let delivered = self
-            .state
-            .as_ref()?
-            .constraints
-            .iter()
-            .any(|k| &k.id == id && k.status == ConstraintStatus::Delivered);
-        if !delivered {
-            return None;
-        }
-        let range = json!({"start": {"line": line, "character": 0}, "end": {"line": line + 1, "character": 0}});
-        Some(json!({
-            "title": "Rein: remove this steer comment (delivered)",
-            "kind": "quickfix",
-            "edit": {"changes": {uri.as_str(): [{"range": range, "newText": ""}]}},
-        }))
     }
 
     /// Revert / keep actions for the agent's latest changes to this document that are still

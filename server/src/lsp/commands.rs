@@ -27,6 +27,7 @@ pub const COMMANDS: &[&str] = &[
     "rein.sendSteerComment",
     "rein.dismissSteerComment",
     "rein.keepAgentChange",
+    "rein.preflight",
 ];
 
 type Args = Map<String, Value>;
@@ -113,6 +114,10 @@ impl Server {
                 )
             }
         };
+        if command == "rein.preflight" {
+            let answer = self.preflight();
+            return self.respond(id, Ok(answer));
+        }
         if let Err(e) = self.root.clone() {
             return self.respond(
                 id,
@@ -243,6 +248,30 @@ impl Server {
         }))
     }
 
+    /// Whether a task could start now, asked before the editor asks for a goal: the
+    /// repository (`null` outside one), the agent a start would use (`rein.toml` is read
+    /// again, so one just written counts), and the first problem, with what to do.
+    fn preflight(&mut self) -> Value {
+        let root = match self.root.clone() {
+            Ok(root) => root,
+            Err(e) => {
+                return json!({"repository": null, "agent": null,
+                    "problem": {"kind": "no_repository", "message": e}})
+            }
+        };
+        self.reload_rein_toml();
+        let agent = self.config.default_agent(&root);
+        let problem = match (&agent, &self.state) {
+            (None, _) => {
+                json!({"kind": "no_agent", "message": super::config::no_agent_message(self.editor)})
+            }
+            (Some(_), Some(s)) if self.task_active() => json!({"kind": "task_active",
+                "message": to_rpc(control::still_active(&s.task.id, s.status), self.editor).message}),
+            _ => Value::Null,
+        };
+        json!({"repository": root, "agent": agent, "problem": problem})
+    }
+
     fn uri_arg(
         &self,
         args: &Args,
@@ -283,26 +312,32 @@ impl Server {
         if let Some(old) = self.engine.replace(handle) {
             old.tell(Request::Shutdown);
         }
-        self.steer_sent.clear();
+        self.spend_comments();
         // Unsaved buffers are the human's work in progress: the agent sees and respects them.
-        let dirty: Vec<(String, ropey::Rope)> = self
+        // A buffer whose only difference is steer comments is not held (a steer is a message).
+        let dirty: Vec<(String, ropey::Rope, bool)> = self
             .docs
             .iter()
             .filter_map(|(uri, doc)| {
                 let path = self.rel_path(uri)?;
                 let text = doc.rope();
                 let disk = std::fs::read_to_string(root.join(&path)).ok();
+                let hold = disk
+                    .as_ref()
+                    .is_none_or(|d| !crate::steer::differ_only_in_steers(d, &text.to_string()));
                 disk.is_none_or(|d| *text != d)
-                    .then(|| (path, text.clone()))
+                    .then(|| (path, text.clone(), hold))
             })
             .collect();
         if let Some(engine) = &self.engine {
-            for (path, text) in dirty {
+            for (path, text, hold) in dirty {
                 engine.tell(Request::Buffer {
                     path: path.clone(),
                     content: Some(text),
                 });
-                engine.tell(Request::Hold { path });
+                if hold {
+                    engine.tell(Request::Hold { path });
+                }
             }
         }
         let task_id = state.task.id.clone();

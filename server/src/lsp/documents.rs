@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use lsp_types::{Position, PositionEncodingKind, Range, TextDocumentContentChangeEvent, Uri};
 use ropey::{Rope, RopeSlice};
 
-use super::steer::{self, LineSplice, SteerComment};
+use crate::steer::{self, LineSplice, SteerComment};
 
 /// The negotiated unit of `Position.character`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,6 +218,13 @@ impl Document {
                 false
             }
         }
+    }
+
+    /// Whether the buffer differs from the file on disk in steer comments only (being typed,
+    /// or deleted), so the edit is a message to the agent, not a change to hold the file for.
+    /// Reads both texts whole: asked only while the file is not held yet.
+    pub fn only_steers_differ(&self) -> bool {
+        steer::differ_only_in_steers(&self.disk.to_string(), &self.text.to_string())
     }
 
     /// Records that the client saved the buffer as it is now.

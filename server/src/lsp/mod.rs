@@ -2,8 +2,8 @@
 //! engine requests and engine notices into LSP notifications; it holds no engine logic.
 //!
 //! `server` is the event loop, `transport` the stdio framing, `commands` and `actions` the
-//! executeCommand and codeAction surfaces, `documents` the open buffers, `steer` the inline
-//! `rein:` comments, `config` the settings, `editor` how the client names actions and `log` the client-side
+//! executeCommand and codeAction surfaces, `documents` the open buffers (and their `rein:`
+//! comments, found by `crate::steer`), `config` the settings, `editor` how the client names actions and `log` the client-side
 //! log.
 
 mod actions;
@@ -13,7 +13,6 @@ pub mod documents;
 pub mod editor;
 pub mod log;
 mod server;
-pub mod steer;
 pub mod transport;
 
 pub use commands::COMMANDS;

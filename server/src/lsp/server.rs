@@ -20,12 +20,12 @@ use super::config::{self, Config, Sources};
 use super::documents::{Documents, Encoding};
 use super::editor::Editor;
 use super::log::LogLine;
-use super::steer::SteerComment;
 use super::transport::{self, Frame, Incoming};
 use crate::control::{
     self, Advice, ControlError, Handle, Level, Notice, Reply, Request, UserAction,
 };
-use crate::state::{ConstraintStatus, DecisionKind, Status, TaskState};
+use crate::state::{ConstraintSource, ConstraintStatus, DecisionKind, Status, TaskState};
+use crate::steer::SteerComment;
 
 /// Who waits for an engine reply.
 #[derive(Debug, Clone)]
@@ -100,6 +100,19 @@ enum Phase {
     Refused,
 }
 
+/// How far a steer comment got (see `Server::comment_delivery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Delivery {
+    /// Sent; the engine has not answered yet.
+    Sent,
+    /// A constraint of the current task, not yet given to the agent.
+    Queued,
+    /// Given to the agent before this step (if known).
+    Delivered(Option<u32>),
+    /// Given to an earlier task's agent.
+    Earlier,
+}
+
 /// The work-done progress of one stretch of running.
 struct Progress {
     token: String,
@@ -127,7 +140,13 @@ pub(super) struct Server {
     pub(super) state: Option<TaskState>,
     /// Steer comments sent, by (path, text), to their constraint id.
     pub(super) steer_sent: HashMap<(String, String), String>,
+    /// Steer comments, by (path, text), delivered to an earlier task: never sent again on
+    /// save (the comment was read; what is left is to remove it).
+    pub(super) spent: HashSet<(String, String)>,
     pub(super) dismissed: HashSet<(String, String)>,
+    /// Paths a hold was asked for since the last state: a burst of keystrokes compares the
+    /// buffer with the disk (for steer-only edits) once, not once per keystroke.
+    hold_asked: HashSet<String>,
     /// Agent changes the human chose to keep: (uri, step, first line).
     pub(super) kept: HashSet<(String, u64, u64)>,
     published: HashMap<Uri, Vec<Diagnostic>>,
@@ -182,7 +201,9 @@ pub fn run(
         engine: None,
         state: None,
         steer_sent: HashMap::new(),
+        spent: HashSet::new(),
         dismissed: HashSet::new(),
+        hold_asked: HashSet::new(),
         kept: HashSet::new(),
         published: HashMap::new(),
         progress: None,
@@ -430,11 +451,8 @@ impl Server {
                 .ok_or_else(|| format!("the workspace {} is not a local folder", uri.as_str())),
             None => std::env::current_dir().map_err(|e| e.to_string()),
         };
-        self.root = dir.and_then(|d| {
-            crate::checkpoint::workdir_root(&d).map_err(|e| {
-                format!("{e}. Rein works on a git working tree: open a folder inside one (or run `git init`)")
-            })
-        });
+        self.root =
+            dir.and_then(|d| crate::checkpoint::workdir_root(&d).map_err(|e| e.to_string()));
         self.sources.init = params.initialization_options;
         self.initialized = true;
         // What this kernel can confine, before any task: editors show it in their health
@@ -499,6 +517,7 @@ impl Server {
         match recovered {
             Ok(Some((handle, state))) => {
                 self.engine = Some(handle);
+                self.remember_comments(&state);
                 self.on_state(state);
             }
             Ok(None) => {}
@@ -507,6 +526,19 @@ impl Server {
                 &format!("cannot reopen this repository's Rein task: {e}"),
             ),
         }
+    }
+
+    /// Reads `rein.toml` again (saved or written since start-up); a broken one is reported.
+    pub(super) fn reload_rein_toml(&mut self) {
+        let Ok(root) = self.root.clone() else { return };
+        match config::read_file(&root) {
+            Ok(v) => self.sources.file = v,
+            Err(e) => self.show(
+                MessageType::ERROR,
+                &format!("{e}; using the other settings"),
+            ),
+        }
+        self.apply_config();
     }
 
     fn fetch_configuration(&mut self) {
@@ -615,14 +647,23 @@ impl Server {
         self.buffer_changed(&uri, true);
     }
 
-    /// Tells the engine what the buffer holds; an edit while a task is active holds the file.
+    /// Tells the engine what the buffer holds; an edit while a task is active holds the file,
+    /// unless all it changed is steer comments (a steer is a message, not an edit).
     ///
     /// It runs on every keystroke, so it costs what the edit costs, not what the buffer does:
     /// the document already rescanned the lines the edit touched, the dirty check resumes
-    /// where the edit was, and the engine gets the rope, not a copy of the text.
+    /// where the edit was, and the engine gets the rope, not a copy of the text. Only while a
+    /// file is not held yet does an edit also compare the buffer with the disk for steers.
     fn buffer_changed(&mut self, uri: &Uri, edited: bool) {
         let path = self.rel_path(uri);
-        let hold = edited && self.task_active();
+        let held = path.as_ref().is_some_and(|p| {
+            self.hold_asked.contains(p)
+                || self
+                    .state
+                    .as_ref()
+                    .is_some_and(|s| s.held_files.contains(p))
+        });
+        let hold = edited && self.task_active() && !held;
         let Some(doc) = self.docs.get_mut(uri) else {
             return;
         };
@@ -632,7 +673,8 @@ impl Server {
                     path: path.clone(),
                     content: Some(doc.rope().clone()),
                 });
-                if hold {
+                if hold && !doc.only_steers_differ() {
+                    self.hold_asked.insert(path.clone());
                     engine.tell(Request::Hold { path });
                 }
             } else {
@@ -654,6 +696,9 @@ impl Server {
             return;
         };
         doc.mark_saved();
+        if self.rel_path(&uri).as_deref() == Some("rein.toml") {
+            self.reload_rein_toml();
+        }
         if let (Some(path), Some(engine)) = (self.rel_path(&uri), &self.engine) {
             engine.tell(Request::Buffer {
                 path,
@@ -666,7 +711,10 @@ impl Server {
             for c in steers.unwrap_or_default() {
                 if let Some(path) = &path {
                     let key = (path.clone(), c.text.clone());
-                    if !self.steer_sent.contains_key(&key) && !self.dismissed.contains(&key) {
+                    if !self.steer_sent.contains_key(&key)
+                        && !self.dismissed.contains(&key)
+                        && !self.spent.contains(&key)
+                    {
                         self.send_comment(path, &c, None);
                     }
                 }
@@ -692,6 +740,55 @@ impl Server {
                 json!({"uri": uri, "diagnostics": []}),
             );
         }
+    }
+
+    /// Learns which steer comments a task was given, from its state (after a restart): those
+    /// of an ended task that reached the agent are spent, those of a live one are sent.
+    fn remember_comments(&mut self, s: &TaskState) {
+        for c in &s.constraints {
+            let (ConstraintSource::Comment, Some(at)) = (c.source, &c.location) else {
+                continue;
+            };
+            let key = (at.path.clone(), c.text.clone());
+            if !s.status.is_terminal() {
+                self.steer_sent.insert(key, c.id.clone());
+            } else if c.status == ConstraintStatus::Delivered {
+                self.spent.insert(key);
+            }
+        }
+    }
+
+    /// Moves the steer comments the ending task was given into `spent`, before a new task.
+    pub(super) fn spend_comments(&mut self) {
+        let sent = std::mem::take(&mut self.steer_sent);
+        let Some(s) = &self.state else { return };
+        for (key, id) in sent {
+            if s.constraints
+                .iter()
+                .any(|c| c.id == id && c.status == ConstraintStatus::Delivered)
+            {
+                self.spent.insert(key);
+            }
+        }
+    }
+
+    /// How far one steer comment got: `None` when it was never sent, else whether it reached
+    /// the agent (the step, `Some(None)` in an earlier task) or waits.
+    pub(super) fn comment_delivery(&self, key: &(String, String)) -> Option<Delivery> {
+        if let Some(id) = self.steer_sent.get(key) {
+            let k = self
+                .state
+                .as_ref()
+                .and_then(|s| s.constraints.iter().find(|k| &k.id == id));
+            return Some(match k {
+                Some(k) if k.status == ConstraintStatus::Delivered => {
+                    Delivery::Delivered(k.delivered_at_step)
+                }
+                Some(_) => Delivery::Queued,
+                None => Delivery::Sent,
+            });
+        }
+        self.spent.contains(key).then_some(Delivery::Earlier)
     }
 
     /// Sends one steer comment to the agent as a constraint anchored at its line.
@@ -758,6 +855,8 @@ impl Server {
             return;
         }
         self.notify("rein/stateChanged", json!({ "state": s }));
+        // The state says what is held now (a release may have ended a hold).
+        self.hold_asked.clear();
         self.update_progress(&s);
         self.ask_decisions(&s);
         self.state = Some(s);
@@ -972,14 +1071,14 @@ impl Server {
             if self.dismissed.contains(&key) {
                 continue;
             }
-            let status = match self.steer_sent.get(&key) {
-                Some(id) => match state.and_then(|s| s.constraints.iter().find(|k| &k.id == id)) {
-                    Some(k) if k.status == ConstraintStatus::Delivered => {
-                        format!("delivered at step {}", k.delivered_at_step.unwrap_or(0))
-                    }
-                    Some(_) => "queued".to_owned(),
-                    None => "sent".to_owned(),
-                },
+            let status = match self.comment_delivery(&key) {
+                Some(Delivery::Delivered(step)) => format!(
+                    "delivered at step {}; remove the comment with the code action",
+                    step.unwrap_or(0)
+                ),
+                Some(Delivery::Earlier) => "delivered to an earlier task (not sent again); remove the comment with the code action".to_owned(),
+                Some(Delivery::Queued) => "queued".to_owned(),
+                Some(Delivery::Sent) => "sent".to_owned(),
                 None if self.task_active() => {
                     "not sent yet: save the file or use the code action".to_owned()
                 }

@@ -124,6 +124,60 @@ fn scan_lines<S: AsRef<str>>(
         .collect()
 }
 
+/// Whether `a` and `b` differ only in steer comments: equal once every steer comment, every
+/// comment that is still being typed into one (`#`, `// re`, `/* rein:`), trailing blanks,
+/// and every line that is blank (or left blank by that) is taken out of both. Typing a steer comment, or deleting
+/// one, is a message to the agent, not an edit of the file: it must not make the file the
+/// human's. Costs one pass over both texts, stopping at the first other difference.
+pub fn differ_only_in_steers(a: &str, b: &str) -> bool {
+    split_lines(a)
+        .filter_map(without_steer)
+        .eq(split_lines(b).filter_map(without_steer))
+}
+
+/// A line with its steer comment (or the start of one) cut out, or `None` when nothing but
+/// whitespace is left.
+fn without_steer(line: &str) -> Option<std::borrow::Cow<'_, str>> {
+    let kept = match scan_line(line) {
+        Some((start, end, _)) => {
+            std::borrow::Cow::Owned(format!("{}{}", line[..start].trim_end(), &line[end..]))
+        }
+        None => match steer_being_typed(line) {
+            Some(i) => std::borrow::Cow::Borrowed(line[..i].trim_end()),
+            // Trailing blanks too: the space typed before a comment opener.
+            None => std::borrow::Cow::Borrowed(line.trim_end()),
+        },
+    };
+    (!kept.trim().is_empty()).then_some(kept)
+}
+
+/// Where a comment starts that can still become a steer as more is typed: from a comment
+/// opener (or the start of one) at the line end, through `rein:` with or without its text.
+fn steer_being_typed(line: &str) -> Option<usize> {
+    let bytes = line.as_bytes();
+    (0..bytes.len()).find(|&i| {
+        matches!(bytes[i], b'/' | b'#' | b'-' | b';' | b'<')
+            && line.is_char_boundary(i)
+            && follows_whitespace(line, i)
+            && MARKERS.iter().any(|m| {
+                let rest = &bytes[i..];
+                if rest.len() < m.open.len() {
+                    return m.open.as_bytes().starts_with(rest);
+                }
+                if !rest.starts_with(m.open.as_bytes()) {
+                    return false;
+                }
+                let mut j = m.open.len();
+                while rest.get(j).is_some_and(|c| m.repeat.contains(c)) {
+                    j += 1;
+                }
+                let after = line[i + j..].trim_start().as_bytes();
+                let n = after.len().min(KEYWORD.len());
+                after[..n].eq_ignore_ascii_case(&KEYWORD[..n])
+            })
+    })
+}
+
 /// Splits on `\n`, `\r\n` and lone `\r`; a trailing break yields a last, empty line.
 fn split_lines(text: &str) -> impl Iterator<Item = &str> {
     let mut rest = Some(text);
@@ -276,6 +330,37 @@ fn is_word(b: u8) -> bool {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn typing_or_deleting_a_steer_comment_changes_nothing_else() {
+        let disk = "def f(x):\n    return x\n";
+        // Every keystroke of a new comment line, and of one at the end of a code line.
+        let line = "    # rein: keep f pure";
+        for k in 0..=line.len() {
+            let typed = format!("def f(x):\n{}\n    return x\n", &line[..k]);
+            assert!(differ_only_in_steers(disk, &typed), "{typed:?}");
+        }
+        let tail = "  // rein: no unwrap";
+        for k in 0..=tail.len() {
+            let typed = format!("def f(x):{}\n    return x\n", &tail[..k]);
+            assert!(differ_only_in_steers(disk, &typed), "{typed:?}");
+        }
+        // Deleting one again, and a block comment with code after it.
+        assert!(differ_only_in_steers("a\n# rein: x\nb\n", "a\nb\n"));
+        assert!(differ_only_in_steers(
+            "int x; int y;",
+            "int x; /* rein: mid */ int y;"
+        ));
+        // Anything else is an edit.
+        for other in [
+            "def f(x):\n    return x + 1\n",
+            "def f(x):\n    # really\n    return x\n",
+            "def f(x):\n    return x # note\n",
+            "def g(x):\n    return x\n",
+        ] {
+            assert!(!differ_only_in_steers(disk, other), "{other:?}");
+        }
+    }
 
     /// The steer a fixture line should yield, as `(start, end, text)`.
     type Expected = Option<(usize, usize, &'static str)>;
