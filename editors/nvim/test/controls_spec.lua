@@ -227,6 +227,8 @@ do
     {
       ":Rein release hands the edited file back",
       function()
+        -- A steer comment holds no file (it is a message); a real edit does.
+        vim.api.nvim_buf_set_lines(src, -1, -1, false, { "x = 1" })
         T.wait(function()
           local s = H.state()
           return s and vim.tbl_contains(s.heldFiles or {}, "src.py")
