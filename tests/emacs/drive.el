@@ -303,7 +303,7 @@ Returns the candidates eglot listed, in order."
              (equal (plist-get (funcall action "NaN") :status) "skipped")
              (equal (plist-get (funcall action "python3 test_calc.py") :status) "done")
              (cl-some (lambda (c) (equal (plist-get c :path) "calc.py")) (plist-get s :humanChanges)))))
-    (when-let ((dump (getenv "REIN_EMACS_EVENTS")))
+    (when-let ((dump (getenv "REIN_EMACS_EVENTS")) ((not (string-empty-p dump))))
       (with-current-buffer (jsonrpc-events-buffer rein-test-server)
         (write-region nil nil dump)))
     (ignore-errors (eglot-shutdown rein-test-server))))
