@@ -7,13 +7,12 @@
 //! binary is looked up in `$REIN_HARNESS_DIR` (default tests/agents/node_modules/.bin); a
 //! missing one fails the test.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use rein_e2e::harnesses::*;
-use rein_e2e::{descendants, read, write, Lsp, PATIENCE};
+use rein_e2e::{descendants, read, write, Lsp};
 use serde_json::{json, Value};
 
 fn agents_dir() -> PathBuf {
@@ -35,12 +34,14 @@ fn harness_bin() -> PathBuf {
     bin
 }
 
-/// The scripted model server, killed on drop.
-struct Model {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-    dir: tempfile::TempDir,
+/// The scripted Anthropic Messages stand-in.
+struct Model(ModelServer);
+
+impl std::ops::Deref for Model {
+    type Target = ModelServer;
+    fn deref(&self) -> &ModelServer {
+        &self.0
+    }
 }
 
 impl Model {
@@ -48,82 +49,19 @@ impl Model {
         // Outside temp (which any sandbox lets a process write): the harness's HOME is here,
         // so the suite sees the agent domain's state dirs at work.
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
-        let script_path = dir.path().join("script.json");
-        std::fs::write(&script_path, script.to_string()).expect("script");
-        let log = dir.path().join("requests.jsonl");
-        let mut child = Command::new("python3")
-            .arg(agents_dir().join("anthropic_model.py"))
-            .arg(&script_path)
-            .arg(dir.path().join("port"))
-            .arg(&log)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs the model stand-in");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("the stand-in prints its port");
-        let port = line
-            .trim()
-            .strip_prefix("PORT ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("the stand-in said {line:?}, not PORT n"));
-        Model {
-            child,
-            port,
-            log,
+        Model(ModelServer::start(
             dir,
-        }
-    }
-
-    /// Every request logged so far.
-    fn requests(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    }
-
-    /// Waits until the main loop has asked for scripted turn `turn`.
-    fn wait_turn(&self, turn: u64) {
-        let deadline = Instant::now() + PATIENCE;
-        while !self
-            .requests()
-            .iter()
-            .any(|r| r["kind"] == "main" && r["turn"] == turn)
-        {
-            assert!(
-                Instant::now() < deadline,
-                "the model was never asked for turn {turn}; requests: {}",
-                self.summary()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// One line per request, for failure messages.
-    fn summary(&self) -> String {
-        self.requests()
-            .iter()
-            .map(|r| {
-                let last = r["body"]["messages"]
+            "anthropic_model.py",
+            script,
+            true,
+            |r| {
+                r["body"]["messages"]
                     .as_array()
                     .and_then(|m| m.last())
                     .map(|m| m["content"].to_string())
-                    .unwrap_or_default();
-                format!(
-                    "\n  #{} {} {} turn={} event={} last={}",
-                    r["n"],
-                    r["path"],
-                    r["kind"],
-                    r["turn"],
-                    r["event"],
-                    last.chars().take(300).collect::<String>()
-                )
-            })
-            .collect()
+                    .unwrap_or_default()
+            },
+        ))
     }
 
     /// The environment Claude Code needs to talk to this stand-in.
@@ -145,22 +83,6 @@ impl Model {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect()
-    }
-}
-
-impl Drop for Model {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("model requests:{}", self.summary());
-        }
-        // REIN_MODEL_LOG_DIR=DIR keeps every request body, one file per test.
-        if let Ok(dir) = std::env::var("REIN_MODEL_LOG_DIR") {
-            let name = std::thread::current().name().unwrap_or("test").to_owned();
-            let _ = std::fs::create_dir_all(&dir);
-            let _ = std::fs::copy(&self.log, Path::new(&dir).join(format!("{name}.jsonl")));
-        }
     }
 }
 

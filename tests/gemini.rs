@@ -9,13 +9,12 @@
 //! Run with `tests/agents/run gemini`. The binary is looked up in `$REIN_HARNESS_DIR`
 //! (default tests/agents/node_modules/.bin); a missing one fails the test.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use rein_e2e::harnesses::*;
-use rein_e2e::{descendants, read, write, Lsp, PATIENCE};
+use rein_e2e::{descendants, read, write, Lsp};
 use serde_json::{json, Value};
 
 fn agents_dir() -> PathBuf {
@@ -37,91 +36,34 @@ fn gemini_bin() -> PathBuf {
     bin
 }
 
-/// The scripted Gemini API stand-in, killed on drop.
-struct Model {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-    dir: tempfile::TempDir,
+/// The scripted Gemini API stand-in.
+struct Model(ModelServer);
+
+impl std::ops::Deref for Model {
+    type Target = ModelServer;
+    fn deref(&self) -> &ModelServer {
+        &self.0
+    }
 }
 
 impl Model {
     fn start(script: Value) -> Model {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let script_path = dir.path().join("script.json");
-        std::fs::write(&script_path, script.to_string()).expect("script");
-        let log = dir.path().join("requests.jsonl");
-        let mut child = Command::new("python3")
-            .arg(agents_dir().join("gemini_model.py"))
-            .arg(&script_path)
-            .arg(&log)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs the model stand-in");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("the stand-in prints its port");
-        let port = line
-            .trim()
-            .strip_prefix("PORT ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("the stand-in said {line:?}, not PORT n"));
-        Model {
-            child,
-            port,
-            log,
+        // Outside temp (which any sandbox lets a process write): the harness's HOME is here,
+        // so the suite sees the agent domain's state dirs at work.
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+        Model(ModelServer::start(
             dir,
-        }
-    }
-
-    /// Every request logged so far.
-    fn requests(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    }
-
-    /// Waits until the main loop has asked for scripted turn `turn`.
-    fn wait_turn(&self, turn: u64) {
-        let deadline = Instant::now() + PATIENCE;
-        while !self
-            .requests()
-            .iter()
-            .any(|r| r["kind"] == "main" && r["turn"] == turn)
-        {
-            assert!(
-                Instant::now() < deadline,
-                "the model was never asked for turn {turn}; requests: {}",
-                self.summary()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// One line per request, for failure messages.
-    fn summary(&self) -> String {
-        self.requests()
-            .iter()
-            .map(|r| {
-                let last = r["body"]["contents"]
+            "gemini_model.py",
+            script,
+            false,
+            |r| {
+                r["body"]["contents"]
                     .as_array()
                     .and_then(|m| m.last())
                     .map(|m| m["parts"].to_string())
-                    .unwrap_or_default();
-                format!(
-                    "\n  #{} {} {} turn={} last={}",
-                    r["n"],
-                    r["path"],
-                    r["kind"],
-                    r["turn"],
-                    last.chars().take(400).collect::<String>()
-                )
-            })
-            .collect()
+                    .unwrap_or_default()
+            },
+        ))
     }
 
     /// The environment the CLI needs to talk to this stand-in, with a fresh home.
@@ -146,16 +88,6 @@ impl Model {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect()
-    }
-}
-
-impl Drop for Model {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("model requests:{}", self.summary());
-        }
     }
 }
 

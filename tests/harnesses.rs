@@ -1,13 +1,137 @@
-//! What the suites driving real ACP harnesses (Claude Code, Gemini CLI) share: repositories,
-//! reading the task's state, and watching the processes a harness runs under Rein.
+//! What the suites driving real ACP harnesses (Claude Code, Gemini CLI) share: the scripted
+//! model server, repositories, reading the task's state, and watching the processes a harness
+//! runs under Rein.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::{descendants, git, processes as procs, write, Lsp, Proc, PATIENCE};
+
+/// A scripted model server from tests/agents (`SERVER SCRIPT [PORT_FILE] LOG`, printing
+/// `PORT n` first), killed on drop.
+pub struct ModelServer {
+    child: Child,
+    /// The port it listens on, on 127.0.0.1.
+    pub port: u16,
+    log: PathBuf,
+    /// Its own temp dir (script, log, and room for the harness's home).
+    pub dir: tempfile::TempDir,
+    /// The last message of a logged request, for failure messages.
+    last: fn(&Value) -> String,
+}
+
+impl ModelServer {
+    /// Starts tests/agents/`server` on `script`, keeping its files in `dir`; `port_file` for
+    /// servers that also write their port to a file; `last` picks a request's last message
+    /// for `summary`.
+    pub fn start(
+        dir: tempfile::TempDir,
+        server: &str,
+        script: Value,
+        port_file: bool,
+        last: fn(&Value) -> String,
+    ) -> ModelServer {
+        let script_path = dir.path().join("script.json");
+        std::fs::write(&script_path, script.to_string()).expect("script");
+        let log = dir.path().join("requests.jsonl");
+        let mut cmd = Command::new("python3");
+        cmd.arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("agents")
+                .join(server),
+        )
+        .arg(&script_path);
+        if port_file {
+            cmd.arg(dir.path().join("port"));
+        }
+        let mut child = cmd
+            .arg(&log)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 runs the model stand-in");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the stand-in prints its port");
+        let port = line
+            .trim()
+            .strip_prefix("PORT ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the stand-in said {line:?}, not PORT n"));
+        ModelServer {
+            child,
+            port,
+            log,
+            dir,
+            last,
+        }
+    }
+
+    /// Every request logged so far.
+    pub fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Waits until the main loop has asked for scripted turn `turn`.
+    pub fn wait_turn(&self, turn: u64) {
+        let deadline = Instant::now() + PATIENCE;
+        while !self
+            .requests()
+            .iter()
+            .any(|r| r["kind"] == "main" && r["turn"] == turn)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the model was never asked for turn {turn}; requests: {}",
+                self.summary()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// One line per request, for failure messages.
+    pub fn summary(&self) -> String {
+        self.requests()
+            .iter()
+            .map(|r| {
+                format!(
+                    "\n  #{} {} {} turn={} event={} last={}",
+                    r["n"],
+                    r["path"],
+                    r["kind"],
+                    r["turn"],
+                    r["event"],
+                    (self.last)(r).chars().take(300).collect::<String>()
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for ModelServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("model requests:{}", self.summary());
+        }
+        // REIN_MODEL_LOG_DIR=DIR keeps every request body, one file per test.
+        if let Ok(dir) = std::env::var("REIN_MODEL_LOG_DIR") {
+            let name = std::thread::current().name().unwrap_or("test").to_owned();
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::copy(&self.log, Path::new(&dir).join(format!("{name}.jsonl")));
+        }
+    }
+}
 
 /// A committed git repository with these files.
 pub fn repo(files: &[(&str, &str)]) -> tempfile::TempDir {
