@@ -501,14 +501,7 @@ impl Server {
                 return;
             }
         };
-        match config::read_file(&root) {
-            Ok(v) => self.sources.file = v,
-            Err(e) => self.show(
-                MessageType::ERROR,
-                &format!("{e}; using the other settings"),
-            ),
-        }
-        self.apply_config();
+        self.reload_rein_toml();
         self.fetch_configuration();
         let recovered = {
             let _rt = self.rt.enter();
