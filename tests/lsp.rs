@@ -1025,7 +1025,22 @@ fn a_delivered_steer_comment_can_be_removed_by_code_action() {
             .as_array()
             .is_some_and(|c| c.iter().any(|c| c["status"] == "delivered"))
     });
-    let action = remove(&titles(&mut lsp)).expect("remove offered once delivered");
+    // The steer's reply (carrying its constraint id) may reach the server a moment after the
+    // state that shows it delivered: the action is offered once both are in.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let action = loop {
+        if let Some(a) = remove(&titles(&mut lsp)) {
+            break a;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "remove never offered once delivered"
+        );
+        lsp.pump_until(
+            std::time::Instant::now() + std::time::Duration::from_millis(50),
+            |_| false,
+        );
+    };
     let edits = &action["edit"]["changes"][u.as_str()];
     assert_eq!(
         edits,
