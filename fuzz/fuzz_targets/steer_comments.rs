@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
-    for c in rein::lsp::steer::scan(&text) {
+    for c in rein::steer::scan(&text) {
         assert!(c.start < c.end);
         assert!(!c.text.trim().is_empty());
     }
