@@ -10,7 +10,9 @@
 //! started with this scenario, counted by the log's `start` events) and an action is one of
 //! `{"say": TEXT}`, `{"permission": {"title", "kind", "paths"?, "command"?}}`,
 //! `{"read": PATH, "line"?, "limit"?}`, `{"write": {"path", "content"}}`,
-//! `{"terminal": {"command", "args"?}}`, `{"edit_file": {"path", "content", "title"?}}`
+//! `{"terminal": {"command", "args"?, "cwd"?, "limit"?, "poll"?: TEXT, "kill"?: bool}}` (create,
+//! then with `poll` read the output until it holds TEXT and log it, with `kill` kill it; then
+//! wait for the exit, read the output and release, all logged), `{"edit_file": {"path", "content", "title"?}}`
 //! (the agent writes the file itself and reports the tool call), `{"write_silently": {"path",
 //! "content"}}` (it writes the file itself and reports nothing; the log says whether the
 //! write worked and why not), `{"connect": PORT}` (a TCP connect to 127.0.0.1:PORT, logged
@@ -30,8 +32,8 @@ use std::sync::{Arc, Mutex};
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AuthMethod, AuthMethodAgent, AuthenticateRequest, AuthenticateResponse,
     CancelNotification, ContentBlock, ContentChunk, CreateTerminalRequest, InitializeRequest,
-    InitializeResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
-    PermissionOptionKind, PromptRequest, PromptResponse, ReadTextFileRequest,
+    InitializeResponse, KillTerminalRequest, NewSessionRequest, NewSessionResponse,
+    PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse, ReadTextFileRequest,
     ReleaseTerminalRequest, RequestPermissionOutcome, RequestPermissionRequest, SessionId,
     SessionMode, SessionModeId, SessionModeState, SessionNotification, SessionUpdate,
     SetSessionModeRequest, SetSessionModeResponse, StopReason, TerminalOutputRequest, TextContent,
@@ -536,7 +538,9 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
     None
 }
 
-/// `terminal/create`, then its output, exit status and release, all logged.
+/// `terminal/create`; with `poll`, its output until it holds the text (logged as
+/// `terminal_partial`); with `kill`, `terminal/kill`; then its exit, its output and release,
+/// all logged.
 async fn terminal(st: &State, cx: &ConnectionTo<Client>, t: &Value) {
     let session = SessionId::new(SESSION);
     let command = t.get("command").and_then(Value::as_str).unwrap_or("true");
@@ -552,6 +556,9 @@ async fn terminal(st: &State, cx: &ConnectionTo<Client>, t: &Value) {
     if let Some(cwd) = t.get("cwd").and_then(Value::as_str) {
         q = q.cwd(Path::new(cwd).to_owned());
     }
+    if let Some(limit) = t.get("limit").and_then(Value::as_u64) {
+        q = q.output_byte_limit(limit);
+    }
     let id = match cx.send_request(q).block_task().await {
         Ok(r) => r.terminal_id,
         Err(e) => {
@@ -559,16 +566,52 @@ async fn terminal(st: &State, cx: &ConnectionTo<Client>, t: &Value) {
             return;
         }
     };
-    let output = cx
-        .send_request(TerminalOutputRequest::new(session.clone(), id.clone()))
-        .block_task()
-        .await;
+    st.log(json!({"event": "terminal_created", "id": id.0.to_string()}));
+    if let Some(want) = t.get("poll").and_then(Value::as_str) {
+        loop {
+            let o = cx
+                .send_request(TerminalOutputRequest::new(session.clone(), id.clone()))
+                .block_task()
+                .await;
+            match o {
+                Ok(o) if o.output.contains(want) => {
+                    st.log(json!({
+                        "event": "terminal_partial",
+                        "output": o.output,
+                        "exited": o.exit_status.is_some(),
+                    }));
+                    break;
+                }
+                Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                Err(e) => {
+                    st.log(json!({"event": "terminal", "ok": false, "error": e.to_string()}));
+                    return;
+                }
+            }
+        }
+    }
+    if t.get("kill").and_then(Value::as_bool) == Some(true) {
+        let killed = cx
+            .send_request(KillTerminalRequest::new(session.clone(), id.clone()))
+            .block_task()
+            .await;
+        st.log(json!({"event": "terminal_killed", "ok": killed.is_ok()}));
+    }
     let exit = cx
         .send_request(WaitForTerminalExitRequest::new(session.clone(), id.clone()))
         .block_task()
         .await;
+    let output = cx
+        .send_request(TerminalOutputRequest::new(session.clone(), id.clone()))
+        .block_task()
+        .await;
     let released = cx
-        .send_request(ReleaseTerminalRequest::new(session, id))
+        .send_request(ReleaseTerminalRequest::new(session.clone(), id.clone()))
+        .block_task()
+        .await
+        .is_ok();
+    let after_release = cx
+        .send_request(TerminalOutputRequest::new(session, id))
         .block_task()
         .await
         .is_ok();
@@ -579,7 +622,9 @@ async fn terminal(st: &State, cx: &ConnectionTo<Client>, t: &Value) {
             "output": o.output,
             "truncated": o.truncated,
             "exit_code": x.exit_status.exit_code,
+            "signal": x.exit_status.signal,
             "released": released,
+            "readable_after_release": after_release,
         })),
         (o, x) => st.log(json!({
             "event": "terminal",

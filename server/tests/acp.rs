@@ -275,13 +275,20 @@ async fn reads_hand_over_the_exact_file_or_refuse_and_a_missing_file_is_not_foun
             {"read": "big.txt", "line": 3, "limit": 2},
             {"read": "latin1.txt"},
             {"read": "new.txt"},
+            {"read": "/etc/hostname"},
             {"say": "read"}
         ]]
     }));
     let mut run = start_acp(root, &sc);
     run.until("done", |s| s.status == Status::Done).await;
     let reads = sc.of("read");
-    assert_eq!(reads.len(), 4, "{reads:#?}");
+    assert_eq!(reads.len(), 5, "{reads:#?}");
+    // ACP's paths are absolute: one outside the tree is refused as outside, not as absolute.
+    let why = reads[4]["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("/etc/hostname is outside the working tree") && !why.contains("relative"),
+        "{why}"
+    );
     assert_eq!(reads[0]["ok"], true);
     assert!(
         reads[0]["content"].as_str() == Some(big.as_str()),
@@ -535,7 +542,7 @@ async fn trust_a_stale_write_the_harness_never_reported_is_repaired_at_the_next_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_terminal_runs_through_the_engine_and_reports_output_and_exit() {
+async fn a_terminal_runs_through_the_engine_and_reports_its_raw_output_and_exit() {
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();
     let sc = scenario(json!({
@@ -550,17 +557,152 @@ async fn a_terminal_runs_through_the_engine_and_reports_output_and_exit() {
     assert_eq!(t["ok"], true, "{t}");
     assert_eq!(t["exit_code"], 3);
     assert_eq!(t["released"], true);
-    let output = t["output"].as_str().expect("output");
-    assert!(
-        output.contains("hello") && output.contains("oops"),
-        "{output}"
-    );
+    assert_eq!(t["readable_after_release"], false, "released means gone");
+    // The command's own bytes, stdout and stderr as written: none of Rein's labels.
+    assert_eq!(t["output"], "hello\noops\n");
     assert!(
         s.steps.iter().any(|st| st.author == Author::Agent
-            && st.action == "run sh -c 'echo hello; echo oops >&2; exit 3'"),
+            && st.action == "run sh -c 'echo hello; echo oops >&2; exit 3' (in a terminal)"),
         "{:#?}",
         s.steps
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_streams_while_it_runs_and_the_agent_can_kill_it() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"terminal": {
+                "command": "echo line1; sleep 10; echo line10; echo x > finished.txt",
+                "poll": "line1", "kill": true}},
+            {"say": "killed it"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let partial = &sc.of("terminal_partial")[0];
+    assert_eq!(
+        partial["exited"], false,
+        "output read while it ran: {partial}"
+    );
+    assert!(partial["output"]
+        .as_str()
+        .is_some_and(|o| o.starts_with("line1\n")));
+    assert_eq!(sc.of("terminal_killed")[0]["ok"], true);
+    let t = &sc.of("terminal")[0];
+    assert_eq!(t["ok"], true, "{t}");
+    assert_eq!(t["exit_code"], Value::Null, "{t}");
+    assert_eq!(t["signal"], "SIGTERM", "{t}");
+    assert!(!t["output"].as_str().unwrap_or("").contains("line10"));
+    assert!(!root.join("finished.txt").exists(), "killed before its end");
+    assert_eq!(s.summary.as_deref(), Some("killed it"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_keeps_only_the_newest_output_within_its_limit() {
+    // 3000 × "é" is 6000 bytes; a limit of 101 cannot begin on a character boundary.
+    let big = format!("{}END", "é".repeat(3000));
+    let dir = repo(&[("a.txt", "a\n"), ("big.txt", big.as_str())]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"terminal": {"command": "cat big.txt", "limit": 101}},
+            {"say": "done"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    run.until("done", |s| s.status == Status::Done).await;
+    let t = &sc.of("terminal")[0];
+    assert_eq!(t["truncated"], true, "{t}");
+    let out = t["output"].as_str().expect("output");
+    assert!(out.ends_with("END") && out.len() <= 101, "{out:?}");
+    assert_eq!(out, format!("{}END", "é".repeat(49)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_freezes_a_terminal_and_take_over_ends_it() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "sessions": [
+            [[{"terminal": {"command": "echo go; sleep 2; echo late > late.txt", "poll": "go"}},
+              {"say": "first"}]],
+            [[{"say": "second"}]]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    sc.logged("terminal_partial", 1).await;
+    run.call(Request::Pause).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !root.join("late.txt").exists(),
+        "a paused terminal runs nothing"
+    );
+    run.call(Request::Takeover { reason: None }).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !root.join("late.txt").exists(),
+        "a terminal does not outlive the agent's control"
+    );
+    run.call(Request::Handback { note: None }).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert!(
+        s.human_changes.is_empty(),
+        "nothing of the terminal is taken for the human's: {:#?}",
+        s.human_changes
+    );
+    assert!(!root.join("late.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_for_a_command_just_approved_is_not_asked_again() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    std::fs::create_dir(root.join("build")).expect("mkdir");
+    std::fs::write(root.join("build/out.o"), "x").expect("write");
+    let sc = scenario(json!({
+        "turns": [[
+            {"permission": {"title": "Run rm -rf build", "kind": "execute", "command": "rm -rf build"}},
+            {"terminal": {"command": "rm -rf build"}},
+            {"terminal": {"command": "rm -rf build"}},
+            {"say": "cleaned"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run
+        .until("the permission to ask", |s| {
+            s.status == Status::AwaitingDecision
+        })
+        .await;
+    run.call(Request::Decide {
+        decision_id: s.decisions[0].id.clone(),
+        choice: "approve".into(),
+    })
+    .await;
+    // The approval covers that one run: the next identical command asks again.
+    let s = run
+        .until("the second run to ask", |s| {
+            s.status == Status::AwaitingDecision
+        })
+        .await;
+    assert_eq!(s.answered.len(), 1, "{:#?}", s.answered);
+    assert!(!root.join("build").exists(), "the approved run ran");
+    run.call(Request::Decide {
+        decision_id: s.decisions[0].id.clone(),
+        choice: "deny".into(),
+    })
+    .await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let runs = sc.of("terminal");
+    assert_eq!(runs[0]["ok"], true, "{:?}", runs[0]);
+    assert_eq!(
+        runs[1]["ok"], false,
+        "the denied one never ran: {:?}",
+        runs[1]
+    );
+    assert_eq!(s.answered.len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::exec::{Exit, TerminalError, Terminals};
 use agent_client_protocol::v1::schema::{
     ContentBlock, CreateTerminalRequest, CreateTerminalResponse, KillTerminalResponse,
     PermissionOptionKind, ReadTextFileResponse, ReleaseTerminalResponse, RequestPermissionOutcome,
@@ -81,8 +82,13 @@ pub struct AcpAgent {
     chunks: String,
     last_text: String,
     tools: HashMap<String, Tool>,
-    terminals: HashMap<String, Ran>,
-    terminal_count: u64,
+    /// The engine's terminals (from the context): the agent's `terminal/*` read them.
+    terminals: Terminals,
+    /// The command of the permission request in flight, if it is for one.
+    asked_command: Option<String>,
+    /// Commands the agent was allowed through a permission request and has not yet started
+    /// in a terminal: starting the very same one is not asked again.
+    approved_commands: Vec<String>,
     /// Why Rein refused the agent's last permission requests, for the agent to hear.
     refusals: Vec<String>,
     /// Refusal reasons sent by steering whose fate is not known yet.
@@ -110,20 +116,14 @@ struct Tool {
     done: bool,
 }
 
-/// A command Rein ran for a `terminal/create`.
-struct Ran {
-    output: String,
-    truncated: bool,
-    exit_code: Option<u32>,
-    signal: Option<String>,
-}
-
-impl Ran {
-    fn status(&self) -> TerminalExitStatus {
-        TerminalExitStatus::new()
-            .exit_code(self.exit_code)
-            .signal(self.signal.clone())
-    }
+/// A terminal's exit as ACP reports it.
+fn exit_status(exit: Exit) -> TerminalExitStatus {
+    let signal = exit.signal.map(|n| {
+        nix::sys::signal::Signal::try_from(n).map_or_else(|_| n.to_string(), |s| s.to_string())
+    });
+    TerminalExitStatus::new()
+        .exit_code(exit.code.and_then(|c| u32::try_from(c).ok()))
+        .signal(signal)
 }
 
 impl AcpAgent {
@@ -226,8 +226,9 @@ impl AcpAgent {
             chunks: String::new(),
             last_text: String::new(),
             tools: HashMap::new(),
-            terminals: HashMap::new(),
-            terminal_count: 0,
+            terminals: Terminals::default(),
+            asked_command: None,
+            approved_commands: Vec::new(),
             refusals: Vec::new(),
             reasons_steered: Vec::new(),
             reasons_requeued: Vec::new(),
@@ -301,6 +302,9 @@ impl AcpAgent {
     fn answer(&mut self, inc: Incoming, out: &Outcome) {
         let sent = match inc {
             Incoming::Permission(q, r) => {
+                if let Some(cmd) = self.asked_command.take().filter(|_| out.ok) {
+                    self.approved_commands.push(cmd);
+                }
                 if !out.ok {
                     // The answer itself carries no reason: the agent hears why with the news.
                     let title = q
@@ -319,13 +323,8 @@ impl AcpAgent {
                 &out.text, q.line, q.limit,
             ))),
             Incoming::Write(_, r) if out.ok => r.respond(WriteTextFileResponse::new()),
-            Incoming::Create(q, r) => match ran(&out.text, q.output_byte_limit) {
-                Some(result) => {
-                    self.terminal_count += 1;
-                    let id = format!("rein-{}", self.terminal_count);
-                    self.terminals.insert(id.clone(), result);
-                    r.respond(CreateTerminalResponse::new(id))
-                }
+            Incoming::Create(_, r) => match out.terminal.as_ref().filter(|_| out.ok) {
+                Some(id) => r.respond(CreateTerminalResponse::new(id.clone())),
                 None => r.respond_with_error(error(&out.text)),
             },
             // ACP's own "not found" answer, which agents map to a missing file (a new one
@@ -340,8 +339,8 @@ impl AcpAgent {
                 )
                 .data(serde_json::json!({ "uri": q.path.display().to_string() })),
             ),
-            Incoming::Read(_, r) => r.respond_with_error(error(&out.text)),
-            Incoming::Write(_, r) => r.respond_with_error(error(&out.text)),
+            Incoming::Read(q, r) => r.respond_with_error(error(self.refusal(&q.path, &out.text))),
+            Incoming::Write(q, r) => r.respond_with_error(error(self.refusal(&q.path, &out.text))),
             other => {
                 other.refuse("Rein has no move for this request");
                 Ok(())
@@ -621,11 +620,13 @@ impl AcpAgent {
             }
             Incoming::Create(q, r) => match self.command_line(&q) {
                 Ok(cmd) => {
+                    let approved = self.take_approval(&q, &cmd);
+                    let limit = q.output_byte_limit.and_then(|l| usize::try_from(l).ok());
                     self.park(Incoming::Create(q, r));
-                    Move::Run {
+                    Move::Terminal {
                         cmd,
-                        timeout: None,
-                        irreversible: false,
+                        approved,
+                        limit,
                     }
                 }
                 Err(why) => {
@@ -634,37 +635,49 @@ impl AcpAgent {
                 }
             },
             Incoming::Output(q, r) => {
-                let sent = match self.terminals.get(q.terminal_id.0.as_ref()) {
-                    Some(t) => r.respond(
-                        TerminalOutputResponse::new(t.output.clone(), t.truncated)
-                            .exit_status(t.status()),
+                let sent = match self.terminals.output(&q.terminal_id.0) {
+                    Ok(t) => r.respond(
+                        TerminalOutputResponse::new(t.output, t.truncated)
+                            .exit_status(t.exit.map(exit_status)),
                     ),
-                    None => r.respond_with_error(no_terminal(&q.terminal_id.0)),
+                    Err(e) => r.respond_with_error(terminal_error(e)),
                 };
                 log_answer(sent);
                 return None;
             }
             Incoming::Wait(q, r) => {
-                let sent = match self.terminals.get(q.terminal_id.0.as_ref()) {
-                    Some(t) => r.respond(WaitForTerminalExitResponse::new(t.status())),
-                    None => r.respond_with_error(no_terminal(&q.terminal_id.0)),
-                };
-                log_answer(sent);
+                match self.terminals.exited(&q.terminal_id.0) {
+                    // Answered when the command ends, without holding up anything else the
+                    // agent asks meanwhile.
+                    Ok(exited) => {
+                        tokio::spawn(async move {
+                            let sent = match exited.await {
+                                Some(exit) => {
+                                    r.respond(WaitForTerminalExitResponse::new(exit_status(exit)))
+                                }
+                                None => r.respond_with_error(error(
+                                    "Rein stopped before the command ended",
+                                )),
+                            };
+                            log_answer(sent);
+                        });
+                    }
+                    Err(e) => log_answer(r.respond_with_error(terminal_error(e))),
+                }
                 return None;
             }
             Incoming::Release(q, r) => {
-                let sent = match self.terminals.remove(q.terminal_id.0.as_ref()) {
-                    Some(_) => r.respond(ReleaseTerminalResponse::new()),
-                    None => r.respond_with_error(no_terminal(&q.terminal_id.0)),
+                let sent = match self.terminals.release(&q.terminal_id.0) {
+                    Ok(()) => r.respond(ReleaseTerminalResponse::new()),
+                    Err(e) => r.respond_with_error(terminal_error(e)),
                 };
                 log_answer(sent);
                 return None;
             }
             Incoming::Kill(q, r) => {
-                // Rein ran the command to its end before answering `create`: nothing to kill.
-                let sent = match self.terminals.get(q.terminal_id.0.as_ref()) {
-                    Some(_) => r.respond(KillTerminalResponse::new()),
-                    None => r.respond_with_error(no_terminal(&q.terminal_id.0)),
+                let sent = match self.terminals.kill(&q.terminal_id.0) {
+                    Ok(()) => r.respond(KillTerminalResponse::new()),
+                    Err(e) => r.respond_with_error(terminal_error(e)),
                 };
                 log_answer(sent);
                 return None;
@@ -706,6 +719,7 @@ impl AcpAgent {
             }),
             _ => None,
         };
+        self.asked_command = command.clone();
         let writes = intended(f.raw_input.as_ref(), f.content.as_deref())
             .into_iter()
             .map(|w| match w {
@@ -887,6 +901,52 @@ impl AcpAgent {
         p.to_string_lossy().into_owned()
     }
 
+    /// Whether the agent was just allowed this very command through a permission request;
+    /// the approval is used up. Matched as the agent spelt it, with or without its cwd and
+    /// environment, since agents announce the bare command in the tool call.
+    fn take_approval(&mut self, q: &CreateTerminalRequest, line: &str) -> bool {
+        let mut spelt = vec![line.to_owned(), q.command.clone()];
+        if let [flag, script] = q.args.as_slice() {
+            let shell = matches!(
+                q.command.as_str(),
+                "sh" | "bash" | "zsh" | "/bin/sh" | "/bin/bash"
+            );
+            if shell && matches!(flag.as_str(), "-c" | "-lc") {
+                spelt.push(script.clone());
+            }
+        }
+        if !q.args.is_empty() {
+            let words =
+                std::iter::once(q.command.as_str()).chain(q.args.iter().map(String::as_str));
+            spelt.push(words.clone().collect::<Vec<_>>().join(" "));
+            spelt.push(words.map(quote).collect::<Vec<_>>().join(" "));
+        }
+        let found = self
+            .approved_commands
+            .iter()
+            .position(|c| spelt.iter().any(|s| s.trim() == c.trim()));
+        match found {
+            Some(i) => {
+                self.approved_commands.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Why a file request was refused, in ACP's terms: its paths are absolute, so one
+    /// outside the working tree is named as such rather than as "absolute".
+    fn refusal(&self, path: &Path, why: &str) -> String {
+        if Path::new(&self.relative(path)).is_absolute() {
+            return format!(
+                "{} is outside the working tree {}; Rein gives agents only the files inside it",
+                path.display(),
+                self.launch.root.display()
+            );
+        }
+        why.to_owned()
+    }
+
     /// The shell command line for a `terminal/create`: its cwd, env and words, quoted.
     fn command_line(&self, q: &CreateTerminalRequest) -> Result<String, String> {
         if q.command.trim().is_empty() {
@@ -938,6 +998,7 @@ impl Agent for AcpAgent {
         Box::pin(async move {
             // Everything before the wait is synchronous and remembered, so a dropped future
             // loses nothing: the next call carries on from the same state.
+            self.terminals = ctx.terminals.clone();
             self.answer_inflight(ctx);
             self.take_news(ctx)?;
             loop {
@@ -1023,8 +1084,8 @@ fn log_answer(sent: Result<(), agent_client_protocol::Error>) {
     }
 }
 
-fn no_terminal(id: &str) -> agent_client_protocol::Error {
-    error(format!("there is no terminal {id:?}"))
+fn terminal_error(e: TerminalError) -> agent_client_protocol::Error {
+    error(e.to_string())
 }
 
 /// The message passing on corrections and what the person changed.
@@ -1187,54 +1248,6 @@ fn lines_of(text: &str, line: Option<u32>, limit: Option<u32>) -> String {
     }
 }
 
-/// What a command the engine ran printed and how it ended, from the outcome text the engine
-/// writes ("exit code N", then "stdout:" and "stderr:" sections). None when it did not run
-/// (denied, refused, rolled back).
-fn ran(text: &str, limit: Option<u64>) -> Option<Ran> {
-    let mut rest = text;
-    let (mut exit_code, mut signal) = (None, None);
-    let mut known = false;
-    for _ in 0..2 {
-        let (line, after) = rest.split_once('\n').unwrap_or((rest, ""));
-        if let Some(c) = line.strip_prefix("exit code ") {
-            exit_code = c.trim().parse().ok();
-        } else if let Some(s) = line.strip_prefix("killed by signal ") {
-            signal = Some(s.trim().to_owned());
-        } else if line.starts_with("timed out after ") {
-            known = true;
-            rest = after;
-            continue;
-        } else {
-            break;
-        }
-        known = true;
-        rest = after;
-        break;
-    }
-    if !known {
-        return None;
-    }
-    let mut output = rest.strip_prefix("stdout:\n").unwrap_or(rest).to_owned();
-    let mut truncated = false;
-    if let Some(max) = limit.and_then(|l| usize::try_from(l).ok()) {
-        if output.len() > max {
-            // Keep the end, where the result usually is, cut at a character boundary.
-            let mut cut = output.len() - max;
-            while !output.is_char_boundary(cut) {
-                cut += 1;
-            }
-            output = output[cut..].to_owned();
-            truncated = true;
-        }
-    }
-    Some(Ran {
-        output,
-        truncated,
-        exit_code,
-        signal,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1383,24 +1396,18 @@ mod tests {
     }
 
     #[test]
-    fn command_outcomes_are_read_back() {
-        let r = ran("exit code 3\nstdout:\nhello\n\nstderr:\noops\n", None).expect("ran");
-        assert_eq!(r.exit_code, Some(3));
-        assert_eq!(r.output, "hello\n\nstderr:\noops\n");
-        let r = ran(
-            "timed out after 5 s and was killed\nkilled by signal 9\n",
-            None,
-        )
-        .expect("ran");
-        assert_eq!((r.exit_code, r.signal.as_deref()), (None, Some("9")));
-        assert!(ran("not done: the human chose \"deny\"", None).is_none());
-        let r = ran("exit code 0\nstdout:\nabcdéf\n", Some(4)).expect("ran");
-        assert!(r.truncated);
-        assert!(
-            r.output.len() <= 4 && r.output.ends_with("f\n"),
-            "{:?}",
-            r.output
-        );
+    fn exit_statuses_name_the_signal() {
+        let killed = exit_status(Exit {
+            code: None,
+            signal: Some(15),
+        });
+        assert_eq!(killed.exit_code, None);
+        assert_eq!(killed.signal.as_deref(), Some("SIGTERM"));
+        let failed = exit_status(Exit {
+            code: Some(3),
+            signal: None,
+        });
+        assert_eq!((failed.exit_code, failed.signal), (Some(3), None));
     }
 
     #[test]

@@ -46,6 +46,18 @@ pub enum Move {
         /// The agent declares it cannot be undone (always gated).
         irreversible: bool,
     },
+    /// Start a shell command in a terminal of its own (ACP `terminal/create`): it runs in
+    /// the background and the outcome names the terminal, unless the policy classes it
+    /// irreversible, when it runs to its end first.
+    Terminal {
+        /// The command line, run by `sh -c`.
+        cmd: String,
+        /// The person or the policy already allowed this very command (a permission the
+        /// agent asked for it), so it is not asked again.
+        approved: bool,
+        /// The most output bytes the terminal keeps.
+        limit: Option<usize>,
+    },
     /// List the files under a directory ("" for the whole tree).
     List {
         /// Repo-relative directory.
@@ -104,6 +116,7 @@ impl Move {
             Move::Write { path, .. } => format!("write {path}"),
             Move::Edit { path, .. } => format!("edit {path}"),
             Move::Run { cmd, .. } => format!("run {}", one_line(cmd)),
+            Move::Terminal { cmd, .. } => format!("run {} (in a terminal)", one_line(cmd)),
             Move::List { path } if path.is_empty() => "list files".to_owned(),
             Move::List { path } => format!("list {path}"),
             Move::Search { pattern, .. } => format!("search {}", one_line(pattern)),
@@ -171,6 +184,8 @@ pub struct Context {
     pub reconcile: Option<String>,
     /// The outcome of the previous move.
     pub last_result: Option<Outcome>,
+    /// The task's terminals, for an agent to read the ones it started.
+    pub terminals: crate::exec::Terminals,
 }
 
 /// The outcome of a move, as the agent sees it.
@@ -183,6 +198,8 @@ pub struct Outcome {
     /// The move read a file that does not exist (protocols that have a "not found" answer
     /// give that one, not a generic failure).
     pub absent: bool,
+    /// The terminal a `Terminal` move started.
+    pub terminal: Option<String>,
 }
 
 /// Why an agent could not produce a move.

@@ -351,6 +351,8 @@ struct Engine {
     tip: Option<String>,
     /// Whether the person was told that commands run unconfined (said once per task).
     told_unconfined: bool,
+    /// Commands the agent runs in terminals of their own, alongside its steps.
+    terminals: crate::exec::Terminals,
 }
 
 /// The sandbox these settings put in force on this kernel.
@@ -751,11 +753,20 @@ impl Engine {
             agent_signals: Vec::new(),
             tip: None,
             told_unconfined: false,
+            terminals: crate::exec::Terminals::default(),
         }
     }
 
     /// Tells the agent about a change of control (now, or once its think is dropped).
     fn signal_agent(&mut self, what: agent::Interrupt) {
+        // The agent's terminals are Rein's processes, not the agent's: they are stopped here
+        // at once, whether or not the agent can hear the news yet.
+        match what {
+            agent::Interrupt::Pause => self.terminals.freeze_all(),
+            agent::Interrupt::Resume | agent::Interrupt::Handback => self.terminals.thaw_all(),
+            agent::Interrupt::Takeover | agent::Interrupt::Abort => self.terminals.end_all(),
+            agent::Interrupt::Steer(_) => {}
+        }
         match self.agent.as_mut() {
             Some(a) => a.interrupt(what),
             None => self.agent_signals.push(what),
@@ -963,6 +974,7 @@ impl Engine {
                 .collect(),
             reconcile: self.reconcile_note.clone(),
             last_result: self.last_result.clone(),
+            terminals: self.terminals.clone(),
         }
     }
 
@@ -1038,6 +1050,8 @@ impl Engine {
 
     /// Pauses with the error as the reason: the user can fix the cause and resume.
     fn stop_on_error(&mut self, why: String) {
+        // Paused like any pause: the agent's terminals wait, frozen, for the resume.
+        self.terminals.freeze_all();
         self.say(Level::Error, why.clone());
         self.commit(|s| {
             s.status = Status::Paused;
@@ -1046,6 +1060,7 @@ impl Engine {
     }
 
     fn fail(&mut self, why: String) {
+        self.terminals.end_all();
         self.say(Level::Error, why.clone());
         self.commit(|s| {
             s.status = Status::Failed;
@@ -1059,6 +1074,7 @@ impl Engine {
     }
 
     fn shutdown(&mut self) {
+        self.terminals.end_all();
         if matches!(
             self.state().status,
             Status::Running | Status::AwaitingDecision

@@ -99,32 +99,37 @@ impl Engine {
                 match verdict {
                     exec::Verdict::Run => {
                         let cmd = cmd.clone();
-                        self.run_command(action, &cmd, timeout, false, true).await
+                        self.run_command(action, &cmd, timeout, false, true, None)
+                            .await
                     }
                     exec::Verdict::Ask {
                         reason,
                         irreversible,
-                    } => {
-                        let question = format!(
-                            "The agent wants to run `{cmd}`{}: {reason}. Approve?",
-                            if irreversible {
-                                ", which cannot be undone"
-                            } else {
-                                ""
-                            }
-                        );
-                        let detail = cmd.clone();
-                        self.ask(
-                            DecisionKind::ApproveCommand,
-                            question,
-                            &["approve", "deny"],
-                            Some(detail),
-                            None,
-                            mv,
-                            None,
-                            None,
-                        )
+                    } => self.ask_command(reason, irreversible, mv),
+                }
+            }
+            Move::Terminal {
+                ref cmd,
+                approved,
+                limit,
+            } => {
+                let cmd = cmd.clone();
+                match self.cfg.policy.classify(&cmd) {
+                    exec::Verdict::Run => self.start_terminal(action, &cmd, limit),
+                    exec::Verdict::Ask {
+                        irreversible: false,
+                        ..
+                    } if approved => self.start_terminal(action, &cmd, limit),
+                    exec::Verdict::Ask {
+                        irreversible: true, ..
+                    } if approved => {
+                        self.run_command(action, &cmd, None, true, true, Some(limit))
+                            .await
                     }
+                    exec::Verdict::Ask {
+                        reason,
+                        irreversible,
+                    } => self.ask_command(reason, irreversible, mv),
                 }
             }
             Move::List { path } => {
@@ -179,27 +184,31 @@ impl Engine {
                     None,
                 )
             }
-            Move::Finish(summary) => self.complete_and(
-                action,
-                StepStatus::Done,
-                ok("finished"),
-                Touched::Nothing,
-                |s| {
-                    s.status = Status::Done;
-                    s.control = state::Control {
-                        holder: state::Holder::None,
-                        since: state::now(),
-                        reason: "the agent finished".into(),
-                    };
-                    s.stop_reason = Some(format!("finished: {summary}"));
-                    s.summary = Some(summary);
-                    for p in &mut s.plan {
-                        if p.status != state::PlanStatus::Skipped {
-                            p.status = state::PlanStatus::Done;
+            Move::Finish(summary) => {
+                // Over: nothing the agent left running goes on after the task.
+                self.terminals.end_all();
+                self.complete_and(
+                    action,
+                    StepStatus::Done,
+                    ok("finished"),
+                    Touched::Nothing,
+                    |s| {
+                        s.status = Status::Done;
+                        s.control = state::Control {
+                            holder: state::Holder::None,
+                            since: state::now(),
+                            reason: "the agent finished".into(),
+                        };
+                        s.stop_reason = Some(format!("finished: {summary}"));
+                        s.summary = Some(summary);
+                        for p in &mut s.plan {
+                            if p.status != state::PlanStatus::Skipped {
+                                p.status = state::PlanStatus::Done;
+                            }
                         }
-                    }
-                },
-            ),
+                    },
+                )
+            }
         }
     }
 
@@ -468,7 +477,11 @@ impl Engine {
             text,
             ..Default::default()
         };
+        // Nothing the agent asked waits on this outcome, while a request it made may still
+        // wait on the last one (a terminal whose command changed files before it was answered).
+        let answer = self.last_result.take();
         let flow = self.complete(action, status, outcome, Touched::Anything);
+        self.last_result = answer;
         for (path, lost, merged, theirs) in repairs {
             let (bytes, overlap) = match merged {
                 Merge::Clean(m) => (m, None),
@@ -586,6 +599,7 @@ impl Engine {
                 ok: false,
                 text: format!("{path} does not exist"),
                 absent: true,
+                ..Default::default()
             },
         };
         // A file it was refused is one it has not seen.
@@ -945,7 +959,20 @@ impl Engine {
             (DecisionKind::ApproveCommand, "approve") => match &p.mv {
                 Move::Run { cmd, timeout, .. } => {
                     let cmd = cmd.clone();
-                    self.run_command(action, &cmd, *timeout, true, true).await
+                    self.run_command(action, &cmd, *timeout, true, true, None)
+                        .await
+                }
+                Move::Terminal { cmd, limit, .. } => {
+                    let (cmd, limit) = (cmd.clone(), *limit);
+                    match self.cfg.policy.classify(&cmd) {
+                        exec::Verdict::Ask {
+                            irreversible: true, ..
+                        } => {
+                            self.run_command(action, &cmd, None, true, true, Some(limit))
+                                .await
+                        }
+                        _ => self.start_terminal(action, &cmd, limit),
+                    }
                 }
                 _ => self.step_failed(action, "not a command"),
             },
@@ -956,7 +983,8 @@ impl Engine {
                         Level::Info,
                         format!("re-running `{cmd}` once without the sandbox, as you approved"),
                     );
-                    self.run_command(action, &cmd, *timeout, true, false).await
+                    self.run_command(action, &cmd, *timeout, true, false, None)
+                        .await
                 }
                 _ => self.step_failed(action, "not a command"),
             },
@@ -1009,6 +1037,59 @@ impl Engine {
         }
     }
 
+    /// Asks the person whether the command `mv` runs may run.
+    fn ask_command(&mut self, reason: String, irreversible: bool, mv: Move) -> Flow {
+        let (Move::Run { cmd, .. } | Move::Terminal { cmd, .. }) = &mv else {
+            return self.step_failed(mv.describe(), "not a command");
+        };
+        let question = format!(
+            "The agent wants to run `{cmd}`{}: {reason}. Approve?",
+            if irreversible {
+                ", which cannot be undone"
+            } else {
+                ""
+            }
+        );
+        let detail = cmd.clone();
+        self.ask(
+            DecisionKind::ApproveCommand,
+            question,
+            &["approve", "deny"],
+            Some(detail),
+            None,
+            mv,
+            None,
+            None,
+        )
+    }
+
+    /// Starts a command in a terminal of its own and goes on at once: what it changes is
+    /// the agent's (taken at the next boundaries), pause freezes it, takeover and abort end it.
+    fn start_terminal(&mut self, action: String, cmd: &str, limit: Option<usize>) -> Flow {
+        let tag = self.state().task.id.clone();
+        let confine = self.confinement(cmd);
+        let started = self.terminals.start(
+            &self.root,
+            cmd,
+            Some(&tag),
+            confine.as_ref(),
+            limit,
+            self.cfg.kill_grace,
+        );
+        match started {
+            Ok(id) => {
+                let outcome = Outcome {
+                    ok: true,
+                    text: format!("started in terminal {id}"),
+                    terminal: Some(id),
+                    ..Default::default()
+                };
+                self.complete(action, StepStatus::Done, outcome, Touched::Nothing)
+            }
+            Err(e) => self.step_failed(action, e.to_string()),
+        }
+    }
+
     /// The sandbox `cmd` runs in, or `None` (mode `off`, or no Landlock here: said once per
     /// task, never silently).
     fn confinement(&mut self, cmd: &str) -> Option<exec::Confinement> {
@@ -1038,7 +1119,8 @@ impl Engine {
     /// it, resume thaws it, abort, takeover and an urgent steer kill it and roll the step
     /// back. A `gated` (approved) command runs to completion before any interrupt lands.
     /// A `confined` one runs in the sandbox; when the sandbox denied it, the human decides
-    /// whether it is run again once without.
+    /// whether it is run again once without. With `terminal` (its output limit) the agent
+    /// asked for it in a terminal: its output is entered as a terminal that already ended.
     async fn run_command(
         &mut self,
         action: String,
@@ -1046,6 +1128,7 @@ impl Engine {
         timeout: Option<Duration>,
         gated: bool,
         confined: bool,
+        terminal: Option<Option<usize>>,
     ) -> Flow {
         let tag = self.state().task.id.clone();
         let confine = if confined {
@@ -1098,6 +1181,24 @@ impl Engine {
                 } else {
                     StepStatus::Failed
                 };
+                if let Some(limit) = terminal {
+                    let mut bytes = out.stdout.clone().into_bytes();
+                    bytes.extend_from_slice(out.stderr.as_bytes());
+                    let exit = exec::Exit {
+                        code: out.code,
+                        signal: out.signal,
+                    };
+                    let id = self.terminals.finished(cmd, &bytes, exit, limit);
+                    let outcome = Outcome {
+                        ok: true,
+                        text: format!(
+                            "ran to its end in terminal {id} before the agent heard of it, as it cannot be undone"
+                        ),
+                        terminal: Some(id),
+                        ..Default::default()
+                    };
+                    return self.complete(action, status, outcome, Touched::Anything);
+                }
                 let mut outcome = command_outcome(&out, None);
                 let hint = confine
                     .as_ref()

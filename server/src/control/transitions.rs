@@ -355,6 +355,8 @@ impl Engine {
         if let Some(e) = self.ended() {
             return Err(e);
         }
+        // Nothing the agent left running may write while its changes are taken back.
+        self.terminals.freeze_all();
         if let Some(p) = self.pending.take() {
             self.commit(|s| answered(s, p.decision, "abort"));
         }
@@ -539,6 +541,8 @@ impl Engine {
                     .then(" when you are done"),
             ));
         }
+        // Nothing the agent left running may write once the person holds the files.
+        self.terminals.freeze_all();
         let why = match reason.as_deref().map(str::trim) {
             Some(r) if !r.is_empty() => format!("taken over by the user: {r}"),
             _ => "taken over by the user".to_owned(),

@@ -51,8 +51,9 @@ pub struct Process {
     /// Set once the shell is reaped; from then on the group is never signalled again except
     /// by the sweep right after, because its id may eventually be reused.
     status: Option<ExitStatus>,
-    stdout: Capture,
-    stderr: Capture,
+    /// `None` for a terminal, whose one merged stream its owner reads.
+    stdout: Option<Capture>,
+    stderr: Option<Capture>,
     killed: bool,
     /// When `terminate` escalates from SIGTERM to SIGKILL; kept so a cancelled call resumes.
     kill_at: Option<Instant>,
@@ -76,6 +77,40 @@ impl Process {
         tag: Option<&str>,
         confine: Option<&Confinement>,
     ) -> Result<Self, ExecError> {
+        let mut child = Self::command(cwd, cmd, tag, confine, Stdio::piped(), Stdio::piped())?;
+        let stdout = Capture::start(child.stdout.take().expect("stdout was piped above"));
+        let stderr = Capture::start(child.stderr.take().expect("stderr was piped above"));
+        Ok(Self::new(child, Some(stdout), Some(stderr)))
+    }
+
+    /// `spawn_tagged` as a terminal has it: stdout and stderr go, interleaved as written, to
+    /// the one pipe returned, which the caller reads; `wait` reports no output.
+    pub fn spawn_merged(
+        cwd: &Path,
+        cmd: &str,
+        tag: Option<&str>,
+        confine: Option<&Confinement>,
+    ) -> Result<(Self, std::io::PipeReader), ExecError> {
+        let spawn_error = |source| ExecError::Spawn {
+            cmd: cmd.to_owned(),
+            source,
+        };
+        let (reader, writer) = std::io::pipe().map_err(spawn_error)?;
+        let writer2 = writer.try_clone().map_err(spawn_error)?;
+        let child = Self::command(cwd, cmd, tag, confine, writer.into(), writer2.into())?;
+        // The write ends now live only in the child (the Command held the copies), so the
+        // reader sees end of file once every process of the command has closed them.
+        Ok((Self::new(child, None, None), reader))
+    }
+
+    fn command(
+        cwd: &Path,
+        cmd: &str,
+        tag: Option<&str>,
+        confine: Option<&Confinement>,
+        stdout: Stdio,
+        stderr: Stdio,
+    ) -> Result<Child, ExecError> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(ExecError::NoRuntime {
                 cmd: cmd.to_owned(),
@@ -87,8 +122,8 @@ impl Process {
             .arg(cmd)
             .current_dir(cwd)
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(stdout)
+            .stderr(stderr)
             .process_group(0);
         if let Some(tag) = tag {
             command.env(TAG_VAR, tag);
@@ -99,16 +134,17 @@ impl Process {
                 why: e.to_string(),
             })?;
         }
-        let mut child = command.spawn().map_err(|source| ExecError::Spawn {
+        command.spawn().map_err(|source| ExecError::Spawn {
             cmd: cmd.to_owned(),
             source,
-        })?;
+        })
+    }
+
+    fn new(child: Child, stdout: Option<Capture>, stderr: Option<Capture>) -> Self {
         let pid = child
             .id()
             .expect("a child that has not been waited for still has its pid");
-        let stdout = Capture::start(child.stdout.take().expect("stdout was piped above"));
-        let stderr = Capture::start(child.stderr.take().expect("stderr was piped above"));
-        Ok(Self {
+        Self {
             pid,
             child,
             status: None,
@@ -117,7 +153,7 @@ impl Process {
             killed: false,
             kill_at: None,
             drain_until: None,
-        })
+        }
     }
 
     /// The shell's process id, which is also the process group id.
@@ -154,8 +190,14 @@ impl Process {
         let until = *self
             .drain_until
             .get_or_insert_with(|| Instant::now() + DRAIN_GRACE);
-        let stdout = self.stdout.finish(until).await;
-        let stderr = self.stderr.finish(until).await;
+        let stdout = match &mut self.stdout {
+            Some(c) => c.finish(until).await,
+            None => String::new(),
+        };
+        let stderr = match &mut self.stderr {
+            Some(c) => c.finish(until).await,
+            None => String::new(),
+        };
         Ok(Output {
             code: status.code(),
             signal: status.signal(),
@@ -230,8 +272,9 @@ impl Drop for Process {
                 tracing::warn!(pid = self.pid, error = %e, "could not kill a dropped command");
             }
         }
-        self.stdout.abandon();
-        self.stderr.abandon();
+        for c in [&mut self.stdout, &mut self.stderr].into_iter().flatten() {
+            c.abandon();
+        }
     }
 }
 
