@@ -207,15 +207,18 @@ impl Process {
         })
     }
 
-    /// Ends the command: SIGCONT (in case it is frozen) and SIGTERM to the group, SIGKILL to
+    /// Ends the command: SIGTERM and then SIGCONT (in case it is frozen) to the group, SIGKILL to
     /// the group if the shell has not exited after `grace`, then reaps it. Cancel-safe.
     pub async fn terminate(&mut self, grace: Duration) -> Result<Output, ExecError> {
         if self.status.is_none() {
             let kill_at = match self.kill_at {
                 Some(at) => at,
                 None => {
-                    self.signal_group(Signal::SIGCONT)?;
+                    // TERM before CONT: a frozen group wakes with the TERM already pending,
+                    // so nothing it runs gets a moment to act on the thaw (a sleep whose
+                    // deadline passed while frozen would otherwise run its next command).
                     self.signal_group(Signal::SIGTERM)?;
+                    self.signal_group(Signal::SIGCONT)?;
                     self.killed = true;
                     *self.kill_at.insert(Instant::now() + grace)
                 }
