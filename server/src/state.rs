@@ -104,6 +104,22 @@ pub struct TaskState {
     /// The sandbox the task's commands and agent process run in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxInfo>,
+    /// A stop the person asked for while an approved irreversible command runs: it lands
+    /// the moment that command ends, which is never frozen or killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_stop: Option<QueuedStop>,
+}
+
+/// A pause, abort or takeover waiting for an irreversible command to end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedStop {
+    /// What was asked: `pause`, `abort` or `take over`.
+    pub intent: String,
+    /// The command it waits for.
+    pub behind: String,
+    /// When it was asked (RFC 3339).
+    pub since: String,
 }
 
 /// Lines of one file the agent wrote that an abort kept.
@@ -891,6 +907,7 @@ mod tests {
             summary: None,
             kept_agent_lines: Vec::new(),
             sandbox: None,
+            queued_stop: None,
         }
     }
 

@@ -620,7 +620,7 @@ async fn a_gated_command_waits_for_approval_then_runs_to_completion() {
     let mut run = start(
         root,
         json!([
-            {"run": {"cmd": "echo shipped > shipped.txt; sleep 0.5; echo done >> shipped.txt", "irreversible": true}},
+            {"run": {"cmd": "echo shipped > shipped.txt; sleep 1.5; echo done >> shipped.txt", "irreversible": true}},
             {"run": {"cmd": "echo denied > denied.txt", "irreversible": true}},
             {"finish": "f"}
         ]),
@@ -640,9 +640,26 @@ async fn a_gated_command_waits_for_approval_then_runs_to_completion() {
     })
     .await;
     eventually("started", || root.join("shipped.txt").exists()).await;
-    // A pause may not land in the middle of an approved irreversible command.
-    let paused = run.call(Request::Pause).await;
-    assert_eq!(paused.state().status, Status::Paused);
+    // A pause may not land in the middle of an approved irreversible command: it is queued
+    // behind it, and said so at once.
+    let queued = run.call(Request::Pause).await;
+    let q = queued
+        .state()
+        .queued_stop
+        .clone()
+        .expect("the pause is queued");
+    assert_eq!(q.intent, "pause");
+    assert!(q.behind.starts_with("echo shipped"), "{q:?}");
+    assert_eq!(queued.state().status, Status::Running);
+    assert_eq!(
+        read(root, "shipped.txt"),
+        "shipped\n",
+        "answered while the command still runs, never frozen"
+    );
+    let s = run
+        .until("the pause to land", |s| s.status == Status::Paused)
+        .await;
+    assert_eq!(s.queued_stop, None);
     assert_eq!(
         read(root, "shipped.txt"),
         "shipped\ndone\n",
@@ -690,6 +707,63 @@ async fn a_gated_command_waits_for_approval_then_runs_to_completion() {
         .as_deref()
         .is_some_and(|d| d.contains("denied.txt")));
     assert!(s.decisions.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_during_an_approved_command_is_queued_behind_it_and_then_lands() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "echo one > out.txt; sleep 1.5; echo two >> out.txt", "irreversible": true}},
+            {"finish": "f"}
+        ]),
+    );
+    let s = run
+        .until("approval", |s| s.status == Status::AwaitingDecision)
+        .await;
+    run.call(Request::Decide {
+        decision_id: s.decisions[0].id.clone(),
+        choice: "approve".into(),
+    })
+    .await;
+    eventually("started", || root.join("out.txt").exists()).await;
+    let queued = run
+        .call(Request::Abort {
+            keep_changes: false,
+        })
+        .await;
+    let q = queued
+        .state()
+        .queued_stop
+        .clone()
+        .expect("the abort is queued");
+    assert_eq!(
+        (q.intent.as_str(), queued.state().status),
+        ("abort", Status::Running)
+    );
+    // A takeover asked meanwhile queues too; both land in order once the command ends.
+    let also = run.call(Request::Takeover { reason: None }).await;
+    assert_eq!(
+        also.state().queued_stop.as_ref().map(|q| q.intent.as_str()),
+        Some("take over")
+    );
+    let s = run
+        .until("the abort to land", |s| s.status == Status::Aborted)
+        .await;
+    assert_eq!(s.queued_stop, None);
+    assert!(
+        s.steps
+            .iter()
+            .any(|st| st.action.starts_with("run echo one") && st.status == StepStatus::Done),
+        "the command ran to its end as a step: {:#?}",
+        s.steps
+    );
+    assert!(
+        !root.join("out.txt").exists(),
+        "the abort took the agent's change back"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,6 +41,10 @@ T.test("describe: one line per status", function()
   T.eq(rein.describe(state({ status = "done", steps = { { n = 1, action = "a", author = "agent", status = "done" } } })), "done · 1 step")
   T.eq(rein.describe(state({ status = "aborted" })), "aborted")
   T.eq(rein.describe(state({ status = "failed" })), "failed")
+  T.eq(
+    rein.describe(state({ queuedStop = { intent = "pause", behind = "git push origin main", since = "" } })),
+    "pause queued behind `git push origin main`"
+  )
 end)
 
 T.test("describe: a pause says why, unless the user paused", function()

@@ -86,6 +86,8 @@ export interface TaskState {
   protectedLines?: Record<string, string[]>;
   summary?: string | null;
   sandbox?: SandboxInfo | null;
+  /** A stop waiting for an approved irreversible command to end. */
+  queuedStop?: { intent: string; behind: string; since: string } | null;
 }
 
 /** The sandbox in force for a task (`state.sandbox`). */
@@ -167,7 +169,15 @@ export function statusText(state: TaskState | null | undefined, serverUp = true,
   let tone: Tone = 'normal';
   switch (state.status) {
     case 'running':
-      text = `$(sync~spin) Agent running · step ${n + 1}`;
+      if (state.queuedStop) {
+        // Said at once: the stop lands when the approved command ends, never in its middle.
+        const q = state.queuedStop;
+        const cmd = q.behind.split('\n')[0];
+        text = `$(watch) ${q.intent[0].toUpperCase()}${q.intent.slice(1)} queued behind \`${cmd.length > 40 ? cmd.slice(0, 40) + '…' : cmd}\``;
+        tone = 'warning';
+      } else {
+        text = `$(sync~spin) Agent running · step ${n + 1}`;
+      }
       break;
     case 'paused':
       text = state.stopReason?.startsWith('interrupted')
@@ -214,6 +224,9 @@ export function tooltipLines(state: TaskState, here?: Landlock | null): string[]
   const lines = [`Task: ${state.task.goal}`, `Status: ${state.status.replace('_', ' ')}`];
   lines.push(`Control: ${holderText(state.control.holder)} — ${state.control.reason}`);
   if (state.stopReason) lines.push(`Why stopped: ${state.stopReason}`);
+  if (state.queuedStop) {
+    lines.push(`Your ${state.queuedStop.intent} lands when \`${state.queuedStop.behind}\` ends: it was approved and cannot be undone, so it is never interrupted.`);
+  }
   const plan = state.plan ?? [];
   if (plan.length) {
     const done = plan.filter((p) => p.status === 'done' || p.status === 'skipped').length;

@@ -59,6 +59,14 @@ test('status text: running shows the step being worked on', () => {
   assert.equal(statusText(mk()).text, '$(sync~spin) Agent running · step 1');
 });
 
+test('status text: a stop queued behind an approved command says so at once', () => {
+  const s = mk({ queuedStop: { intent: 'take over', behind: 'git push origin main', since: '' } });
+  const st = statusText(s);
+  assert.equal(st.text, '$(watch) Take over queued behind `git push origin main`');
+  assert.equal(st.tone, 'warning');
+  assert.ok(st.tooltip.some((l) => l.includes('lands when `git push origin main` ends')));
+});
+
 test('status text: paused, interrupted, decisions', () => {
   assert.equal(statusText(mk({ status: 'paused', steps: steps.slice(0, 2) })).text, '$(debug-pause) Paused · step 2');
   assert.equal(statusText(mk({ status: 'paused', stopReason: 'interrupted: rein stopped' })).text, '$(debug-pause) Paused: interrupted · step 0');

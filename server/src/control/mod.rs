@@ -312,8 +312,12 @@ enum Phase<'p> {
     Idle,
     /// Waiting for the agent's next move (abortable: the think is dropped).
     Think,
-    /// Running a command (freezable, killable unless gated).
-    Command { proc: &'p mut Process, gated: bool },
+    /// Running a command (freezable, killable unless `gated`: an approved command, whose
+    /// line it is, that runs to its end).
+    Command {
+        proc: &'p mut Process,
+        gated: Option<&'p str>,
+    },
 }
 
 /// What the in-flight work should do after a request.
@@ -462,6 +466,7 @@ pub fn start(
         summary: None,
         kept_agent_lines: Vec::new(),
         sandbox: Some(sandbox_info(&cfg)),
+        queued_stop: None,
     };
     let store = StateStore::create(&git_dir, initial)?;
     let (tx, rx) = mpsc::unbounded_channel();

@@ -1155,6 +1155,7 @@ impl Engine {
                 env = self.rx.recv() => {
                     let Some(env) = env else { break CommandEnd::Shutdown };
                     let before = self.state().status;
+                    let gated = gated.then_some(cmd);
                     let flow = self.dispatch(env, Phase::Command { proc: &mut proc, gated });
                     let after = self.state().status;
                     if before == Status::Running && after == Status::Paused {

@@ -44,8 +44,14 @@ impl Request {
         matches!(self, Request::Abort { .. } | Request::Takeover { .. })
     }
 
-    fn interrupts(&self) -> bool {
-        self.cuts_step() || matches!(self, Request::Pause | Request::Steer { urgent: true, .. })
+    /// The stop this request asks for, in the person's words.
+    fn stop_intent(&self) -> Option<&'static str> {
+        match self {
+            Request::Pause => Some("pause"),
+            Request::Abort { .. } => Some("abort"),
+            Request::Takeover { .. } => Some("take over"),
+            _ => None,
+        }
     }
 }
 
@@ -95,30 +101,50 @@ impl Engine {
     /// Handles one request; says what the in-flight work (if any) must do about it.
     pub(super) fn dispatch(&mut self, env: Envelope, phase: Phase<'_>) -> Flow {
         let Envelope { req, reply } = env;
-        if let Phase::Command { gated: true, .. } = phase {
-            // An approved irreversible command finishes before any interrupt takes effect.
-            if req.interrupts() {
-                if let Request::Steer {
+        if let Phase::Command {
+            gated: Some(cmd), ..
+        } = phase
+        {
+            // An approved command finishes before any stop takes effect: the stop is queued
+            // behind it and said so at once; it lands the moment the command ends.
+            if let Some(intent) = req.stop_intent() {
+                let cmd = cmd.to_owned();
+                self.say(
+                    Level::Info,
+                    format!("{intent} queued: `{cmd}` was approved and runs to its end first; the {intent} lands the moment it ends"),
+                );
+                self.commit(|s| {
+                    s.queued_stop = Some(state::QueuedStop {
+                        intent: intent.to_owned(),
+                        behind: cmd,
+                        since: state::now(),
+                    });
+                });
+                if let Some(reply) = reply {
+                    let _ = reply.send(Ok(Reply::State(self.boxed_state())));
+                }
+                self.deferred.push_back(Envelope { req, reply: None });
+                return Flow::Continue;
+            }
+            // An urgent steer cannot cut it: it waits like any other correction.
+            if let Request::Steer {
+                text,
+                location,
+                source,
+                urgent: true,
+            } = req
+            {
+                let req = Request::Steer {
                     text,
                     location,
                     source,
-                    ..
-                } = req
-                {
-                    self.deferred.push_back(Envelope {
-                        req: Request::Steer {
-                            text,
-                            location,
-                            source,
-                            urgent: false,
-                        },
-                        reply,
-                    });
-                } else {
-                    self.deferred.push_back(Envelope { req, reply });
-                }
-                return Flow::Continue;
+                    urgent: false,
+                };
+                return self.dispatch(Envelope { req, reply }, phase);
             }
+        }
+        if req.stop_intent().is_some() && self.state().queued_stop.is_some() {
+            self.commit(|s| s.queued_stop = None);
         }
         if !matches!(phase, Phase::Idle) && req.cuts_step() {
             self.deferred.push_front(Envelope { req, reply });

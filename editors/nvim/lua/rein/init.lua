@@ -552,6 +552,15 @@ function M.describe(state)
     return ""
   end
   if s == "running" then
+    local q = type(state.queuedStop) == "table" and state.queuedStop
+    if q and type(q.intent) == "string" and type(q.behind) == "string" then
+      -- Said at once: the stop lands when the approved command ends, never in its middle.
+      local cmd = q.behind:match("^[^\n]*")
+      if #cmd > 40 then
+        cmd = cmd:sub(1, 40) .. "…"
+      end
+      return ("%s queued behind `%s`"):format(q.intent, cmd)
+    end
     return ("agent running · step %d"):format(last + 1)
   elseif s == "paused" then
     local n = needs()
