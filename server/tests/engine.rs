@@ -767,6 +767,62 @@ async fn an_abort_during_an_approved_command_is_queued_behind_it_and_then_lands(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_pause_that_meets_a_decision_is_told_not_dropped() {
+    assert!(
+        rein::exec::landlock_abi().is_some(),
+        "this test needs Landlock: the sandbox denial is what raises the decision"
+    );
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let escape = std::path::Path::new(&home).join(format!("rein-queued-{}", std::process::id()));
+    let _ = std::fs::remove_file(&escape);
+    let cmd = format!(
+        "echo begun > begun.txt; sleep 1; touch {}",
+        escape.display()
+    );
+    let mut run = start(
+        root,
+        json!([{"run": {"cmd": cmd, "irreversible": true}}, {"finish": "f"}]),
+    );
+    let s = run
+        .until("approval", |s| s.status == Status::AwaitingDecision)
+        .await;
+    run.call(Request::Decide {
+        decision_id: s.decisions[0].id.clone(),
+        choice: "approve".into(),
+    })
+    .await;
+    eventually("begun", || root.join("begun.txt").exists()).await;
+    let queued = run.call(Request::Pause).await;
+    assert!(queued.state().queued_stop.is_some());
+    // The sandbox denies the write outside, so the step ends on a decision, not running.
+    let s = run
+        .until("the sandbox decision", |s| {
+            s.status == Status::AwaitingDecision && s.queued_stop.is_none()
+        })
+        .await;
+    assert!(!escape.exists(), "the confined command wrote outside");
+    assert_eq!(
+        s.decisions[0].kind,
+        rein::state::DecisionKind::SandboxDenied
+    );
+    let told = loop {
+        match tokio::time::timeout(Duration::from_secs(30), run.notices.recv()).await {
+            Ok(Some(rein::control::Notice::Message { text, .. })) => {
+                let text = text.to_string();
+                if text.contains("queued pause did not land") {
+                    break text;
+                }
+            }
+            Ok(Some(_)) => {}
+            other => panic!("no word on the queued pause: {other:?}"),
+        }
+    };
+    assert!(told.contains("waiting for your decision"), "{told}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_paths_from_the_agent_are_refused_and_nothing_outside_is_touched() {
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("victim.txt"), "safe\n").unwrap();

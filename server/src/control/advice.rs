@@ -84,6 +84,12 @@ impl Advice {
         self
     }
 
+    /// Appends another message, its actions kept as actions.
+    pub fn and(mut self, more: Advice) -> Self {
+        self.0.extend(more.0);
+        self
+    }
+
     /// Adds words.
     pub fn then(mut self, t: impl Into<String>) -> Self {
         self.0.push(Part::Text(t.into()));

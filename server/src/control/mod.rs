@@ -228,8 +228,8 @@ pub enum Notice {
     Message {
         /// How bad.
         level: Level,
-        /// What happened and what to do.
-        text: String,
+        /// What happened and what to do (its actions named by whoever shows it).
+        text: Advice,
     },
 }
 
@@ -534,6 +534,8 @@ pub fn recover(
         store.update(|st| {
             st.status = Status::Paused;
             st.decisions.clear();
+            // The command it waited for died with Rein; the task is stopped anyway.
+            st.queued_stop = None;
             st.stop_reason = Some(format!(
                 "interrupted: Rein stopped while the task was {}; every step up to {last} is kept. Resume to continue.",
                 s.status.as_str()
@@ -790,7 +792,8 @@ impl Engine {
         self.state().steps.last().map_or(1, |s| s.n + 1)
     }
 
-    fn say(&self, level: Level, text: String) {
+    fn say(&self, level: Level, text: impl Into<Advice>) {
+        let text = text.into();
         match level {
             Level::Error => tracing::error!("{text}"),
             Level::Warning => tracing::warn!("{text}"),
@@ -803,7 +806,7 @@ impl Engine {
     /// of the file is taken first; a refused one is reported, never fatal.
     fn commit(&mut self, change: impl FnOnce(&mut TaskState)) {
         match self.store.update(change) {
-            Ok(Some(_)) => self.say(Level::Info, "your edit of the task state was taken".into()),
+            Ok(Some(_)) => self.say(Level::Info, "your edit of the task state was taken"),
             Ok(None) => {}
             Err(e) => self.say(Level::Warning, e.to_string()),
         }
@@ -988,7 +991,7 @@ impl Engine {
     fn boundary(&mut self) {
         match self.store.sync_from_disk() {
             Ok(Some(_)) => {
-                self.say(Level::Info, "your edit of the task state was taken".into());
+                self.say(Level::Info, "your edit of the task state was taken");
                 (self.notify)(Notice::State(self.boxed_state()));
             }
             Ok(None) => {}

@@ -143,6 +143,12 @@ impl Engine {
                 return self.dispatch(Envelope { req, reply }, phase);
             }
         }
+        // A stop that was queued behind an approved command lands now; its reply went out
+        // when it was queued, so a refusal (say, a decision came first) is told instead.
+        let landing = match (req.stop_intent(), &self.state().queued_stop) {
+            (Some(intent), Some(_)) if reply.is_none() => Some(intent),
+            _ => None,
+        };
         if req.stop_intent().is_some() && self.state().queued_stop.is_some() {
             self.commit(|s| s.queued_stop = None);
         }
@@ -183,8 +189,19 @@ impl Engine {
                 (Ok(Reply::State(self.boxed_state())), Flow::Shutdown)
             }
         };
-        if let Some(r) = reply {
-            let _ = r.send(answer);
+        match (reply, answer) {
+            (Some(r), answer) => {
+                let _ = r.send(answer);
+            }
+            (None, Err(ControlError::NotNow(why))) => {
+                if let Some(intent) = landing {
+                    self.say(
+                        Level::Warning,
+                        Advice::text(format!("your queued {intent} did not land: ")).and(why),
+                    );
+                }
+            }
+            (None, _) => {}
         }
         flow
     }

@@ -834,6 +834,7 @@ impl Server {
                     Level::Warning => MessageType::WARNING,
                     Level::Error => MessageType::ERROR,
                 };
+                let text = self.editor.render(&text);
                 self.show(t, &text);
             }
         }
