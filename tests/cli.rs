@@ -9,13 +9,14 @@ use std::sync::mpsc;
 use rein_e2e::{rein_bin, repo, PATIENCE};
 use serde_json::json;
 
-const SUBCOMMANDS: [&str; 8] = [
+const SUBCOMMANDS: [&str; 9] = [
     "lsp",
     "demo",
     "run",
     "status",
     "log",
     "restore",
+    "gc",
     "schema",
     "completions",
 ];
@@ -121,6 +122,7 @@ fn a_closed_stdout_ends_every_subcommand_quietly() {
         &["schema"][..],
         &["completions", "bash"][..],
         &["restore", "step:0", root][..],
+        &["gc", "--dry-run", root][..],
         &["--help"][..],
         &["log", "--help"][..],
         &["--version"][..],
@@ -372,4 +374,90 @@ fn run_wait_takes_typed_ahead_answers() {
     let status: serde_json::Value =
         serde_json::from_slice(&rein(&["status", root]).stdout).unwrap();
     assert_eq!(status["status"], "aborted");
+}
+
+#[test]
+fn gc_removes_old_finished_tasks_and_their_refs_and_keeps_the_current() {
+    let dir = repo(
+        &[("a.txt", "one\n")],
+        json!([{"write": {"path": "b.txt", "content": "b\n"}}, {"finish": "f"}]),
+    );
+    let root = dir.path();
+    let r = root.to_str().unwrap();
+    let plan = root.join(".rein/plan.json");
+    for _ in 0..3 {
+        let out = rein(&["run", "--plan", plan.to_str().unwrap(), r]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let tasks = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(root.join(".git/rein/tasks"))
+            .expect("tasks")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let all = tasks();
+    assert_eq!(all.len(), 3);
+    for t in &all {
+        assert!(
+            !root.join(".git/rein/tasks").join(t).join("index").exists(),
+            "a finished task keeps no private index"
+        );
+    }
+    let current = std::fs::read_to_string(root.join(".git/rein/current")).expect("current");
+    let refs = || rein_e2e::git(root, &["for-each-ref", "--format=%(refname)", "refs/rein"]);
+    assert_eq!(refs().lines().count(), 3);
+
+    let dry = rein(&[
+        "gc",
+        "--keep-tasks",
+        "0",
+        "--keep-days",
+        "0",
+        "--dry-run",
+        r,
+    ]);
+    let said = text(&dry.stdout);
+    assert!(dry.status.success(), "{said}{}", text(&dry.stderr));
+    assert!(said.contains("would remove 2 task(s)"), "{said}");
+    assert!(
+        said.contains(&format!("{}  done", current.trim()))
+            && said.contains("kept (the current task)"),
+        "{said}"
+    );
+    assert_eq!(tasks(), all, "a dry run removes nothing");
+
+    let out = rein(&["gc", "--keep-tasks", "0", "--keep-days", "0", r]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{said}{}", text(&out.stderr));
+    assert!(said.contains("removed 2 task(s)"), "{said}");
+    assert_eq!(tasks(), vec![current.trim().to_owned()]);
+    assert_eq!(
+        refs().trim(),
+        format!("refs/rein/{}/checkpoints", current.trim())
+    );
+    // git's own view agrees: nothing of the removed tasks is reachable from a ref.
+    let reachable = rein_e2e::git(root, &["rev-list", "--all"]);
+    let kept = rein_e2e::git(
+        root,
+        &[
+            "rev-list",
+            "main",
+            &format!("refs/rein/{}/checkpoints", current.trim()),
+        ],
+    );
+    assert_eq!(
+        reachable, kept,
+        "only the current task's checkpoints stay reachable"
+    );
+    assert!(rein_e2e::git(root, &["status", "--porcelain"]).contains("b.txt"));
+    let bad = rein(&["gc", "--keep-tasks", "many", r]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad.stderr).contains("--keep-tasks"),
+        "{}",
+        text(&bad.stderr)
+    );
 }

@@ -892,6 +892,33 @@ fn configuration_comes_from_rein_toml_workspace_and_init_options_and_bad_config_
 }
 
 #[test]
+fn starting_a_task_sweeps_old_tasks_by_the_retention_in_rein_toml() {
+    let dir = repo(&[("a.txt", "a\n")], json!([{"finish": "f"}]));
+    let root = dir.path();
+    write(root, "rein.toml", "[gc]\nkeepTasks = 1\nkeepDays = 0\n");
+    let tasks = || std::fs::read_dir(root.join(".git/rein/tasks")).map_or(0, |d| d.count());
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    let mut ids = Vec::new();
+    for goal in ["one", "two", "three"] {
+        let r = lsp.ok("rein.start", json!({"goal": goal}));
+        ids.push(r["state"]["task"]["id"].as_str().unwrap_or("").to_owned());
+        lsp.wait_state("done", |s| status(s) == "done" && s["task"]["goal"] == goal);
+    }
+    // keepTasks = 1 keeps only the newest, the current one: the tasks before it are swept
+    // with their refs, each when the next one starts.
+    for _ in 0..3000 {
+        if tasks() <= 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(tasks(), 1, "only the current task stays");
+    assert!(root.join(".git/rein/tasks").join(&ids[2]).exists());
+    let refs = git(root, &["for-each-ref", "--format=%(refname)", "refs/rein"]);
+    assert_eq!(refs.trim(), format!("refs/rein/{}/checkpoints", ids[2]));
+}
+
+#[test]
 fn the_agents_latest_change_can_be_reverted_or_kept_by_code_action() {
     let dir = repo(
         &[("a.txt", "one\ntwo\nthree\nfour\n")],

@@ -339,13 +339,25 @@ impl Checkpoints {
         }
     }
 
-    /// Stops following the working tree (a task that has ended needs no watches); later scans
-    /// are full ones.
-    pub fn unwatch(&mut self) {
-        if self.live.take().is_some() && self.index_unsaved {
-            if let Ok(mut index) = self.repo.index() {
-                self.save_index(&mut index);
+    /// Lets go of what only a running task needs, once it has ended: the watches, and the
+    /// private index in memory and on disk (the size of `.git/index`, megabytes on a large
+    /// tree). Anything done with the task later (a rewind, a revert) seeds a new one from
+    /// `.git/index`, its scans full ones.
+    pub fn release(&mut self) {
+        self.live = None;
+        let attached = self
+            .repo
+            .index()
+            .is_ok_and(|i| i.path() == Some(self.index_path.as_path()));
+        if !attached {
+            return;
+        }
+        match Index::new().and_then(|mut empty| self.repo.set_index(&mut empty)) {
+            Ok(()) => {
+                self.index_unsaved = false;
+                remove_if_exists(&self.index_path);
             }
+            Err(e) => tracing::warn!(error = %e, "could not let go of the private index"),
         }
     }
 

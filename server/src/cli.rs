@@ -78,6 +78,27 @@ pub enum Cmd {
         /// The repository.
         dir: Option<PathBuf>,
     },
+    /// Remove finished tasks retention does not keep: their state, journal and refs
+    /// (refs/rein/<task>/…), so the next `git gc` can prune their checkpoints.
+    #[command(
+        after_help = "Kept: the current task, any task that has not ended, the last \
+        --keep-tasks started, and any touched within --keep-days. The defaults come from \
+        rein.toml ([gc] keepTasks, keepDays), else 20 tasks and 14 days. Rein also sweeps \
+        this way whenever a task starts."
+    )]
+    Gc {
+        /// Keep this many most recently started tasks.
+        #[arg(long, value_name = "N")]
+        keep_tasks: Option<u64>,
+        /// Keep tasks touched within this many days.
+        #[arg(long, value_name = "DAYS")]
+        keep_days: Option<u64>,
+        /// Say what would be removed, remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The repository.
+        dir: Option<PathBuf>,
+    },
     /// The JSON Schema of the task state file.
     Schema,
     /// A shell completion script, on standard output.

@@ -7,6 +7,7 @@ pub mod agent;
 pub mod checkpoint;
 pub mod control;
 pub mod exec;
+pub mod gc;
 pub mod lsp;
 pub mod reconcile;
 pub mod state;

@@ -157,6 +157,12 @@ fn run(cli: Cli) -> Result<i32> {
             out!("restored checkpoint {target}")?;
             Ok(0)
         }
+        Cmd::Gc {
+            keep_tasks,
+            keep_days,
+            dry_run,
+            dir,
+        } => gc(&dir_or_here(dir)?, keep_tasks, keep_days, dry_run),
         Cmd::Schema => {
             out!("{}", serde_json::to_string_pretty(&rein::state::schema())?)?;
             Ok(0)
@@ -173,6 +179,66 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// `rein gc`: the sweep, with rein.toml's retention unless overridden, one line a task.
+fn gc(dir: &Path, keep_tasks: Option<u64>, keep_days: Option<u64>, dry_run: bool) -> Result<i32> {
+    let root = rein::checkpoint::workdir_root(dir)?;
+    let mut retention = match rein::lsp::config::read_file(&root) {
+        Ok(file) => {
+            let (cfg, problems) = rein::lsp::config::Sources {
+                file,
+                ..Default::default()
+            }
+            .resolve();
+            for p in problems {
+                eprintln!("rein.toml: {p}");
+            }
+            cfg.retention
+        }
+        Err(e) => {
+            eprintln!("{e}; using the default retention");
+            rein::gc::Retention::default()
+        }
+    };
+    retention.keep_tasks = keep_tasks.unwrap_or(retention.keep_tasks);
+    retention.keep_days = keep_days.unwrap_or(retention.keep_days);
+    let sweep = rein::gc::sweep(&root, retention, std::time::SystemTime::now(), dry_run)?;
+    if sweep.tasks.is_empty() {
+        out!("no Rein task in this repository")?;
+        return Ok(0);
+    }
+    let mut freed = 0;
+    for t in &sweep.tasks {
+        let status = t.status.map_or("unreadable", |s| s.as_str());
+        let what = match t.kept {
+            Some(rein::gc::Kept::Current) => "kept (the current task)".to_owned(),
+            Some(rein::gc::Kept::Live) => "kept (not ended)".to_owned(),
+            Some(rein::gc::Kept::Recent) => {
+                format!("kept (among the last {})", retention.keep_tasks)
+            }
+            Some(rein::gc::Kept::Young) => {
+                format!("kept (touched within {} days)", retention.keep_days)
+            }
+            None => {
+                freed += t.bytes;
+                let verb = if dry_run { "would remove" } else { "removed" };
+                format!(
+                    "{verb} ({} refs, {} KiB)",
+                    t.refs.len(),
+                    t.bytes.div_ceil(1024)
+                )
+            }
+        };
+        out!("{}  {:<17}  {what}", t.id, status)?;
+    }
+    let n = sweep.removed().count();
+    let verb = if dry_run { "would remove" } else { "removed" };
+    out!(
+        "{verb} {n} task(s), {} KiB; `git gc --prune=now` then frees their checkpoints' objects",
+        freed.div_ceil(1024)
+    )?;
+    Ok(0)
 }
 
 fn init_stderr_log() {

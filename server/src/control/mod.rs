@@ -27,6 +27,7 @@ use crate::checkpoint::{
     self, CheckpointError, CheckpointInfo, Checkpoints, Overlay, SnapshotMeta,
 };
 use crate::exec::{ExecError, Policy, Process, Sandbox};
+use crate::gc::Retention;
 use crate::reconcile::merge::LineChange;
 use crate::reconcile::Report;
 use crate::state::{
@@ -41,6 +42,8 @@ pub struct EngineConfig {
     pub policy: Policy,
     /// How long a command gets between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
+    /// Finished tasks to sweep when a task starts (None: never swept automatically).
+    pub retention: Option<Retention>,
 }
 
 impl Default for EngineConfig {
@@ -48,6 +51,7 @@ impl Default for EngineConfig {
         EngineConfig {
             policy: Policy::default(),
             kill_grace: Duration::from_secs(2),
+            retention: None,
         }
     }
 }
@@ -503,8 +507,30 @@ pub fn start(
         "started",
         serde_json::json!({ "goal": goal }),
     );
+    if let Some(retention) = engine.cfg.retention {
+        // Old tasks are swept off the start's path; the new one is current, so it stays.
+        let root = engine.root.clone();
+        tokio::task::spawn_blocking(move || sweep_old_tasks(&root, retention));
+    }
     tokio::spawn(engine.run());
     Ok((Handle { tx }, state))
+}
+
+/// Removes the finished tasks retention does not keep; a failure only costs disk.
+fn sweep_old_tasks(root: &Path, retention: Retention) {
+    match crate::gc::sweep(root, retention, std::time::SystemTime::now(), false) {
+        Ok(s) => {
+            let removed: Vec<&str> = s.removed().map(|t| t.id.as_str()).collect();
+            if !removed.is_empty() {
+                tracing::info!(
+                    "removed {} old task(s) and their refs: {}",
+                    removed.len(),
+                    removed.join(", ")
+                );
+            }
+        }
+        Err(e) => tracing::warn!("could not sweep old tasks: {e}"),
+    }
 }
 
 /// Reopens the current task of the repository after a restart: a task that was running is
@@ -827,8 +853,9 @@ impl Engine {
         }
         loop {
             if self.state().status.is_terminal() {
-                // Nothing will step again; give the kernel its watches back.
-                self.ckpt.unwatch();
+                // Nothing will step again: give back the kernel's watches and the private
+                // index (memory and disk).
+                self.ckpt.release();
             }
             while let Some(env) = self
                 .deferred

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::editor::Editor;
 use crate::control::{EngineConfig, SandboxMode};
+use crate::gc::Retention;
 
 /// The plan file the scripted agent plays when no agent is configured and the repository has
 /// one (the convention the demo and the tests use).
@@ -31,6 +32,8 @@ pub struct Config {
     pub sandbox: SandboxMode,
     /// Commands the sandbox lets reach the network.
     pub network: Vec<String>,
+    /// How many finished tasks a repository keeps (swept when a task starts).
+    pub retention: Retention,
 }
 
 impl Default for Config {
@@ -43,6 +46,7 @@ impl Default for Config {
             kill_grace: Duration::from_secs(2),
             sandbox: SandboxMode::default(),
             network: Vec::new(),
+            retention: Retention::default(),
         }
     }
 }
@@ -136,6 +140,22 @@ impl Sources {
                 }
             }
         }
+        for (key, slot, most) in [
+            ("keepTasks", &mut cfg.retention.keep_tasks, 100_000),
+            ("keepDays", &mut cfg.retention.keep_days, 36_500),
+        ] {
+            if let Some(v) = merged
+                .pointer(&format!("/gc/{key}"))
+                .filter(|v| !v.is_null())
+            {
+                match v.as_u64().filter(|n| *n <= most) {
+                    Some(n) => *slot = n,
+                    None => problems.push(format!(
+                        "rein setting \"gc.{key}\" must be a whole number up to {most}; using {slot}"
+                    )),
+                }
+            }
+        }
         if let Some(v) = merged.get("killGraceMs").filter(|v| !v.is_null()) {
             match v.as_u64().filter(|ms| *ms <= 600_000) {
                 Some(ms) => cfg.kill_grace = Duration::from_millis(ms),
@@ -167,6 +187,7 @@ impl Config {
         e.policy.sandbox = self.sandbox;
         e.policy.network.extend(self.network.iter().cloned());
         e.kill_grace = self.kill_grace;
+        e.retention = Some(self.retention);
         e
     }
 }

@@ -1,0 +1,397 @@
+//! What finished tasks leave in the user's repository, and the retention policy that removes
+//! it: a task's directory (`<git dir>/rein/tasks/<id>`: state, journal, private index) and its
+//! refs (`refs/rein/<id>/…`: the checkpoint chain and an aborted attempt). Once the refs are
+//! gone, the user's next `git gc` can prune the checkpoints' objects.
+//!
+//! A task is kept while it is the current task or has not ended, while it is among the last
+//! `keep_tasks` started, or while it was last touched within `keep_days`. Nothing else of the
+//! repository is touched: refs outside `refs/rein/<id>/` of a task being removed, and refs
+//! with no task directory here (another worktree's tasks share the ref namespace), stay.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::state::{StateStore, Status};
+
+/// How many finished tasks, and for how long, a repository keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// The most recently started tasks kept whatever their age.
+    pub keep_tasks: u64,
+    /// Tasks touched within this many days are kept whatever their number.
+    pub keep_days: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            keep_tasks: 20,
+            keep_days: 14,
+        }
+    }
+}
+
+/// Why a task stays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// It is the repository's current task.
+    Current,
+    /// It has not ended (running, paused, waiting, or in the human's hands).
+    Live,
+    /// Among the last `keep_tasks` started.
+    Recent,
+    /// Touched within `keep_days`.
+    Young,
+}
+
+/// One task found in the repository, and what retention decided for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskEntry {
+    /// The task id.
+    pub id: String,
+    /// Its status, when its state could be read.
+    pub status: Option<Status>,
+    /// Bytes its directory holds.
+    pub bytes: u64,
+    /// Refs it holds under `refs/rein/<id>/`.
+    pub refs: Vec<String>,
+    /// Why it stays; `None` when it is (or would be) removed.
+    pub kept: Option<Kept>,
+}
+
+/// The result of a sweep.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sweep {
+    /// Every task found, newest first.
+    pub tasks: Vec<TaskEntry>,
+}
+
+impl Sweep {
+    /// The tasks removed (or that a dry run would remove).
+    pub fn removed(&self) -> impl Iterator<Item = &TaskEntry> {
+        self.tasks.iter().filter(|t| t.kept.is_none())
+    }
+}
+
+/// Why a sweep could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    /// Not inside a git working tree.
+    #[error("{path} is not inside a git working tree")]
+    NotARepository {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// Git refused.
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+    /// A file could not be read or removed.
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+}
+
+/// Finds the repository's tasks and removes those retention does not keep (none with
+/// `dry_run`). `now` is the time ages are measured from.
+pub fn sweep(
+    workdir: &Path,
+    retention: Retention,
+    now: SystemTime,
+    dry_run: bool,
+) -> Result<Sweep, GcError> {
+    let repo = git2::Repository::discover(workdir).map_err(|_| GcError::NotARepository {
+        path: workdir.to_owned(),
+    })?;
+    let git_dir = repo.path().to_owned();
+    let tasks_dir = StateStore::rein_dir(&git_dir).join("tasks");
+    let current = StateStore::current(&git_dir).ok().flatten();
+    let mut found = Vec::new();
+    let entries = match fs::read_dir(&tasks_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Sweep::default()),
+        Err(source) => {
+            return Err(GcError::Io {
+                action: "listing",
+                path: tasks_dir,
+                source,
+            })
+        }
+    };
+    for entry in entries.flatten() {
+        let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let dir = entry.path();
+        let state = StateStore::open(&git_dir, &id).ok();
+        let status = state.as_ref().map(|s| s.state().status);
+        let started = state
+            .as_ref()
+            .map(|s| s.state().task.started.clone())
+            .unwrap_or_default();
+        // The state file is rewritten at every change, so its time is the task's last one.
+        let touched = fs::metadata(dir.join("state.json"))
+            .or_else(|_| fs::metadata(&dir))
+            .and_then(|m| m.modified())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        found.push((started, touched, id, dir, status));
+    }
+    // Newest first: RFC 3339 times in one zone sort as strings; ties by the id.
+    found.sort_by(|a, b| (&b.0, &b.2).cmp(&(&a.0, &a.2)));
+    let young = Duration::from_secs(retention.keep_days.saturating_mul(86_400));
+    let mut sweep = Sweep::default();
+    for (i, (_, touched, id, dir, status)) in found.into_iter().enumerate() {
+        let kept = if current.as_deref() == Some(id.as_str()) {
+            Some(Kept::Current)
+        } else if status.is_some_and(|s| !s.is_terminal()) {
+            Some(Kept::Live)
+        } else if (i as u64) < retention.keep_tasks {
+            Some(Kept::Recent)
+        } else if now.duration_since(touched).unwrap_or_default() < young {
+            Some(Kept::Young)
+        } else {
+            None
+        };
+        let refs = task_refs(&repo, &id)?;
+        let bytes = dir_bytes(&dir);
+        if kept.is_none() && !dry_run {
+            remove_task(&repo, &dir, &refs)?;
+        }
+        sweep.tasks.push(TaskEntry {
+            id,
+            status,
+            bytes,
+            refs,
+            kept,
+        });
+    }
+    Ok(sweep)
+}
+
+/// The refs a task holds: everything under `refs/rein/<id>/`.
+fn task_refs(repo: &git2::Repository, id: &str) -> Result<Vec<String>, GcError> {
+    let mut names = Vec::new();
+    for r in repo.references_glob(&format!("refs/rein/{id}/*"))? {
+        if let Ok(name) = r?.name() {
+            names.push(name.to_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Deletes the refs first: a directory without refs is clutter, refs without their
+/// directory would keep every object alive with nothing left to remove them.
+fn remove_task(repo: &git2::Repository, dir: &Path, refs: &[String]) -> Result<(), GcError> {
+    for name in refs {
+        match repo.find_reference(name) {
+            Ok(mut r) => r.delete()?,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    match fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(GcError::Io {
+            action: "removing",
+            path: dir.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Bytes held by the files directly in `dir` (a task directory has no subdirectories).
+fn dir_bytes(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "T")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "T")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {:?}", out);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A repository with tasks `ids` (oldest first), each with a state of `status`, a
+    /// checkpoint ref and an aborted ref.
+    fn repo_with_tasks(ids: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        git(root, &["init", "-q", "-b", "main"]);
+        fs::write(root.join("a.txt"), "a\n").expect("write");
+        git(root, &["add", "-A"]);
+        git(root, &["commit", "-q", "-m", "initial"]);
+        let head = git(root, &["rev-parse", "HEAD"]).trim().to_owned();
+        for (i, (id, status)) in ids.iter().enumerate() {
+            let task = root.join(".git/rein/tasks").join(id);
+            fs::create_dir_all(&task).expect("mkdir");
+            let state = serde_json::json!({
+                "version": 3,
+                "task": {"id": id, "goal": "g", "base": null, "agent": null,
+                         "started": format!("2026-01-01T00:00:{i:02}Z")},
+                "status": status,
+                "control": {"holder": "none", "since": "2026-01-01T00:00:00Z", "reason": "r"},
+            });
+            fs::write(task.join("state.json"), state.to_string()).expect("state");
+            fs::write(task.join("index"), vec![0u8; 1000]).expect("index");
+            git(
+                root,
+                &["update-ref", &format!("refs/rein/{id}/checkpoints"), &head],
+            );
+            git(
+                root,
+                &["update-ref", &format!("refs/rein/{id}/aborted"), &head],
+            );
+        }
+        dir
+    }
+
+    fn kept_of(s: &Sweep) -> Vec<(String, Option<Kept>)> {
+        s.tasks.iter().map(|t| (t.id.clone(), t.kept)).collect()
+    }
+
+    #[test]
+    fn keeps_the_current_the_live_and_the_last_n_and_removes_the_rest() {
+        let dir = repo_with_tasks(&[
+            ("t1", "done"),
+            ("t2", "paused"),
+            ("t3", "aborted"),
+            ("t4", "done"),
+            ("t5", "done"),
+        ]);
+        let root = dir.path();
+        fs::write(root.join(".git/rein/current"), "t1").expect("current");
+        // Long after: only the count keeps a task.
+        let later = SystemTime::now() + Duration::from_secs(400 * 86_400);
+        let r = Retention {
+            keep_tasks: 1,
+            keep_days: 14,
+        };
+        let dry = sweep(root, r, later, true).expect("dry run");
+        assert_eq!(
+            kept_of(&dry),
+            vec![
+                ("t5".into(), Some(Kept::Recent)),
+                ("t4".into(), None),
+                ("t3".into(), None),
+                ("t2".into(), Some(Kept::Live)),
+                ("t1".into(), Some(Kept::Current)),
+            ]
+        );
+        assert!(
+            root.join(".git/rein/tasks/t4").exists(),
+            "a dry run removes nothing"
+        );
+        assert_eq!(dry.removed().count(), 2);
+        assert_eq!(
+            dry.tasks[1].refs,
+            vec!["refs/rein/t4/aborted", "refs/rein/t4/checkpoints"]
+        );
+        assert!(dry.tasks[1].bytes >= 1000);
+
+        let done = sweep(root, r, later, false).expect("sweep");
+        assert_eq!(kept_of(&done), kept_of(&dry));
+        for gone in ["t3", "t4"] {
+            assert!(!root.join(".git/rein/tasks").join(gone).exists());
+        }
+        let refs = git(root, &["for-each-ref", "--format=%(refname)", "refs/rein"]);
+        assert!(!refs.contains("t3") && !refs.contains("t4"), "{refs}");
+        // The aborted attempt goes with its task, and stays with a kept one.
+        for kept in ["t1", "t2", "t5"] {
+            assert!(
+                refs.contains(&format!("refs/rein/{kept}/aborted")),
+                "{refs}"
+            );
+        }
+        assert_eq!(
+            git(root, &["status", "--porcelain"]),
+            "",
+            "the user's tree is untouched"
+        );
+    }
+
+    #[test]
+    fn young_tasks_stay_whatever_their_number() {
+        let dir = repo_with_tasks(&[("t1", "done"), ("t2", "done"), ("t3", "done")]);
+        let root = dir.path();
+        let r = Retention {
+            keep_tasks: 0,
+            keep_days: 1,
+        };
+        let s = sweep(root, r, SystemTime::now(), false).expect("sweep");
+        assert!(s.tasks.iter().all(|t| t.kept == Some(Kept::Young)));
+        let later = SystemTime::now() + Duration::from_secs(2 * 86_400);
+        let s = sweep(root, r, later, false).expect("sweep");
+        assert_eq!(s.removed().count(), 3);
+        assert!(fs::read_dir(root.join(".git/rein/tasks"))
+            .expect("dir")
+            .next()
+            .is_none());
+    }
+
+    #[test]
+    fn refs_of_packed_refs_and_other_worktrees_tasks() {
+        let dir = repo_with_tasks(&[("t1", "done"), ("t2", "done")]);
+        let root = dir.path();
+        // Packed refs are deleted too; a ref with no task directory here is not ours to judge.
+        git(root, &["pack-refs", "--all"]);
+        let head = git(root, &["rev-parse", "HEAD"]).trim().to_owned();
+        git(
+            root,
+            &["update-ref", "refs/rein/elsewhere/checkpoints", &head],
+        );
+        let r = Retention {
+            keep_tasks: 0,
+            keep_days: 0,
+        };
+        sweep(root, r, SystemTime::now() + Duration::from_secs(10), false).expect("sweep");
+        let refs = git(root, &["for-each-ref", "--format=%(refname)", "refs/rein"]);
+        assert_eq!(refs.trim(), "refs/rein/elsewhere/checkpoints");
+    }
+
+    #[test]
+    fn no_tasks_and_no_repository() {
+        let dir = repo_with_tasks(&[]);
+        assert_eq!(
+            sweep(dir.path(), Retention::default(), SystemTime::now(), false).expect("sweep"),
+            Sweep::default()
+        );
+        let plain = tempfile::tempdir().expect("temp dir");
+        assert!(matches!(
+            sweep(plain.path(), Retention::default(), SystemTime::now(), true),
+            Err(GcError::NotARepository { .. })
+        ));
+    }
+}
