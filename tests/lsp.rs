@@ -892,6 +892,22 @@ fn configuration_comes_from_rein_toml_workspace_and_init_options_and_bad_config_
 }
 
 #[test]
+fn start_answers_before_the_first_scan_and_step_zero_follows() {
+    let dir = repo(&[("a.txt", "a\n")], json!([{"finish": "f"}]));
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    let r = lsp.ok("rein.start", json!({"goal": "g"}));
+    // The reply does not wait for the tree to be recorded: step 0 is not in it yet.
+    assert_eq!(r["state"]["status"], "running");
+    assert_eq!(r["state"]["steps"], json!([]), "{r:#}");
+    let s = lsp.wait_state("step 0", |s| {
+        s["steps"][0]["action"] == "working tree at start"
+    });
+    assert_eq!(s["steps"][0]["author"], "human");
+    lsp.wait_state("done", |s| status(s) == "done");
+}
+
+#[test]
 fn starting_a_task_sweeps_old_tasks_by_the_retention_in_rein_toml() {
     let dir = repo(&[("a.txt", "a\n")], json!([{"finish": "f"}]));
     let root = dir.path();

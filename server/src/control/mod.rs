@@ -433,15 +433,12 @@ pub fn start(
     let agent = agent::build(&agent_spec, &root, 0, cfg.policy.sandbox)?;
     let base = checkpoint::head_commit(&root)?;
     let id = new_task_id();
-    let mut ckpt = Checkpoints::open(&root, &id, base.as_deref())?;
-    // From here on, checkpoints cost what changed rather than the size of the tree.
-    ckpt.watch();
     let sandbox = Sandbox::new(&root)?;
     let now = state::now();
     let initial = TaskState {
         version: 1,
         task: TaskInfo {
-            id,
+            id: id.clone(),
             goal: goal.trim().to_owned(),
             base: base.clone(),
             agent: agent_spec,
@@ -465,7 +462,7 @@ pub fn start(
         agent_moves: 0,
         decisions_asked: 0,
         remaining_moves: agent.remaining(),
-        head: base,
+        head: base.clone(),
         protected_lines: Default::default(),
         summary: None,
         kept_agent_lines: Vec::new(),
@@ -473,47 +470,101 @@ pub fn start(
         queued_stop: None,
     };
     let store = StateStore::create(&git_dir, initial)?;
+    let state = store.state().clone();
+    journal(&store, "started", serde_json::json!({ "goal": goal }));
+    if let Some(retention) = cfg.retention {
+        // Old tasks are swept off the start's path; the new one is current, so it stays.
+        let root = root.clone();
+        tokio::task::spawn_blocking(move || sweep_old_tasks(&root, retention));
+    }
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut engine = Engine::new(
-        root,
-        store,
-        ckpt,
-        sandbox,
-        Some(agent),
-        None,
-        cfg,
-        rx,
-        notify,
-    );
-    // Step 0 records the tree as the user left it, so every later change has an author.
-    let snap = engine.ckpt.snapshot(SnapshotMeta {
+    // The first scan costs the whole tree (hundreds of milliseconds on a large one), so the
+    // caller has its answer first; requests sent meanwhile wait on the channel and are
+    // handled once step 0 is recorded.
+    tokio::spawn(async move {
+        let opening = tokio::task::spawn_blocking(move || {
+            let opened = first_snapshot(&root, &id, base.as_deref());
+            (root, opened)
+        });
+        let (root, opened) = match opening.await {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::error!("the task's first snapshot did not complete: {e}");
+                return;
+            }
+        };
+        let (ckpt, snap) = match opened {
+            Ok(opened) => opened,
+            Err(e) => {
+                return fail_unopened(store, &notify, &e);
+            }
+        };
+        let mut engine = Engine::new(
+            root,
+            store,
+            ckpt,
+            sandbox,
+            Some(agent),
+            None,
+            cfg,
+            rx,
+            notify,
+        );
+        engine.tip = Some(snap.id.clone());
+        engine.commit(|s| {
+            s.steps.push(Step {
+                n: 0,
+                action: "working tree at start".into(),
+                author: Author::Human,
+                checkpoint: Some(snap.id),
+                status: StepStatus::Done,
+            })
+        });
+        engine.run().await;
+    });
+    Ok((Handle { tx }, state))
+}
+
+/// Opens the task's checkpoints, follows the tree, and records it as step 0 (the tree as the
+/// user left it, so every later change has an author).
+fn first_snapshot(
+    root: &Path,
+    id: &str,
+    base: Option<&str>,
+) -> Result<(Checkpoints, checkpoint::Snapshot), CheckpointError> {
+    let mut ckpt = Checkpoints::open(root, id, base)?;
+    // Watched before the scan, so nothing changed during it is missed; from here on,
+    // checkpoints cost what changed rather than the size of the tree.
+    ckpt.watch();
+    let snap = ckpt.snapshot(SnapshotMeta {
         step: 0,
         author: Author::Human,
         action: "working tree at start",
     })?;
-    engine.tip = Some(snap.id.clone());
-    engine.commit(|s| {
-        s.steps.push(Step {
-            n: 0,
-            action: "working tree at start".into(),
-            author: Author::Human,
-            checkpoint: Some(snap.id),
-            status: StepStatus::Done,
-        })
+    Ok((ckpt, snap))
+}
+
+/// A task whose checkpoints could not be opened ends at once, saying why.
+fn fail_unopened(mut store: StateStore, notify: &Notify, e: &CheckpointError) {
+    let why = format!("the task could not record the working tree: {e}");
+    tracing::error!("{why}");
+    notify(Notice::Message {
+        level: Level::Error,
+        text: Advice::text(why.clone()),
     });
-    let state = engine.store.state().clone();
-    journal(
-        &engine.store,
-        "started",
-        serde_json::json!({ "goal": goal }),
-    );
-    if let Some(retention) = engine.cfg.retention {
-        // Old tasks are swept off the start's path; the new one is current, so it stays.
-        let root = engine.root.clone();
-        tokio::task::spawn_blocking(move || sweep_old_tasks(&root, retention));
+    let done = store.update(|s| {
+        s.status = Status::Failed;
+        s.control = Control {
+            holder: Holder::None,
+            since: state::now(),
+            reason: why.clone(),
+        };
+        s.stop_reason = Some(why);
+    });
+    if let Err(e) = done {
+        tracing::error!("cannot record the failure: {e}");
     }
-    tokio::spawn(engine.run());
-    Ok((Handle { tx }, state))
+    notify(Notice::State(Box::new(store.state().clone())));
 }
 
 /// Removes the finished tasks retention does not keep; a failure only costs disk.
@@ -552,8 +603,6 @@ pub fn recover(
         tracing::info!("ended process group {group}, left running by the interrupted task");
     }
     let s = store.state().clone();
-    let mut ckpt = Checkpoints::open(&root, &id, s.task.base.as_deref())?;
-    ckpt.watch();
     let sandbox = Sandbox::new(&root)?;
     if matches!(s.status, Status::Running | Status::AwaitingDecision) {
         let last = s.steps.last().map_or(0, |st| st.n);
@@ -573,10 +622,49 @@ pub fn recover(
             serde_json::json!({ "was": s.status.as_str() }),
         );
     }
+    let state = store.state().clone();
     let (tx, rx) = mpsc::unbounded_channel();
+    // Reopening scans the tree for what changed while Rein was away: the caller has the
+    // state first, and requests wait on the channel until the engine is back.
+    tokio::spawn(async move {
+        let say = notify.clone();
+        let reopening =
+            tokio::task::spawn_blocking(move || reopen(root, store, sandbox, cfg, rx, notify));
+        match reopening.await {
+            Ok(Ok(engine)) => engine.run().await,
+            Ok(Err(e)) => {
+                let why = format!("cannot reopen this repository's Rein task: {e}");
+                tracing::error!("{why}");
+                say(Notice::Message {
+                    level: Level::Error,
+                    text: Advice::text(why),
+                });
+            }
+            Err(e) => tracing::error!("reopening the task did not complete: {e}"),
+        }
+    });
+    Ok(Some((Handle { tx }, state)))
+}
+
+/// The engine of a task found after a restart: a write cut by the crash settled, the agent
+/// rebuilt, and what changed since the last checkpoint recorded, so nothing is lost and the
+/// agent is told.
+fn reopen(
+    root: PathBuf,
+    store: StateStore,
+    sandbox: Sandbox,
+    cfg: EngineConfig,
+    rx: mpsc::UnboundedReceiver<Envelope>,
+    notify: Notify,
+) -> Result<Engine, ControlError> {
+    let live = !store.state().status.is_terminal();
+    let id = store.state().task.id.clone();
+    let mut ckpt = Checkpoints::open(&root, &id, store.state().task.base.as_deref())?;
+    if live {
+        ckpt.watch();
+    }
     let mut engine = Engine::new(root, store, ckpt, sandbox, None, None, cfg, rx, notify);
     engine.tip = engine.ckpt.tip()?;
-    let live = !engine.state().status.is_terminal();
     let mut landed = false;
     if live {
         // A write cut by the crash leaves its temp file; it is no one's change.
@@ -614,15 +702,11 @@ pub fn recover(
         engine.fail(format!("the agent cannot be rebuilt after the restart ({why}); every step is kept: abort or rewind, then start again"));
     }
     if !engine.state().status.is_terminal() {
-        // Whatever changed since the last checkpoint (the interrupted step's partial work, or
-        // the user's) is recorded first, so nothing is lost and the agent is told.
         if let Some(report) = engine.absorb(false, "found after the interruption")? {
             engine.add_note(report.markdown());
         }
     }
-    let state = engine.store.state().clone();
-    tokio::spawn(engine.run());
-    Ok(Some((Handle { tx }, state)))
+    Ok(engine)
 }
 
 /// The current task's state, read without starting an engine.

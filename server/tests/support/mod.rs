@@ -104,12 +104,13 @@ pub fn start(root: &Path, steps: serde_json::Value) -> Run {
 }
 
 impl Run {
-    /// Waits until the state satisfies `pred` (30 s at most, then panics with the state).
+    /// Waits until the state satisfies `pred` (two minutes at most, for loaded machines; then
+    /// panics with the state).
     pub async fn until(&mut self, what: &str, pred: impl Fn(&TaskState) -> bool) -> TaskState {
         if pred(&self.state) {
             return self.state.clone();
         }
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         loop {
             match tokio::time::timeout_at(deadline, self.notices.recv()).await {
                 Ok(Some(Notice::State(s))) => {
