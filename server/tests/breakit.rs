@@ -39,17 +39,21 @@ fn start_with_plan(root: &Path, plan: &Path, steps: serde_json::Value, cfg: Engi
 }
 
 /// Reopens the repository's task in a new engine, as a restarted server does.
-fn recover(root: &Path) -> Run {
+/// Reopens the task as a restarted server would, and returns once the engine is back: the
+/// first request is answered after the reopening (what changed meanwhile recorded).
+async fn recover(root: &Path) -> Run {
     let (notify, notices) = channel();
     let (handle, state) = control::recover(root, test_config(), notify)
         .expect("recovers")
         .expect("a task to recover");
-    Run {
+    let mut run = Run {
         handle,
         notices,
         state,
         root: root.to_owned(),
-    }
+    };
+    run.call(Request::State).await;
+    run
 }
 
 /// Waits until the newest state satisfies `pred`. Notices older than the state a reply
@@ -541,7 +545,7 @@ async fn a_temporary_file_left_by_a_crashed_write_is_not_taken_for_the_humans() 
         !temp_leftovers(root).is_empty(),
         "the kill landed inside the write"
     );
-    let mut run = recover(root);
+    let mut run = recover(root).await;
     let end = to_the_end(&mut run).await;
     assert_eq!(end.status, Status::Done);
     assert!(std::fs::read(root.join("big.txt")).unwrap() == big.as_bytes());
@@ -574,7 +578,7 @@ async fn the_agents_memory_of_its_own_writes_survives_a_restart() {
         .await;
     // A polite restart (the editor reloads); kill -9 loses the same memory.
     run.call(Request::Shutdown).await;
-    let mut run = recover(root);
+    let mut run = recover(root).await;
     assert_eq!(run.state.status, Status::Paused);
     let end = to_the_end(&mut run).await;
     assert_eq!(end.status, Status::Done);
@@ -614,7 +618,7 @@ async fn an_agent_write_cut_before_its_checkpoint_stays_the_agents() {
         agent_steps(&on_disk).is_empty(),
         "the kill landed before the write's checkpoint"
     );
-    let mut run = recover(root);
+    let mut run = recover(root).await;
     let end = to_the_end(&mut run).await;
     assert_eq!(end.status, Status::Done);
     assert_eq!(end.decisions_asked, 0, "{:?}", end.human_changes);
@@ -650,7 +654,7 @@ async fn a_write_found_whole_after_a_crash_is_the_agents_step() {
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();
     crash_inside_a_write(root, "agent\n", "agent\n").await;
-    let mut run = recover(root);
+    let mut run = recover(root).await;
     let step = agent_steps(&run.state)
         .last()
         .map(|st| (st.action.clone(), st.status, st.checkpoint.clone()))
@@ -685,7 +689,7 @@ async fn a_write_changed_after_a_crash_is_the_humans() {
     let root = dir.path();
     // The agent's bytes landed, then the human edited the file before Rein came back.
     crash_inside_a_write(root, "agent\n", "agent\nhuman\n").await;
-    let run = recover(root);
+    let run = recover(root).await;
     assert!(agent_steps(&run.state).is_empty(), "{:?}", run.state.steps);
     assert_eq!(
         run.state.agent_moves, 0,
@@ -730,7 +734,7 @@ async fn a_ref_lock_left_by_a_crash_does_not_stop_checkpoints() {
         .join(&s.task.id)
         .join("checkpoints.lock");
     std::fs::write(&lock, &tip).unwrap();
-    let mut run = recover(root);
+    let mut run = recover(root).await;
     let end = to_the_end(&mut run).await;
     assert_eq!(end.status, Status::Done);
     let write = agent_steps(&end)
