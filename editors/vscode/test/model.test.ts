@@ -10,6 +10,8 @@ import {
   parseNameStatus,
   serverSettings,
   resolveServerPath,
+  serverNotFoundText,
+  isNotFoundError,
   decisionContext,
   inlineChoice,
   constraintDescription,
@@ -45,10 +47,15 @@ const steps = [
   { n: 5, action: 'run deploy', author: 'agent' as const, status: 'rolled_back' as const, checkpoint: null },
 ];
 
-test('status text: no task, no server', () => {
+test('status text: "no task" only once the server is up; starting, stopped and not found say so', () => {
   assert.equal(statusText(null).text, '$(circle-outline) Rein: no task');
-  assert.equal(statusText(null, false).text, '$(circle-slash) Rein: server stopped');
-  assert.equal(statusText(null, false).tone, 'error');
+  assert.equal(statusText(null, 'starting').text, '$(loading~spin) Rein: starting');
+  assert.equal(statusText(mk(), 'starting').text, '$(loading~spin) Rein: starting');
+  assert.equal(statusText(null, 'stopped').text, '$(circle-slash) Rein: server stopped');
+  assert.equal(statusText(null, 'stopped').tone, 'error');
+  assert.equal(statusText(null, 'missing').text, '$(error) Rein: rein not found');
+  assert.match(statusText(null, 'missing').tooltip.join(' '), /rein\.serverPath/);
+  assert.equal(statusText(null, 'missing').tone, 'error');
 });
 
 test('status text: running shows the step being worked on', () => {
@@ -150,15 +157,34 @@ test('server settings carry only what the user set', () => {
   assert.deepEqual(serverSettings((k) => vals[k]), { agent: { kind: 'script', plan: '.rein/plan.json' }, steer: { onSave: false } });
 });
 
-test('server path: setting, then PATH, then bundled', () => {
+test('server path: setting, then PATH, then bundled; whether it is there', () => {
   const base = { extensionPath: '/ext', pathEnv: '/usr/bin:/opt/rein/bin', workspaceRoot: '/ws', home: '/home/u', platform: 'linux' };
-  assert.deepEqual(resolveServerPath({ ...base, setting: '/x/rein', exists: () => false }), { path: '/x/rein', from: 'setting' });
+  assert.deepEqual(resolveServerPath({ ...base, setting: '/x/rein', exists: () => false }), { path: '/x/rein', from: 'setting', found: false });
+  assert.deepEqual(resolveServerPath({ ...base, setting: '/x/rein', exists: (p) => p === '/x/rein' }), { path: '/x/rein', from: 'setting', found: true });
   assert.equal(resolveServerPath({ ...base, setting: '~/bin/rein', exists: () => false }).path, '/home/u/bin/rein');
   assert.equal(resolveServerPath({ ...base, setting: '${workspaceFolder}/target/debug/rein', exists: () => false }).path, '/ws/target/debug/rein');
   assert.equal(resolveServerPath({ ...base, setting: 'target/debug/rein', exists: () => false }).path, '/ws/target/debug/rein');
-  assert.deepEqual(resolveServerPath({ ...base, setting: '', exists: (p) => p === '/opt/rein/bin/rein' || p === '/ext/bin/rein' }), { path: '/opt/rein/bin/rein', from: 'path' });
-  assert.deepEqual(resolveServerPath({ ...base, setting: ' ', exists: (p) => p === '/ext/bin/rein' }), { path: '/ext/bin/rein', from: 'bundled' });
-  assert.deepEqual(resolveServerPath({ ...base, setting: '', exists: () => false }), { path: 'rein', from: 'none' });
+  // A bare name in the setting is found on PATH, as the spawn would find it.
+  assert.deepEqual(resolveServerPath({ ...base, setting: 'rein-dev', exists: (p) => p === '/opt/rein/bin/rein-dev' }), { path: 'rein-dev', from: 'setting', found: true });
+  assert.deepEqual(resolveServerPath({ ...base, setting: 'rein-dev', exists: () => false }), { path: 'rein-dev', from: 'setting', found: false });
+  assert.deepEqual(resolveServerPath({ ...base, setting: '', exists: (p) => p === '/opt/rein/bin/rein' || p === '/ext/bin/rein' }), { path: '/opt/rein/bin/rein', from: 'path', found: true });
+  assert.deepEqual(resolveServerPath({ ...base, setting: ' ', exists: (p) => p === '/ext/bin/rein' }), { path: '/ext/bin/rein', from: 'bundled', found: true });
+  assert.deepEqual(resolveServerPath({ ...base, setting: '', exists: () => false }), { path: 'rein', from: 'none', found: false });
+});
+
+test('a missing server binary is said in the editor terms: the setting and how to install', () => {
+  const none = serverNotFoundText({ path: 'rein', from: 'none' }, '');
+  assert.match(none, /^Rein: no rein binary found/);
+  assert.match(none, /rein\.serverPath is empty/);
+  assert.match(none, /not on PATH/);
+  assert.match(none, /cargo install --path server/);
+  assert.doesNotMatch(none, /ENOENT|spawn|`/);
+  const set = serverNotFoundText({ path: '/opt/nowhere/rein', from: 'setting' }, '/opt/nowhere/rein ');
+  assert.match(set, /rein\.serverPath is "\/opt\/nowhere\/rein", but there is no executable rein at \/opt\/nowhere\/rein/);
+  assert.match(set, /cargo install --path server/);
+  assert.ok(isNotFoundError(new Error('Launching server using command rein failed. Error: spawn rein ENOENT')));
+  assert.ok(isNotFoundError({ message: 'spawn /x/rein EACCES' }));
+  assert.ok(!isNotFoundError(new Error('Connection to server got closed')));
 });
 
 test('decision context values drive the inline approve/deny buttons', () => {
@@ -196,8 +222,8 @@ test('the sandbox shows in the tooltip, and an unconfined task in the status tex
   const off = mk({ sandbox: { mode: 'off', inForce: false } });
   assert.equal(statusText(off).text, '$(sync~spin) Agent running · step 1');
   assert.match(sandboxLine(off.sandbox) ?? '', /off — .*full rights/);
-  assert.ok(statusText(null, true, { unavailable: 'no Landlock' }).tooltip.includes('Sandbox: cannot be had here (no Landlock)'));
-  assert.ok(statusText(null, true, { abi: 7 }).tooltip.includes('Sandbox: Landlock ABI 7 available'));
+  assert.ok(statusText(null, 'up', { unavailable: 'no Landlock' }).tooltip.includes('Sandbox: cannot be had here (no Landlock)'));
+  assert.ok(statusText(null, 'up', { abi: 7 }).tooltip.includes('Sandbox: Landlock ABI 7 available'));
   assert.equal(statusText(mk({ status: 'awaiting_decision', decisions: [{ id: 'd1', kind: 'sandbox_denied', question: 'q', options: ['approve', 'deny'] }] })).text, '$(debug-pause) Paused: sandbox denied a command');
   assert.deepEqual(serverSettings((k) => (k === 'sandbox' ? 'read-only' : undefined)), { sandbox: 'read-only' });
 });
