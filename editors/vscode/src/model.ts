@@ -391,16 +391,40 @@ export function planIcon(status: PlanItem['status']): string {
 export function stepIcon(step: Step): string {
   if (step.status === 'failed') return 'error';
   if (step.status === 'rolled_back') return 'discard';
-  if (step.status === 'skipped') return 'debug-step-over';
+  if (step.status === 'skipped') return 'circle-slash';
   return step.author === 'human' ? 'person' : 'hubot';
 }
 
-/** A step's row description; its icon already says who (the tooltip says it all). */
-export function stepDescription(step: Step): string {
+/**
+ * A step's row. The side bar cuts a row at its default width, so the label keeps what means
+ * most (what was run, the files a human step changed) and the rest goes to the description:
+ * "9. run git tag v1" + "not done: the human chose deny", "5. src/greet.py" + "your changes
+ * while holding control". The icon says who; the tooltip has the whole action.
+ */
+export function stepRow(step: Step): { label: string; description: string } {
+  let head = step.action;
+  let tail = '';
+  const arrow = head.indexOf(' → ');
+  if (arrow > 0) {
+    tail = head.slice(arrow + 3);
+    head = head.slice(0, arrow);
+  } else if (step.author === 'human') {
+    const colon = head.indexOf(': ');
+    if (colon > 0) {
+      tail = head.slice(0, colon);
+      head = head.slice(colon + 2);
+    }
+  }
   const parts: string[] = [];
-  if (step.status !== 'done') parts.push(step.status.replace('_', ' '));
+  if (tail) parts.push(tail);
+  else if (step.status !== 'done') parts.push(step.status.replace('_', ' '));
   if (step.checkpoint) parts.push(step.checkpoint.slice(0, 7));
-  return parts.join(' · ');
+  return { label: `${step.n}. ${head}`, description: parts.join(' · ') };
+}
+
+/** A steer's icon: its status survives a row cut before the description. */
+export function constraintIcon(c: Constraint): string {
+  return c.status === 'delivered' ? 'pass' : 'watch';
 }
 
 /** A steer's row description, short enough to fit beside its text at the default width. */

@@ -23,6 +23,8 @@ const GOAL = 'Add a farewell next to the greeting';
 const STEER = 'keep greet() returning a plain string';
 const HUMAN_LINE = 'def shout(name):';
 const COMMENT = '# rein: say which check ran';
+const COMMENT2 = '# rein: keep it POSIX sh';
+const COMMENT3 = '# rein: print the name of the check';
 const plan = {
   steps: [
     { plan: ['Read the greeter', 'Adjust the greeting', 'Add a farewell', 'Document it', 'Run the check'], think_ms: 1200 },
@@ -142,14 +144,55 @@ async function toasts() {
 }
 /** Hovers the Rein view row with `text` and returns the hover's text once one shows. */
 async function hoverRow(text) {
+  // The view redraws as the state moves; a hover that came up over another row (the rows
+  // moved under the pointer) does not count: move away and hover again.
   const row = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: text }).first();
+  let last = '';
+  for (let attempt = 0; attempt < 4; attempt++) {
+    await page.mouse.move(0, 0);
+    await sleep(300);
+    await row.hover();
+    last = await waitFor(`a hover on the row "${text}"`, async () => {
+      const h = (await page.locator('.monaco-hover, .workbench-hover').allInnerTexts()).join('\n');
+      return h.trim() ? h : false;
+    }, 10_000).catch((e) => e.message);
+    if (last.includes(text)) return last;
+  }
+  return last;
+}
+let defaultSidebarWidth = 0;
+/** Drags the side bar's edge until it is `w` pixels wide. */
+async function sidebarWidth(w) {
+  const sb = await page.locator('#workbench\\.parts\\.sidebar').boundingBox();
+  if (!sb || !w) return;
+  await page.mouse.move(sb.x + sb.width + 1, sb.y + 300);
+  await page.mouse.down();
+  await page.mouse.move(sb.x + w + 1, sb.y + 300, { steps: 5 });
+  await page.mouse.up();
   await page.mouse.move(0, 0);
+}
+/** A screenshot of the view at the side bar's default width (then wide again); `during`
+ *  runs while it is that narrow. */
+async function shotAtDefaultWidth(name, during = async () => {}) {
+  const wide = (await page.locator('#workbench\\.parts\\.sidebar').boundingBox())?.width ?? 0;
+  await sidebarWidth(defaultSidebarWidth);
   await sleep(300);
-  await row.hover();
-  return waitFor(`a hover on the row "${text}"`, async () => {
-    const h = (await page.locator('.monaco-hover, .workbench-hover').allInnerTexts()).join('\n');
-    return h.trim() ? h : false;
-  }, 10_000).catch((e) => e.message);
+  await shot(name);
+  await during();
+  await sidebarWidth(wide);
+}
+/** Whether the label (not the description) of the view row with `text` shows whole. */
+async function labelWhole(text) {
+  const row = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: text }).first();
+  const name = await row.locator('.label-name').first().boundingBox();
+  const box = await row.locator('.monaco-icon-label-container').first().boundingBox();
+  return !!name && !!box && name.x + name.width <= box.x + box.width + 0.5;
+}
+/** The codicon class of the view row with `text`. */
+async function rowIcon(text) {
+  const row = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: text }).first();
+  const cls = (await row.locator('.custom-view-tree-node-item-icon').first().getAttribute('class')) ?? '';
+  return (cls.match(/codicon-([a-z-]+)/) ?? [])[1] ?? cls;
 }
 async function tabTitles() {
   return page.locator('.tabs-container .tab').allInnerTexts();
@@ -400,13 +443,8 @@ async function scenario() {
   check('hovering a plan row shows the whole item', planHover.includes('Adjust the greeting'), planHover);
   await page.mouse.move(0, 0);
   // Widen the side bar so the view's rows read whole in the screenshots that follow.
-  const sb = await page.locator('#workbench\\.parts\\.sidebar').boundingBox();
-  if (sb) {
-    await page.mouse.move(sb.x + sb.width + 1, sb.y + 300);
-    await page.mouse.down();
-    await page.mouse.move(sb.x + sb.width + 160, sb.y + 300, { steps: 5 });
-    await page.mouse.up();
-  }
+  defaultSidebarWidth = (await page.locator('#workbench\\.parts\\.sidebar').boundingBox())?.width ?? 0;
+  await sidebarWidth(defaultSidebarWidth + 160);
   await shot('running-steered');
 
   // 5. Pause from the palette.
@@ -477,12 +515,16 @@ async function scenario() {
   await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().click();
   await page.keyboard.press('Control+End');
   await page.keyboard.type(COMMENT, { delay: 10 });
+  await page.keyboard.press('Enter');
+  await page.keyboard.type(COMMENT2, { delay: 10 });
   await sleep(1500); // a hold would reach the state at once
   const heldNow = diskState()?.heldFiles ?? [];
   check('typing a rein: comment while paused does not hold its file', !heldNow.includes('check.sh'), JSON.stringify(heldNow));
   await page.keyboard.press('Control+S');
   const viaComment = await waitFor('the comment steer in the state', () => (diskState()?.constraints ?? []).find((c) => c.source === 'comment'), 15_000).catch(() => null);
   check('saving sends the rein: comment as a steer anchored at its line', viaComment?.location?.path === 'check.sh' && viaComment?.location?.line === 2, JSON.stringify(viaComment));
+  const second = await waitFor('the second comment steer in the state', () => (diskState()?.constraints ?? []).find((c) => c.source === 'comment' && c.text.includes('POSIX')), 15_000).catch(() => null);
+  check('the second rein: comment is sent too, at its own line', second?.location?.line === 3, JSON.stringify(second));
   check('saving it does not hold the file either', !(diskState()?.heldFiles ?? []).includes('check.sh'), JSON.stringify(diskState()?.heldFiles));
 
   // 5c. Resume from the palette, then pause again.
@@ -552,11 +594,11 @@ async function scenario() {
   await waitTree('the open decision', (r) => r.some((x) => x.startsWith('Decisions')));
   await shot('needs-approval');
   // The comment steer was delivered when the agent ran on: its quick fix takes it out.
-  const commentDelivered = (diskState()?.constraints ?? []).find((c) => c.source === 'comment');
-  check('the rein: comment steer was delivered', commentDelivered?.status === 'delivered', JSON.stringify(commentDelivered));
+  const commentSteers = (diskState()?.constraints ?? []).filter((c) => c.source === 'comment');
+  check('both rein: comment steers were delivered', commentSteers.length === 2 && commentSteers.every((c) => c.status === 'delivered'), JSON.stringify(commentSteers));
   check('the file of the delivered comment was never held', !(diskState()?.heldFiles ?? []).includes('check.sh'), JSON.stringify(diskState()?.heldFiles));
   await openFile('check.sh');
-  await page.locator('.editor-group-container.active .monaco-editor .view-line', { hasText: 'rein:' }).first().click();
+  await page.locator('.editor-group-container.active .monaco-editor .view-line', { hasText: 'say which check' }).first().click();
   await palette('Quick Fix');
   const removeAction = page.locator('.action-widget .monaco-list-row', { hasText: 'remove this steer comment' }).first();
   const removable = await removeAction.waitFor({ state: 'visible', timeout: 15_000 }).then(() => true, () => false);
@@ -564,13 +606,14 @@ async function scenario() {
   if (removable) {
     await sleep(300);
     await removeAction.dispatchEvent('click');
-    await waitFor('the comment removed from the buffer', async () => !(await editorText()).includes('rein:'), 10_000).catch(() => {});
+    await waitFor('the comment removed from the buffer', async () => !(await editorText()).includes(COMMENT), 10_000).catch(() => {});
     await page.keyboard.press('Control+S');
   } else {
     await page.keyboard.press('Escape');
   }
-  const gone = await waitFor('the comment gone from disk', () => !readFileSync(join(repo, 'check.sh'), 'utf8').includes('rein:'), 10_000).then(() => true, () => false);
-  check('the quick fix removes the comment line (saved: gone from disk, the script intact)', gone && readFileSync(join(repo, 'check.sh'), 'utf8').includes('echo checked'), readFileSync(join(repo, 'check.sh'), 'utf8'));
+  const gone = await waitFor('the comment gone from disk', () => !readFileSync(join(repo, 'check.sh'), 'utf8').includes(COMMENT), 10_000).then(() => true, () => false);
+  const afterFix = readFileSync(join(repo, 'check.sh'), 'utf8');
+  check('the quick fix removes that comment line only (saved: gone from disk, the other comment and the script intact)', gone && afterFix.includes('echo checked') && afterFix.includes(COMMENT2), afterFix);
   await showReinView();
   const tagRow = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: 'git tag v1' })
     .filter({ has: page.locator('.action-label[aria-label="Deny"]') }).first();
@@ -580,9 +623,17 @@ async function scenario() {
   check('a denied approval leaves a trace in the Rein view: "you denied `git tag v1`"', Array.isArray(deniedRow), Array.isArray(deniedRow) ? '' : deniedRow);
   const stDenied = await waitFor('the denial in the state', () => (diskState()?.answered ?? []).find((a) => a.choice === 'deny'), 15_000).catch(() => null);
   check('the state records who denied what (answered: deny by human)', stDenied?.by === 'human' && stDenied?.detail === 'git tag v1', JSON.stringify(stDenied));
-  const deniedStep = await waitTree('the denied step says so', (r) => r.some((x) => /git tag v1 → not done: the human chose deny/.test(x))).catch((e) => e.message);
+  const deniedStep = await waitTree('the denied step says so', (r) => r.some((x) => /^\d+\. run git tag v1\s*not done: the human chose deny/.test(x))).catch((e) => e.message);
   check('the denied step says what was not done and why', Array.isArray(deniedStep), Array.isArray(deniedStep) ? '' : deniedStep);
   await shot('denied');
+  await shotAtDefaultWidth('denied-default-width', async () => {
+    // What a row means must survive the cut at the default width: the command not run, the
+    // files a human step changed, and whether a steer was delivered.
+    check('at the default width the denied step reads whole ("N. run git tag v1")', await labelWhole('run git tag v1'));
+    check('at the default width a human step names its files whole ("N. src/greet.py")', await labelWhole('your changes while holding control'));
+    const longSteer = await rowIcon(STEER);
+    check('a long delivered steer cut before its description still shows it was delivered (icon)', longSteer === 'pass', longSteer);
+  });
   await waitStatus(/Paused: needs approval/, 90_000).catch(() => {});
   await waitTree('the second decision', (r) => r.some((x) => x.includes('check.sh') && x.includes('approve')));
   // The decision row (not the stop-reason row that quotes it) carries the inline actions.
@@ -618,6 +669,8 @@ async function scenario() {
   const diffEditor = await page.locator('.monaco-diff-editor').first().isVisible().catch(() => false);
   check('the step diff is a diff editor', diffEditor === true);
   await shot('step-diff');
+  await showReinView();
+  await shotAtDefaultWidth('done-default-width');
 
   // The status bar menu offers the controls that are legal now.
   await statusLocator().click();
@@ -643,6 +696,24 @@ async function scenario() {
   await answer('Rein: Start Task', 'second task to abort');
   const run2 = await waitStatus(/Agent running/).catch((e) => e.message);
   check('a second task starts once the first is done', /Agent running/.test(run2), run2);
+  // The comments the first task got are still in check.sh; saving the file in the second task
+  // sends only the new one.
+  const task1 = new Set((finalState?.constraints ?? []).filter((c) => c.source === 'comment').map((c) => c.text));
+  await openFile('check.sh');
+  const kept = (await editorText()).split('\n').filter((l) => /rein:/.test(l) && task1.has(l.replace(/^.*rein:\s*/, '').trim()));
+  check('check.sh still holds a rein: comment the first task was given', kept.length > 0, await editorText());
+  await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().click();
+  await page.keyboard.press('Control+End');
+  await page.keyboard.press('Enter');
+  await page.keyboard.type(COMMENT3, { delay: 10 });
+  await page.keyboard.press('Control+S');
+  const task2 = await waitFor('the new comment delivered to the second task', () => {
+    const s = diskState();
+    const c = (s?.constraints ?? []).find((k) => k.source === 'comment' && k.text.includes('name of the check'));
+    return s?.task?.goal === 'second task to abort' && c?.status === 'delivered' ? s : false;
+  }, 60_000).catch((e) => e.message);
+  const again = typeof task2 === 'object' ? (task2.constraints ?? []).filter((c) => c.source === 'comment' && task1.has(c.text)) : null;
+  check('a comment delivered to the first task is not sent to the second (only the new one is)', Array.isArray(again) && again.length === 0, typeof task2 === 'object' ? JSON.stringify(task2.constraints) : String(task2));
   await palette('Rein: Abort the Task');
   await quickInput().locator('.monaco-list-row', { hasText: 'Discard' }).first().waitFor({ timeout: 15_000 });
   await quickInput().locator('.monaco-list-row', { hasText: 'Discard' }).first().click();

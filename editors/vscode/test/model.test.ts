@@ -15,6 +15,9 @@ import {
   decisionContext,
   inlineChoice,
   constraintDescription,
+  stepRow,
+  stepIcon,
+  constraintIcon,
   constraintTooltip,
   steerPrompt,
   answeredLabel,
@@ -195,6 +198,24 @@ test('decision context values drive the inline approve/deny buttons', () => {
   assert.equal(decisionContext({ ...d, kind: 'question', options: [] }), 'decision:answer');
   assert.equal(inlineChoice(d, 'deny'), 'deny');
   assert.equal(inlineChoice({ ...d, options: ['keep mine'] }, 'approve'), undefined);
+});
+
+test('step rows keep their meaning when cut: the command or the files first, the rest described', () => {
+  const denied = { n: 9, action: 'run git tag v1 → not done: the human chose deny', author: 'agent' as const, status: 'skipped' as const, checkpoint: '978c6b4aa' };
+  assert.deepEqual(stepRow(denied), { label: '9. run git tag v1', description: 'not done: the human chose deny · 978c6b4' });
+  assert.equal(stepIcon(denied), 'circle-slash');
+  const human = { n: 5, action: 'your changes while holding control: src/greet.py', author: 'human' as const, status: 'done' as const, checkpoint: '08c5e1f00' };
+  assert.deepEqual(stepRow(human), { label: '5. src/greet.py', description: 'your changes while holding control · 08c5e1f' });
+  assert.deepEqual(stepRow({ n: 0, action: 'working tree at start', author: 'human', status: 'done', checkpoint: '965a20e11' }), { label: '0. working tree at start', description: '965a20e' });
+  // An agent action with a colon stays whole: "finish: …" is what it did.
+  assert.deepEqual(stepRow({ n: 12, action: 'finish: Added farewell()', author: 'agent', status: 'done', checkpoint: null }), { label: '12. finish: Added farewell()', description: '' });
+  assert.deepEqual(stepRow({ n: 5, action: 'run deploy', author: 'agent', status: 'rolled_back', checkpoint: null }), { label: '5. run deploy', description: 'rolled back' });
+});
+
+test('a steer icon says queued or delivered, so a cut row still tells', () => {
+  assert.equal(constraintIcon({ text: 'x' }), 'watch');
+  assert.equal(constraintIcon({ text: 'x', status: 'queued' }), 'watch');
+  assert.equal(constraintIcon({ text: 'x', status: 'delivered', deliveredAtStep: 2 }), 'pass');
 });
 
 test('constraint descriptions', () => {
