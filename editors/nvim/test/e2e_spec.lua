@@ -275,6 +275,29 @@ T.scenario(":Rein changes across two tasks", {
     end,
   },
   {
+    "`rein restore` from another terminal: the clean buffer follows on :checktime ('autoread')",
+    function()
+      -- The CLI changes the files behind the editor's back (no rein/filesChanged): Neovim
+      -- reloads a clean buffer when it checks timestamps, as the README says.
+      T.eq(H.buf_text(readme), "# demo\nSecond task notes.\n")
+      T.eq(vim.o.autoread, true)
+      local res = vim.system({ H.bin, "restore", "step:0" }, { cwd = root, text = true }):wait()
+      T.eq(res.code, 0, res.stderr)
+      local before = res.stdout:match("the tree as it was is checkpoint (%x+)")
+      T.truthy(before, res.stdout)
+      T.eq(T.read_file(root .. "/README.md"), "# demo\n")
+      -- :checktime for this buffer (a bare :checktime waits for typed input in a callback).
+      vim.cmd("checktime " .. readme)
+      T.eq(H.buf_text(readme), "# demo\n")
+      T.eq(vim.bo[readme].modified, false)
+      -- And back to the tree as it was, which the restore checkpointed first.
+      res = vim.system({ H.bin, "restore", before }, { cwd = root, text = true }):wait()
+      T.eq(res.code, 0, res.stderr)
+      vim.cmd("checktime " .. readme)
+      T.eq(H.buf_text(readme), "# demo\nSecond task notes.\n")
+    end,
+  },
+  {
     "no unexpected prompt and no error message",
     function()
       for _, m in ipairs(H.messages) do

@@ -152,5 +152,13 @@ if screen | grep -qE "not found|Press ENTER"; then
   screen >&2
   exit 1
 fi
+# `rein restore` changes files behind the editor (no rein/filesChanged): run from Neovim with
+# :!, the open clean buffer follows at once (Neovim checks file times after a shell command,
+# 'autoread' reloads), as the READMEs say. The rewind above put greet.py back as it was;
+# step 3 is the agent's edit of it.
+wait_for 'print(greet("world"))'
+keys ":silent !'$REIN_BIN' restore step:3 >/dev/null" Enter
+keys ":redraw!" Enter
+wait_for "print(greet(args.name))"
 keys ":qa!" Enter
 echo "wrote $out" >&2

@@ -8,6 +8,7 @@
 
 import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, copyFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
 import { makeRepo, startCodeServer, launchBrowser, waitFor, sleep, git, cleanup } from './harness.mjs';
 
 const env = (k, d) => process.env[k] ?? d;
@@ -690,6 +691,22 @@ async function scenario() {
   await notesPick.click();
   const rewound = await waitFor('src/farewell.py gone after the rewind', () => !existsSync(join(repo, 'src/farewell.py')), 30_000).catch(() => false);
   check('Rewind to "write NOTES.md" puts the tree back (farewell.py gone, NOTES.md kept)', rewound === true && existsSync(join(repo, 'NOTES.md')));
+
+  // 13b. `rein restore` in a terminal changes files behind the editor (no rein/filesChanged):
+  // VS Code's own file watcher reloads the open clean buffer, as the README says.
+  await openFile('README.md');
+  const beforeRestore = await waitFor('README.md as rewound', async () => ((await editorText()).includes('Says hello.') ? true : false), 30_000).catch((e) => e.message);
+  check('the rewind reloaded the open README.md (its edit is gone)', beforeRestore === true, String(beforeRestore));
+  const readmeStep = (finalState?.steps ?? []).find((st) => st.action === 'edit README.md');
+  let restoreOut = '';
+  try {
+    restoreOut = execFileSync(REIN_BIN, ['restore', `step:${readmeStep?.n}`], { cwd: repo, encoding: 'utf8' });
+  } catch (e) {
+    restoreOut = String(e?.stderr ?? e);
+  }
+  check('rein restore from the CLI puts README.md back as the step left it', readFileSync(join(repo, 'README.md'), 'utf8').includes('Says hello and goodbye.'), restoreOut);
+  const followed = await waitFor('the open README.md to follow rein restore', async () => (await editorText()).includes('Says hello and goodbye.'), 30_000).catch((e) => e.message);
+  check('the open clean README.md follows a rein restore run outside VS Code (its file watcher)', followed === true, String(followed));
 
   // 14. A second task, aborted from the palette with "discard".
   await palette('Rein: Start Task');
