@@ -200,6 +200,103 @@ T.scenario("start, pause, steer, take over, edit, hand back", {
       T.contains(text, "done · ")
     end,
   },
+})
+
+-- A second task in the same session: :Rein changes shows that task's own changes, never the
+-- hunks kept from the first task's hand-back.
+local readme
+local function changes_qf()
+  -- The first task's "Rein changes" list is still there: start from another, so the wait
+  -- below sees this command's list.
+  vim.fn.setqflist({}, " ", { title = "before :Rein changes" })
+  H.cmd("Rein changes")
+  return T.wait(function()
+    local info = vim.fn.getqflist({ title = 1, items = 1 })
+    return info.title == "Rein changes" and info
+  end, "the changes quickfix list")
+end
+
+T.scenario(":Rein changes across two tasks", {
+  {
+    "a second task starts; :Rein changes has none of the first task's changes",
+    function()
+      T.write_file(root .. "/.rein/plan.json", vim.json.encode({
+        steps = {
+          { read = "README.md", think_ms = 1500 },
+          { write = { path = "notes.txt", content = "notes from the agent\n" }, think_ms = 1500 },
+          { finish = "notes written", think_ms = 300 },
+        },
+      }))
+      table.insert(H.inputs, "write some notes")
+      H.cmd("Rein start")
+      local s = H.wait_status("running")
+      T.eq(s.task.goal, "write some notes")
+      local before = #H.messages
+      local qf = changes_qf()
+      T.eq(#qf.items, 0, "the first task's app.txt change is not listed: " .. H.qf_text())
+      T.contains(H.messages_text(), "no changes of yours recorded")
+      T.truthy(#H.messages > before, "said so")
+    end,
+  },
+  {
+    "take over, edit README.md, hand back",
+    function()
+      table.insert(H.inputs, "")
+      H.cmd("Rein takeover")
+      H.wait_status("human")
+      vim.cmd("edit " .. vim.fn.fnameescape(root .. "/README.md"))
+      readme = vim.api.nvim_get_current_buf()
+      vim.api.nvim_buf_set_lines(readme, -1, -1, false, { "Second task notes." })
+      H.cmd("write")
+      T.wait(function()
+        local s = H.state()
+        return s and vim.tbl_contains(s.heldFiles or {}, "README.md")
+      end, "README.md to be held")
+      table.insert(H.inputs, "")
+      H.cmd("Rein handback")
+      T.wait(function()
+        local r = H.named_buf_text("rein://reconcile")
+        return r and r:find("README.md", 1, true)
+      end, "the second task's reconcile report")
+      H.wait_status("done")
+    end,
+  },
+  {
+    ":Rein changes lists the second task's change, and only it",
+    function()
+      local qf = changes_qf()
+      local text = H.qf_text()
+      T.match(text, "README%.md|2| modified %+1 %-0")
+      T.no_contains(text, "app.txt")
+      for _, item in ipairs(qf.items) do
+        T.eq(vim.api.nvim_buf_get_name(item.bufnr), root .. "/README.md")
+      end
+      vim.cmd("cclose")
+    end,
+  },
+  {
+    "`rein restore` from another terminal: the clean buffer follows on :checktime ('autoread')",
+    function()
+      -- The CLI changes the files behind the editor's back (no rein/filesChanged): Neovim
+      -- reloads a clean buffer when it checks timestamps, as the README says.
+      T.eq(H.buf_text(readme), "# demo\nSecond task notes.\n")
+      T.eq(vim.o.autoread, true)
+      local res = vim.system({ H.bin, "restore", "step:0" }, { cwd = root, text = true }):wait()
+      T.eq(res.code, 0, res.stderr)
+      local before = res.stdout:match("the tree as it was is checkpoint (%x+)")
+      T.truthy(before, res.stdout)
+      T.eq(T.read_file(root .. "/README.md"), "# demo\n")
+      -- :checktime for this buffer (a bare :checktime waits for typed input in a callback).
+      vim.cmd("checktime " .. readme)
+      T.eq(H.buf_text(readme), "# demo\n")
+      T.eq(vim.bo[readme].modified, false)
+      -- And back to the tree as it was, which the restore checkpointed first.
+      res = vim.system({ H.bin, "restore", before }, { cwd = root, text = true }):wait()
+      T.eq(res.code, 0, res.stderr)
+      vim.cmd("checktime " .. readme)
+      T.eq(H.buf_text(readme), "# demo\nSecond task notes.\n")
+    end,
+  },
   {
     "no unexpected prompt and no error message",
     function()

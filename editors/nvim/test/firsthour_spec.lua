@@ -53,9 +53,11 @@ T.scenario("missing server binary", {
       vim.wait(200, function()
         return false
       end)
-      T.eq(count_messages("was not found", before), 1, "one message:\n" .. H.messages_text())
-      T.contains(H.messages[before + 1].msg, "cargo install --path server")
-      T.contains(H.messages[before + 1].msg, "cmd = {")
+      -- One line that fits the command line (no hit-enter prompt), pointing at the fix.
+      T.eq(count_messages("not found", before), 1, "one message:\n" .. H.messages_text())
+      local said = H.messages[before + 1].msg
+      T.contains(said, ":checkhealth rein says how to install it")
+      T.truthy(not said:find("\n") and #said <= vim.v.echospace, "fits one line: " .. said)
       T.eq(H.messages[before + 1].level, vim.log.levels.ERROR)
       T.eq(count_messages("Spawning", before), 0)
       T.no_contains(ex_messages(), "Spawning")
@@ -64,7 +66,7 @@ T.scenario("missing server binary", {
     end,
   },
   {
-    "a :Rein command says it again (the user asked)",
+    "a :Rein command says it again (the user asked), whole, with the fix",
     function()
       local before = #H.messages
       H.cmd("Rein pause")
@@ -72,6 +74,8 @@ T.scenario("missing server binary", {
         return false
       end)
       T.eq(count_messages("was not found", before), 1)
+      T.contains(H.messages[before + 1].msg, "cargo install --path server")
+      T.contains(H.messages[before + 1].msg, "cmd = {")
       vim.cmd("%bwipeout!")
     end,
   },

@@ -82,20 +82,24 @@ tmux -L "$sock" -f /dev/null new-session -d -s shot -x 112 -y 32 \
   "cd '$demo' && env COLORTERM=truecolor XDG_CONFIG_HOME='$work/xdg' XDG_DATA_HOME='$work/xdg' XDG_STATE_HOME='$work/xdg' '$nvim' --clean -u '$work/init.lua' greet.py"
 tmux -L "$sock" set-option -t shot default-terminal tmux-256color >/dev/null 2>&1 || true
 
+# The tmux session the helpers below look at and type into.
+pane=shot
+screen() { tmux -L "$sock" capture-pane -t "$pane" -p; }
+
 # Polls the screen for a text; gives up after many tries (a guard, not a timing assertion).
 wait_for() {
   for _ in $(seq 1 600); do
-    if tmux -L "$sock" capture-pane -t shot -p | grep -qF "$1"; then
+    if screen | grep -qF "$1"; then
       return 0
     fi
     sleep 0.1
   done
   echo "screenshot: never saw \"$1\" on screen:" >&2
-  tmux -L "$sock" capture-pane -t shot -p >&2
+  screen >&2
   return 1
 }
 
-keys() { tmux -L "$sock" send-keys -t shot "$@"; }
+keys() { tmux -L "$sock" send-keys -t "$pane" "$@"; }
 
 wait_for "Rein: no task"
 keys ":Rein start Add a --name flag to the greeter" Enter
@@ -117,10 +121,44 @@ keys ":Rein pause" Enter
 wait_for "Rein: paused"
 keys ":Rein rewind step:1" Enter  # the plan step: it made no checkpoint of its own
 wait_for "Rein: rewound"
-if tmux -L "$sock" capture-pane -t shot -p | grep -qE "Press ENTER|LSP\[rein\]"; then
+if screen | grep -qE "Press ENTER|LSP\[rein\]"; then
   echo "screenshot: a server message asked for ENTER or came as LSP[rein]:" >&2
-  tmux -L "$sock" capture-pane -t shot -p >&2
+  screen >&2
   exit 1
 fi
 keys Escape ":qa!" Enter
+
+# A missing server binary, at start-up in an 80-column terminal: said once, in one line that
+# fits (no hit-enter prompt, not Neovim's "Spawning language server"), not again on :bnext.
+sed 's|cmd = { "[^"]*", "lsp" }|cmd = { "/nonexistent/rein", "lsp" }|' "$work/init.lua" >"$work/nobin.lua"
+grep -qF '/nonexistent/rein' "$work/nobin.lua"
+printf 'notes\n' >"$demo/notes.txt"
+tmux -L "$sock" -f /dev/null new-session -d -s nobin -x 80 -y 24 \
+  "cd '$demo' && env XDG_CONFIG_HOME='$work/xdg' XDG_DATA_HOME='$work/xdg' XDG_STATE_HOME='$work/xdg' '$nvim' --clean -u '$work/nobin.lua' greet.py notes.txt"
+pane=nobin
+wait_for "not found: :checkhealth rein says how to install it"
+sleep 0.5 # a prompt, or a second message, would be drawn by now
+if screen | grep -qE "Press ENTER|Spawning"; then
+  echo "screenshot: the missing binary brought a hit-enter prompt or Neovim's own error:" >&2
+  screen >&2
+  exit 1
+fi
+keys ":bnext" Enter
+wait_for "notes.txt"
+keys ":bnext" Enter
+sleep 0.5
+if screen | grep -qE "not found|Press ENTER"; then
+  echo "screenshot: the missing binary was said again on :bnext:" >&2
+  screen >&2
+  exit 1
+fi
+# `rein restore` changes files behind the editor (no rein/filesChanged): run from Neovim with
+# :!, the open clean buffer follows at once (Neovim checks file times after a shell command,
+# 'autoread' reloads), as the READMEs say. The rewind above put greet.py back as it was;
+# step 3 is the agent's edit of it.
+wait_for 'print(greet("world"))'
+keys ":silent !'$REIN_BIN' restore step:3 >/dev/null" Enter
+keys ":redraw!" Enter
+wait_for "print(greet(args.name))"
+keys ":qa!" Enter
 echo "wrote $out" >&2

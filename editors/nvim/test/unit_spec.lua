@@ -68,6 +68,18 @@ T.test("describe: a pause says why, unless the user paused", function()
   )
 end)
 
+T.test("the start-up line for a missing server fits the room it has", function()
+  local real = rein.config.cmd
+  rein.config.cmd = { "/opt/nowhere/rein", "lsp" }
+  local why = rein.missing_server()
+  T.contains(why, "cargo install --path server")
+  T.eq(rein.missing_server_line(why, #why), why, "the whole message when it fits")
+  T.eq(rein.missing_server_line(why, 100), 'server "/opt/nowhere/rein" not found: :checkhealth rein says how to install it')
+  T.eq(rein.missing_server_line(why, 62), '"rein" not found: :checkhealth rein says how to install it')
+  T.eq(rein.missing_server_line(why, 40), "server not found: see :checkhealth rein")
+  rein.config.cmd = real
+end)
+
 T.test(":Rein changes uses the last reconcile of this task only", function()
   local rc1 = { changes = { { path = "old.txt", kind = "modified", added = 1, removed = 0, diff = "@@ -1 +1 @@\n-a\n+b\n" } } }
   rein._remember_reconcile(99, state({ task = { id = "t1" } }), rc1)

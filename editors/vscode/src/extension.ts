@@ -25,8 +25,11 @@ import {
   steerPrompt,
   serverSettings,
   resolveServerPath,
+  serverNotFoundText,
+  isNotFoundError,
   errorMessage,
   Landlock,
+  ServerPhase,
 } from './model';
 import { ReinTree, Node } from './view';
 import * as git from './git';
@@ -35,6 +38,8 @@ const REPORT_SCHEME = 'rein-report';
 const GIT_SCHEME = 'rein-git';
 
 let client: LanguageClient | undefined;
+/** Why the server could not be started (no binary, a failed start), until the next start. */
+let serverProblem: { notFound: boolean; text: string } | undefined;
 let state: TaskState | null = null;
 let output: vscode.OutputChannel;
 let statusItem: vscode.StatusBarItem;
@@ -123,9 +128,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (!e.affectsConfiguration('rein')) return;
       if (e.affectsConfiguration('rein.serverPath')) {
-        void vscode.window
-          .showInformationMessage('Rein: the server path changed.', 'Restart the Server')
-          .then((a) => a && restartServer());
+        // A server that could not start is simply tried again; a running one is asked first.
+        if (serverProblem) void restartServer();
+        else
+          void vscode.window
+            .showInformationMessage('Rein: the server path changed.', 'Restart the Server')
+            .then((a) => a && restartServer());
       }
       if (client?.isRunning()) {
         void client.sendNotification(DidChangeConfigurationNotification.type, { settings: { rein: settings() } });
@@ -186,9 +194,11 @@ async function startClient(): Promise<void> {
     render();
     return;
   }
+  serverProblem = undefined;
   const cfg = vscode.workspace.getConfiguration('rein');
+  const setting = cfg.get<string>('serverPath') ?? '';
   const resolved = resolveServerPath({
-    setting: cfg.get<string>('serverPath') ?? '',
+    setting,
     workspaceRoot: workspaceRoot.fsPath,
     pathEnv: process.env.PATH,
     extensionPath,
@@ -210,6 +220,15 @@ async function startClient(): Promise<void> {
     },
     platform: process.platform,
   });
+  if (!resolved.found) {
+    // Said before any spawn, so the language client's own "couldn't create connection" and
+    // a raw "spawn rein ENOENT" never appear.
+    log(`server: no executable at ${resolved.path} (${resolved.from})`);
+    serverProblem = { notFound: true, text: serverNotFoundText(resolved, setting) };
+    sayServerProblem();
+    render();
+    return;
+  }
   log(`server: ${resolved.path} (${resolved.from})`);
   const run: Executable = { command: resolved.path, args: ['lsp'], options: { cwd: workspaceRoot.fsPath } };
   const clientOptions: LanguageClientOptions = {
@@ -268,17 +287,31 @@ async function startClient(): Promise<void> {
     await client.start();
   } catch (e) {
     log(`server failed to start: ${e}`);
-    const pick = await vscode.window.showErrorMessage(
-      `Rein: could not start the language server (${resolved.path} lsp): ${(e as Error)?.message ?? e}`,
-      'Open Settings',
-      'Show Log',
-    );
-    if (pick === 'Open Settings') void vscode.commands.executeCommand('workbench.action.openSettings', 'rein.serverPath');
-    if (pick === 'Show Log') output.show();
+    serverProblem = isNotFoundError(e)
+      ? { notFound: true, text: serverNotFoundText({ ...resolved, from: resolved.from === 'setting' ? 'setting' : 'none' }, setting) }
+      : { notFound: false, text: `Rein: could not start the language server (${resolved.path} lsp): ${(e as Error)?.message ?? e}` };
+    sayServerProblem();
     render();
     return;
   }
   render();
+}
+
+/**
+ * Shows why the server is not running, with the actions that fix it. Never awaited: a command
+ * that meets a missing server ends at once instead of waiting for the toast to be dismissed.
+ */
+function sayServerProblem(): void {
+  const p = serverProblem;
+  if (!p) return;
+  const settings = 'Open Settings';
+  const retry = 'Retry';
+  const showLog = 'Show Log';
+  void vscode.window.showErrorMessage(p.text, settings, retry, showLog).then((pick) => {
+    if (pick === settings) void vscode.commands.executeCommand('workbench.action.openSettings', '@id:rein.serverPath');
+    if (pick === retry) void restartServer();
+    if (pick === showLog) output.show();
+  });
 }
 
 async function restartServer(): Promise<void> {
@@ -294,6 +327,13 @@ async function restartServer(): Promise<void> {
 
 function serverUp(): boolean {
   return !!client && client.state === ClientState.Running;
+}
+
+/** Where the server is, for the status bar: `up` only once the client runs. */
+function serverPhase(): ServerPhase {
+  if (serverProblem) return serverProblem.notFound ? 'missing' : 'stopped';
+  if (!client || client.state === ClientState.Starting) return 'starting';
+  return client.state === ClientState.Running ? 'up' : 'stopped';
 }
 
 /** The one message for a folder outside git, with the action that fixes it. */
@@ -332,9 +372,14 @@ async function call<T = any>(command: string, arg: object = {}): Promise<T | und
     return undefined;
   }
   if (!client || !serverUp()) {
-    const pick = await vscode.window.showErrorMessage('Rein: the language server is not running.', 'Restart the Server', 'Show Log');
-    if (pick === 'Restart the Server') void restartServer();
-    if (pick === 'Show Log') output.show();
+    if (serverProblem) {
+      sayServerProblem();
+      return undefined;
+    }
+    void vscode.window.showErrorMessage('Rein: the language server is not running.', 'Restart the Server', 'Show Log').then((pick) => {
+      if (pick === 'Restart the Server') void restartServer();
+      if (pick === 'Show Log') output.show();
+    });
     return undefined;
   }
   log(`-> ${command} ${JSON.stringify(arg)}`);
@@ -425,17 +470,14 @@ async function refresh(): Promise<void> {
 }
 
 function render(): void {
-  const st = statusText(state, !(client && client.state === ClientState.Stopped), landlock());
+  const st = statusText(state, serverPhase(), landlock());
   if (!repoRoot) {
     // Not inside a git working tree: Rein has nothing to show until a command asks for it.
     statusItem.hide();
     tree.update(null);
     return;
-  } else if (client?.state === ClientState.Starting) {
-    statusItem.text = '$(loading~spin) Rein: starting';
-  } else {
-    statusItem.text = st.text;
   }
+  statusItem.text = st.text;
   const md = new vscode.MarkdownString(st.tooltip.map((l) => l.replace(/([\\`*_{}[\]()#+\-.!|<>])/g, '\\$1')).join('  \n'));
   statusItem.tooltip = md;
   statusItem.backgroundColor =
@@ -575,7 +617,7 @@ async function configureAgent(): Promise<void> {
     { title: 'Rein: Configure Agent', placeHolder: 'Where should the agent be configured?', ignoreFocusOut: true },
   );
   if (pick?.id === 'setting') {
-    await vscode.commands.executeCommand('workbench.action.openSettings', 'rein.agent');
+    await vscode.commands.executeCommand('workbench.action.openSettings', '@id:rein.agent');
   } else if (pick?.id === 'toml' && toml) {
     let exists = true;
     try {
@@ -757,7 +799,7 @@ function landlock(): Landlock | undefined {
 }
 
 async function menu(): Promise<void> {
-  const st = statusText(state, serverUp(), landlock());
+  const st = statusText(state, serverPhase(), landlock());
   const items: (vscode.QuickPickItem & { command?: string })[] = legalControls(state).map((c) => ({
     label: CONTROLS[c].label,
     detail: CONTROLS[c].detail,

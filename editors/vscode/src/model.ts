@@ -154,9 +154,22 @@ export interface StatusText {
   tone: Tone;
 }
 
+/**
+ * Where the language server is: `up` only once the client runs (so "no task" means the server
+ * answered), `starting` before that, `stopped` after it ended or failed, `missing` when no
+ * `rein` binary could be found to start.
+ */
+export type ServerPhase = 'up' | 'starting' | 'stopped' | 'missing';
+
 /** What the status bar shows: who holds control and where the run is. */
-export function statusText(state: TaskState | null | undefined, serverUp = true, here?: Landlock | null): StatusText {
-  if (!serverUp) {
+export function statusText(state: TaskState | null | undefined, server: ServerPhase = 'up', here?: Landlock | null): StatusText {
+  if (server === 'starting') {
+    return { text: '$(loading~spin) Rein: starting', tooltip: ['Starting the Rein language server (rein lsp).'], tone: 'normal' };
+  }
+  if (server === 'missing') {
+    return { text: '$(error) Rein: rein not found', tooltip: ['No rein binary to start: set rein.serverPath or install rein. Click for controls.'], tone: 'error' };
+  }
+  if (server === 'stopped') {
     return { text: '$(circle-slash) Rein: server stopped', tooltip: ['The Rein language server is not running. Click for controls.'], tone: 'error' };
   }
   if (!state) {
@@ -378,16 +391,40 @@ export function planIcon(status: PlanItem['status']): string {
 export function stepIcon(step: Step): string {
   if (step.status === 'failed') return 'error';
   if (step.status === 'rolled_back') return 'discard';
-  if (step.status === 'skipped') return 'debug-step-over';
+  if (step.status === 'skipped') return 'circle-slash';
   return step.author === 'human' ? 'person' : 'hubot';
 }
 
-/** A step's row description; its icon already says who (the tooltip says it all). */
-export function stepDescription(step: Step): string {
+/**
+ * A step's row. The side bar cuts a row at its default width, so the label keeps what means
+ * most (what was run, the files a human step changed) and the rest goes to the description:
+ * "9. run git tag v1" + "not done: the human chose deny", "5. src/greet.py" + "your changes
+ * while holding control". The icon says who; the tooltip has the whole action.
+ */
+export function stepRow(step: Step): { label: string; description: string } {
+  let head = step.action;
+  let tail = '';
+  const arrow = head.indexOf(' → ');
+  if (arrow > 0) {
+    tail = head.slice(arrow + 3);
+    head = head.slice(0, arrow);
+  } else if (step.author === 'human') {
+    const colon = head.indexOf(': ');
+    if (colon > 0) {
+      tail = head.slice(0, colon);
+      head = head.slice(colon + 2);
+    }
+  }
   const parts: string[] = [];
-  if (step.status !== 'done') parts.push(step.status.replace('_', ' '));
+  if (tail) parts.push(tail);
+  else if (step.status !== 'done') parts.push(step.status.replace('_', ' '));
   if (step.checkpoint) parts.push(step.checkpoint.slice(0, 7));
-  return parts.join(' · ');
+  return { label: `${step.n}. ${head}`, description: parts.join(' · ') };
+}
+
+/** A steer's icon: its status survives a row cut before the description. */
+export function constraintIcon(c: Constraint): string {
+  return c.status === 'delivered' ? 'pass' : 'watch';
 }
 
 /** A steer's row description, short enough to fit beside its text at the default width. */
@@ -494,28 +531,50 @@ export interface ResolveEnv {
   platform?: string;
 }
 
-/** Where the `rein` binary is: the setting, else `rein` on PATH, else the bundled `bin/rein`. */
-export function resolveServerPath(env: ResolveEnv): { path: string; from: 'setting' | 'path' | 'bundled' | 'none' } {
+/**
+ * Where the `rein` binary is: the setting, else `rein` on PATH, else the bundled `bin/rein`.
+ * `found` says whether an executable is there, so a missing one is said before any spawn.
+ */
+export function resolveServerPath(env: ResolveEnv): { path: string; from: 'setting' | 'path' | 'bundled' | 'none'; found: boolean } {
   const sep = env.platform === 'win32' ? ';' : ':';
   const exe = env.platform === 'win32' ? 'rein.exe' : 'rein';
   const join = (a: string, b: string) => (a.endsWith('/') ? a + b : `${a}/${b}`);
+  const onPath = (name: string) => (env.pathEnv ?? '').split(sep).filter(Boolean).map((dir) => join(dir, name)).find((p) => env.exists(p));
   let setting = env.setting.trim();
   if (setting) {
     if (setting.startsWith('~/') && env.home) setting = join(env.home, setting.slice(2));
     if (env.workspaceRoot) setting = setting.replace(/\$\{workspaceFolder\}/g, env.workspaceRoot);
-    if (!setting.startsWith('/') && !/^[A-Za-z]:[\\/]/.test(setting) && env.workspaceRoot && setting.includes('/')) {
+    const absolute = setting.startsWith('/') || /^[A-Za-z]:[\\/]/.test(setting);
+    if (!absolute && env.workspaceRoot && setting.includes('/')) {
       setting = join(env.workspaceRoot, setting);
     }
-    return { path: setting, from: 'setting' };
+    // A bare name ("rein", "rein-dev") is looked up on PATH, as the spawn would.
+    if (!absolute && !setting.includes('/')) return { path: setting, from: 'setting', found: !!onPath(setting) };
+    return { path: setting, from: 'setting', found: env.exists(setting) };
   }
-  for (const dir of (env.pathEnv ?? '').split(sep)) {
-    if (!dir) continue;
-    const p = join(dir, exe);
-    if (env.exists(p)) return { path: p, from: 'path' };
-  }
+  const p = onPath(exe);
+  if (p) return { path: p, from: 'path', found: true };
   const bundled = join(join(env.extensionPath, 'bin'), exe);
-  if (env.exists(bundled)) return { path: bundled, from: 'bundled' };
-  return { path: exe, from: 'none' };
+  if (env.exists(bundled)) return { path: bundled, from: 'bundled', found: true };
+  return { path: exe, from: 'none', found: false };
+}
+
+/** How to get the server, said wherever a missing binary is reported (a toast shows no Markdown). */
+export const INSTALL_HINT =
+  'Install it: "cargo install --path server" in a Rein checkout puts rein on PATH; or build it ("cargo build --release") and set rein.serverPath to its target/release/rein.';
+
+/** The message for a server binary that is not there, naming the setting and the fix. */
+export function serverNotFoundText(resolved: { path: string; from: string }, setting: string): string {
+  if (resolved.from === 'setting') {
+    return `Rein: rein.serverPath is "${setting.trim()}", but there is no executable rein at ${resolved.path}. Correct the setting, or clear it to use rein from PATH. ${INSTALL_HINT}`;
+  }
+  return `Rein: no rein binary found: rein.serverPath is empty, rein is not on PATH and this extension has none bundled. ${INSTALL_HINT}`;
+}
+
+/** True when a server start failed because the executable is not there (or not executable). */
+export function isNotFoundError(e: unknown): boolean {
+  const m = `${(e as { message?: string })?.message ?? e} ${(e as { code?: string })?.code ?? ''}`;
+  return /\b(ENOENT|EACCES)\b/.test(m);
 }
 
 /** A one-line description of a JSON-RPC error for a notification. */

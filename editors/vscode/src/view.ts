@@ -11,7 +11,8 @@ import {
   constraintTooltip,
   planIcon,
   stepIcon,
-  stepDescription,
+  stepRow,
+  constraintIcon,
   constraintDescription,
   decisionContext,
   statusText,
@@ -130,9 +131,10 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
       }
       case 'step': {
         const st = node.step;
-        const item = new vscode.TreeItem(`${st.n}. ${st.action}`, vscode.TreeItemCollapsibleState.None);
+        const row = stepRow(st);
+        const item = new vscode.TreeItem(row.label, vscode.TreeItemCollapsibleState.None);
         item.id = `step:${st.n}`;
-        item.description = stepDescription(st);
+        item.description = row.description;
         item.iconPath = new vscode.ThemeIcon(stepIcon(st));
         item.tooltip = `Step ${st.n} by ${st.author}: ${st.action}\nstatus: ${st.status}${st.checkpoint ? `\ncheckpoint: ${st.checkpoint}\nClick to see what this step changed.` : ''}`;
         item.contextValue = st.checkpoint ? 'step:checkpoint' : 'step';
@@ -144,7 +146,7 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         const item = new vscode.TreeItem(c.text, vscode.TreeItemCollapsibleState.None);
         item.id = `constraint:${c.id || node.index}`;
         item.description = constraintDescription(c);
-        item.iconPath = new vscode.ThemeIcon(c.status === 'delivered' ? 'mail-read' : 'mail');
+        item.iconPath = new vscode.ThemeIcon(constraintIcon(c));
         item.tooltip = constraintTooltip(c);
         item.contextValue = `constraint:${c.status ?? 'queued'}`;
         const root = this.root();

@@ -8,6 +8,7 @@
 
 import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, copyFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
 import { makeRepo, startCodeServer, launchBrowser, waitFor, sleep, git, cleanup } from './harness.mjs';
 
 const env = (k, d) => process.env[k] ?? d;
@@ -23,6 +24,8 @@ const GOAL = 'Add a farewell next to the greeting';
 const STEER = 'keep greet() returning a plain string';
 const HUMAN_LINE = 'def shout(name):';
 const COMMENT = '# rein: say which check ran';
+const COMMENT2 = '# rein: keep it POSIX sh';
+const COMMENT3 = '# rein: print the name of the check';
 const plan = {
   steps: [
     { plan: ['Read the greeter', 'Adjust the greeting', 'Add a farewell', 'Document it', 'Run the check'], think_ms: 1200 },
@@ -109,12 +112,17 @@ async function closeQuickInput() {
   });
 }
 async function palette(title) {
-  await closeQuickInput();
-  await page.keyboard.press('F1');
-  const input = quickInput().locator('input[type="text"]').first();
-  await input.waitFor({ state: 'visible', timeout: 15_000 });
-  await input.fill(`>${title}`);
-  await quickInput().locator('.monaco-list-row', { hasText: title }).first().waitFor({ timeout: 15_000 });
+  // Right after a window loads, the palette may not list the extension's commands yet (seen
+  // once in code-server): like a user, look again, at most three times.
+  for (let attempt = 1; ; attempt++) {
+    await closeQuickInput();
+    await page.keyboard.press('F1');
+    const input = quickInput().locator('input[type="text"]').first();
+    await input.waitFor({ state: 'visible', timeout: 15_000 });
+    await input.fill(`>${title}`);
+    const listed = await quickInput().locator('.monaco-list-row', { hasText: title }).first().waitFor({ timeout: 10_000 }).then(() => true, (e) => (attempt >= 3 ? Promise.reject(e) : false));
+    if (listed) break;
+  }
   await sleep(150);
   await page.keyboard.press('Enter');
 }
@@ -137,14 +145,55 @@ async function toasts() {
 }
 /** Hovers the Rein view row with `text` and returns the hover's text once one shows. */
 async function hoverRow(text) {
+  // The view redraws as the state moves; a hover that came up over another row (the rows
+  // moved under the pointer) does not count: move away and hover again.
   const row = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: text }).first();
+  let last = '';
+  for (let attempt = 0; attempt < 4; attempt++) {
+    await page.mouse.move(0, 0);
+    await sleep(300);
+    await row.hover();
+    last = await waitFor(`a hover on the row "${text}"`, async () => {
+      const h = (await page.locator('.monaco-hover, .workbench-hover').allInnerTexts()).join('\n');
+      return h.trim() ? h : false;
+    }, 10_000).catch((e) => e.message);
+    if (last.includes(text)) return last;
+  }
+  return last;
+}
+let defaultSidebarWidth = 0;
+/** Drags the side bar's edge until it is `w` pixels wide. */
+async function sidebarWidth(w) {
+  const sb = await page.locator('#workbench\\.parts\\.sidebar').boundingBox();
+  if (!sb || !w) return;
+  await page.mouse.move(sb.x + sb.width + 1, sb.y + 300);
+  await page.mouse.down();
+  await page.mouse.move(sb.x + w + 1, sb.y + 300, { steps: 5 });
+  await page.mouse.up();
   await page.mouse.move(0, 0);
+}
+/** A screenshot of the view at the side bar's default width (then wide again); `during`
+ *  runs while it is that narrow. */
+async function shotAtDefaultWidth(name, during = async () => {}) {
+  const wide = (await page.locator('#workbench\\.parts\\.sidebar').boundingBox())?.width ?? 0;
+  await sidebarWidth(defaultSidebarWidth);
   await sleep(300);
-  await row.hover();
-  return waitFor(`a hover on the row "${text}"`, async () => {
-    const h = (await page.locator('.monaco-hover, .workbench-hover').allInnerTexts()).join('\n');
-    return h.trim() ? h : false;
-  }, 10_000).catch((e) => e.message);
+  await shot(name);
+  await during();
+  await sidebarWidth(wide);
+}
+/** Whether the label (not the description) of the view row with `text` shows whole. */
+async function labelWhole(text) {
+  const row = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: text }).first();
+  const name = await row.locator('.label-name').first().boundingBox();
+  const box = await row.locator('.monaco-icon-label-container').first().boundingBox();
+  return !!name && !!box && name.x + name.width <= box.x + box.width + 0.5;
+}
+/** The codicon class of the view row with `text`. */
+async function rowIcon(text) {
+  const row = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: text }).first();
+  const cls = (await row.locator('.custom-view-tree-node-item-icon').first().getAttribute('class')) ?? '';
+  return (cls.match(/codicon-([a-z-]+)/) ?? [])[1] ?? cls;
 }
 async function tabTitles() {
   return page.locator('.tabs-container .tab').allInnerTexts();
@@ -183,16 +232,25 @@ async function boot() {
     dataDir: join(dir, 'code-server'),
     logFile: join(ART, 'code-server.log'),
     extensionLog: join(ART, 'rein-extension.log'),
-    // For folders without the repository's .vscode/settings.json (the first-hour scenario).
+    // A User setting for the folders without the repository's .vscode/settings.json (the
+    // first hour). A rein.serverPath set there must reach code-server's (remote) windows.
     settings: { 'rein.serverPath': REIN_BIN },
   });
   browser = await launchBrowser();
   page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
 }
 
+const EXT_LOG = join(ART, 'rein-extension.log');
+let extLogMark = 0;
 async function openWorkbench(url) {
+  extLogMark = existsSync(EXT_LOG) ? statSync(EXT_LOG).size : 0;
   await page.goto(url);
   await page.waitForSelector('.monaco-workbench', { timeout: 90_000 });
+}
+/** The extension's "server: <path> (<from>)" lines logged since the window opened. */
+function serverLines() {
+  if (!existsSync(EXT_LOG)) return [];
+  return readFileSync(EXT_LOG, 'utf8').slice(extLogMark).split('\n').filter((l) => /\] server: /.test(l)).map((l) => l.replace(/^.*?\] server: /, ''));
 }
 
 /** Waits for a toast whose text matches `re`; returns every toast text then. */
@@ -234,8 +292,28 @@ async function firstHour() {
   const noAgent = await waitToast(/no agent is configured/).catch((e) => [e.message]);
   check('then: "no agent is configured" with "Configure Agent…", before any goal', noAgent.some((t) => /no agent is configured/.test(t) && /Configure Agent/.test(t)) && !(await quickInput().locator('.quick-input-title', { hasText: 'Rein: Start Task' }).isVisible()), JSON.stringify(noAgent));
   const status = await waitStatus(/no task/, 30_000).catch((e) => e.message);
-  check('after git init the extension serves the folder (status bar: no task)', /no task/.test(status), status);
+  check('after git init the extension serves the folder (status bar: no task once the server runs)', /no task/.test(status), status);
+  check('a rein.serverPath in the User settings reaches the window (code-server windows are remote)', serverLines().includes(`${REIN_BIN} (setting)`), JSON.stringify(serverLines()));
   await shot('first-hour-no-agent');
+
+  // Configure Agent… → "Open the rein.agent setting": the Settings editor, on that setting.
+  await clickToastButton(/no agent is configured/, 'Configure Agent');
+  const settingPick = quickInput().locator('.monaco-list-row', { hasText: 'Open the rein.agent setting' }).first();
+  await settingPick.waitFor({ timeout: 15_000 });
+  await settingPick.click();
+  const settingsEditor = await waitFor('the Settings editor showing rein.agent', async () => {
+    const tabs = await tabTitles();
+    const search = await page.locator('.settings-editor .suggest-input-container .view-lines').first().innerText().catch(() => '');
+    const items = await page.locator('.settings-editor .setting-item-contents').allInnerTexts().catch(() => []);
+    const agent = items.find((t) => /Rein\s*›?\s*:?\s*Agent/i.test(t.replace(/\s+/g, ' ')) || /^Agent\b/.test(t));
+    return tabs.some((t) => /Settings/.test(t)) && /@id:rein\.agent/.test(search.replace(/\u00a0/g, ' ')) && items.length === 1 && agent ? { tabs, search, agent } : false;
+  }, 20_000).catch((e) => e.message);
+  check('Configure Agent… → "Open the rein.agent setting" opens the Settings editor on rein.agent', typeof settingsEditor === 'object', typeof settingsEditor === 'object' ? '' : String(settingsEditor));
+  await shot('first-hour-agent-setting');
+
+  // Start Task again: still no agent, so the offer comes again; this time the template.
+  await palette('Rein: Start Task');
+  await waitToast(/no agent is configured/).catch(() => {});
   await clickToastButton(/no agent is configured/, 'Configure Agent');
   await quickInput().locator('.monaco-list-row', { hasText: 'Write a rein.toml template' }).first().waitFor({ timeout: 15_000 });
   await quickInput().locator('.monaco-list-row', { hasText: 'Write a rein.toml template' }).first().click();
@@ -256,13 +334,65 @@ async function firstHour() {
   check('the goal typed for the failed start is kept', kept === 'a goal worth keeping', kept);
   await page.keyboard.press('Escape');
 
-  // A subfolder of a repository: the extension activates without any command.
+  await missingBinary();
+
+  // A subfolder of a repository, with no rein.serverPath anywhere: the extension activates
+  // without any command and runs the rein bundled in the .vsix (as `npm run package` makes it).
+  cs.setUserSettings({});
   await openWorkbench(cs.urlFor(join(repo, 'src')));
   const sub = await waitStatus(/no task/, 90_000).catch((e) => e.message);
-  check('a subfolder of a repository activates the extension at start-up (status bar: no task)', /no task/.test(sub), sub);
+  check('a subfolder of a repository activates the extension at start-up (status bar: no task once the server runs)', /no task/.test(sub), sub);
+  const bundled = serverLines();
+  check('with no rein.serverPath the window runs the bundled bin/rein', bundled.length === 1 && /\/bin\/rein \(bundled\)$/.test(bundled[0]), JSON.stringify(bundled));
+  await sleep(1500); // a start-up message would show by now
   const subToasts = (await toasts()).filter((t) => /Rein/.test(t));
   check('opening a subfolder shows no Rein message', subToasts.length === 0, JSON.stringify(subToasts));
   await shot('first-hour-subfolder');
+}
+
+/** A repository whose rein.serverPath names no binary: one clear message, nothing waits on it. */
+async function missingBinary() {
+  const nobin = join(dir, 'nobin');
+  mkdirSync(join(nobin, '.vscode'), { recursive: true });
+  writeFileSync(join(nobin, 'a.txt'), 'a\n');
+  writeFileSync(join(nobin, '.vscode', 'settings.json'), JSON.stringify({ 'rein.serverPath': 'bin/rein' }, null, 2) + '\n');
+  git(nobin, 'init', '-q', '-b', 'main');
+  git(nobin, '-c', 'user.email=e2e@example.invalid', '-c', 'user.name=e2e', 'commit', '-q', '--allow-empty', '-m', 'initial');
+  await openWorkbench(cs.urlFor(nobin));
+  const st = await waitStatus(/rein not found/, 90_000).catch((e) => e.message);
+  check('a rein.serverPath naming no binary: the status bar says "rein not found" (not "no task")', /rein not found/.test(st), st);
+  const said = await waitToast(/no executable rein/).catch((e) => [e.message]);
+  const msg = said.find((t) => /no executable rein/.test(t)) ?? '';
+  check('the message names the setting, the path it looked at and how to install', /rein\.serverPath is "bin\/rein"/.test(msg) && msg.includes(join(nobin, 'bin', 'rein')) && /cargo install --path server/.test(msg) && /Open Settings/.test(msg), JSON.stringify(said));
+  await sleep(1500);
+  const raw = (await toasts()).filter((t) => /ENOENT|spawn|couldn't create connection|could not start/.test(t));
+  check('no raw spawn error (ENOENT, "couldn\'t create connection") is shown', raw.length === 0, JSON.stringify(await toasts()));
+  await shot('first-hour-missing-binary');
+  // With the message still on screen, the controls answer at once (nothing waits on the toast).
+  await statusLocator().click();
+  const menu = await waitFor('the controls menu', async () => {
+    const items = await quickInput().locator('.monaco-list-row').allInnerTexts();
+    return items.some((x) => x.includes('Restart the Rein server')) ? items : false;
+  }, 15_000).catch(() => []);
+  check('with the message undismissed, the status bar menu opens and offers a restart', menu.length > 0, JSON.stringify(menu));
+  await closeQuickInput();
+  // Start Task asks no goal for a server that cannot start; it says why again.
+  await palette('Rein: Start Task');
+  const again = await waitToast(/no executable rein/).catch((e) => [e.message]);
+  await sleep(1000);
+  check('Start Task with no binary asks no goal and says why again', again.some((t) => /no executable rein/.test(t)) && !(await quickInput().locator('.quick-input-title', { hasText: 'Rein: Start Task' }).isVisible()), JSON.stringify(again));
+  // Its "Open Settings" goes straight to rein.serverPath.
+  await clickToastButton(/no executable rein/, 'Open Settings');
+  const pathSetting = await waitFor('the Settings editor on rein.serverPath', async () => {
+    const search = (await page.locator('.settings-editor .suggest-input-container .view-lines').first().innerText().catch(() => '')).replace(/\u00a0/g, ' ');
+    const items = await page.locator('.settings-editor .setting-item-contents').allInnerTexts().catch(() => []);
+    return /@id:rein\.serverPath/.test(search) && items.length === 1 && /Server Path/.test(items[0]) ? items[0] : false;
+  }, 20_000).catch((e) => e.message);
+  check('"Open Settings" on that message opens the Settings editor on rein.serverPath alone', /Server Path/.test(String(pathSetting)), String(pathSetting));
+  // Pointing the setting at the binary starts the server without a restart command.
+  writeFileSync(join(nobin, '.vscode', 'settings.json'), JSON.stringify({ 'rein.serverPath': REIN_BIN }, null, 2) + '\n');
+  const fixed = await waitStatus(/no task/, 60_000).catch((e) => e.message);
+  check('correcting rein.serverPath starts the server by itself (status bar: no task)', /no task/.test(fixed), fixed);
 }
 
 async function scenario() {
@@ -314,13 +444,8 @@ async function scenario() {
   check('hovering a plan row shows the whole item', planHover.includes('Adjust the greeting'), planHover);
   await page.mouse.move(0, 0);
   // Widen the side bar so the view's rows read whole in the screenshots that follow.
-  const sb = await page.locator('#workbench\\.parts\\.sidebar').boundingBox();
-  if (sb) {
-    await page.mouse.move(sb.x + sb.width + 1, sb.y + 300);
-    await page.mouse.down();
-    await page.mouse.move(sb.x + sb.width + 160, sb.y + 300, { steps: 5 });
-    await page.mouse.up();
-  }
+  defaultSidebarWidth = (await page.locator('#workbench\\.parts\\.sidebar').boundingBox())?.width ?? 0;
+  await sidebarWidth(defaultSidebarWidth + 160);
   await shot('running-steered');
 
   // 5. Pause from the palette.
@@ -391,12 +516,16 @@ async function scenario() {
   await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().click();
   await page.keyboard.press('Control+End');
   await page.keyboard.type(COMMENT, { delay: 10 });
+  await page.keyboard.press('Enter');
+  await page.keyboard.type(COMMENT2, { delay: 10 });
   await sleep(1500); // a hold would reach the state at once
   const heldNow = diskState()?.heldFiles ?? [];
   check('typing a rein: comment while paused does not hold its file', !heldNow.includes('check.sh'), JSON.stringify(heldNow));
   await page.keyboard.press('Control+S');
   const viaComment = await waitFor('the comment steer in the state', () => (diskState()?.constraints ?? []).find((c) => c.source === 'comment'), 15_000).catch(() => null);
   check('saving sends the rein: comment as a steer anchored at its line', viaComment?.location?.path === 'check.sh' && viaComment?.location?.line === 2, JSON.stringify(viaComment));
+  const second = await waitFor('the second comment steer in the state', () => (diskState()?.constraints ?? []).find((c) => c.source === 'comment' && c.text.includes('POSIX')), 15_000).catch(() => null);
+  check('the second rein: comment is sent too, at its own line', second?.location?.line === 3, JSON.stringify(second));
   check('saving it does not hold the file either', !(diskState()?.heldFiles ?? []).includes('check.sh'), JSON.stringify(diskState()?.heldFiles));
 
   // 5c. Resume from the palette, then pause again.
@@ -466,11 +595,11 @@ async function scenario() {
   await waitTree('the open decision', (r) => r.some((x) => x.startsWith('Decisions')));
   await shot('needs-approval');
   // The comment steer was delivered when the agent ran on: its quick fix takes it out.
-  const commentDelivered = (diskState()?.constraints ?? []).find((c) => c.source === 'comment');
-  check('the rein: comment steer was delivered', commentDelivered?.status === 'delivered', JSON.stringify(commentDelivered));
+  const commentSteers = (diskState()?.constraints ?? []).filter((c) => c.source === 'comment');
+  check('both rein: comment steers were delivered', commentSteers.length === 2 && commentSteers.every((c) => c.status === 'delivered'), JSON.stringify(commentSteers));
   check('the file of the delivered comment was never held', !(diskState()?.heldFiles ?? []).includes('check.sh'), JSON.stringify(diskState()?.heldFiles));
   await openFile('check.sh');
-  await page.locator('.editor-group-container.active .monaco-editor .view-line', { hasText: 'rein:' }).first().click();
+  await page.locator('.editor-group-container.active .monaco-editor .view-line', { hasText: 'say which check' }).first().click();
   await palette('Quick Fix');
   const removeAction = page.locator('.action-widget .monaco-list-row', { hasText: 'remove this steer comment' }).first();
   const removable = await removeAction.waitFor({ state: 'visible', timeout: 15_000 }).then(() => true, () => false);
@@ -478,13 +607,14 @@ async function scenario() {
   if (removable) {
     await sleep(300);
     await removeAction.dispatchEvent('click');
-    await waitFor('the comment removed from the buffer', async () => !(await editorText()).includes('rein:'), 10_000).catch(() => {});
+    await waitFor('the comment removed from the buffer', async () => !(await editorText()).includes(COMMENT), 10_000).catch(() => {});
     await page.keyboard.press('Control+S');
   } else {
     await page.keyboard.press('Escape');
   }
-  const gone = await waitFor('the comment gone from disk', () => !readFileSync(join(repo, 'check.sh'), 'utf8').includes('rein:'), 10_000).then(() => true, () => false);
-  check('the quick fix removes the comment line (saved: gone from disk, the script intact)', gone && readFileSync(join(repo, 'check.sh'), 'utf8').includes('echo checked'), readFileSync(join(repo, 'check.sh'), 'utf8'));
+  const gone = await waitFor('the comment gone from disk', () => !readFileSync(join(repo, 'check.sh'), 'utf8').includes(COMMENT), 10_000).then(() => true, () => false);
+  const afterFix = readFileSync(join(repo, 'check.sh'), 'utf8');
+  check('the quick fix removes that comment line only (saved: gone from disk, the other comment and the script intact)', gone && afterFix.includes('echo checked') && afterFix.includes(COMMENT2), afterFix);
   await showReinView();
   const tagRow = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: 'git tag v1' })
     .filter({ has: page.locator('.action-label[aria-label="Deny"]') }).first();
@@ -494,9 +624,17 @@ async function scenario() {
   check('a denied approval leaves a trace in the Rein view: "you denied `git tag v1`"', Array.isArray(deniedRow), Array.isArray(deniedRow) ? '' : deniedRow);
   const stDenied = await waitFor('the denial in the state', () => (diskState()?.answered ?? []).find((a) => a.choice === 'deny'), 15_000).catch(() => null);
   check('the state records who denied what (answered: deny by human)', stDenied?.by === 'human' && stDenied?.detail === 'git tag v1', JSON.stringify(stDenied));
-  const deniedStep = await waitTree('the denied step says so', (r) => r.some((x) => /git tag v1 → not done: the human chose deny/.test(x))).catch((e) => e.message);
+  const deniedStep = await waitTree('the denied step says so', (r) => r.some((x) => /^\d+\. run git tag v1\s*not done: the human chose deny/.test(x))).catch((e) => e.message);
   check('the denied step says what was not done and why', Array.isArray(deniedStep), Array.isArray(deniedStep) ? '' : deniedStep);
   await shot('denied');
+  await shotAtDefaultWidth('denied-default-width', async () => {
+    // What a row means must survive the cut at the default width: the command not run, the
+    // files a human step changed, and whether a steer was delivered.
+    check('at the default width the denied step reads whole ("N. run git tag v1")', await labelWhole('run git tag v1'));
+    check('at the default width a human step names its files whole ("N. src/greet.py")', await labelWhole('your changes while holding control'));
+    const longSteer = await rowIcon(STEER);
+    check('a long delivered steer cut before its description still shows it was delivered (icon)', longSteer === 'pass', longSteer);
+  });
   await waitStatus(/Paused: needs approval/, 90_000).catch(() => {});
   await waitTree('the second decision', (r) => r.some((x) => x.includes('check.sh') && x.includes('approve')));
   // The decision row (not the stop-reason row that quotes it) carries the inline actions.
@@ -532,6 +670,8 @@ async function scenario() {
   const diffEditor = await page.locator('.monaco-diff-editor').first().isVisible().catch(() => false);
   check('the step diff is a diff editor', diffEditor === true);
   await shot('step-diff');
+  await showReinView();
+  await shotAtDefaultWidth('done-default-width');
 
   // The status bar menu offers the controls that are legal now.
   await statusLocator().click();
@@ -552,11 +692,45 @@ async function scenario() {
   const rewound = await waitFor('src/farewell.py gone after the rewind', () => !existsSync(join(repo, 'src/farewell.py')), 30_000).catch(() => false);
   check('Rewind to "write NOTES.md" puts the tree back (farewell.py gone, NOTES.md kept)', rewound === true && existsSync(join(repo, 'NOTES.md')));
 
+  // 13b. `rein restore` in a terminal changes files behind the editor (no rein/filesChanged):
+  // VS Code's own file watcher reloads the open clean buffer, as the README says.
+  await openFile('README.md');
+  const beforeRestore = await waitFor('README.md as rewound', async () => ((await editorText()).includes('Says hello.') ? true : false), 30_000).catch((e) => e.message);
+  check('the rewind reloaded the open README.md (its edit is gone)', beforeRestore === true, String(beforeRestore));
+  const readmeStep = (finalState?.steps ?? []).find((st) => st.action === 'edit README.md');
+  let restoreOut = '';
+  try {
+    restoreOut = execFileSync(REIN_BIN, ['restore', `step:${readmeStep?.n}`], { cwd: repo, encoding: 'utf8' });
+  } catch (e) {
+    restoreOut = String(e?.stderr ?? e);
+  }
+  check('rein restore from the CLI puts README.md back as the step left it', readFileSync(join(repo, 'README.md'), 'utf8').includes('Says hello and goodbye.'), restoreOut);
+  const followed = await waitFor('the open README.md to follow rein restore', async () => (await editorText()).includes('Says hello and goodbye.'), 30_000).catch((e) => e.message);
+  check('the open clean README.md follows a rein restore run outside VS Code (its file watcher)', followed === true, String(followed));
+
   // 14. A second task, aborted from the palette with "discard".
   await palette('Rein: Start Task');
   await answer('Rein: Start Task', 'second task to abort');
   const run2 = await waitStatus(/Agent running/).catch((e) => e.message);
   check('a second task starts once the first is done', /Agent running/.test(run2), run2);
+  // The comments the first task got are still in check.sh; saving the file in the second task
+  // sends only the new one.
+  const task1 = new Set((finalState?.constraints ?? []).filter((c) => c.source === 'comment').map((c) => c.text));
+  await openFile('check.sh');
+  const kept = (await editorText()).split('\n').filter((l) => /rein:/.test(l) && task1.has(l.replace(/^.*rein:\s*/, '').trim()));
+  check('check.sh still holds a rein: comment the first task was given', kept.length > 0, await editorText());
+  await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().click();
+  await page.keyboard.press('Control+End');
+  await page.keyboard.press('Enter');
+  await page.keyboard.type(COMMENT3, { delay: 10 });
+  await page.keyboard.press('Control+S');
+  const task2 = await waitFor('the new comment delivered to the second task', () => {
+    const s = diskState();
+    const c = (s?.constraints ?? []).find((k) => k.source === 'comment' && k.text.includes('name of the check'));
+    return s?.task?.goal === 'second task to abort' && c?.status === 'delivered' ? s : false;
+  }, 60_000).catch((e) => e.message);
+  const again = typeof task2 === 'object' ? (task2.constraints ?? []).filter((c) => c.source === 'comment' && task1.has(c.text)) : null;
+  check('a comment delivered to the first task is not sent to the second (only the new one is)', Array.isArray(again) && again.length === 0, typeof task2 === 'object' ? JSON.stringify(task2.constraints) : String(task2));
   await palette('Rein: Abort the Task');
   await quickInput().locator('.monaco-list-row', { hasText: 'Discard' }).first().waitFor({ timeout: 15_000 });
   await quickInput().locator('.monaco-list-row', { hasText: 'Discard' }).first().click();

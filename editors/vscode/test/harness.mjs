@@ -57,36 +57,44 @@ export function freePort() {
   });
 }
 
+/** PATH without the directories that hold a `rein`, so the editor finds only what the test gives it. */
+function pathWithoutRein() {
+  return (process.env.PATH ?? '').split(':').filter((d) => d && !existsSync(join(d, 'rein'))).join(':');
+}
+
 /** Installs the .vsix and starts code-server on the folder; resolves once it answers HTTP. */
 export async function startCodeServer({ bin, vsix, folder, dataDir, logFile, extensionLog, settings = {} }) {
   const userDir = join(dataDir, 'user');
   const extDir = join(dataDir, 'extensions');
   mkdirSync(join(userDir, 'User'), { recursive: true });
-  writeFileSync(
-    join(userDir, 'User', 'settings.json'),
-    JSON.stringify(
-      {
-        'workbench.startupEditor': 'none',
-        'security.workspace.trust.enabled': false,
-        'workbench.tips.enabled': false,
-        'workbench.enableExperiments': false,
-        'extensions.autoCheckUpdates': false,
-        'extensions.autoUpdate': false,
-        'extensions.ignoreRecommendations': true,
-        'telemetry.telemetryLevel': 'off',
-        'git.openRepositoryInParentFolders': 'never',
-        'git.autoRepositoryDetection': false,
-        'files.autoSave': 'off',
-        'update.mode': 'none',
-        'workbench.colorTheme': 'Default Dark Modern',
-        'window.restoreWindows': 'none',
-        'editor.minimap.enabled': false,
-        ...settings,
-      },
-      null,
-      2,
-    ),
-  );
+  // The User settings every window starts from; `extra` are the test's own (rein.serverPath).
+  const writeSettings = (extra) =>
+    writeFileSync(
+      join(userDir, 'User', 'settings.json'),
+      JSON.stringify(
+        {
+          'workbench.startupEditor': 'none',
+          'security.workspace.trust.enabled': false,
+          'workbench.tips.enabled': false,
+          'workbench.enableExperiments': false,
+          'extensions.autoCheckUpdates': false,
+          'extensions.autoUpdate': false,
+          'extensions.ignoreRecommendations': true,
+          'telemetry.telemetryLevel': 'off',
+          'git.openRepositoryInParentFolders': 'never',
+          'git.autoRepositoryDetection': false,
+          'files.autoSave': 'off',
+          'update.mode': 'none',
+          'workbench.colorTheme': 'Default Dark Modern',
+          'window.restoreWindows': 'none',
+          'editor.minimap.enabled': false,
+          ...extra,
+        },
+        null,
+        2,
+      ),
+    );
+  writeSettings(settings);
   const common = ['--user-data-dir', userDir, '--extensions-dir', extDir];
   execFileSync(bin, [...common, '--install-extension', vsix, '--force'], { stdio: 'pipe', encoding: 'utf8' });
   const port = await freePort();
@@ -103,7 +111,7 @@ export async function startCodeServer({ bin, vsix, folder, dataDir, logFile, ext
       '--disable-getting-started-override',
       folder,
     ],
-    { stdio: ['ignore', 'pipe', 'pipe'], detached: true, env: { ...process.env, PASSWORD: undefined, ...(extensionLog ? { REIN_VSCODE_LOG: extensionLog } : {}) } },
+    { stdio: ['ignore', 'pipe', 'pipe'], detached: true, env: { ...process.env, PATH: pathWithoutRein(), PASSWORD: undefined, ...(extensionLog ? { REIN_VSCODE_LOG: extensionLog } : {}) } },
   );
   proc.stdout.pipe(log);
   proc.stderr.pipe(log);
@@ -123,6 +131,8 @@ export async function startCodeServer({ bin, vsix, folder, dataDir, logFile, ext
     /** The workbench on another folder (a new window: the extension activates afresh). */
     urlFor: (other) => `${url}?folder=${encodeURIComponent(other)}`,
     userDir,
+    /** Rewrites the User settings (the base plus `extra`); a window opened after sees them. */
+    setUserSettings: writeSettings,
     stop: async () => {
       if (proc.exitCode !== null) return;
       try {

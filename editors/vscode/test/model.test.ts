@@ -10,9 +10,14 @@ import {
   parseNameStatus,
   serverSettings,
   resolveServerPath,
+  serverNotFoundText,
+  isNotFoundError,
   decisionContext,
   inlineChoice,
   constraintDescription,
+  stepRow,
+  stepIcon,
+  constraintIcon,
   constraintTooltip,
   steerPrompt,
   answeredLabel,
@@ -45,10 +50,15 @@ const steps = [
   { n: 5, action: 'run deploy', author: 'agent' as const, status: 'rolled_back' as const, checkpoint: null },
 ];
 
-test('status text: no task, no server', () => {
+test('status text: "no task" only once the server is up; starting, stopped and not found say so', () => {
   assert.equal(statusText(null).text, '$(circle-outline) Rein: no task');
-  assert.equal(statusText(null, false).text, '$(circle-slash) Rein: server stopped');
-  assert.equal(statusText(null, false).tone, 'error');
+  assert.equal(statusText(null, 'starting').text, '$(loading~spin) Rein: starting');
+  assert.equal(statusText(mk(), 'starting').text, '$(loading~spin) Rein: starting');
+  assert.equal(statusText(null, 'stopped').text, '$(circle-slash) Rein: server stopped');
+  assert.equal(statusText(null, 'stopped').tone, 'error');
+  assert.equal(statusText(null, 'missing').text, '$(error) Rein: rein not found');
+  assert.match(statusText(null, 'missing').tooltip.join(' '), /rein\.serverPath/);
+  assert.equal(statusText(null, 'missing').tone, 'error');
 });
 
 test('status text: running shows the step being worked on', () => {
@@ -150,15 +160,34 @@ test('server settings carry only what the user set', () => {
   assert.deepEqual(serverSettings((k) => vals[k]), { agent: { kind: 'script', plan: '.rein/plan.json' }, steer: { onSave: false } });
 });
 
-test('server path: setting, then PATH, then bundled', () => {
+test('server path: setting, then PATH, then bundled; whether it is there', () => {
   const base = { extensionPath: '/ext', pathEnv: '/usr/bin:/opt/rein/bin', workspaceRoot: '/ws', home: '/home/u', platform: 'linux' };
-  assert.deepEqual(resolveServerPath({ ...base, setting: '/x/rein', exists: () => false }), { path: '/x/rein', from: 'setting' });
+  assert.deepEqual(resolveServerPath({ ...base, setting: '/x/rein', exists: () => false }), { path: '/x/rein', from: 'setting', found: false });
+  assert.deepEqual(resolveServerPath({ ...base, setting: '/x/rein', exists: (p) => p === '/x/rein' }), { path: '/x/rein', from: 'setting', found: true });
   assert.equal(resolveServerPath({ ...base, setting: '~/bin/rein', exists: () => false }).path, '/home/u/bin/rein');
   assert.equal(resolveServerPath({ ...base, setting: '${workspaceFolder}/target/debug/rein', exists: () => false }).path, '/ws/target/debug/rein');
   assert.equal(resolveServerPath({ ...base, setting: 'target/debug/rein', exists: () => false }).path, '/ws/target/debug/rein');
-  assert.deepEqual(resolveServerPath({ ...base, setting: '', exists: (p) => p === '/opt/rein/bin/rein' || p === '/ext/bin/rein' }), { path: '/opt/rein/bin/rein', from: 'path' });
-  assert.deepEqual(resolveServerPath({ ...base, setting: ' ', exists: (p) => p === '/ext/bin/rein' }), { path: '/ext/bin/rein', from: 'bundled' });
-  assert.deepEqual(resolveServerPath({ ...base, setting: '', exists: () => false }), { path: 'rein', from: 'none' });
+  // A bare name in the setting is found on PATH, as the spawn would find it.
+  assert.deepEqual(resolveServerPath({ ...base, setting: 'rein-dev', exists: (p) => p === '/opt/rein/bin/rein-dev' }), { path: 'rein-dev', from: 'setting', found: true });
+  assert.deepEqual(resolveServerPath({ ...base, setting: 'rein-dev', exists: () => false }), { path: 'rein-dev', from: 'setting', found: false });
+  assert.deepEqual(resolveServerPath({ ...base, setting: '', exists: (p) => p === '/opt/rein/bin/rein' || p === '/ext/bin/rein' }), { path: '/opt/rein/bin/rein', from: 'path', found: true });
+  assert.deepEqual(resolveServerPath({ ...base, setting: ' ', exists: (p) => p === '/ext/bin/rein' }), { path: '/ext/bin/rein', from: 'bundled', found: true });
+  assert.deepEqual(resolveServerPath({ ...base, setting: '', exists: () => false }), { path: 'rein', from: 'none', found: false });
+});
+
+test('a missing server binary is said in the editor terms: the setting and how to install', () => {
+  const none = serverNotFoundText({ path: 'rein', from: 'none' }, '');
+  assert.match(none, /^Rein: no rein binary found/);
+  assert.match(none, /rein\.serverPath is empty/);
+  assert.match(none, /not on PATH/);
+  assert.match(none, /cargo install --path server/);
+  assert.doesNotMatch(none, /ENOENT|spawn|`/);
+  const set = serverNotFoundText({ path: '/opt/nowhere/rein', from: 'setting' }, '/opt/nowhere/rein ');
+  assert.match(set, /rein\.serverPath is "\/opt\/nowhere\/rein", but there is no executable rein at \/opt\/nowhere\/rein/);
+  assert.match(set, /cargo install --path server/);
+  assert.ok(isNotFoundError(new Error('Launching server using command rein failed. Error: spawn rein ENOENT')));
+  assert.ok(isNotFoundError({ message: 'spawn /x/rein EACCES' }));
+  assert.ok(!isNotFoundError(new Error('Connection to server got closed')));
 });
 
 test('decision context values drive the inline approve/deny buttons', () => {
@@ -169,6 +198,24 @@ test('decision context values drive the inline approve/deny buttons', () => {
   assert.equal(decisionContext({ ...d, kind: 'question', options: [] }), 'decision:answer');
   assert.equal(inlineChoice(d, 'deny'), 'deny');
   assert.equal(inlineChoice({ ...d, options: ['keep mine'] }, 'approve'), undefined);
+});
+
+test('step rows keep their meaning when cut: the command or the files first, the rest described', () => {
+  const denied = { n: 9, action: 'run git tag v1 → not done: the human chose deny', author: 'agent' as const, status: 'skipped' as const, checkpoint: '978c6b4aa' };
+  assert.deepEqual(stepRow(denied), { label: '9. run git tag v1', description: 'not done: the human chose deny · 978c6b4' });
+  assert.equal(stepIcon(denied), 'circle-slash');
+  const human = { n: 5, action: 'your changes while holding control: src/greet.py', author: 'human' as const, status: 'done' as const, checkpoint: '08c5e1f00' };
+  assert.deepEqual(stepRow(human), { label: '5. src/greet.py', description: 'your changes while holding control · 08c5e1f' });
+  assert.deepEqual(stepRow({ n: 0, action: 'working tree at start', author: 'human', status: 'done', checkpoint: '965a20e11' }), { label: '0. working tree at start', description: '965a20e' });
+  // An agent action with a colon stays whole: "finish: …" is what it did.
+  assert.deepEqual(stepRow({ n: 12, action: 'finish: Added farewell()', author: 'agent', status: 'done', checkpoint: null }), { label: '12. finish: Added farewell()', description: '' });
+  assert.deepEqual(stepRow({ n: 5, action: 'run deploy', author: 'agent', status: 'rolled_back', checkpoint: null }), { label: '5. run deploy', description: 'rolled back' });
+});
+
+test('a steer icon says queued or delivered, so a cut row still tells', () => {
+  assert.equal(constraintIcon({ text: 'x' }), 'watch');
+  assert.equal(constraintIcon({ text: 'x', status: 'queued' }), 'watch');
+  assert.equal(constraintIcon({ text: 'x', status: 'delivered', deliveredAtStep: 2 }), 'pass');
 });
 
 test('constraint descriptions', () => {
@@ -196,8 +243,8 @@ test('the sandbox shows in the tooltip, and an unconfined task in the status tex
   const off = mk({ sandbox: { mode: 'off', inForce: false } });
   assert.equal(statusText(off).text, '$(sync~spin) Agent running · step 1');
   assert.match(sandboxLine(off.sandbox) ?? '', /off — .*full rights/);
-  assert.ok(statusText(null, true, { unavailable: 'no Landlock' }).tooltip.includes('Sandbox: cannot be had here (no Landlock)'));
-  assert.ok(statusText(null, true, { abi: 7 }).tooltip.includes('Sandbox: Landlock ABI 7 available'));
+  assert.ok(statusText(null, 'up', { unavailable: 'no Landlock' }).tooltip.includes('Sandbox: cannot be had here (no Landlock)'));
+  assert.ok(statusText(null, 'up', { abi: 7 }).tooltip.includes('Sandbox: Landlock ABI 7 available'));
   assert.equal(statusText(mk({ status: 'awaiting_decision', decisions: [{ id: 'd1', kind: 'sandbox_denied', question: 'q', options: ['approve', 'deny'] }] })).text, '$(debug-pause) Paused: sandbox denied a command');
   assert.deepEqual(serverSettings((k) => (k === 'sandbox' ? 'read-only' : undefined)), { sandbox: 'read-only' });
 });

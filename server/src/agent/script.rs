@@ -357,4 +357,95 @@ mod tests {
         .to_string();
         assert!(err.contains("nope.json"), "{err}");
     }
+
+    /// The plan-file section of docs/agents.md, which users copy from.
+    fn plan_docs() -> &'static str {
+        let doc = include_str!("../../../docs/agents.md");
+        let start = doc
+            .find("## The scripted agent: plan files")
+            .expect("docs/agents.md has the plan-file section");
+        let rest = &doc[start..];
+        let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
+        &rest[..end]
+    }
+
+    /// The docs' examples go through the real validator, so the docs cannot drift from it.
+    #[test]
+    fn the_plans_in_docs_agents_md_are_valid() {
+        let section = plan_docs();
+        // Every ```json block there is a whole plan file.
+        let mut plans = 0;
+        for block in section.split("```json\n").skip(1) {
+            let text = &block[..block.find("```").expect("a closed code block")];
+            let doc: serde_json::Value = serde_json::from_str(text)
+                .unwrap_or_else(|e| panic!("not JSON in docs/agents.md: {e}\n{text}"));
+            let agent = ScriptAgent::parse(&doc)
+                .unwrap_or_else(|e| panic!("docs/agents.md plan refused: {e}\n{text}"));
+            assert!(!agent.steps.is_empty());
+            plans += 1;
+        }
+        assert!(plans >= 1, "no example plan found in docs/agents.md");
+
+        // The table has a row for every action, and each row's examples are valid steps of it.
+        let mut documented = vec![];
+        for row in section.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = row.split(" | ").collect();
+            let key = cells[0].trim_start_matches("| ").trim_matches('`');
+            if key == "think_ms" {
+                continue;
+            }
+            let last = cells.last().expect("a table row has cells");
+            let examples: Vec<&str> = last
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|code| code.starts_with('{'))
+                .collect();
+            assert!(!examples.is_empty(), "the \"{key}\" row has no example");
+            for example in examples {
+                let step: serde_json::Value = serde_json::from_str(example).unwrap_or_else(|e| {
+                    panic!("the \"{key}\" example is not JSON: {e}: {example}")
+                });
+                let parsed = parse_step(&step)
+                    .unwrap_or_else(|e| panic!("the \"{key}\" example is refused: {e}: {example}"));
+                let action = step
+                    .as_object()
+                    .and_then(|o| o.keys().find(|k| k.as_str() != "think_ms"))
+                    .expect("an action key");
+                assert_eq!(
+                    action, key,
+                    "an example in the \"{key}\" row plays {parsed:?}"
+                );
+            }
+            documented.push(key.to_owned());
+        }
+        for action in ACTIONS.split(", ") {
+            assert!(
+                documented.iter().any(|d| d == action),
+                "docs/agents.md documents no \"{action}\" step"
+            );
+        }
+    }
+
+    /// The error quoted in the docs is the one a misspelt field gets.
+    #[test]
+    fn the_error_quoted_in_docs_agents_md_is_the_real_one() {
+        let section = plan_docs();
+        let quoted = section
+            .split("e.g. `")
+            .nth(1)
+            .and_then(|s| s.split('`').next())
+            .expect("docs/agents.md quotes an error")
+            .replace('\n', " ");
+        let why = ScriptAgent::parse(&json!({"steps": [
+            {"read": "a"},
+            {"edit": {"path": "a", "old": "x", "neww": "y"}}
+        ]}))
+        .unwrap_err();
+        let err = AgentError::Script {
+            path: "plan.json".into(),
+            why,
+        };
+        assert_eq!(quoted, err.to_string());
+    }
 }

@@ -341,8 +341,29 @@ function M.missing_server()
     .. "See :checkhealth rein"):format(cmd[1])
 end
 
+--- The missing-server message in one line that fits the command line (`room` columns after
+--- "Rein: "), so saying it at start-up never brings a hit-enter prompt; it names
+--- :checkhealth rein, which says how to install the server. `why` itself when it fits.
+function M.missing_server_line(why, room)
+  if #why <= room then
+    return why
+  end
+  local cmd = server_cmd()
+  local bin = type(cmd) == "table" and tostring(cmd[1]) or "rein"
+  for _, line in ipairs({
+    ("server %q not found: :checkhealth rein says how to install it"):format(bin),
+    ("%q not found: :checkhealth rein says how to install it"):format(vim.fn.fnamemodify(bin, ":t")),
+  }) do
+    if #line <= room then
+      return line
+    end
+  end
+  return "server not found: see :checkhealth rein"
+end
+
 --- Whether the server can be started. A missing binary is said once (`quiet` callers, like
---- the autocommand attaching every buffer, say nothing after that); Neovim is never asked to
+--- the autocommand attaching every buffer, say nothing after that), in one line that fits the
+--- screen; a :Rein command (not quiet) says it whole, with the fix. Neovim is never asked to
 --- spawn it, so its own "Spawning language server … failed" never appears.
 local function can_start(quiet)
   local why = M.missing_server()
@@ -353,7 +374,7 @@ local function can_start(quiet)
   if M._missing ~= why or not quiet then
     M._missing = why
     vim.schedule(function()
-      notify(why, vim.log.levels.ERROR)
+      notify(quiet and M.missing_server_line(why, vim.v.echospace - #"Rein: ") or why, vim.log.levels.ERROR)
     end)
   end
   return false
