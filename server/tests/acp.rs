@@ -1118,11 +1118,11 @@ async fn an_agent_that_never_answers_initialize_is_ended_at_the_deadline() {
     let why = start_failure(json!({
         "kind": "acp",
         "command": [agent_bin(), sc.file],
-        "handshake_timeout_s": 1
+        "handshake_timeout_s": 3
     }))
     .await;
     assert!(
-        why.contains("did not answer `initialize` within 1 s")
+        why.contains("did not answer `initialize` within 3 s")
             && why.contains("handshake_timeout_s")
             && why.contains(&sc.file.display().to_string()),
         "names the deadline and the command: {why}"
