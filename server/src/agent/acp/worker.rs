@@ -332,6 +332,10 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
                 w.stage.get()
             )
         });
+        let status = match w.killed {
+            Some(_) => format!("Rein ended it: {status}"),
+            None => status,
+        };
         w.shared.push(Event::Failed(Failure {
             why,
             status: Some(status),
