@@ -37,7 +37,8 @@ use worker::{Cmd, Launch};
 /// How long a cancelled turn may take to end before the agent is killed.
 const CANCEL_GRACE: Duration = Duration::from_secs(2);
 /// How long each handshake request may take unless the spec says (`handshake_timeout_s`).
-const HANDSHAKE: Duration = Duration::from_secs(30);
+/// Gemini CLI 0.61 takes about 10 s to answer `initialize` on an idle 2-core machine.
+const HANDSHAKE: Duration = Duration::from_secs(60);
 /// The longest summary kept from the agent's last message.
 const SUMMARY_CHARS: usize = 4000;
 /// How many stderr lines a crash report quotes.
@@ -541,7 +542,6 @@ impl AcpAgent {
                     msg.push_str(&format!(" ({status})"));
                 }
                 msg.push_str(&last_words(&stderr));
-                msg.push_str("\nFix the cause, then resume to start it again.");
                 Some(Err(AgentError::Peer(msg)))
             }
             Event::Request(inc) => self.request(*inc),
