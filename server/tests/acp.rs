@@ -1132,6 +1132,28 @@ async fn an_agent_that_never_answers_initialize_is_ended_at_the_deadline() {
     eventually("the silent agent to be ended", || gone(pid)).await;
 }
 
+/// The handshake's clock stops while the person has the agent paused: it cannot answer then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_during_the_handshake_does_not_count_against_its_deadline() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let sc = scenario(json!({"initialize_ms": 1500, "turns": [[{"say": "started"}]]}));
+    let mut run = start_spec(
+        dir.path(),
+        json!({"kind": "acp", "command": [agent_bin(), sc.file], "handshake_timeout_s": 3}),
+    );
+    sc.logged("initialize", 1).await;
+    run.call(Request::Pause).await;
+    // Paused for longer than the whole deadline.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        sc.of("session").is_empty(),
+        "a frozen agent answers nothing"
+    );
+    run.call(Request::Resume).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("started"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_handshake_timeout_is_refused_with_an_example() {
     let dir = repo(&[("a.txt", "a\n")]);

@@ -9,10 +9,12 @@
 //! agent process and tagged through its environment, which finds them wherever they moved;
 //! the process group is still signalled as a fallback where `/proc` cannot be read.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,7 +35,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::link::{error, Event, Failure, Incoming, Opened, Quirks, Shared, TurnError};
@@ -182,8 +184,8 @@ struct Worker {
     failed: Option<String>,
     /// How the agent broke the protocol, which outranks what followed from it.
     broken: Option<String>,
-    /// The handshake request awaiting its answer.
-    stage: Stage,
+    /// The handshake's clock and the request awaiting its answer.
+    handshake: Rc<Handshake>,
 }
 
 async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
@@ -240,6 +242,7 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
     let mut conn_open = true;
     let mut cx_rx = cx_rx;
     let mut awaiting_cx = true;
+    let handshake = Rc::new(Handshake::new(launch.handshake));
     let mut w = Worker {
         launch,
         shared,
@@ -259,7 +262,7 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
         opened: false,
         failed: None,
         broken: None,
-        stage: Stage::new(std::cell::Cell::new("initialize")),
+        handshake,
     };
     let mut cmds_open = true;
     let status = loop {
@@ -284,9 +287,9 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
                     w.cx = Some(cx.clone());
                     let done = w.done.clone();
                     let (root, mode) = (w.launch.root.clone(), w.launch.mode.clone());
-                    let (limit, stage) = (w.launch.handshake, w.stage.clone());
+                    let hs = w.handshake.clone();
                     tokio::task::spawn_local(async move {
-                        let r = setup(cx, root, mode, limit, stage).await;
+                        let r = setup(cx, root, mode, hs).await;
                         let _ = done.send(Done::Setup(r));
                     });
                 }
@@ -329,7 +332,7 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
         let why = w.broken.or(w.failed).unwrap_or_else(|| {
             format!(
                 "it ended while Rein waited for its answer to `{}`",
-                w.stage.get()
+                w.handshake.stage.get()
             )
         });
         let status = match w.killed {
@@ -482,35 +485,84 @@ enum SetupError {
     Said(String),
 }
 
-/// The request of the handshake awaiting its answer, shared with the connection thread so a
-/// report says which one the agent never answered, whichever of its exit and the closed
-/// connection is seen first.
-type Stage = std::rc::Rc<std::cell::Cell<&'static str>>;
+/// The handshake's clock, shared by the setup task and the connection thread (one thread).
+struct Handshake {
+    /// How long each request may go unanswered while the agent runs.
+    limit: Duration,
+    /// The request awaiting its answer, so a report says which one the agent never answered,
+    /// whichever of its exit and the closed connection is seen first.
+    stage: Cell<&'static str>,
+    /// The agent is frozen (paused): it cannot answer, so its time does not count.
+    frozen: Cell<bool>,
+    /// When it was last thawed: a request's time starts again from there.
+    thawed_at: Cell<Option<Instant>>,
+    thawed: Notify,
+}
 
-/// One handshake request, answered within `limit`.
+impl Handshake {
+    fn new(limit: Duration) -> Handshake {
+        Handshake {
+            limit,
+            stage: Cell::new("initialize"),
+            frozen: Cell::new(false),
+            thawed_at: Cell::new(None),
+            thawed: Notify::new(),
+        }
+    }
+
+    fn freeze(&self) {
+        self.frozen.set(true);
+    }
+
+    fn thaw(&self) {
+        self.frozen.set(false);
+        self.thawed_at.set(Some(Instant::now()));
+        self.thawed.notify_waiters();
+    }
+}
+
+/// One handshake request, answered within the limit of the time the agent ran.
 async fn ask<Req>(
     cx: &ConnectionTo<Peer>,
-    stage: &Stage,
-    limit: Duration,
+    hs: &Handshake,
     method: &'static str,
     req: Req,
 ) -> Result<Result<Req::Response, agent_client_protocol::Error>, SetupError>
 where
     Req: agent_client_protocol::JsonRpcRequest,
 {
-    stage.set(method);
-    match tokio::time::timeout(limit, cx.send_request(req).block_task()).await {
-        Err(_) => Err(SetupError::Said(format!(
-            "it did not answer `{method}` within {} s (handshake_timeout_s in the agent spec)",
-            limit.as_secs_f64()
-        ))),
-        Ok(Err(e))
+    hs.stage.set(method);
+    let answer = cx.send_request(req).block_task();
+    tokio::pin!(answer);
+    let mut since = Instant::now();
+    let answered = loop {
+        tokio::select! {
+            r = &mut answer => break r,
+            _ = tokio::time::sleep_until(since + hs.limit) => {
+                if hs.frozen.get() {
+                    // Checked and awaited without yielding in between, so no thaw is missed.
+                    hs.thawed.notified().await;
+                }
+                match hs.thawed_at.get().filter(|t| *t > since) {
+                    Some(t) => since = t,
+                    None => {
+                        return Err(SetupError::Said(format!(
+                            "it did not answer `{method}` within {} s (handshake_timeout_s in the agent spec)",
+                            hs.limit.as_secs_f64()
+                        )))
+                    }
+                }
+            }
+        }
+    };
+    match answered {
+        Err(e)
             if agent_client_protocol::is_incoming_transport_closed(&e)
                 || agent_client_protocol::is_connection_terminated(&e) =>
         {
             Err(SetupError::Closed)
         }
-        Ok(r) => Ok(r),
+        r => Ok(r),
     }
 }
 
@@ -520,8 +572,7 @@ async fn setup(
     cx: ConnectionTo<Peer>,
     root: PathBuf,
     mode: Option<String>,
-    limit: Duration,
-    stage: Stage,
+    hs: Rc<Handshake>,
 ) -> Result<Opened, SetupError> {
     let caps = ClientCapabilities::new()
         .fs(FileSystemCapabilities::new()
@@ -531,14 +582,13 @@ async fn setup(
     let init = InitializeRequest::new(ProtocolVersion::V1)
         .client_capabilities(caps)
         .client_info(Implementation::new("rein", env!("CARGO_PKG_VERSION")));
-    let init = ask(&cx, &stage, limit, "initialize", init)
+    let init = ask(&cx, &hs, "initialize", init)
         .await?
         .map_err(|e| SetupError::Said(format!("it refused `initialize`: {}", said(&e))))?;
     let steering = advertises_steering(&init);
     let mut opened = ask(
         &cx,
-        &stage,
-        limit,
+        &hs,
         "session/new",
         NewSessionRequest::new(root.clone()),
     )
@@ -555,8 +605,7 @@ async fn setup(
         }
         if let Err(e) = ask(
             &cx,
-            &stage,
-            limit,
+            &hs,
             "authenticate",
             AuthenticateRequest::new(method.clone()),
         )
@@ -568,8 +617,7 @@ async fn setup(
         }
         opened = ask(
             &cx,
-            &stage,
-            limit,
+            &hs,
             "session/new",
             NewSessionRequest::new(root.clone()),
         )
@@ -579,7 +627,7 @@ async fn setup(
     if let Some(modes) = &new.modes {
         if let Some(id) = pick_mode(modes, mode.as_deref()).map_err(SetupError::Said)? {
             let set = SetSessionModeRequest::new(new.session_id.clone(), id.clone());
-            if let Err(e) = ask(&cx, &stage, limit, "session/set_mode", set).await? {
+            if let Err(e) = ask(&cx, &hs, "session/set_mode", set).await? {
                 tracing::warn!("the agent refused session mode {}: {}", id.0, said(&e));
             }
         }
@@ -746,6 +794,7 @@ impl Worker {
         }
         if !self.frozen {
             self.frozen = true;
+            self.handshake.freeze();
             self.held = (
                 self.cancel_by.take().is_some(),
                 self.exit_by.take().is_some(),
@@ -785,6 +834,7 @@ impl Worker {
             return;
         }
         self.frozen = false;
+        self.handshake.thaw();
         let again = Instant::now() + self.launch.grace;
         let (cancel, exit) = std::mem::take(&mut self.held);
         if cancel {
