@@ -647,3 +647,30 @@ fn codex_killed_mid_turn_pauses_the_task_with_a_clear_message() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn codex_without_an_api_key_pauses_with_its_own_reason() {
+    // A Codex home with no provider of its own: the default (OpenAI) wants a key, and the
+    // keys are set empty, which Codex takes for unset.
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let no_keys = [
+        ("OPENAI_API_KEY".to_owned(), String::new()),
+        ("CODEX_API_KEY".to_owned(), String::new()),
+    ];
+    let (mut lsp, _) = Lsp::start_env(root, Lsp::rich_client(), Value::Null, &no_keys);
+    let spec = json!({"kind": "acp", "command": [codex_acp()], "env": {"CODEX_HOME": home.path()}});
+    lsp.ok("rein.start", json!({"goal": "write a", "agent": spec}));
+    let s = lsp.wait_state("a pause", |s| {
+        status(s) == "paused" && !s["stopReason"].is_null()
+    });
+    let reason = s["stopReason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("refused to open a session")
+            && reason.contains("CODEX_API_KEY or OPENAI_API_KEY is not set")
+            && reason.contains("ChatGPT"),
+        "Codex's own reason and its login methods reach the person: {reason}"
+    );
+}

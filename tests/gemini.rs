@@ -111,7 +111,9 @@ fn start(root: &Path, model: &Model, init_options: Value, goal: &str) -> Lsp {
     let (mut lsp, _) = Lsp::start_env(root, Lsp::rich_client(), init_options, &model.env());
     let started = lsp.ok(
         "rein.start",
-        json!({"goal": goal, "agent": {"kind": "acp", "command": command}}),
+        // Gemini CLI takes about 10 s to answer `initialize` on an idle 2-core machine, and
+        // several times that while other suites run: the deadline is not what is tested here.
+        json!({"goal": goal, "agent": {"kind": "acp", "command": command, "handshake_timeout_s": 600}}),
     );
     assert_eq!(started["state"]["status"], "running", "{started:#}");
     lsp

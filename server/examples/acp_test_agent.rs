@@ -18,11 +18,17 @@
 //! write worked and why not), `{"connect": PORT}` (a TCP connect to 127.0.0.1:PORT, logged
 //! with its result), `{"wait_cancel": true}`,
 //! `{"ignore_cancel": true}`, `{"wait_steering": true}`, `{"sleep_ms": N}`, `{"crash": CODE}`,
-//! `{"stop": "max_tokens" | "refusal"}`. A turn ends with `end_turn` after its actions.
+//! `{"stop": "max_tokens" | "refusal"}`, `{"auth_required": TEXT}` (the prompt is answered with
+//! ACP's auth_required error saying TEXT), `{"garbage": TEXT}` or `{"garbage_bytes": [BYTE…]}`
+//! (a raw line on stdout, bypassing the protocol). A turn ends with `end_turn` after its actions.
+//! At start: `"crash_at_start": CODE` exits before reading anything, `"crash_on_initialize":
+//! CODE` on receiving `initialize` (both saying so on stderr first), `"silent": true` never
+//! answers `initialize`; `"initialize_ms": N` answers it only after N ms.
 //! With `late_steering`, a steer wakes the turn but is answered `promptRequired` only once
 //! that turn has ended (the race where a correction arrives as the agent finishes).
-//! With `auth`, the agent offers those auth methods and refuses `session/new` ("Authentication
-//! required") until it is authenticated with the first of them.
+//! With `auth`, the agent offers those auth methods (each described as "run `acp-test-agent
+//! login ID` first") and refuses `session/new` ("Authentication required") until it is
+//! authenticated with the first of them; with `auth_fails`: TEXT, that fails too, saying TEXT.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -63,6 +69,10 @@ struct State {
     ended: AtomicUsize,
     /// The client authenticated with the method the scenario asks for.
     authenticated: AtomicBool,
+    /// The error an `auth_required` action answers the prompt with.
+    refusal: Mutex<Option<String>>,
+    /// Raw lines for stdout, bypassing the protocol.
+    raw: futures::channel::mpsc::UnboundedSender<Vec<u8>>,
     news: Notify,
 }
 
@@ -127,6 +137,16 @@ async fn main() {
     }
     .and_then(|t| t.as_array().cloned())
     .unwrap_or_default();
+    let exit_code = |key: &str| {
+        scenario
+            .get(key)
+            .and_then(Value::as_i64)
+            .map(|c| i32::try_from(c).unwrap_or(1))
+    };
+    let (crash_at_start, crash_on_initialize) = (
+        exit_code("crash_at_start"),
+        exit_code("crash_on_initialize"),
+    );
     let log = match std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -135,6 +155,8 @@ async fn main() {
         Ok(f) => f,
         Err(e) => fail(format!("cannot open the log {log_path}: {e}")),
     };
+    // Plain threads for stdio: the agent reads and writes whole lines and never needs more.
+    let (out_tx, out_rx) = futures::channel::mpsc::unbounded::<Vec<u8>>();
     let st = Arc::new(State {
         scenario,
         turns,
@@ -146,16 +168,21 @@ async fn main() {
         consumed: AtomicUsize::new(0),
         ended: AtomicUsize::new(0),
         authenticated: AtomicBool::new(false),
+        refusal: Mutex::new(None),
+        raw: out_tx.clone(),
         news: Notify::new(),
     });
     st.log(json!({"event": "start", "pid": std::process::id(), "process": started}));
+    if let Some(code) = crash_at_start {
+        eprintln!("acp_test_agent: crashing at start with code {code}");
+        std::process::exit(code);
+    }
 
-    // Plain threads for stdio: the agent reads and writes whole lines and never needs more.
-    let (out_tx, out_rx) = futures::channel::mpsc::unbounded::<String>();
     std::thread::spawn(move || {
         let mut stdout = std::io::stdout().lock();
-        for line in futures::executor::block_on_stream(out_rx) {
-            if writeln!(stdout, "{line}").is_err() || stdout.flush().is_err() {
+        for mut line in futures::executor::block_on_stream(out_rx) {
+            line.push(b'\n');
+            if stdout.write_all(&line).is_err() || stdout.flush().is_err() {
                 return;
             }
         }
@@ -169,7 +196,10 @@ async fn main() {
             }
         }
     });
-    let transport = Lines::new(out_tx.sink_map_err(std::io::Error::other), in_rx);
+    let out = out_tx
+        .sink_map_err(std::io::Error::other)
+        .with(|l: String| futures::future::ready(Ok::<_, std::io::Error>(l.into_bytes())));
+    let transport = Lines::new(out, in_rx);
 
     let (a, b, c, d, e, f, g) = (
         st.clone(),
@@ -192,9 +222,23 @@ async fn main() {
                     "fs_write": caps.fs.write_text_file,
                     "terminal": caps.terminal,
                 }));
+                if let Some(code) = crash_on_initialize {
+                    eprintln!("acp_test_agent: crashing on initialize with code {code}");
+                    std::process::exit(code);
+                }
+                if let Some(ms) = a.scenario.get("initialize_ms").and_then(Value::as_u64) {
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                }
+                if a.scenario.get("silent").and_then(Value::as_bool) == Some(true) {
+                    a.log(json!({"event": "silent"}));
+                    std::future::pending::<()>().await;
+                }
                 let methods = auth_methods(&a.scenario)
                     .into_iter()
-                    .map(|id| AuthMethod::Agent(AuthMethodAgent::new(id.clone(), id)))
+                    .map(|id| {
+                        let advice = format!("run `acp-test-agent login {id}` first");
+                        AuthMethod::Agent(AuthMethodAgent::new(id.clone(), id).description(advice))
+                    })
                     .collect();
                 let mut resp = InitializeResponse::new(q.protocol_version)
                     .agent_capabilities(AgentCapabilities::new())
@@ -246,7 +290,9 @@ async fn main() {
             async move |q: AuthenticateRequest, r: Responder<AuthenticateResponse>, _cx| {
                 let id = q.method_id.0.to_string();
                 g.log(json!({"event": "authenticate", "method": id}));
-                if auth_methods(&g.scenario).first() == Some(&id) {
+                if let Some(why) = g.scenario.get("auth_fails").and_then(Value::as_str) {
+                    r.respond_with_error(agent_client_protocol::Error::new(-32603, why))
+                } else if auth_methods(&g.scenario).first() == Some(&id) {
                     g.authenticated.store(true, Ordering::SeqCst);
                     r.respond(AuthenticateResponse::new())
                 } else {
@@ -282,6 +328,15 @@ async fn main() {
                 tokio::spawn(async move {
                     let reason = play(&st, &cx, turn).await;
                     st.log(json!({"event": "stop", "turn": turn, "reason": reason}));
+                    if reason == "auth_required" {
+                        let why = st.refusal.lock().ok().and_then(|r| r.clone());
+                        let why = why.unwrap_or_else(|| "Authentication required".into());
+                        let _ =
+                            r.respond_with_error(agent_client_protocol::Error::new(-32000, why));
+                        st.ended.fetch_add(1, Ordering::SeqCst);
+                        st.news.notify_waiters();
+                        return;
+                    }
                     let stop = match reason {
                         "cancelled" => StopReason::Cancelled,
                         "max_tokens" => StopReason::MaxTokens,
@@ -526,6 +581,21 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
     } else if let Some(code) = action.get("crash").and_then(Value::as_i64) {
         eprintln!("acp_test_agent: simulated crash with code {code}");
         std::process::exit(i32::try_from(code).unwrap_or(1));
+    } else if let Some(why) = action.get("auth_required").and_then(Value::as_str) {
+        if let Ok(mut r) = st.refusal.lock() {
+            *r = Some(why.to_owned());
+        }
+        return Some("auth_required");
+    } else if let Some(t) = action.get("garbage").and_then(Value::as_str) {
+        let _ = st.raw.unbounded_send(t.as_bytes().to_vec());
+        st.log(json!({"event": "garbage"}));
+    } else if let Some(bytes) = action.get("garbage_bytes").and_then(Value::as_array) {
+        let bytes = bytes
+            .iter()
+            .filter_map(|b| b.as_u64().and_then(|b| u8::try_from(b).ok()))
+            .collect();
+        let _ = st.raw.unbounded_send(bytes);
+        st.log(json!({"event": "garbage"}));
     } else if let Some(reason) = action.get("stop").and_then(Value::as_str) {
         return Some(match reason {
             "max_tokens" => "max_tokens",

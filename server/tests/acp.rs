@@ -100,8 +100,14 @@ impl Scenario {
 }
 
 fn start_acp(root: &Path, sc: &Scenario) -> Run {
+    start_spec(
+        root,
+        json!({"kind": "acp", "command": [agent_bin(), sc.file]}),
+    )
+}
+
+fn start_spec(root: &Path, spec: Value) -> Run {
     let (notify, notices) = channel();
-    let spec = json!({"kind": "acp", "command": [agent_bin(), sc.file]});
     let (handle, state) =
         control::start(root, "fix the answer", spec, test_config(), notify).expect("task starts");
     Run {
@@ -1042,4 +1048,209 @@ async fn the_agent_process_runs_in_its_own_domain_unless_the_sandbox_is_off() {
     assert_eq!(wrote, [true, true, true], "{log:#?}");
     assert_eq!(connected, [true, true], "{log:#?}");
     assert!(escape.exists(), "sandbox = \"off\" lifts the domain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_ends_a_running_terminal() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let pidfile = root.join("pid.txt");
+    let sc = scenario(json!({
+        "turns": [[
+            {"terminal": {"command": "echo $$ > pid.txt; echo go; sleep 30; echo late > late.txt",
+                "poll": "go"}},
+            {"say": "waited"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    sc.logged("terminal_partial", 1).await;
+    let shell: i32 = std::fs::read_to_string(&pidfile)
+        .expect("the command wrote its pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    assert!(!gone(shell), "the command runs until the abort");
+    run.call(Request::Abort {
+        keep_changes: false,
+    })
+    .await;
+    assert_eq!(run.state.status, Status::Aborted);
+    eventually("the terminal's command to end", || gone(shell)).await;
+    assert!(!root.join("late.txt").exists());
+}
+
+/// The message a start-up failure pauses the task with.
+async fn start_failure(spec: Value) -> String {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let mut run = start_spec(dir.path(), spec);
+    let s = run.until("paused", |s| s.status == Status::Paused).await;
+    s.stop_reason.clone().unwrap_or_default()
+}
+
+/// An agent that exits before answering `initialize`, right at start or on receiving it: the
+/// message always has its exit status and last stderr line, whichever of its exit and the
+/// closed connection Rein sees first (repeated, since that order is left to the scheduler).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_start_always_names_the_exit_status_and_stderr() {
+    for (key, said) in [
+        ("crash_at_start", "crashing at start with code 3"),
+        ("crash_on_initialize", "crashing on initialize with code 3"),
+    ] {
+        for _ in 0..12 {
+            let sc = scenario(json!({ key: 3, "turns": [] }));
+            let why =
+                start_failure(json!({"kind": "acp", "command": [agent_bin(), sc.file]})).await;
+            assert!(
+                why.contains("could not start")
+                    && why.contains("exit code 3")
+                    && why.contains(said)
+                    && why.contains("acp_test_agent"),
+                "{key}: {why}"
+            );
+            assert!(!why.contains("transport"), "{key}: {why}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_never_answers_initialize_is_ended_at_the_deadline() {
+    let sc = scenario(json!({"silent": true, "turns": []}));
+    let why = start_failure(json!({
+        "kind": "acp",
+        "command": [agent_bin(), sc.file],
+        "handshake_timeout_s": 3
+    }))
+    .await;
+    assert!(
+        why.contains("did not answer `initialize` within 3 s")
+            && why.contains("handshake_timeout_s")
+            && why.contains(&sc.file.display().to_string()),
+        "names the deadline and the command: {why}"
+    );
+    assert_eq!(sc.of("silent").len(), 1, "it got initialize");
+    let pid = pid_of(&sc.of("start")[0]);
+    eventually("the silent agent to be ended", || gone(pid)).await;
+}
+
+/// The handshake's clock stops while the person has the agent paused: it cannot answer then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_during_the_handshake_does_not_count_against_its_deadline() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let sc = scenario(json!({"initialize_ms": 1500, "turns": [[{"say": "started"}]]}));
+    let mut run = start_spec(
+        dir.path(),
+        json!({"kind": "acp", "command": [agent_bin(), sc.file], "handshake_timeout_s": 3}),
+    );
+    sc.logged("initialize", 1).await;
+    run.call(Request::Pause).await;
+    // Paused for longer than the whole deadline.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        sc.of("session").is_empty(),
+        "a frozen agent answers nothing"
+    );
+    run.call(Request::Resume).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("started"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_handshake_timeout_is_refused_with_an_example() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    for bad in [json!(0), json!(-1), json!("30"), json!(1e9)] {
+        let spec = json!({"kind": "acp", "command": ["x"], "handshake_timeout_s": bad});
+        let (notify, _notices) = channel();
+        let Err(e) = control::start(dir.path(), "g", spec, test_config(), notify) else {
+            panic!("{bad} should be refused");
+        };
+        assert!(e.to_string().contains("handshake_timeout_s"), "{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_api_key_login_says_the_agents_reason() {
+    let sc = scenario(json!({
+        "auth": ["api-key"],
+        "auth_fails": "CODEX_API_KEY or OPENAI_API_KEY is not set",
+        "turns": [[{"say": "in"}]]
+    }));
+    let why = start_failure(json!({"kind": "acp", "command": [agent_bin(), sc.file]})).await;
+    assert!(
+        why.contains("CODEX_API_KEY or OPENAI_API_KEY is not set")
+            && why.contains("refused to open a session")
+            && why.contains("run `acp-test-agent login api-key` first"),
+        "{why}"
+    );
+    assert_eq!(sc.of("authenticate").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_refused_for_want_of_a_login_carries_the_agents_advice() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "auth": ["api-key", "browser"],
+        "sessions": [
+            [[{"auth_required": "your token expired"}]],
+        ],
+        "turns": []
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("paused", |s| s.status == Status::Paused).await;
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("needs you to log in")
+            && why.contains("your token expired")
+            && why.contains("run `acp-test-agent login browser` first"),
+        "{why}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_that_is_not_an_acp_message_pauses_naming_it_and_resume_starts_again() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "sessions": [
+            [[{"garbage": "Loading model weights... done"}, {"read": "a.txt"}, {"say": "never"}]],
+            [[{"say": "clean this time"}]]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("paused", |s| s.status == Status::Paused).await;
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("not an ACP message")
+            && why.contains("\"Loading model weights... done\"")
+            && why.contains("stderr"),
+        "{why}"
+    );
+    assert!(
+        sc.of("read").iter().all(|r| r["ok"] != true),
+        "nothing after it is taken"
+    );
+    run.call(Request::Resume).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("clean this time"));
+}
+
+/// Bytes that are not UTF-8 are a protocol error, never decoded with U+FFFD in their place:
+/// here a write whose content holds a Latin-1 byte, which would otherwise reach the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_is_not_utf8_is_refused_whole() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let target = root.join("a.txt");
+    let mut line = format!(
+        r#"{{"jsonrpc":"2.0","id":900,"method":"fs/write_text_file","params":{{"sessionId":"test-session","path":{},"content":"caf"#,
+        json!(target)
+    )
+    .into_bytes();
+    line.extend_from_slice(b"\xe9\\n\"}}");
+    let sc = scenario(json!({"turns": [[{"garbage_bytes": line}, {"say": "wrote"}]]}));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("paused", |s| s.status == Status::Paused).await;
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(why.contains("not UTF-8") && why.contains("0xe9"), "{why}");
+    assert_eq!(read(root, "a.txt"), "a\n", "nothing was written");
 }

@@ -72,16 +72,19 @@ def make_repo(files, steps):
 class Session:
     """A pytest-lsp client connected to `rein lsp` in a repository."""
 
-    def __init__(self, root, caps, choice=None, refuse_progress=False):
+    def __init__(self, root, caps, choice=None, refuse_progress=False, delay_progress=0):
         self.root = root
         self.caps = caps
         self.asked = []
         self.created = []
+        # For each accepted progress token, how many frames the server had written when the
+        # client answered its window/workDoneProgress/create.
+        self.accepted = {}
         self.states = []
         self.choice = choice
         self.client = LanguageClient(protocol_cls=RecordingProtocol, converter_factory=default_converter)
         features = dict(DEFAULT_CLIENT_FEATURES)
-        if refuse_progress:
+        if refuse_progress or delay_progress:
             del features[types.WINDOW_WORK_DONE_PROGRESS_CREATE]
         register_lsp_features(self.client, features)
         c = self.client
@@ -98,6 +101,16 @@ class Session:
             def refuse(params):
                 self.created.append(params.token)
                 raise RuntimeError("this client refuses progress")
+
+        if delay_progress:
+            @c.feature(types.WINDOW_WORK_DONE_PROGRESS_CREATE)
+            async def accept_late(params):
+                # A slow client: the server runs on meanwhile, and must hold the token's
+                # progress until this answer.
+                self.created.append(params.token)
+                await asyncio.sleep(delay_progress)
+                self.accepted[params.token] = len(self.client.protocol.frames)
+                return None
 
         @c.feature("rein/stateChanged")
         def state(params):
@@ -181,7 +194,12 @@ async def test_a_task_with_progress_and_a_decision_for_each_client(name):
     assert any("echo one" in a.message for a in s.asked), s.asked
     assert (root / "one.txt").read_text() == "one\n"
     if s.caps.window and s.caps.window.work_done_progress:
-        reports = [r for rs in s.client.progress_reports.values() for r in rs]
+        # The end follows the state that says done: let it arrive.
+        for _ in range(PATIENCE * 20):
+            reports = [r for rs in s.client.progress_reports.values() for r in rs]
+            if reports and isinstance(reports[-1], types.WorkDoneProgressEnd):
+                break
+            await asyncio.sleep(0.05)
         assert reports and isinstance(reports[0], types.WorkDoneProgressBegin), reports
         assert isinstance(reports[-1], types.WorkDoneProgressEnd), reports
     else:
@@ -200,6 +218,25 @@ async def test_progress_never_uses_a_refused_token():
     sent = [f for f in s.client.protocol.frames if f.get("method") == "$/progress"]
     assert not sent, sent
     await s.close()
+    s.check_frames()
+
+
+async def test_no_progress_before_the_client_accepts_the_token():
+    steps = [{"read": "a.txt", "think_ms": 100} for _ in range(12)] + [{"finish": "f"}]
+    root = make_repo({"a.txt": "a\n"}, steps)
+    s = Session(root, CAPS["vscode"], delay_progress=1.0)
+    await s.start({"agent": {"kind": "script", "plan": ".rein/plan.json"}})
+    await s.command("rein.start", {"goal": "g"})
+    await s.wait("done", lambda st: status(st) == "done")
+    await s.close()
+    frames = s.client.protocol.frames
+    assert s.created and set(s.created) == set(s.accepted), (s.created, s.accepted)
+    for token, answered in s.accepted.items():
+        used = [i for i, f in enumerate(frames) if f.get("method") == "$/progress" and f["params"]["token"] == token]
+        early = [frames[i] for i in used if i < answered]
+        assert not early, f"progress on {token} before the client accepted it: {early}"
+    first = s.created[0]
+    assert any(f.get("method") == "$/progress" and f["params"]["token"] == first for f in frames), "progress once accepted"
     s.check_frames()
 
 
@@ -269,10 +306,15 @@ async def test_document_sync_with_non_ascii_edits(enc):
 
 
 async def test_every_command_valid_and_invalid():
-    root = make_repo({"a.txt": "a\n"}, [{"read": "a.txt", "think_ms": 600000}])
+    notes = "notes\n# rein: keep it tiny\n# rein: and quick\n"
+    root = make_repo(
+        {"a.txt": "a\n", "notes.txt": notes},
+        [{"run": {"cmd": "echo one > one.txt", "irreversible": True}}, {"read": "a.txt", "think_ms": 600000}],
+    )
     s = Session(root, CAPS["neovim-0.11"])
     await s.start({"agent": {"kind": "script", "plan": ".rein/plan.json"}})
     uri = (root / "a.txt").as_uri()
+    notes_uri = (root / "notes.txt").as_uri()
 
     async def fails(code, name, *args):
         with pytest.raises(JsonRpcException) as e:
@@ -281,10 +323,31 @@ async def test_every_command_valid_and_invalid():
 
     await fails(-32803, "rein.pause", {})
     assert (await s.command("rein.state", {}))["state"] is None
+    pre = await s.command("rein.preflight", {})
+    assert pre["problem"] is None, pre
+    assert pathlib.Path(pre["repository"]).resolve() == root.resolve(), pre
+    assert pre["agent"]["kind"] == "script", pre
     await fails(-32602, "rein.start", {"goal": 5})
     r = await s.command("rein.start", {"goal": "g"})
     assert r["taskId"]
     await fails(-32803, "rein.start", {"goal": "again"})
+    assert (await s.command("rein.preflight", {}))["problem"]["kind"] == "task_active"
+    st = await s.wait("the decision", lambda st: status(st) == "awaiting_decision")
+    decided = await s.command("rein.decide", {"decisionId": st["decisions"][0]["id"], "choice": "approve"})
+    assert not decided["state"]["decisions"], decided
+    await s.wait("the approved run", lambda st: status(st) == "running" and (root / "one.txt").exists())
+    s.client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(uri=notes_uri, language_id="text", version=1, text=notes)))
+    sent = await s.command("rein.sendSteerComment", {"uri": notes_uri, "line": 1})
+    assert sent["constraintId"] and any("keep it tiny" in c["text"] for c in sent["state"]["constraints"]), sent
+    assert await s.command("rein.dismissSteerComment", {"uri": notes_uri, "line": 2}) == {}
+    s.client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(uri=uri, language_id="text", version=1, text="a\n")))
+    s.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text="a, mine\n")],
+    ))
+    await s.wait("a.txt held", lambda st: st["heldFiles"])
+    released = await s.command("rein.release", {"uri": uri})
+    assert not released["state"]["heldFiles"], released
     await fails(-32602, "rein.steer", {})
     assert (await s.command("rein.steer", {"text": "keep it small"}))["constraintId"]
     assert (await s.command("rein.pause", {}))["state"]["status"] == "paused"

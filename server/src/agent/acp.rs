@@ -31,11 +31,14 @@ use tokio::sync::mpsc;
 
 use super::{Agent, AgentError, Context, Intended, Interrupt, Move, MoveFuture, Outcome};
 use crate::exec::SandboxMode;
-use link::{error, Event, Incoming, Quirks, Shared};
+use link::{error, Event, Failure, Incoming, Quirks, Shared, TurnError};
 use worker::{Cmd, Launch};
 
 /// How long a cancelled turn may take to end before the agent is killed.
 const CANCEL_GRACE: Duration = Duration::from_secs(2);
+/// How long each handshake request may take unless the spec says (`handshake_timeout_s`).
+/// Gemini CLI 0.61 takes about 10 s to answer `initialize` on an idle 2-core machine.
+const HANDSHAKE: Duration = Duration::from_secs(60);
 /// The longest summary kept from the agent's last message.
 const SUMMARY_CHARS: usize = 4000;
 /// How many stderr lines a crash report quotes.
@@ -60,6 +63,8 @@ pub struct AcpAgent {
     session: Option<(SessionId, bool)>,
     /// What the agent is known to need beyond the protocol.
     quirks: Quirks,
+    /// How the agent says to log in (its auth methods), for a turn refused for want of one.
+    login: Vec<String>,
     /// The turn whose prompt is running.
     turn: Option<u64>,
     turns: u64,
@@ -128,7 +133,7 @@ fn exit_status(exit: Exit) -> TerminalExitStatus {
 
 impl AcpAgent {
     /// Builds from `{"kind": "acp", "command": [PROGRAM, ARGS…], "env"?: {K: V},
-    /// "mode"?: MODE, "state_dirs"?: [PATH…], "ports"?: [PORT…]}`. The process starts on the
+    /// "mode"?: MODE, "handshake_timeout_s"?: SECONDS, "state_dirs"?: [PATH…], "ports"?: [PORT…]}`. The process starts on the
     /// first move, in `root`, in a Landlock domain of its own unless `sandbox` is `off`.
     pub fn from_spec(
         spec: &serde_json::Value,
@@ -198,6 +203,18 @@ impl AcpAgent {
                         .into(),
                 )),
             };
+        let handshake = match spec.get("handshake_timeout_s") {
+            None | Some(serde_json::Value::Null) => HANDSHAKE,
+            Some(v) => v
+                .as_f64()
+                .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| {
+                    AgentError::Spec(
+                        "\"handshake_timeout_s\" must be a positive number of seconds (at most a day), e.g. 60".into(),
+                    )
+                })?,
+        };
         let confine = domain::Domain::from_spec(spec, &words, &env)?.confinement(sandbox, root);
         Ok(AcpAgent {
             launch: Launch {
@@ -207,6 +224,7 @@ impl AcpAgent {
                 root: root.to_owned(),
                 mode,
                 grace: CANCEL_GRACE,
+                handshake,
                 confine,
             },
             root_canon: root.canonicalize().unwrap_or_else(|_| root.to_owned()),
@@ -214,6 +232,7 @@ impl AcpAgent {
             link: None,
             session: None,
             quirks: Quirks::default(),
+            login: Vec::new(),
             turn: None,
             turns: 0,
             cancel_sent: false,
@@ -236,6 +255,15 @@ impl AcpAgent {
             delivered: Vec::new(),
             delivered_report: None,
         })
+    }
+
+    /// The command line, as the spec gave it, for messages that must name it.
+    fn command(&self) -> String {
+        std::iter::once(self.launch.program.to_string_lossy().into_owned())
+            .chain(self.launch.args.iter().cloned())
+            .map(|w| quote(&w))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     fn name(&self) -> String {
@@ -500,14 +528,21 @@ impl AcpAgent {
             Event::Ready(opened) => {
                 self.session = Some((opened.session, opened.steering));
                 self.quirks = opened.quirks;
+                self.login = opened.login;
                 None
             }
-            Event::Failed(why) => {
+            Event::Failed(Failure {
+                why,
+                status,
+                stderr,
+            }) => {
                 self.disconnect();
-                Some(Err(AgentError::Peer(format!(
-                    "the agent `{}` could not start: {why}",
-                    self.name()
-                ))))
+                let mut msg = format!("the agent `{}` could not start: {why}", self.command());
+                if let Some(status) = status {
+                    msg.push_str(&format!(" ({status})"));
+                }
+                msg.push_str(&last_words(&stderr));
+                Some(Err(AgentError::Peer(msg)))
             }
             Event::Request(inc) => self.request(*inc),
             Event::Update(n) => self.update(*n),
@@ -574,13 +609,7 @@ impl AcpAgent {
                             "Your previous session ended when the agent process {how}. This is a new session; everything done so far is in the working tree."
                         ));
                         let mut msg = format!("the agent process `{}` {how}", self.name());
-                        let last: Vec<&String> = stderr.iter().rev().take(CRASH_LINES).collect();
-                        if !last.is_empty() {
-                            msg.push_str("; its last words on stderr:");
-                            for l in last.into_iter().rev() {
-                                msg.push_str(&format!("\n  {l}"));
-                            }
-                        }
+                        msg.push_str(&last_words(&stderr));
                         msg.push_str("\nResume to start it again in a new session.");
                         Some(Err(AgentError::Peer(msg)))
                     }
@@ -830,7 +859,7 @@ impl AcpAgent {
     fn prompt_done(
         &mut self,
         turn: u64,
-        result: Result<StopReason, String>,
+        result: Result<StopReason, TurnError>,
     ) -> Option<Result<Move, AgentError>> {
         if self.turn != Some(turn) {
             return None;
@@ -882,7 +911,17 @@ impl AcpAgent {
             Ok(StopReason::MaxTurnRequests) => "it reached its limit of model requests for one turn (stopReason max_turn_requests); resume to let it go on".to_owned(),
             Ok(StopReason::Refusal) => "it refused to go on (stopReason refusal); steer it or take over, then resume".to_owned(),
             Ok(other) => format!("it ended its turn for a reason Rein does not know ({other:?}); resume to prompt it again"),
-            Err(e) => format!("its turn failed: {e}; resume to prompt it again"),
+            Err(TurnError { auth_required: true, text }) => {
+                let offers = if self.login.is_empty() {
+                    String::new()
+                } else {
+                    format!(" It says to log in with: {}.", self.login.join("; "))
+                };
+                format!("it needs you to log in (auth_required: {text}).{offers} Log in with the agent's own CLI or set its API key in the environment Rein runs in, then resume")
+            }
+            Err(TurnError { text, .. }) => {
+                format!("its turn failed: {text}; resume to prompt it again")
+            }
         };
         Some(Err(AgentError::Peer(format!(
             "the agent `{}` stopped: {why}",
@@ -1068,6 +1107,19 @@ impl Drop for AcpAgent {
     fn drop(&mut self) {
         self.disconnect();
     }
+}
+
+/// The agent's last stderr lines, for a message ("" when it said nothing).
+fn last_words(stderr: &[String]) -> String {
+    let last: Vec<&String> = stderr.iter().rev().take(CRASH_LINES).collect();
+    if last.is_empty() {
+        return String::new();
+    }
+    let mut text = String::from("; its last words on stderr:");
+    for l in last.into_iter().rev() {
+        text.push_str(&format!("\n  {l}"));
+    }
+    text
 }
 
 /// An environment variable that by its name holds a credential.

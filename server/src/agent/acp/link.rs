@@ -94,6 +94,8 @@ pub(super) struct Opened {
     pub steering: bool,
     /// What this agent is known to need beyond the protocol.
     pub quirks: Quirks,
+    /// How the agent itself says to log in: its auth methods' names and descriptions.
+    pub login: Vec<String>,
 }
 
 /// Known ways of a named agent that the protocol leaves open or that it gets wrong.
@@ -123,8 +125,8 @@ impl Quirks {
 pub(super) enum Event {
     /// The session is open.
     Ready(Opened),
-    /// The agent could not be started or set up; the text says why.
-    Failed(String),
+    /// The agent could not be started or set up.
+    Failed(Failure),
     /// A request from the agent.
     Request(Box<Incoming>),
     /// A `session/update` notification.
@@ -132,7 +134,7 @@ pub(super) enum Event {
     /// A `session/prompt` ended.
     PromptDone {
         turn: u64,
-        result: Result<StopReason, String>,
+        result: Result<StopReason, TurnError>,
     },
     /// A `_session/steering` request was answered.
     Steered {
@@ -149,6 +151,37 @@ pub(super) enum Event {
         /// Why Rein stopped it, when Rein did.
         killed: Option<String>,
     },
+}
+
+/// Why the agent could not be started or set up, with its end once it has ended.
+#[derive(Debug)]
+pub(super) struct Failure {
+    /// What went wrong, in words.
+    pub why: String,
+    /// Its exit status in words, when a process was started (and has ended).
+    pub status: Option<String>,
+    /// The last lines it wrote to stderr.
+    pub stderr: Vec<String>,
+}
+
+impl Failure {
+    /// A failure before any process ran.
+    pub(super) fn before_start(why: impl Into<String>) -> Failure {
+        Failure {
+            why: why.into(),
+            status: None,
+            stderr: Vec::new(),
+        }
+    }
+}
+
+/// A `session/prompt` answered with an error.
+#[derive(Debug)]
+pub(super) struct TurnError {
+    /// The error is ACP's `auth_required` (-32000): the agent wants a login.
+    pub auth_required: bool,
+    /// Its message and data, on one line.
+    pub text: String,
 }
 
 const STOPPED: &str = "cancelled: the person supervising you stopped this turn";
@@ -277,24 +310,24 @@ mod tests {
     #[tokio::test]
     async fn next_returns_events_in_order_and_waits_for_more() {
         let shared = std::sync::Arc::new(Shared::default());
-        shared.push(Event::Failed("one".into()));
-        shared.push(Event::Failed("two".into()));
+        shared.push(Event::Failed(Failure::before_start("one")));
+        shared.push(Event::Failed(Failure::before_start("two")));
         let Event::Failed(a) = shared.next().await else {
             panic!("expected the first event")
         };
         let Event::Failed(b) = shared.next().await else {
             panic!("expected the second event")
         };
-        assert_eq!((a.as_str(), b.as_str()), ("one", "two"));
+        assert_eq!((a.why.as_str(), b.why.as_str()), ("one", "two"));
         let later = shared.clone();
         let pusher = tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            later.push(Event::Failed("three".into()));
+            later.push(Event::Failed(Failure::before_start("three")));
         });
         let Event::Failed(c) = shared.next().await else {
             panic!("expected the pushed event")
         };
-        assert_eq!(c, "three");
+        assert_eq!(c.why, "three");
         pusher.await.expect("pusher ran");
     }
 
@@ -304,10 +337,10 @@ mod tests {
         let waited =
             tokio::time::timeout(std::time::Duration::from_millis(10), shared.next()).await;
         assert!(waited.is_err(), "nothing to take yet");
-        shared.push(Event::Failed("kept".into()));
+        shared.push(Event::Failed(Failure::before_start("kept")));
         let Event::Failed(x) = shared.next().await else {
             panic!("expected the event")
         };
-        assert_eq!(x, "kept");
+        assert_eq!(x.why, "kept");
     }
 }

@@ -9,10 +9,12 @@
 //! agent process and tagged through its environment, which finds them wherever they moved;
 //! the process group is still signalled as a fallback where `/proc` cannot be read.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,10 +35,10 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-use super::link::{error, Event, Incoming, Opened, Quirks, Shared};
+use super::link::{error, Event, Failure, Incoming, Opened, Quirks, Shared, TurnError};
 use crate::exec::{make_subreaper, ConfineError, Confinement, Tree, AGENT_TAG_VAR};
 
 /// How many stderr lines are kept to explain a crash.
@@ -45,6 +47,11 @@ const STDERR_LINES: usize = 20;
 const MAX_LINE: usize = 64 * 1024 * 1024;
 /// The longest stderr line kept (the rest is cut).
 const MAX_STDERR_LINE: usize = 4096;
+/// How much of a line that is not an ACP message is quoted when naming it.
+const QUOTED_LINE: usize = 200;
+/// How long the agent's last stderr lines are awaited once it has ended (a process it left
+/// behind may hold the pipe open; the tree is ended first, so this is a bound, not a wait).
+const STDERR_DRAIN: Duration = Duration::from_secs(2);
 /// Between SIGTERM and SIGKILL when Rein ends the agent.
 const TERM_GRACE: Duration = Duration::from_secs(1);
 /// Modes that make an agent ask before acting, best first: Claude's and Gemini's
@@ -68,6 +75,9 @@ pub(super) struct Launch {
     pub mode: Option<String>,
     /// How long a cancelled turn may take to end before the agent is killed.
     pub grace: Duration,
+    /// How long each request of the handshake (`initialize`, `authenticate`, `session/new`,
+    /// `session/set_mode`) may take before the agent is ended.
+    pub handshake: Duration,
     /// The Landlock domain the process enters, unless the sandbox is off.
     pub confine: Option<Confinement>,
 }
@@ -114,9 +124,9 @@ pub(super) fn start(launch: Launch, shared: Arc<Shared>) -> mpsc::UnboundedSende
             {
                 Ok(rt) => rt,
                 Err(e) => {
-                    inbox.push(Event::Failed(format!(
+                    inbox.push(Event::Failed(Failure::before_start(format!(
                         "cannot start a runtime for the agent connection: {e}"
-                    )));
+                    ))));
                     return;
                 }
             };
@@ -124,21 +134,23 @@ pub(super) fn start(launch: Launch, shared: Arc<Shared>) -> mpsc::UnboundedSende
             local.block_on(&rt, run(launch, inbox, rx));
         });
     if let Err(e) = spawned {
-        shared.push(Event::Failed(format!(
+        shared.push(Event::Failed(Failure::before_start(format!(
             "cannot start a thread for the agent connection: {e}"
-        )));
+        ))));
     }
     tx
 }
 
 /// What a task of the connection thread finished.
 enum Done {
-    Setup(Result<Opened, String>),
+    Setup(Result<Opened, SetupError>),
     Prompt(u64, Result<StopReason, agent_client_protocol::Error>),
     Steer(
         String,
         Result<serde_json::Value, agent_client_protocol::Error>,
     ),
+    /// The agent broke the protocol on its stdout; the text names the line.
+    Broken(String),
 }
 
 struct Worker {
@@ -166,6 +178,14 @@ struct Worker {
     exit_by: Option<Instant>,
     /// Why Rein ended the process, once it has.
     killed: Option<String>,
+    /// The session is open (setup succeeded).
+    opened: bool,
+    /// Why setup failed, reported once the process has ended (with its status and stderr).
+    failed: Option<String>,
+    /// How the agent broke the protocol, which outranks what followed from it.
+    broken: Option<String>,
+    /// The handshake's clock and the request awaiting its answer.
+    handshake: Rc<Handshake>,
 }
 
 async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
@@ -179,10 +199,10 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
     let mut child = match spawn(&launch, &tag) {
         Ok(c) => c,
         Err(e) => {
-            shared.push(Event::Failed(format!(
+            shared.push(Event::Failed(Failure::before_start(format!(
                 "cannot start `{}`: {e}; check that it is installed and on PATH",
                 launch.program.display()
-            )));
+            ))));
             return;
         }
     };
@@ -196,14 +216,17 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
-        shared.push(Event::Failed("the agent's stdio could not be piped".into()));
+        shared.push(Event::Failed(Failure::before_start(
+            "the agent's stdio could not be piped",
+        )));
         return;
     };
     let stderr_pump = tokio::task::spawn_local(pump_stderr(stderr, tail.clone()));
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     let (out_tx, out_rx) = futures::channel::mpsc::unbounded::<String>();
     let (in_tx, in_rx) = futures::channel::mpsc::unbounded::<io::Result<String>>();
     tokio::task::spawn_local(pump_stdin(stdin, out_rx));
-    tokio::task::spawn_local(pump_stdout(stdout, in_tx));
+    tokio::task::spawn_local(pump_stdout(stdout, in_tx, done_tx.clone()));
     let transport = Lines::new(out_tx.sink_map_err(io::Error::other), in_rx);
 
     let (cx_tx, cx_rx) = futures::channel::oneshot::channel::<ConnectionTo<Peer>>();
@@ -219,7 +242,7 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
     let mut conn_open = true;
     let mut cx_rx = cx_rx;
     let mut awaiting_cx = true;
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let handshake = Rc::new(Handshake::new(launch.handshake));
     let mut w = Worker {
         launch,
         shared,
@@ -236,6 +259,10 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
         kill_at: None,
         exit_by: None,
         killed: None,
+        opened: false,
+        failed: None,
+        broken: None,
+        handshake,
     };
     let mut cmds_open = true;
     let status = loop {
@@ -260,8 +287,10 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
                     w.cx = Some(cx.clone());
                     let done = w.done.clone();
                     let (root, mode) = (w.launch.root.clone(), w.launch.mode.clone());
+                    let hs = w.handshake.clone();
                     tokio::task::spawn_local(async move {
-                        let _ = done.send(Done::Setup(setup(cx, root, mode).await));
+                        let r = setup(cx, root, mode, hs).await;
+                        let _ = done.send(Done::Setup(r));
                     });
                 }
             }
@@ -277,8 +306,11 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
             _ = sleep_until(deadline), if deadline.is_some() => w.timers(),
         }
     };
-    // Let stderr drain so the crash report carries the agent's last words.
-    let _ = tokio::time::timeout(Duration::from_millis(300), stderr_pump).await;
+    // Anything still in its tree (the commands it started, wherever they moved) goes with it,
+    // which also closes the stderr pipe they may have inherited.
+    w.kill_all();
+    // Let stderr drain so every report carries the agent's last words.
+    let _ = tokio::time::timeout(STDERR_DRAIN, stderr_pump).await;
     let stderr: Vec<String> = tail
         .lock()
         .map(|t| t.iter().cloned().collect())
@@ -287,14 +319,32 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
         Ok(s) => describe(s),
         Err(e) => format!("its exit status is unknown ({e})"),
     };
-    // Anything still in its tree (the commands it started, wherever they moved) goes with it.
-    w.kill_all();
     w.shared.end_cancel();
-    w.shared.push(Event::Exited {
-        status,
-        stderr,
-        killed: w.killed,
-    });
+    if w.opened {
+        w.shared.push(Event::Exited {
+            status,
+            stderr,
+            killed: w.broken.or(w.killed),
+        });
+    } else {
+        // Reported only now, with the exit status and last stderr lines: a start-up
+        // failure is explained by how the process ended as much as by the request that failed.
+        let why = w.broken.or(w.failed).unwrap_or_else(|| {
+            format!(
+                "it ended while Rein waited for its answer to `{}`",
+                w.handshake.stage.get()
+            )
+        });
+        let status = match w.killed {
+            Some(_) => format!("Rein ended it: {status}"),
+            None => status,
+        };
+        w.shared.push(Event::Failed(Failure {
+            why,
+            status: Some(status),
+            stderr,
+        }));
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -427,58 +477,157 @@ fn handlers(
     )
 }
 
+/// Why setup failed.
+enum SetupError {
+    /// The connection closed before the agent answered: its exit says why.
+    Closed,
+    /// Anything else, in words.
+    Said(String),
+}
+
+/// The handshake's clock, shared by the setup task and the connection thread (one thread).
+struct Handshake {
+    /// How long each request may go unanswered while the agent runs.
+    limit: Duration,
+    /// The request awaiting its answer, so a report says which one the agent never answered,
+    /// whichever of its exit and the closed connection is seen first.
+    stage: Cell<&'static str>,
+    /// The agent is frozen (paused): it cannot answer, so its time does not count.
+    frozen: Cell<bool>,
+    /// When it was last thawed: a request's time starts again from there.
+    thawed_at: Cell<Option<Instant>>,
+    thawed: Notify,
+}
+
+impl Handshake {
+    fn new(limit: Duration) -> Handshake {
+        Handshake {
+            limit,
+            stage: Cell::new("initialize"),
+            frozen: Cell::new(false),
+            thawed_at: Cell::new(None),
+            thawed: Notify::new(),
+        }
+    }
+
+    fn freeze(&self) {
+        self.frozen.set(true);
+    }
+
+    fn thaw(&self) {
+        self.frozen.set(false);
+        self.thawed_at.set(Some(Instant::now()));
+        self.thawed.notify_waiters();
+    }
+}
+
+/// One handshake request, answered within the limit of the time the agent ran.
+async fn ask<Req>(
+    cx: &ConnectionTo<Peer>,
+    hs: &Handshake,
+    method: &'static str,
+    req: Req,
+) -> Result<Result<Req::Response, agent_client_protocol::Error>, SetupError>
+where
+    Req: agent_client_protocol::JsonRpcRequest,
+{
+    hs.stage.set(method);
+    let answer = cx.send_request(req).block_task();
+    tokio::pin!(answer);
+    let mut since = Instant::now();
+    let answered = loop {
+        tokio::select! {
+            r = &mut answer => break r,
+            _ = tokio::time::sleep_until(since + hs.limit) => {
+                if hs.frozen.get() {
+                    // Checked and awaited without yielding in between, so no thaw is missed.
+                    hs.thawed.notified().await;
+                }
+                match hs.thawed_at.get().filter(|t| *t > since) {
+                    Some(t) => since = t,
+                    None => {
+                        return Err(SetupError::Said(format!(
+                            "it did not answer `{method}` within {} s (handshake_timeout_s in the agent spec)",
+                            hs.limit.as_secs_f64()
+                        )))
+                    }
+                }
+            }
+        }
+    };
+    match answered {
+        Err(e)
+            if agent_client_protocol::is_incoming_transport_closed(&e)
+                || agent_client_protocol::is_connection_terminated(&e) =>
+        {
+            Err(SetupError::Closed)
+        }
+        r => Ok(r),
+    }
+}
+
 /// `initialize` (fs and terminal capabilities), `session/new` in the working tree with no MCP
-/// servers, and an asking mode when the agent offers one.
+/// servers, and an asking mode when the agent offers one; each request within `limit`.
 async fn setup(
     cx: ConnectionTo<Peer>,
     root: PathBuf,
     mode: Option<String>,
-) -> Result<Opened, String> {
+    hs: Rc<Handshake>,
+) -> Result<Opened, SetupError> {
     let caps = ClientCapabilities::new()
         .fs(FileSystemCapabilities::new()
             .read_text_file(true)
             .write_text_file(true))
         .terminal(true);
-    let init = cx
-        .send_request(
-            InitializeRequest::new(ProtocolVersion::V1)
-                .client_capabilities(caps)
-                .client_info(Implementation::new("rein", env!("CARGO_PKG_VERSION"))),
-        )
-        .block_task()
-        .await
-        .map_err(|e| format!("it did not answer `initialize`: {}", said(&e)))?;
+    let init = InitializeRequest::new(ProtocolVersion::V1)
+        .client_capabilities(caps)
+        .client_info(Implementation::new("rein", env!("CARGO_PKG_VERSION")));
+    let init = ask(&cx, &hs, "initialize", init)
+        .await?
+        .map_err(|e| SetupError::Said(format!("it refused `initialize`: {}", said(&e))))?;
     let steering = advertises_steering(&init);
-    let mut opened = cx
-        .send_request(NewSessionRequest::new(root.clone()))
-        .block_task()
-        .await;
+    let mut opened = ask(
+        &cx,
+        &hs,
+        "session/new",
+        NewSessionRequest::new(root.clone()),
+    )
+    .await?;
     // Agents that take an API key from the environment (Codex's `api-key`, Gemini's
     // `gemini-api-key`) may still want `authenticate` first; interactive logins (a browser)
-    // are never started from here.
+    // are never started from here. Why such a login failed is the agent's own advice
+    // (Codex: "CODEX_API_KEY or OPENAI_API_KEY is not set"), so it is kept for the message.
+    let mut tried = Vec::new();
     for method in api_key_methods(&init) {
         let Err(e) = &opened else { break };
         if e.code != agent_client_protocol::ErrorCode::from(-32000) {
             break;
         }
-        if let Err(e) = cx
-            .send_request(AuthenticateRequest::new(method.clone()))
-            .block_task()
-            .await
+        if let Err(e) = ask(
+            &cx,
+            &hs,
+            "authenticate",
+            AuthenticateRequest::new(method.clone()),
+        )
+        .await?
         {
             tracing::debug!("authenticate {method} failed: {}", said(&e));
+            tried.push(format!("its `{method}` login failed: {}", said(&e)));
             continue;
         }
-        opened = cx
-            .send_request(NewSessionRequest::new(root.clone()))
-            .block_task()
-            .await;
+        opened = ask(
+            &cx,
+            &hs,
+            "session/new",
+            NewSessionRequest::new(root.clone()),
+        )
+        .await?;
     }
-    let new = opened.map_err(|e| session_refused(&e, &init))?;
+    let new = opened.map_err(|e| SetupError::Said(session_refused(&e, &init, &tried)))?;
     if let Some(modes) = &new.modes {
-        if let Some(id) = pick_mode(modes, mode.as_deref())? {
+        if let Some(id) = pick_mode(modes, mode.as_deref()).map_err(SetupError::Said)? {
             let set = SetSessionModeRequest::new(new.session_id.clone(), id.clone());
-            if let Err(e) = cx.send_request(set).block_task().await {
+            if let Err(e) = ask(&cx, &hs, "session/set_mode", set).await? {
                 tracing::warn!("the agent refused session mode {}: {}", id.0, said(&e));
             }
         }
@@ -487,6 +636,7 @@ async fn setup(
         session: new.session_id,
         steering,
         quirks: Quirks::of(init.agent_info.as_ref().map(|a| a.name.as_str())),
+        login: login_advice(&init),
     })
 }
 
@@ -521,6 +671,21 @@ fn auth_methods(init: &InitializeResponse, field: &str) -> Vec<String> {
         .collect()
 }
 
+/// How the agent says to log in: each auth method's name, with its description.
+fn login_advice(init: &InitializeResponse) -> Vec<String> {
+    init.auth_methods
+        .iter()
+        .filter_map(|m| serde_json::to_value(m).ok())
+        .filter_map(|v| {
+            let name = v.get("name").and_then(|n| n.as_str())?;
+            Some(match v.get("description").and_then(|d| d.as_str()) {
+                Some(d) if !d.trim().is_empty() => format!("{name} ({})", d.trim()),
+                _ => name.to_owned(),
+            })
+        })
+        .collect()
+}
+
 /// Auth methods that read an API key from the environment rather than open a browser.
 fn api_key_methods(init: &InitializeResponse) -> Vec<String> {
     auth_methods(init, "id")
@@ -532,15 +697,24 @@ fn api_key_methods(init: &InitializeResponse) -> Vec<String> {
         .collect()
 }
 
-fn session_refused(e: &agent_client_protocol::Error, init: &InitializeResponse) -> String {
-    let methods = auth_methods(init, "name");
+fn session_refused(
+    e: &agent_client_protocol::Error,
+    init: &InitializeResponse,
+    tried: &[String],
+) -> String {
+    let methods = login_advice(init);
     let how = if methods.is_empty() {
         String::new()
     } else {
-        format!(" (it offers: {})", methods.join(", "))
+        format!(" (it offers: {})", methods.join("; "))
+    };
+    let failed = if tried.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", tried.join("; "))
     };
     format!(
-        "it refused to open a session: {}. Log in with the agent's own CLI first{how}, or set its API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY…) in the environment Rein runs in; see docs/agents.md",
+        "it refused to open a session: {}{failed}. Log in with the agent's own CLI first{how}, or set its API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY…) in the environment Rein runs in; see docs/agents.md",
         said(e)
     )
 }
@@ -620,6 +794,7 @@ impl Worker {
         }
         if !self.frozen {
             self.frozen = true;
+            self.handshake.freeze();
             self.held = (
                 self.cancel_by.take().is_some(),
                 self.exit_by.take().is_some(),
@@ -659,6 +834,7 @@ impl Worker {
             return;
         }
         self.frozen = false;
+        self.handshake.thaw();
         let again = Instant::now() + self.launch.grace;
         let (cancel, exit) = std::mem::take(&mut self.held);
         if cancel {
@@ -701,7 +877,10 @@ impl Worker {
         let (Some(cx), Some(session)) = (self.cx.clone(), self.session.clone()) else {
             self.shared.turn_ended(Event::PromptDone {
                 turn,
-                result: Err("the session is not open".into()),
+                result: Err(TurnError {
+                    auth_required: false,
+                    text: "the session is not open".into(),
+                }),
             });
             return;
         };
@@ -768,6 +947,7 @@ impl Worker {
     fn finished(&mut self, done: Done) {
         match done {
             Done::Setup(Ok(opened)) => {
+                self.opened = true;
                 // What runs now is the harness itself (its CLI, its app server); what starts
                 // later is the agent's commands, which take over ends.
                 if let Some(tree) = &mut self.tree {
@@ -776,9 +956,20 @@ impl Worker {
                 self.session = Some(opened.session.clone());
                 self.shared.push(Event::Ready(opened));
             }
-            Done::Setup(Err(why)) => {
-                self.shared.push(Event::Failed(why));
+            // Reported once the process has ended, with how it ended.
+            Done::Setup(Err(SetupError::Said(why))) => {
+                self.failed = Some(why);
                 self.terminate("it could not be set up");
+            }
+            // It closed the connection: its exit (awaited, or forced after the grace) says why.
+            Done::Setup(Err(SetupError::Closed)) => {
+                self.expect_exit("it closed its connection during the handshake");
+            }
+            Done::Broken(why) => {
+                if self.broken.is_none() {
+                    self.broken = Some(why.clone());
+                }
+                self.terminate(&why);
             }
             Done::Prompt(turn, r) => {
                 if self.prompt == Some(turn) {
@@ -796,7 +987,10 @@ impl Worker {
                     }
                     r => self.shared.turn_ended(Event::PromptDone {
                         turn,
-                        result: r.map_err(|e| said(&e)),
+                        result: r.map_err(|e| TurnError {
+                            auth_required: e.code == agent_client_protocol::ErrorCode::from(-32000),
+                            text: said(&e),
+                        }),
                     }),
                 }
                 if self.stopping && self.kill_at.is_none() {
@@ -902,9 +1096,14 @@ async fn read_line(
     Ok(Some(!ended && buf.len() > cap))
 }
 
+/// Passes the agent's stdout on line by line. A line that is not an ACP message (not UTF-8,
+/// not a JSON object: a log line, a stray print) breaks the protocol: it is reported, naming
+/// the line, and nothing after it is read. Never decoded lossily: a U+FFFD put in place of a
+/// bad byte could end up in a file through `fs/write_text_file`.
 async fn pump_stdout(
     stdout: ChildStdout,
     lines: futures::channel::mpsc::UnboundedSender<io::Result<String>>,
+    done: mpsc::UnboundedSender<Done>,
 ) {
     let mut reader = BufReader::new(stdout);
     let mut buf = Vec::new();
@@ -912,17 +1111,22 @@ async fn pump_stdout(
         match read_line(&mut reader, &mut buf, MAX_LINE).await {
             Ok(None) => return,
             Ok(Some(true)) => {
-                let _ = lines.unbounded_send(Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "the agent sent a message longer than 64 MiB",
-                )));
+                let _ = done.send(Done::Broken(
+                    "it sent a message longer than 64 MiB on stdout".into(),
+                ));
                 return;
             }
             Ok(Some(false)) => {
                 if buf.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                let line = String::from_utf8_lossy(&buf).into_owned();
+                let line = match not_a_message(std::mem::take(&mut buf)) {
+                    Ok(line) => line,
+                    Err(why) => {
+                        let _ = done.send(Done::Broken(why));
+                        return;
+                    }
+                };
                 if lines.unbounded_send(Ok(line)).is_err() {
                     return;
                 }
@@ -932,6 +1136,43 @@ async fn pump_stdout(
                 return;
             }
         }
+    }
+}
+
+/// The line as text if it can be an ACP message (UTF-8, a JSON object), else why not,
+/// quoting its start.
+fn not_a_message(bytes: Vec<u8>) -> Result<String, String> {
+    const RULE: &str = "an ACP agent writes only JSON-RPC messages to stdout, one per line (logs belong on stderr)";
+    let line = match String::from_utf8(bytes) {
+        Ok(line) => line,
+        Err(e) => {
+            let at = e.utf8_error().valid_up_to();
+            let bytes = e.into_bytes();
+            return Err(format!(
+                "it wrote a line to stdout that is not UTF-8 (byte 0x{:02x} at offset {at}): {}; {RULE}",
+                bytes[at],
+                quoted(&String::from_utf8_lossy(&bytes))
+            ));
+        }
+    };
+    let object = line.trim_start().starts_with('{')
+        && serde_json::from_str::<serde::de::IgnoredAny>(&line).is_ok();
+    if object {
+        Ok(line)
+    } else {
+        Err(format!(
+            "it wrote a line to stdout that is not an ACP message: {}; {RULE}",
+            quoted(&line)
+        ))
+    }
+}
+
+/// A line for a message: its start, cut at a character boundary, in quotes.
+fn quoted(line: &str) -> String {
+    let line = line.trim();
+    match line.char_indices().nth(QUOTED_LINE) {
+        Some((cut, _)) => format!("{:?}…", &line[..cut]),
+        None => format!("{line:?}"),
     }
 }
 
