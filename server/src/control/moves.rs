@@ -188,6 +188,13 @@ impl Engine {
             Move::Finish(summary) => {
                 // Over: nothing the agent left running goes on after the task.
                 self.terminals.end_all();
+                // Told, not asked: with the task over there is nothing to run them for.
+                for d in self.terminals.take_denied() {
+                    self.say(
+                        Level::Warning,
+                        format!("`{}` (terminal {}) failed: {}", d.cmd, d.id, d.hint),
+                    );
+                }
                 self.complete_and(
                     action,
                     StepStatus::Done,
