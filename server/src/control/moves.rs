@@ -1134,15 +1134,21 @@ impl Engine {
     }
 
     /// The task's scratch dir under the system temp dir, made on first use: the commands'
-    /// `TMPDIR`, so what they leave there stays out of the tree and goes with the task.
+    /// `TMPDIR`, so what they leave there stays out of the tree and goes with the task. Its
+    /// name is the task's, so a restarted Rein finds it again; one someone else made there
+    /// first is never used.
     fn scratch_dir(&mut self) -> Option<PathBuf> {
         if let Some(dir) = &self.scratch {
             return Some(dir.clone());
         }
-        let made = tempfile::Builder::new()
-            .prefix(&format!("rein-task-{}-", self.state().task.id))
-            .tempdir()
-            .map(tempfile::TempDir::keep);
+        let id = self.state().task.id.clone();
+        let made =
+            own_private_dir(&std::env::temp_dir().join(format!("rein-task-{id}"))).or_else(|_| {
+                tempfile::Builder::new()
+                    .prefix(&format!("rein-task-{id}-"))
+                    .tempdir()
+                    .map(tempfile::TempDir::keep)
+            });
         match made {
             Ok(dir) => {
                 self.scratch = Some(dir.clone());
@@ -1759,5 +1765,59 @@ fn steers_only(c: &FileChange) -> bool {
     match (text(&c.before), text(&c.after)) {
         (Some(before), Some(after)) => crate::steer::differ_only_in_steers(before, after),
         _ => false,
+    }
+}
+
+/// `dir`, made private (0700), or taken as it is when it already is a private directory of
+/// this user (not a symbolic link): anything else is refused.
+fn own_private_dir(dir: &std::path::Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => return Ok(dir.to_owned()),
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        Err(_) => {}
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let me = unsafe { nix::libc::geteuid() };
+    if meta.is_dir() && meta.uid() == me && meta.permissions().mode() & 0o077 == 0 {
+        Ok(dir.to_owned())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!(
+                "{} exists and is not a private directory of yours",
+                dir.display()
+            ),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::own_private_dir;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn a_scratch_dir_is_only_ever_a_private_directory_of_ours() {
+        let tmp = tempfile::tempdir().expect("temp");
+        let fresh = tmp.path().join("fresh");
+        assert_eq!(own_private_dir(&fresh).expect("made"), fresh);
+        let mode = std::fs::metadata(&fresh)
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert_eq!(own_private_dir(&fresh).expect("found again"), fresh);
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).expect("mkdir");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        assert!(
+            own_private_dir(&open).is_err(),
+            "a directory others may write"
+        );
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&fresh, &link).expect("symlink");
+        assert!(own_private_dir(&link).is_err(), "a symbolic link");
     }
 }

@@ -187,7 +187,7 @@ impl Confinement {
 
     /// What the child does before exec, built here in the parent; `None` when the mode is
     /// `off`.
-    pub fn prepare(&self) -> Result<Option<Entry>, ConfineError> {
+    fn prepare(&self) -> Result<Option<Entry>, ConfineError> {
         self.prepare_as(&Forced::from_env())
     }
 
@@ -299,14 +299,14 @@ fn grant_around(dir: &Path, holes: &[PathBuf], out: &mut Vec<PathBuf>) {
 
 /// What the child does between fork and exec: make the read-only mounts, then enter the
 /// Landlock domain.
-pub struct Entry {
+struct Entry {
     shield: Option<Shield>,
     ruleset: Option<RulesetCreated>,
 }
 
 impl Entry {
     /// Runs in the child between fork and exec: system calls only, no allocation.
-    pub fn enter(&mut self) -> std::io::Result<()> {
+    fn enter(&mut self) -> std::io::Result<()> {
         if let Some(s) = &self.shield {
             s.enter()?;
         }
