@@ -182,9 +182,17 @@ pub struct SandboxInfo {
     /// Why no sandbox can be had here, when none can: everything runs unconfined.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<String>,
-    /// Commands the sandbox lets reach the network (`policy.network`).
+    /// Commands the sandbox lets reach the network (rules with `network = true` and
+    /// `policy.network`).
     #[serde(default)]
     pub network: Vec<String>,
+    /// What the sandbox enforces on this kernel, in people's words.
+    #[serde(default)]
+    pub enforced: Vec<String>,
+    /// What it cannot enforce here (an older kernel, no user namespaces), each with what it
+    /// would take: the sandbox is then in force only in part.
+    #[serde(default)]
+    pub not_enforced: Vec<String>,
 }
 
 impl SandboxInfo {
@@ -198,11 +206,14 @@ impl SandboxInfo {
             (None, Some(abi)) => format!("{} (Landlock ABI {abi})", self.mode),
             (None, None) => self.mode.clone(),
         };
-        if self.network.is_empty() || !self.in_force {
-            base
-        } else {
-            format!("{base}; network for: {}", self.network.join(", "))
+        let mut out = base;
+        if !self.network.is_empty() && self.in_force {
+            out = format!("{out}; network for: {}", self.network.join(", "));
         }
+        if !self.not_enforced.is_empty() && self.in_force {
+            out = format!("{out}; NOT enforced here: {}", self.not_enforced.join("; "));
+        }
+        out
     }
 }
 

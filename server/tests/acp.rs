@@ -993,6 +993,7 @@ async fn the_agent_process_runs_in_its_own_domain_unless_the_sandbox_is_off() {
         {"write_silently": {"path": escape, "content": "x\n"}},
         {"write_silently": {"path": state.join("s.txt"), "content": "s\n"}},
         {"write_silently": {"path": "inside.txt", "content": "in\n"}},
+        {"write_silently": {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\n"}},
         {"connect": port(&open)},
         {"connect": port(&shut)},
         {"read": "a.txt"},
@@ -1028,8 +1029,8 @@ async fn the_agent_process_runs_in_its_own_domain_unless_the_sandbox_is_off() {
     let (wrote, connected, inside, log) = ran(control::SandboxMode::WorkspaceWrite).await;
     assert_eq!(
         wrote,
-        [false, true, true],
-        "escape denied, state and tree written: {log:#?}"
+        [false, true, true, false],
+        "escape and .git denied, state and tree written: {log:#?}"
     );
     assert!(!escape.exists(), "the agent wrote outside its domain");
     assert!(inside && state.join("s.txt").exists());
@@ -1045,7 +1046,7 @@ async fn the_agent_process_runs_in_its_own_domain_unless_the_sandbox_is_off() {
         "{denied}"
     );
     let (wrote, connected, _, log) = ran(control::SandboxMode::Off).await;
-    assert_eq!(wrote, [true, true, true], "{log:#?}");
+    assert_eq!(wrote, [true, true, true, true], "{log:#?}");
     assert_eq!(connected, [true, true], "{log:#?}");
     assert!(escape.exists(), "sandbox = \"off\" lifts the domain");
 }
@@ -1253,4 +1254,145 @@ async fn a_message_that_is_not_utf8_is_refused_whole() {
     let why = s.stop_reason.clone().unwrap_or_default();
     assert!(why.contains("not UTF-8") && why.contains("0xe9"), "{why}");
     assert_eq!(read(root, "a.txt"), "a\n", "nothing was written");
+}
+
+/// A place in the home directory (temp is writable in any domain) for a command to try.
+fn outside_home() -> tempfile::TempDir {
+    let home = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()));
+    tempfile::tempdir_in(home).expect("dir in home")
+}
+
+fn start_acp_with(root: &Path, sc: &Scenario, cfg: control::EngineConfig) -> Run {
+    let (notify, notices) = channel();
+    let spec = json!({"kind": "acp", "command": [agent_bin(), sc.file]});
+    let (handle, state) =
+        control::start(root, "fix the answer", spec, cfg, notify).expect("task starts");
+    Run {
+        handle,
+        notices,
+        state,
+        root: root.to_owned(),
+    }
+}
+
+/// A terminal's command the sandbox denied (the real kernel): the agent reads the hint at
+/// the end of its output, the person is told and asked, and an approve runs it once more
+/// without the sandbox, which the agent hears as news.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_the_sandbox_denied_is_hinted_told_and_run_again_on_approve() {
+    let outside = outside_home();
+    let escape = outside.path().join("from-terminal.txt");
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [
+            [
+                {"terminal": {"command": "sh", "args": ["-c", format!("echo x > {}", escape.display())]}},
+                {"read": "a.txt"},
+                {"say": "tried"}
+            ],
+            [{"say": "heard"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    // Watched here rather than with `until`, to keep what the person is told.
+    let mut told = Vec::new();
+    let s = loop {
+        let n = tokio::time::timeout(Duration::from_secs(30), run.notices.recv())
+            .await
+            .expect("the sandbox decision within 30 s")
+            .expect("the engine runs");
+        match n {
+            control::Notice::State(s) if s.status == Status::AwaitingDecision => break *s,
+            control::Notice::Message { text, .. } => told.push(text.to_string()),
+            _ => {}
+        }
+    };
+    let d = &s.decisions[0];
+    assert_eq!(d.kind, DecisionKind::SandboxDenied, "{d:?}");
+    assert!(d.question.contains(&escape.display().to_string()), "{d:?}");
+    assert!(!escape.exists(), "the confined terminal wrote outside");
+    let t = &sc.logged("terminal", 1).await[0];
+    let out = t["output"].as_str().unwrap_or("");
+    assert!(
+        out.contains("Permission denied") && out.contains("Rein's sandbox"),
+        "the agent reads the hint in the terminal's output: {t}"
+    );
+    assert!(
+        told.iter()
+            .any(|m| m.contains("from-terminal.txt") && m.contains("sandbox")),
+        "{told:#?}"
+    );
+    run.call(Request::Decide {
+        decision_id: d.id.clone(),
+        choice: "approve".into(),
+    })
+    .await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert!(escape.exists(), "the approved re-run ran unconfined");
+    let heard = sc
+        .events()
+        .into_iter()
+        .filter(|e| e["event"] == "prompt" || e["event"] == "steering")
+        .filter_map(|e| e["text"].as_str().map(str::to_owned))
+        .any(|t| t.contains("approved running it once without the sandbox"));
+    assert!(heard, "the agent hears of the re-run: {:#?}", sc.events());
+    assert!(
+        s.steps
+            .iter()
+            .any(|st| st.action.contains("from-terminal.txt") && st.status == StepStatus::Done),
+        "{:#?}",
+        s.steps
+    );
+}
+
+/// An irreversible command asked for in a terminal runs whole once approved; when the
+/// sandbox denies it, the person is asked again, and a "deny" gives the agent the terminal
+/// with the failure and the hint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_irreversible_terminal_the_sandbox_denied_asks_again() {
+    let outside = outside_home();
+    let escape = outside.path().join("irreversible.txt");
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"terminal": {"command": "sh", "args": ["-c", format!("echo x > {}", escape.display())]}},
+            {"say": "tried"}
+        ]]
+    }));
+    let mut cfg = test_config();
+    cfg.policy.irreversible.push("sh".into());
+    let mut run = start_acp_with(root, &sc, cfg);
+    let s = run
+        .until("the approval", |s| s.status == Status::AwaitingDecision)
+        .await;
+    assert_eq!(s.decisions[0].kind, DecisionKind::ApproveCommand);
+    run.call(Request::Decide {
+        decision_id: s.decisions[0].id.clone(),
+        choice: "approve".into(),
+    })
+    .await;
+    let s = run
+        .until("the sandbox decision", |s| {
+            s.status == Status::AwaitingDecision
+                && s.decisions
+                    .first()
+                    .is_some_and(|d| d.kind == DecisionKind::SandboxDenied)
+        })
+        .await;
+    run.call(Request::Decide {
+        decision_id: s.decisions[0].id.clone(),
+        choice: "deny".into(),
+    })
+    .await;
+    run.until("done", |s| s.status == Status::Done).await;
+    assert!(!escape.exists());
+    let t = &sc.of("terminal")[0];
+    assert_eq!(t["ok"], true, "{t}");
+    let out = t["output"].as_str().unwrap_or("");
+    assert!(
+        out.contains("Permission denied") && out.contains("Rein's sandbox"),
+        "{t}"
+    );
 }

@@ -728,3 +728,39 @@ async fn after_a_restart_the_model_starts_afresh_and_is_told_so() {
     assert!(system.contains("interrupted and resumed"), "{system}");
     assert!(system.contains("1 moves were made"), "{system}");
 }
+
+/// A command the sandbox denied (the real kernel): the person is asked whether to run it
+/// again unconfined, and when they say no the model's next request carries the failure with
+/// the sandbox's hint, the setting that would allow it, and the human's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_denial_reaches_the_model_in_its_next_request() {
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let mock = Mock::new(vec![Reply::Sse("run_denied.sse"), Reply::Sse("finish.sse")]).await;
+    let mut run = start_with(root, &mock.base_url(), json!({}));
+    let s = run
+        .until("the sandbox decision", |s| {
+            s.status == Status::AwaitingDecision
+        })
+        .await;
+    let d = &s.decisions[0];
+    assert_eq!(d.kind, rein::state::DecisionKind::SandboxDenied, "{d:?}");
+    assert!(d.question.contains("/etc/rein-openai-denied"), "{d:?}");
+    run.call(Request::Decide {
+        decision_id: d.id.clone(),
+        choice: "deny".into(),
+    })
+    .await;
+    run.until("done", |s| s.status == Status::Done).await;
+    assert!(!Path::new("/etc/rein-openai-denied").exists());
+    let result = result_for(&mock.messages(1), "call_denied").to_owned();
+    for said in [
+        "Rein's sandbox",
+        "sandbox = \"workspace-write\"",
+        "network = true",
+        "not its .git",
+        "The human chose not to re-run it without the sandbox",
+    ] {
+        assert!(result.contains(said), "{said:?} missing from {result}");
+    }
+}

@@ -198,6 +198,9 @@ T.scenario("start, pause, steer, take over, edit, hand back", {
       local text = H.checkhealth()
       T.no_contains(text, "ERROR")
       T.contains(text, "done · ")
+      T.contains(text, "sandbox workspace-write (Landlock ABI")
+      T.contains(text, "enforced: files: writes only in the working tree")
+      T.contains(text, ".git read-only")
     end,
   },
 })

@@ -97,12 +97,23 @@ export interface SandboxInfo {
   landlockAbi?: number | null;
   unavailable?: string | null;
   network?: string[];
+  /** What it enforces on this machine. */
+  enforced?: string[];
+  /** What this machine cannot enforce (an older kernel, no user namespaces). */
+  notEnforced?: string[];
 }
 
 /** What the kernel can confine, from the server's `experimental.rein.landlock` at initialize. */
 export interface Landlock {
   abi?: number | null;
   unavailable?: string | null;
+  enforced?: string[];
+  notEnforced?: string[];
+}
+
+/** " — NOT enforced here: …" when the sandbox holds only in part, else "". */
+function partly(missing: string[] | undefined): string {
+  return missing?.length ? ` — NOT enforced here: ${missing.join('; ')}` : '';
 }
 
 /** The tooltip line about the sandbox: the task's when there is one, else the kernel's. */
@@ -111,10 +122,10 @@ export function sandboxLine(sb: SandboxInfo | null | undefined, here?: Landlock 
     if (sb.mode === 'off') return 'Sandbox: off — commands and the agent run with your full rights';
     if (!sb.inForce) return `Sandbox: cannot be had here (${sb.unavailable ?? 'no Landlock'}) — commands and the agent run unconfined`;
     const net = sb.network?.length ? `; network for: ${sb.network.join(', ')}` : '';
-    return `Sandbox: ${sb.mode} (Landlock ABI ${sb.landlockAbi ?? '?'})${net}`;
+    return `Sandbox: ${sb.mode} (Landlock ABI ${sb.landlockAbi ?? '?'})${net}${partly(sb.notEnforced)}`;
   }
   if (here?.unavailable) return `Sandbox: cannot be had here (${here.unavailable})`;
-  if (here?.abi) return `Sandbox: Landlock ABI ${here.abi} available`;
+  if (here?.abi) return `Sandbox: Landlock ABI ${here.abi} available${partly(here.notEnforced)}`;
   return undefined;
 }
 
@@ -224,6 +235,10 @@ export function statusText(state: TaskState | null | undefined, server: ServerPh
   if (sb && !sb.inForce && sb.mode !== 'off' && !isTerminal(state.status)) {
     // Said where it is always seen: the person asked for a sandbox and has none.
     text += ' · $(unlock) unconfined';
+    if (tone === 'normal') tone = 'warning';
+  } else if (sb && sb.inForce && sb.notEnforced?.length && !isTerminal(state.status)) {
+    // Also always seen: the sandbox holds only in part on this machine.
+    text += ' · $(unlock) partly confined';
     if (tone === 'normal') tone = 'warning';
   }
   return { text, tooltip: tooltipLines(state, here), tone };

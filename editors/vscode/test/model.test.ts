@@ -247,6 +247,12 @@ test('the sandbox shows in the tooltip, and an unconfined task in the status tex
   assert.ok(statusText(null, 'up', { abi: 7 }).tooltip.includes('Sandbox: Landlock ABI 7 available'));
   assert.equal(statusText(mk({ status: 'awaiting_decision', decisions: [{ id: 'd1', kind: 'sandbox_denied', question: 'q', options: ['approve', 'deny'] }] })).text, '$(debug-pause) Paused: sandbox denied a command');
   assert.deepEqual(serverSettings((k) => (k === 'sandbox' ? 'read-only' : undefined)), { sandbox: 'read-only' });
+  const partial = mk({ sandbox: { mode: 'workspace-write', inForce: true, landlockAbi: 3, notEnforced: ['network: TCP connect and bind (needs Landlock ABI 4; this kernel has 3)'] } });
+  assert.match(statusText(partial).text, /partly confined/);
+  assert.equal(statusText(partial).tone, 'warning');
+  assert.match(sandboxLine(partial.sandbox) ?? '', /ABI 3\) — NOT enforced here: network: TCP/);
+  assert.doesNotMatch(statusText(confined).text, /partly/);
+  assert.match(statusText(null, true, { abi: 3, notEnforced: ['signals'] }).tooltip.join('\n'), /ABI 3 available — NOT enforced here: signals/);
 });
 
 test('the steer prompt says what happens next in each state', () => {

@@ -308,6 +308,12 @@ struct Pending {
     proposal: Option<Vec<u8>>,
     alternative: Option<Vec<u8>>,
     choice: Option<String>,
+    /// The outcome the agent gets if the human says no (a sandbox denial's failure).
+    kept: Option<Outcome>,
+    /// For a decision the agent did not ask for (a terminal's denial), the outcome of its
+    /// own last move, put back once decided so it answers what the agent asked; what was
+    /// decided reaches it as news.
+    aside: Option<Option<Outcome>>,
 }
 
 /// Where the engine is when a request arrives.
@@ -357,8 +363,12 @@ struct Engine {
     /// Interrupts for the agent that arrived while it was out thinking.
     agent_signals: Vec<agent::Interrupt>,
     tip: Option<String>,
-    /// Whether the person was told that commands run unconfined (said once per task).
+    /// Whether the person was told that commands run unconfined, or only partly confined
+    /// (said once per task).
     told_unconfined: bool,
+    /// The task's scratch dir (under temp, the commands' `TMPDIR`), once made; removed when
+    /// the task ends.
+    scratch: Option<PathBuf>,
     /// Commands the agent runs in terminals of their own, alongside its steps.
     terminals: crate::exec::Terminals,
 }
@@ -369,12 +379,15 @@ pub fn sandbox_info(cfg: &EngineConfig) -> state::SandboxInfo {
     let unavailable = crate::exec::sandbox_available()
         .err()
         .map(|e| e.to_string());
+    let coverage = crate::exec::sandbox_coverage(mode);
     state::SandboxInfo {
         mode: mode.as_str().to_owned(),
         in_force: mode != SandboxMode::Off && unavailable.is_none(),
         landlock_abi: crate::exec::landlock_abi(),
         unavailable,
         network: cfg.policy.network.clone(),
+        enforced: coverage.enforced,
+        not_enforced: coverage.missing,
     }
 }
 
@@ -870,6 +883,7 @@ impl Engine {
             agent_signals: Vec::new(),
             tip: None,
             told_unconfined: false,
+            scratch: None,
             terminals: crate::exec::Terminals::default(),
         }
     }
@@ -937,9 +951,10 @@ impl Engine {
         }
         loop {
             if self.state().status.is_terminal() {
-                // Nothing will step again: give back the kernel's watches and the private
-                // index (memory and disk).
+                // Nothing will step again: give back the kernel's watches, the private
+                // index (memory and disk) and the commands' scratch dir.
                 self.ckpt.release();
+                self.remove_scratch();
             }
             while let Some(env) = self
                 .deferred
@@ -976,7 +991,7 @@ impl Engine {
             return self.continue_pending(p).await;
         }
         self.boundary();
-        if self.state().status != Status::Running {
+        if self.state().status != Status::Running || self.ask_denied_terminals() {
             return Flow::Continue;
         }
         let Some(mut agent) = self.agent.take() else {

@@ -1,6 +1,7 @@
 //! Carrying out the agent's moves: reads, writes merged around the human's changes, gated
 //! and interruptible commands, questions; and recording what the human changed meanwhile.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -187,6 +188,13 @@ impl Engine {
             Move::Finish(summary) => {
                 // Over: nothing the agent left running goes on after the task.
                 self.terminals.end_all();
+                // Told, not asked: with the task over there is nothing to run them for.
+                for d in self.terminals.take_denied() {
+                    self.say(
+                        Level::Warning,
+                        format!("`{}` (terminal {}) failed: {}", d.cmd, d.id, d.hint),
+                    );
+                }
                 self.complete_and(
                     action,
                     StepStatus::Done,
@@ -926,6 +934,8 @@ impl Engine {
             proposal,
             alternative,
             choice: None,
+            kept: None,
+            aside: None,
         });
         Flow::Continue
     }
@@ -976,24 +986,42 @@ impl Engine {
                 }
                 _ => self.step_failed(action, "not a command"),
             },
-            (DecisionKind::SandboxDenied, "approve") => match &p.mv {
-                Move::Run { cmd, timeout, .. } => {
-                    let cmd = cmd.clone();
-                    self.say(
-                        Level::Info,
-                        format!("re-running `{cmd}` once without the sandbox, as you approved"),
-                    );
-                    self.run_command(action, &cmd, *timeout, true, false, None)
-                        .await
-                }
-                _ => self.step_failed(action, "not a command"),
-            },
+            (DecisionKind::SandboxDenied, "approve") => {
+                let flow = match &p.mv {
+                    Move::Run { cmd, timeout, .. } => {
+                        let cmd = cmd.clone();
+                        self.say(
+                            Level::Info,
+                            format!("re-running `{cmd}` once without the sandbox, as you approved"),
+                        );
+                        self.run_command(action, &cmd, *timeout, true, false, None)
+                            .await
+                    }
+                    Move::Terminal { cmd, limit, .. } => {
+                        let (cmd, limit) = (cmd.clone(), *limit);
+                        self.say(
+                            Level::Info,
+                            format!("re-running `{cmd}` once without the sandbox, as you approved"),
+                        );
+                        self.run_command(action, &cmd, None, true, false, Some(limit))
+                            .await
+                    }
+                    _ => self.step_failed(action, "not a command"),
+                };
+                self.put_aside_back(p.aside, &p.mv, true);
+                flow
+            }
             (DecisionKind::SandboxDenied, _) => {
                 // Denied: the confined run's failure stands, as the agent would have had it.
-                let mut text =
-                    String::from_utf8_lossy(&p.proposal.unwrap_or_default()).into_owned();
-                text.push_str("The human chose not to re-run it without the sandbox.\n");
-                self.complete(action, StepStatus::Failed, failed(text), Touched::Anything)
+                let mut outcome = p.kept.unwrap_or_else(|| {
+                    failed(String::from_utf8_lossy(&p.proposal.unwrap_or_default()).into_owned())
+                });
+                outcome
+                    .text
+                    .push_str("The human chose not to re-run it without the sandbox.\n");
+                let flow = self.complete(action, StepStatus::Failed, outcome, Touched::Anything);
+                self.put_aside_back(p.aside, &p.mv, false);
+                flow
             }
             (DecisionKind::Question, answer) => {
                 let text = format!("The human answered: {answer}");
@@ -1098,14 +1126,74 @@ impl Engine {
             return None;
         }
         let network = self.cfg.policy.network_for(cmd);
-        Some(exec::Confinement::for_tree(mode, &self.root, network))
+        let c = exec::Confinement::for_tree(mode, &self.root, network);
+        Some(match self.scratch_dir() {
+            Some(dir) => c.with_scratch(&dir),
+            None => c,
+        })
+    }
+
+    /// The task's scratch dir under the system temp dir, made on first use: the commands'
+    /// `TMPDIR`, so what they leave there stays out of the tree and goes with the task. Its
+    /// name is the task's, so a restarted Rein finds it again; one someone else made there
+    /// first is never used.
+    fn scratch_dir(&mut self) -> Option<PathBuf> {
+        if let Some(dir) = &self.scratch {
+            return Some(dir.clone());
+        }
+        let id = self.state().task.id.clone();
+        let made =
+            own_private_dir(&std::env::temp_dir().join(format!("rein-task-{id}"))).or_else(|_| {
+                tempfile::Builder::new()
+                    .prefix(&format!("rein-task-{id}-"))
+                    .tempdir()
+                    .map(tempfile::TempDir::keep)
+            });
+        match made {
+            Ok(dir) => {
+                self.scratch = Some(dir.clone());
+                Some(dir)
+            }
+            Err(e) => {
+                self.say(
+                    Level::Warning,
+                    format!(
+                        "cannot make the task's scratch dir in {}: {e}; commands use temp as it is",
+                        std::env::temp_dir().display()
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// Removes the task's scratch dir (the task is over).
+    pub(super) fn remove_scratch(&mut self) {
+        if let Some(dir) = self.scratch.take() {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!("cannot remove the scratch dir {}: {e}", dir.display());
+            }
+        }
     }
 
     /// Whether the kernel can confine; when it cannot, the person is told (once per task)
     /// that commands and agent processes run unconfined.
     pub(super) fn sandbox_here(&mut self) -> bool {
         match exec::sandbox_available() {
-            Ok(()) => true,
+            Ok(()) => {
+                let missing = exec::sandbox_coverage(self.cfg.policy.sandbox).missing;
+                if !missing.is_empty() && !std::mem::replace(&mut self.told_unconfined, true) {
+                    self.say(
+                        Level::Warning,
+                        format!(
+                            "Rein's sandbox (sandbox = \"{}\") is only partly in force on this machine. Not enforced: {}",
+                            self.cfg.policy.sandbox.as_str(),
+                            missing.join("; ")
+                        ),
+                    );
+                }
+                true
+            }
             Err(e) => {
                 if !std::mem::replace(&mut self.told_unconfined, true) {
                     self.say(Level::Warning, e.to_string());
@@ -1182,9 +1270,20 @@ impl Engine {
                 } else {
                     StepStatus::Failed
                 };
+                let hint = confine
+                    .as_ref()
+                    .filter(|_| status == StepStatus::Failed)
+                    .and_then(|c| exec::denial_hint(c.mode, &out.stderr).map(|h| (h, c.mode)));
+                if let Some((hint, _)) = &hint {
+                    // The person sees it too, in the same words as the agent.
+                    self.say(Level::Warning, format!("`{cmd}` failed: {hint}"));
+                }
                 if let Some(limit) = terminal {
                     let mut bytes = out.stdout.clone().into_bytes();
                     bytes.extend_from_slice(out.stderr.as_bytes());
+                    if let Some((hint, _)) = &hint {
+                        bytes.extend_from_slice(format!("\n{hint}\n").as_bytes());
+                    }
                     let exit = exec::Exit {
                         code: out.code,
                         signal: out.signal,
@@ -1198,19 +1297,18 @@ impl Engine {
                         terminal: Some(id),
                         ..Default::default()
                     };
+                    if let Some((_, mode)) = hint {
+                        let denied = exec::denied_path(&out.stderr);
+                        return self.ask_unconfined(cmd, timeout, mode, denied, outcome, terminal);
+                    }
                     return self.complete(action, status, outcome, Touched::Anything);
                 }
                 let mut outcome = command_outcome(&out, None);
-                let hint = confine
-                    .as_ref()
-                    .filter(|_| status == StepStatus::Failed)
-                    .and_then(|c| exec::denial_hint(c.mode, &out.stderr));
-                if let (Some(hint), Some(c)) = (hint, &confine) {
-                    // The person sees it too, in the same words as the agent.
-                    self.say(Level::Warning, format!("`{cmd}` failed: {hint}"));
+                if let Some((hint, mode)) = hint {
                     outcome.text.push_str(&hint);
                     outcome.text.push('\n');
-                    return self.ask_unconfined(cmd, timeout, c.mode, &out, outcome);
+                    let denied = exec::denied_path(&out.stderr);
+                    return self.ask_unconfined(cmd, timeout, mode, denied, outcome, None);
                 }
                 self.complete(action, status, outcome, Touched::Anything)
             }
@@ -1251,38 +1349,118 @@ impl Engine {
         }
     }
 
-    /// Asks whether a command the sandbox denied is run again once without it; the step
-    /// waits, its failure (`outcome`) kept for a "deny".
+    /// Asks whether a command the sandbox denied (`denied`: the path it named) is run again
+    /// once without it; the step waits, its failure (`outcome`) kept for a "deny". With
+    /// `terminal` the agent asked for it in a terminal, and a re-run is entered as one.
     fn ask_unconfined(
         &mut self,
         cmd: &str,
         timeout: Option<Duration>,
         mode: exec::SandboxMode,
-        out: &exec::Output,
+        denied: Option<String>,
         outcome: Outcome,
+        terminal: Option<Option<usize>>,
     ) -> Flow {
-        let denied = exec::denied_path(&out.stderr)
+        let denied = denied
             .map(|p| format!(" It was denied {p}."))
             .unwrap_or_default();
         let question = format!(
-            "`{cmd}` failed in the sandbox (sandbox = \"{}\").{denied} Re-run it once without the sandbox, with your full rights? To allow it for good, widen sandbox or policy.network in rein.toml.",
+            "`{cmd}` failed in the sandbox (sandbox = \"{}\").{denied} Re-run it once without the sandbox, with your full rights? To allow it for good, widen sandbox or give its policy rule network = true in rein.toml.",
             mode.as_str()
         );
-        let mv = Move::Run {
-            cmd: cmd.to_owned(),
-            timeout,
-            irreversible: false,
+        let mv = match terminal {
+            Some(limit) => Move::Terminal {
+                cmd: cmd.to_owned(),
+                approved: true,
+                limit,
+            },
+            None => Move::Run {
+                cmd: cmd.to_owned(),
+                timeout,
+                irreversible: false,
+            },
         };
-        self.ask(
+        let flow = self.ask(
             DecisionKind::SandboxDenied,
             question,
             &["approve", "deny"],
             Some(outcome.text.clone()),
             None,
             mv,
-            Some(outcome.text.into_bytes()),
+            Some(outcome.text.clone().into_bytes()),
             None,
-        )
+        );
+        if let Some(p) = &mut self.pending {
+            p.kept = Some(outcome);
+        }
+        flow
+    }
+
+    /// Tells the person about the agent's terminals the sandbox denied since the last step,
+    /// and asks about the first: run it again once without the sandbox? The agent read the
+    /// hint in the terminal's output already; it hears the answer as news. `false` when
+    /// there was none.
+    pub(super) fn ask_denied_terminals(&mut self) -> bool {
+        let mut denied = self.terminals.take_denied();
+        if denied.is_empty() {
+            return false;
+        }
+        let first = denied.remove(0);
+        // The rest are told, not asked: the agent may simply run them again.
+        for d in denied {
+            self.say(
+                Level::Warning,
+                format!("`{}` (terminal {}) failed: {}", d.cmd, d.id, d.hint),
+            );
+        }
+        self.say(
+            Level::Warning,
+            format!(
+                "`{}` (terminal {}) failed: {}",
+                first.cmd, first.id, first.hint
+            ),
+        );
+        let aside = self.last_result.clone();
+        let outcome = Outcome {
+            ok: false,
+            text: format!(
+                "`{}` in terminal {} failed in the sandbox: {}\n",
+                first.cmd, first.id, first.hint
+            ),
+            ..Default::default()
+        };
+        self.ask_unconfined(
+            &first.cmd,
+            None,
+            first.mode,
+            first.path,
+            outcome,
+            Some(first.limit),
+        );
+        if let Some(p) = &mut self.pending {
+            p.aside = Some(aside);
+        }
+        true
+    }
+
+    /// After a decision the agent did not ask for: its own last outcome is put back, and
+    /// what became of the denied terminal reaches it as news.
+    fn put_aside_back(&mut self, aside: Option<Option<Outcome>>, mv: &Move, approved: bool) {
+        let Some(previous) = aside else { return };
+        let ran = std::mem::replace(&mut self.last_result, previous);
+        let Move::Terminal { cmd, .. } = mv else {
+            return;
+        };
+        let note = match ran.filter(|_| approved) {
+            Some(o) => format!(
+                "`{cmd}` failed in its terminal as Rein's sandbox denied it; the human approved running it once without the sandbox: it {}",
+                o.text.trim_end()
+            ),
+            None => format!(
+                "`{cmd}` failed in its terminal as Rein's sandbox denied it; the human chose not to run it without the sandbox."
+            ),
+        };
+        self.add_note(note);
     }
 
     /// Undoes an interrupted step: every file it changed goes back to the last checkpoint,
@@ -1587,5 +1765,59 @@ fn steers_only(c: &FileChange) -> bool {
     match (text(&c.before), text(&c.after)) {
         (Some(before), Some(after)) => crate::steer::differ_only_in_steers(before, after),
         _ => false,
+    }
+}
+
+/// `dir`, made private (0700), or taken as it is when it already is a private directory of
+/// this user (not a symbolic link): anything else is refused.
+fn own_private_dir(dir: &std::path::Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => return Ok(dir.to_owned()),
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        Err(_) => {}
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let me = unsafe { nix::libc::geteuid() };
+    if meta.is_dir() && meta.uid() == me && meta.permissions().mode() & 0o077 == 0 {
+        Ok(dir.to_owned())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!(
+                "{} exists and is not a private directory of yours",
+                dir.display()
+            ),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::own_private_dir;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn a_scratch_dir_is_only_ever_a_private_directory_of_ours() {
+        let tmp = tempfile::tempdir().expect("temp");
+        let fresh = tmp.path().join("fresh");
+        assert_eq!(own_private_dir(&fresh).expect("made"), fresh);
+        let mode = std::fs::metadata(&fresh)
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert_eq!(own_private_dir(&fresh).expect("found again"), fresh);
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).expect("mkdir");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        assert!(
+            own_private_dir(&open).is_err(),
+            "a directory others may write"
+        );
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&fresh, &link).expect("symlink");
+        assert!(own_private_dir(&link).is_err(), "a symbolic link");
     }
 }

@@ -19,14 +19,14 @@ mod tree;
 use std::io;
 
 pub use confine::{
-    abi as landlock_abi, available as sandbox_available, denial_hint, denied_path, ConfineError,
-    Confinement, SandboxMode, FORCE_VAR as SANDBOX_FORCE_VAR,
+    abi as landlock_abi, available as sandbox_available, coverage as sandbox_coverage, denial_hint,
+    denied_path, ConfineError, Confinement, Coverage, SandboxMode, FORCE_VAR as SANDBOX_FORCE_VAR,
 };
 pub use policy::{Policy, Verdict};
 pub use process::{end_tagged, Output, Process, OUTPUT_CAP, TAG_VAR};
 pub use sandbox::{Sandbox, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, TEMP_PREFIX};
 pub use search::RESULT_CAP;
-pub use terminal::{Exit, Snapshot, TerminalError, Terminals, TERMINAL_OUTPUT_CAP};
+pub use terminal::{Denied, Exit, Snapshot, TerminalError, Terminals, TERMINAL_OUTPUT_CAP};
 pub use tree::{
     descendants, make_subreaper, reap_orphans, state as process_state, Tree, AGENT_TAG_VAR,
 };

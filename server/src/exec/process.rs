@@ -134,9 +134,17 @@ impl Process {
                 why: e.to_string(),
             })?;
         }
-        command.spawn().map_err(|source| ExecError::Spawn {
-            cmd: cmd.to_owned(),
-            source,
+        command.spawn().map_err(|source| match confine {
+            // `sh` missing is NotFound; anything else failed on the way into the sandbox
+            // (the read-only mount or the Landlock domain), in the child before exec.
+            Some(_) if source.kind() != std::io::ErrorKind::NotFound => ExecError::Confine {
+                cmd: cmd.to_owned(),
+                why: format!("entering the sandbox failed: {source}"),
+            },
+            _ => ExecError::Spawn {
+                cmd: cmd.to_owned(),
+                source,
+            },
         })
     }
 

@@ -7,6 +7,10 @@
 //! an agent left running changes the tree while the person holds it. Output is what the
 //! command wrote to stdout and stderr, interleaved as written, kept up to the agent's byte
 //! limit by dropping the oldest bytes at a character boundary.
+//!
+//! A confined command that fails as the sandbox denied it gets the hint at the end of its
+//! output (the agent reads it there) and is queued for the engine, which tells the person
+//! and asks whether to run it again without the sandbox.
 
 use std::collections::HashMap;
 use std::io::Read as _;
@@ -19,7 +23,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{Confinement, ExecError, Process};
+use super::{denial_hint, denied_path, Confinement, ExecError, Process, SandboxMode};
 
 /// The most output a terminal keeps when the agent names no limit.
 pub const TERMINAL_OUTPUT_CAP: usize = 4 * 1024 * 1024;
@@ -68,6 +72,25 @@ pub struct Terminals {
 struct Table {
     started: u64,
     open: HashMap<String, Entry>,
+    /// Confined commands that ended as the sandbox denied them, not yet taken.
+    denied: Vec<Denied>,
+}
+
+/// A terminal's command that failed as the sandbox denied it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denied {
+    /// The terminal.
+    pub id: String,
+    /// The command line.
+    pub cmd: String,
+    /// The mode it ran under.
+    pub mode: SandboxMode,
+    /// The hint added to its output.
+    pub hint: String,
+    /// The path it was denied, as it printed it, when it did.
+    pub path: Option<String>,
+    /// The output limit the agent asked for.
+    pub limit: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -101,6 +124,7 @@ impl Terminals {
     ) -> Result<String, TerminalError> {
         let (proc, mut pipe) = Process::spawn_merged(cwd, cmd, tag, confine)?;
         let out = Arc::new(Mutex::new(Buffer::new(limit)));
+        let id = self.next_id();
         let sink = Arc::clone(&out);
         let (drained_tx, drained) = oneshot::channel();
         // A plain thread: the pipe is a blocking file, and a terminal lives as long as its
@@ -126,8 +150,26 @@ impl Terminals {
         let (exit_tx, exit_rx) = watch::channel(None);
         // pid_t fits: pids never exceed pid_max (at most 2^22).
         let pgid = proc.pid() as i32;
-        tokio::spawn(supervise(proc, ctl_rx, exit_tx, drained, grace));
-        Ok(self.enter(cmd, out, exit_rx, Some((pgid, ctl_tx))))
+        let watch = confine.map(|c| Watch {
+            table: Arc::clone(&self.inner),
+            out: Arc::clone(&out),
+            denied: Denied {
+                id: id.clone(),
+                cmd: cmd.to_owned(),
+                mode: c.mode,
+                hint: String::new(),
+                path: None,
+                limit,
+            },
+        });
+        tokio::spawn(supervise(proc, ctl_rx, exit_tx, drained, grace, watch));
+        self.enter(&id, cmd, out, exit_rx, Some((pgid, ctl_tx)));
+        Ok(id)
+    }
+
+    /// The confined commands that ended as the sandbox denied them since last asked.
+    pub fn take_denied(&self) -> Vec<Denied> {
+        std::mem::take(&mut lock(&self.inner).denied)
     }
 
     /// Enters a command that already ran to its end (one gated to run whole before the
@@ -136,21 +178,27 @@ impl Terminals {
         let mut buffer = Buffer::new(limit);
         buffer.push(output);
         let (_, exit_rx) = watch::channel(Some(exit));
-        self.enter(cmd, Arc::new(Mutex::new(buffer)), exit_rx, None)
+        let id = self.next_id();
+        self.enter(&id, cmd, Arc::new(Mutex::new(buffer)), exit_rx, None);
+        id
+    }
+
+    fn next_id(&self) -> String {
+        let mut table = lock(&self.inner);
+        table.started += 1;
+        format!("rein-term-{}", table.started)
     }
 
     fn enter(
         &self,
+        id: &str,
         cmd: &str,
         out: Arc<Mutex<Buffer>>,
         exit: watch::Receiver<Option<Exit>>,
         live: Option<(i32, mpsc::UnboundedSender<Ctl>)>,
-    ) -> String {
-        let mut table = lock(&self.inner);
-        table.started += 1;
-        let id = format!("rein-term-{}", table.started);
-        table.open.insert(
-            id.clone(),
+    ) {
+        lock(&self.inner).open.insert(
+            id.to_owned(),
             Entry {
                 cmd: cmd.to_owned(),
                 out,
@@ -158,7 +206,6 @@ impl Terminals {
                 live,
             },
         );
-        id
     }
 
     /// The output so far and, once it ended, how.
@@ -276,6 +323,29 @@ impl Entry {
     }
 }
 
+/// Where a confined terminal's denial goes.
+#[derive(Debug)]
+struct Watch {
+    table: Arc<Mutex<Table>>,
+    out: Arc<Mutex<Buffer>>,
+    denied: Denied,
+}
+
+impl Watch {
+    /// After a failure: when it looks denied by the sandbox, the hint ends the output and
+    /// the engine hears of it.
+    fn failed(mut self) {
+        let (text, _) = lock(&self.out).text(false);
+        let Some(hint) = denial_hint(self.denied.mode, &text) else {
+            return;
+        };
+        lock(&self.out).push(format!("\n{hint}\n").as_bytes());
+        self.denied.path = denied_path(&text);
+        self.denied.hint = hint;
+        lock(&self.table).denied.push(self.denied);
+    }
+}
+
 /// Owns the command until it ends, carrying out what the table asks.
 async fn supervise(
     mut proc: Process,
@@ -283,21 +353,31 @@ async fn supervise(
     exit: watch::Sender<Option<Exit>>,
     drained: oneshot::Receiver<()>,
     grace: Duration,
+    watch: Option<Watch>,
 ) {
+    let mut ended_by_rein = false;
     let out = tokio::select! {
         out = proc.wait() => out,
         // Told to end, or the table dropped it (the engine is gone): the command must not
         // outlive it.
-        Some(Ctl::End) | None = ctl.recv() => proc.terminate(grace).await,
+        Some(Ctl::End) | None = ctl.recv() => {
+            ended_by_rein = true;
+            proc.terminate(grace).await
+        }
     };
     // Whoever waits for the exit then reads the output: all of it must be in. Only a process
     // that left the group while holding the pipe keeps it open past the grace.
     let _ = tokio::time::timeout(DRAIN_GRACE, drained).await;
     let ended = match out {
-        Ok(out) => Exit {
-            code: out.code,
-            signal: out.signal,
-        },
+        Ok(out) => {
+            if let Some(w) = watch.filter(|_| !ended_by_rein && out.code != Some(0)) {
+                w.failed();
+            }
+            Exit {
+                code: out.code,
+                signal: out.signal,
+            }
+        }
         Err(e) => {
             tracing::warn!("terminal: {e}");
             Exit {

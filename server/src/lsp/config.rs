@@ -123,6 +123,7 @@ impl Sources {
                 None => problems.push("rein setting \"sandbox\" must be \"workspace-write\", \"read-only\" or \"off\"; using \"workspace-write\"".into()),
             }
         }
+        let mut networked = Vec::new();
         for (key, slot) in [
             ("allow", &mut cfg.allow),
             ("irreversible", &mut cfg.irreversible),
@@ -132,12 +133,20 @@ impl Sources {
                 .pointer(&format!("/policy/{key}"))
                 .filter(|v| !v.is_null())
             {
-                match serde_json::from_value::<Vec<String>>(v.clone()) {
-                    Ok(list) => *slot = list,
-                    Err(_) => problems.push(format!(
-                        "rein setting \"policy.{key}\" must be a list of command strings; ignored"
+                match rules(v) {
+                    Some(list) => {
+                        *slot = list.iter().map(|(cmd, _)| cmd.clone()).collect();
+                        networked.extend(list.into_iter().filter(|(_, n)| *n).map(|(c, _)| c));
+                    }
+                    None => problems.push(format!(
+                        "rein setting \"policy.{key}\" must be a list of commands, each a string or {{ cmd = \"npm install\", network = true }}; ignored"
                     )),
                 }
+            }
+        }
+        for cmd in networked {
+            if !cfg.network.contains(&cmd) {
+                cfg.network.push(cmd);
             }
         }
         for (key, slot, most) in [
@@ -164,6 +173,27 @@ impl Sources {
         }
         (cfg, problems)
     }
+}
+
+/// A list of policy rules: each a command prefix, or a table with `cmd` and `network` (the
+/// sandbox lets the command reach the network). `None` when it is neither.
+fn rules(v: &Value) -> Option<Vec<(String, bool)>> {
+    v.as_array()?
+        .iter()
+        .map(|r| match r {
+            Value::String(cmd) => Some((cmd.clone(), false)),
+            Value::Object(t) => {
+                let known = t.keys().all(|k| k == "cmd" || k == "network");
+                let cmd = t.get("cmd")?.as_str()?.to_owned();
+                let network = match t.get("network") {
+                    None => false,
+                    Some(n) => n.as_bool()?,
+                };
+                known.then_some((cmd, network))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 impl Config {
@@ -263,5 +293,43 @@ mod tests {
         assert!(read_file(dir.path())
             .unwrap_err()
             .contains("not valid TOML"));
+    }
+
+    #[test]
+    fn a_rule_may_allow_the_network_and_the_sandbox_is_read_from_rein_toml() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("rein.toml"),
+            "sandbox = \"read-only\"\n[policy]\nallow = [\"cargo test\", { cmd = \"npm install\", network = true }]\nirreversible = [{ cmd = \"git push\", network = true }, { cmd = \"deploy\" }]\nnetwork = [\"cargo fetch\"]\n",
+        )
+        .unwrap();
+        let (cfg, problems) = Sources {
+            file: read_file(dir.path()).unwrap(),
+            ..Default::default()
+        }
+        .resolve();
+        assert!(problems.is_empty(), "{problems:?}");
+        let policy = cfg.engine().policy;
+        assert_eq!(policy.sandbox, SandboxMode::ReadOnly);
+        assert!(policy.allow.contains(&"npm install".to_owned()));
+        assert!(policy.irreversible.contains(&"deploy".to_owned()));
+        assert!(policy.network_for("npm install --save x"));
+        assert!(policy.network_for("git push origin main"));
+        assert!(policy.network_for("cargo fetch"));
+        assert!(!policy.network_for("cargo test"));
+        assert!(!policy.network_for("deploy"));
+        for bad in [
+            json!({"policy": {"allow": [{"cmd": "x", "network": "yes"}]}}),
+            json!({"policy": {"allow": [{"command": "x"}]}}),
+            json!({"policy": {"allow": [7]}}),
+        ] {
+            let (_, problems) = Sources {
+                init: Some(bad),
+                ..Default::default()
+            }
+            .resolve();
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert!(problems[0].contains("network = true"), "{problems:?}");
+        }
     }
 }

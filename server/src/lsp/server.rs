@@ -463,6 +463,8 @@ impl Server {
                 "experimental": {"rein": {"landlock": {
                     "abi": here.landlock_abi,
                     "unavailable": here.unavailable,
+                    "enforced": here.enforced,
+                    "notEnforced": here.not_enforced,
                 }}},
                 "positionEncoding": self.encoding.kind(),
                 "textDocumentSync": {"openClose": true, "change": 2, "save": {"includeText": false}},

@@ -74,7 +74,9 @@ function M.check()
     health.info("no Rein client running: open a file in a git work tree to see the sandbox")
   end
   for _, c in ipairs(clients) do
-    local sb = (rein._states[c.id] or {}).sandbox
+    -- No task yet: the state is vim.NIL, which cannot be indexed.
+    local st = rein._states[c.id]
+    local sb = type(st) == "table" and st.sandbox or nil
     local here = vim.tbl_get(c.server_capabilities or {}, "experimental", "rein", "landlock") or {}
     local advice = { 'set sandbox = "workspace-write" in rein.toml or setup{ sandbox = "workspace-write" }' }
     if type(sb) == "table" and sb.mode == "off" then
@@ -90,13 +92,28 @@ function M.check()
     elseif type(sb) == "table" then
       local net = (sb.network and #sb.network > 0) and ("; network for: " .. table.concat(sb.network, ", ")) or ""
       health.ok(("client %d: sandbox %s (Landlock ABI %s)%s"):format(c.id, sb.mode, tostring(sb.landlockAbi), net))
+      M._coverage(health, c.id, sb.enforced, sb.notEnforced)
     elseif type(here.unavailable) == "string" then
       health.warn(("client %d: the sandbox cannot be had here: %s"):format(c.id, here.unavailable), {
         "Landlock needs Linux 5.13 or newer with landlock in the lsm= boot list",
       })
     elseif here.abi ~= nil and here.abi ~= vim.NIL then
       health.ok(("client %d: Landlock ABI %s available; no task yet"):format(c.id, tostring(here.abi)))
+      M._coverage(health, c.id, here.enforced, here.notEnforced)
     end
+  end
+end
+
+--- What the sandbox enforces here, and a warning for each thing this machine cannot.
+function M._coverage(health, id, enforced, missing)
+  if type(enforced) == "table" and #enforced > 0 then
+    health.info(("client %d: enforced: %s"):format(id, table.concat(enforced, "; ")))
+  end
+  if type(missing) == "table" and #missing > 0 then
+    health.warn(
+      ("client %d: the sandbox is only partly in force here. NOT enforced: %s"):format(id, table.concat(missing, "; ")),
+      { "a newer kernel (Landlock ABI 6: Linux 6.12 or newer) enforces all of it" }
+    )
   end
 end
 
