@@ -451,6 +451,7 @@ pub fn start(
         },
         held_files: Vec::new(),
         plan: Vec::new(),
+        plan_progress: false,
         steps: Vec::new(),
         constraints: Vec::new(),
         decisions: Vec::new(),
@@ -489,13 +490,13 @@ pub fn start(
     })?;
     engine.tip = Some(snap.id.clone());
     engine.commit(|s| {
-        s.steps.push(Step {
-            n: 0,
-            action: "working tree at start".into(),
-            author: Author::Human,
-            checkpoint: Some(snap.id),
-            status: StepStatus::Done,
-        })
+        s.steps.push(Step::new(
+            0,
+            "working tree at start",
+            Author::Human,
+            Some(snap.id),
+            StepStatus::Done,
+        ))
     });
     let state = engine.store.state().clone();
     journal(
@@ -1148,13 +1149,8 @@ impl Engine {
             serde_json::json!({ "n": n, "action": action, "status": status, "checkpoint": id }),
         );
         self.commit(|s| {
-            s.steps.push(Step {
-                n,
-                action,
-                author: Author::Agent,
-                checkpoint: id.clone(),
-                status,
-            });
+            s.steps
+                .push(Step::new(n, action, Author::Agent, id.clone(), status));
             s.last_agent_checkpoint = id;
             s.agent_moves += 1;
             s.remaining_moves = remaining;

@@ -159,8 +159,7 @@ impl Engine {
                         .enumerate()
                         .map(|(i, text)| state::PlanItem {
                             id: format!("p{}", i + 1),
-                            text,
-                            status: state::PlanStatus::Pending,
+                            ..state::PlanItem::new(text, state::PlanStatus::Pending)
                         })
                         .collect();
                 });
@@ -1466,13 +1465,13 @@ impl Engine {
         let reported = files.clone();
         self.commit(|s| {
             if ck.is_some() {
-                s.steps.push(Step {
+                s.steps.push(Step::new(
                     n,
-                    action: format!("{why}: {summary}"),
-                    author: Author::Human,
-                    checkpoint: ck.clone(),
-                    status: StepStatus::Done,
-                });
+                    format!("{why}: {summary}"),
+                    Author::Human,
+                    ck.clone(),
+                    StepStatus::Done,
+                ));
             }
             for f in &reported {
                 s.human_changes.push(HumanChange {
