@@ -849,10 +849,13 @@ impl StateStore {
                 self.state = next;
                 self.state.version += 1;
                 self.write()?;
-                self.journal(
-                    "hand_edit",
-                    serde_json::json!({"plan": edit.plan, "newConstraints": edit.new_constraints}),
-                )?;
+                let mut detail =
+                    serde_json::json!({"plan": edit.plan, "newConstraints": edit.new_constraints});
+                if edit.plan {
+                    detail["items"] = serde_json::json!(self.state.plan);
+                    detail["progress"] = serde_json::json!(self.state.plan_progress);
+                }
+                self.journal("hand_edit", detail)?;
                 Ok(Some(edit))
             }
             Err(why) => {
@@ -898,6 +901,21 @@ impl StateStore {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("remove", &path)(e)),
             _ => Ok(()),
         }
+    }
+
+    /// Every entry of `events.jsonl`, oldest first. A line that does not parse (one cut by a
+    /// crash while it was written) is skipped.
+    pub fn read_journal(&self) -> Result<Vec<serde_json::Value>, StateError> {
+        let path = self.dir.join("events.jsonl");
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io("read", &path)(e)),
+        };
+        Ok(text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect())
     }
 
     /// Appends one entry to `events.jsonl`.

@@ -19,7 +19,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{Confinement, ExecError, Process};
+use super::{Confinement, ExecError, Process, Tap};
 
 /// The most output a terminal keeps when the agent names no limit.
 pub const TERMINAL_OUTPUT_CAP: usize = 4 * 1024 * 1024;
@@ -89,7 +89,9 @@ enum Ctl {
 impl Terminals {
     /// Starts `cmd` in `cwd` in a terminal of its own and returns its id at once. `limit`
     /// bounds the output kept; `grace` is how long an ended command has between SIGTERM and
-    /// SIGKILL. Must be called inside a tokio runtime.
+    /// SIGKILL; `tap` gets the output as it comes and the end. Must be called inside a tokio
+    /// runtime.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         &self,
         cwd: &Path,
@@ -98,10 +100,12 @@ impl Terminals {
         confine: Option<&Confinement>,
         limit: Option<usize>,
         grace: Duration,
+        tap: Option<Tap>,
     ) -> Result<String, TerminalError> {
         let (proc, mut pipe) = Process::spawn_merged(cwd, cmd, tag, confine)?;
         let out = Arc::new(Mutex::new(Buffer::new(limit)));
         let sink = Arc::clone(&out);
+        let live = tap.clone();
         let (drained_tx, drained) = oneshot::channel();
         // A plain thread: the pipe is a blocking file, and a terminal lives as long as its
         // command, so one thread each costs little.
@@ -112,7 +116,12 @@ impl Terminals {
                 loop {
                     match pipe.read(&mut buf) {
                         Ok(0) => break,
-                        Ok(n) => lock(&sink).push(&buf[..n]),
+                        Ok(n) => {
+                            lock(&sink).push(&buf[..n]);
+                            if let Some(tap) = &live {
+                                tap.push(&buf[..n]);
+                            }
+                        }
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                         Err(_) => break,
                     }
@@ -126,7 +135,7 @@ impl Terminals {
         let (exit_tx, exit_rx) = watch::channel(None);
         // pid_t fits: pids never exceed pid_max (at most 2^22).
         let pgid = proc.pid() as i32;
-        tokio::spawn(supervise(proc, ctl_rx, exit_tx, drained, grace));
+        tokio::spawn(supervise(proc, ctl_rx, exit_tx, drained, grace, tap));
         Ok(self.enter(cmd, out, exit_rx, Some((pgid, ctl_tx))))
     }
 
@@ -283,6 +292,7 @@ async fn supervise(
     exit: watch::Sender<Option<Exit>>,
     drained: oneshot::Receiver<()>,
     grace: Duration,
+    tap: Option<Tap>,
 ) {
     let out = tokio::select! {
         out = proc.wait() => out,
@@ -306,6 +316,9 @@ async fn supervise(
             }
         }
     };
+    if let Some(tap) = tap {
+        tap.end(ended);
+    }
     let _ = exit.send(Some(ended));
 }
 
@@ -411,6 +424,7 @@ mod tests {
     async fn output_streams_before_the_command_ends_and_is_the_raw_bytes() {
         let dir = tempfile::tempdir().expect("temp dir");
         let t = Terminals::default();
+        let tap = Tap::default();
         let id = t
             .start(
                 dir.path(),
@@ -419,6 +433,7 @@ mod tests {
                 None,
                 None,
                 grace(),
+                Some(tap.clone()),
             )
             .expect("start");
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -432,10 +447,13 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "got {:?}", s.output);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        assert_eq!(tap.take().chunk, "one\ntwo\n", "the tap saw it too");
+        assert_eq!(tap.ended(), None);
         t.kill(&id).expect("kill");
         let exit = t.exited(&id).expect("exists").await.expect("ended");
         assert_eq!(exit.code, None);
         assert_eq!(exit.signal, Some(15));
+        assert_eq!(tap.ended(), Some(exit), "the tap knows the end");
         assert!(t.running().is_empty());
         // Output stays readable after the end, until released.
         assert_eq!(t.output(&id).expect("kept").output, "one\ntwo\n");
@@ -455,6 +473,7 @@ mod tests {
                 None,
                 None,
                 grace(),
+                None,
             )
             .expect("start");
         t.freeze_all();
@@ -473,10 +492,18 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let t = Terminals::default();
         let a = t
-            .start(dir.path(), "sleep 30", None, None, None, grace())
+            .start(dir.path(), "sleep 30", None, None, None, grace(), None)
             .expect("a");
         let b = t
-            .start(dir.path(), "sleep 30 & wait", None, None, None, grace())
+            .start(
+                dir.path(),
+                "sleep 30 & wait",
+                None,
+                None,
+                None,
+                grace(),
+                None,
+            )
             .expect("b");
         assert_eq!(t.running().len(), 2);
         t.end_all();

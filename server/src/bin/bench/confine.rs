@@ -56,7 +56,7 @@ pub fn run(root: &Path, runs: usize) -> Result<SandboxReport> {
                 let started = Instant::now();
                 let c = confined
                     .then(|| Confinement::for_tree(SandboxMode::WorkspaceWrite, root, false));
-                let mut p = Process::spawn_tagged(root, "true", None, c.as_ref())?;
+                let mut p = Process::spawn_tagged(root, "true", None, c.as_ref(), None)?;
                 let out = p.wait().await?;
                 let took = started.elapsed().as_secs_f64() * 1000.0;
                 if out.code != Some(0) {
