@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use rein::agent::{self, Context, Interrupt};
 use rein::control::{self, Request};
-use rein::state::{Author, ConstraintSource, DecisionKind, Status, StepStatus};
+use rein::state::{
+    Author, ConstraintSource, DecisionKind, PlanStatus, Status, StepStatus, ToolDiff, ToolLocation,
+};
 use serde_json::{json, Value};
 use support::*;
 
@@ -1042,4 +1044,166 @@ async fn the_agent_process_runs_in_its_own_domain_unless_the_sandbox_is_off() {
     assert_eq!(wrote, [true, true, true], "{log:#?}");
     assert_eq!(connected, [true, true], "{log:#?}");
     assert!(escape.exists(), "sandbox = \"off\" lifts the domain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_updates_words_and_tool_diffs_reach_the_state_the_handover_and_the_transcript() {
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let plan = |read: &str, fix: &str| {
+        json!({"plan": [
+            {"content": "read lib.rs", "status": read},
+            {"content": "fix the answer", "status": fix, "priority": "high"},
+            {"content": "run the tests", "status": "pending", "priority": "low"}
+        ]})
+    };
+    let sc = scenario(json!({
+        "turns": [[
+            {"think": "The answer is off by one."},
+            {"say": "I'll plan this out. "},
+            plan("in_progress", "pending"),
+            {"say": "Reading the file."},
+            {"read": "src/lib.rs"},
+            plan("completed", "in_progress"),
+            {"think": "Change 41 to 42."},
+            {"say": "Now fixing the answer."},
+            {"edit_file": {"path": "src/lib.rs", "content": FIXED, "old": BUGGY, "title": "Edit src/lib.rs"}},
+            {"say": "Fixed; I will run the tests next."},
+            {"wait_cancel": true}
+        ], [
+            {"say": "All done."}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run
+        .until("the edit's step", |s| {
+            s.steps.iter().any(|st| st.action == "Edit src/lib.rs")
+        })
+        .await;
+    let plan: Vec<(&str, &str, PlanStatus, Option<&str>)> = s
+        .plan
+        .iter()
+        .map(|p| {
+            (
+                p.id.as_str(),
+                p.text.as_str(),
+                p.status,
+                p.priority.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        plan,
+        [
+            ("p1", "read lib.rs", PlanStatus::Done, Some("medium")),
+            ("p2", "fix the answer", PlanStatus::Active, Some("high")),
+            ("p3", "run the tests", PlanStatus::Pending, Some("low"))
+        ]
+    );
+    assert!(s.plan_progress);
+    let step = |action: &str| {
+        s.steps
+            .iter()
+            .find(|st| st.action == action)
+            .unwrap_or_else(|| panic!("no step {action}: {:#?}", s.steps))
+            .clone()
+    };
+    let read = step("read src/lib.rs");
+    assert_eq!(
+        read.message.as_deref(),
+        Some("I'll plan this out. Reading the file.")
+    );
+    assert_eq!(read.thought.as_deref(), Some("The answer is off by one."));
+    assert_eq!(read.plan_item.as_deref(), Some("p1"));
+    let edit = step("Edit src/lib.rs");
+    assert_eq!(edit.message.as_deref(), Some("Now fixing the answer."));
+    assert_eq!(edit.thought.as_deref(), Some("Change 41 to 42."));
+    assert_eq!(edit.plan_item.as_deref(), Some("p2"));
+    let tool = edit.tool.expect("the tool call is kept");
+    assert_eq!(tool.kind, "edit");
+    assert_eq!(
+        tool.locations,
+        [ToolLocation {
+            path: "src/lib.rs".into(),
+            line: Some(1)
+        }]
+    );
+    assert_eq!(
+        tool.diffs,
+        [ToolDiff {
+            path: "src/lib.rs".into(),
+            added: 1,
+            removed: 1
+        }]
+    );
+    // What it said after its last tool call is what it was about to do.
+    let reply = run.call(Request::Takeover { reason: None }).await;
+    let control::Reply::Handover { handover, .. } = reply else {
+        panic!("a takeover answers with a handover");
+    };
+    assert_eq!(
+        handover.words.as_ref().and_then(|w| w.message.as_deref()),
+        Some("Fixed; I will run the tests next.")
+    );
+    let texts = |items: &[rein::state::PlanItem]| -> Vec<String> {
+        items.iter().map(|p| p.text.clone()).collect()
+    };
+    assert_eq!(texts(&handover.plan.done), ["read lib.rs"]);
+    assert_eq!(texts(&handover.plan.in_progress), ["fix the answer"]);
+    assert_eq!(texts(&handover.plan.pending), ["run the tests"]);
+    let md = &handover.markdown;
+    assert!(
+        md.contains("> Fixed; I will run the tests next.")
+            && md.contains("**Done:**\n\n- p1: read lib.rs")
+            && md.contains("**In progress:**\n\n- p2: fix the answer"),
+        "{md}"
+    );
+    sc.logged("stop", 1).await;
+    run.call(Request::Handback { note: None }).await;
+    run.until("done", |s| s.status == Status::Done).await;
+    // The same story, as a conversation.
+    let t = control::transcript(root, 0).expect("transcript");
+    let text = t.to_text();
+    for want in [
+        "Goal: fix the answer",
+        "agent: I'll plan this out. Reading the file.",
+        "(thinking: The answer is off by one.…)",
+        "step 4: Edit src/lib.rs — done (p2)  [src/lib.rs +1 -1]",
+        "    diff src/lib.rs +1 -1",
+        "── taken over by the user",
+        "── handed back to the agent",
+        "■ done: All done.",
+    ] {
+        assert!(text.contains(want), "{want:?} not in:\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_is_shown_to_the_person_in_the_words_the_agent_got() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"write": {"path": ".GIT/config", "content": "[core]\n"}},
+            {"say": "gave up"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let refused = s
+        .steps
+        .iter()
+        .find(|st| st.action == "write .GIT/config")
+        .expect("the write is a step");
+    assert_eq!(refused.status, StepStatus::Failed);
+    let detail = refused.detail.clone().expect("the refusal is kept");
+    assert!(
+        detail.contains(".GIT/config") && detail.contains("refused"),
+        "{detail}"
+    );
+    let told = sc.of("write")[0]["error"].as_str().unwrap_or("").to_owned();
+    assert!(
+        told.contains(&detail),
+        "the agent got {told:?}; the person sees {detail:?}"
+    );
 }

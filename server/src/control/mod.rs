@@ -850,11 +850,17 @@ impl Engine {
         (self.notify)(Notice::Message { level, text });
     }
 
-    /// Applies a change to the state, persists it and tells the outside. A pending hand edit
-    /// of the file is taken first; a refused one is reported, never fatal. The output of
-    /// terminals that ended meanwhile goes with it, onto the steps that started them; a
-    /// change of the plan is journaled.
+    /// Applies a change to the state, persists it and tells the outside.
     fn commit(&mut self, change: impl FnOnce(&mut TaskState)) {
+        self.write_state(change);
+        (self.notify)(Notice::State(self.boxed_state()));
+    }
+
+    /// Applies a change to the state and persists it. A pending hand edit of the file is
+    /// taken first; a refused one is reported, never fatal. The output of terminals that
+    /// ended meanwhile goes with it, onto the steps that started them; a change of the plan is
+    /// journaled.
+    fn write_state(&mut self, change: impl FnOnce(&mut TaskState)) {
         match self.store.sync_from_disk() {
             Ok(Some(_)) => self.say(Level::Info, "your edit of the task state was taken".into()),
             Ok(None) => {}
@@ -896,7 +902,6 @@ impl Engine {
                 serde_json::json!({ "items": s.plan, "progress": s.plan_progress, "by": "agent" }),
             );
         }
-        (self.notify)(Notice::State(self.boxed_state()));
     }
 
     async fn run(mut self) {
@@ -1254,7 +1259,8 @@ impl Engine {
             tool,
             ..Step::new(n, action.clone(), Author::Agent, id.clone(), status)
         };
-        self.commit(|s| {
+        // Journaled before the outside hears of it: whoever reads the journal then finds it.
+        self.write_state(|s| {
             let mut record = record;
             record.plan_item = match &named {
                 Some(name) => {
@@ -1308,6 +1314,15 @@ impl Engine {
                 "tool": words.tool.as_ref().map(tool_journal),
             }),
         );
+        if self.state().status == Status::Done {
+            let summary = self.state().summary.clone();
+            journal(
+                &self.store,
+                "finished",
+                serde_json::json!({ "summary": summary }),
+            );
+        }
+        (self.notify)(Notice::State(self.boxed_state()));
         self.last_result = Some(outcome);
         Flow::Continue
     }

@@ -177,8 +177,7 @@ impl Engine {
             Move::Finish(summary) => {
                 // Over: nothing the agent left running goes on after the task.
                 self.terminals.end_all();
-                let said = summary.clone();
-                let flow = self.complete_and(
+                self.complete_and(
                     action,
                     StepStatus::Done,
                     ok("finished"),
@@ -194,13 +193,7 @@ impl Engine {
                         s.summary = Some(summary);
                         plan::finish(&mut s.plan, s.plan_progress);
                     },
-                );
-                super::journal(
-                    &self.store,
-                    "finished",
-                    serde_json::json!({ "summary": said }),
-                );
-                flow
+                )
             }
         }
     }
