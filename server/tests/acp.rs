@@ -1143,8 +1143,14 @@ async fn plan_updates_words_and_tool_diffs_reach_the_state_the_handover_and_the_
     };
     assert_eq!(
         handover.words.as_ref().and_then(|w| w.message.as_deref()),
+        Some("Now fixing the answer.")
+    );
+    let next = handover.next.clone().expect("it had said what comes next");
+    assert_eq!(
+        next.message.as_deref(),
         Some("Fixed; I will run the tests next.")
     );
+    assert_eq!(next.action, None, "it had not chosen its next tool");
     let texts = |items: &[rein::state::PlanItem]| -> Vec<String> {
         items.iter().map(|p| p.text.clone()).collect()
     };

@@ -25,13 +25,25 @@ pub struct FileStat {
     pub removed: usize,
 }
 
-/// What the agent said last, in its own words.
+/// What the agent said, in its own words.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HandoverWords {
-    /// Its message (at most 4 KiB, the last).
+    /// Its message (the last 4 KiB).
     pub message: Option<String>,
-    /// Its reasoning (at most 4 KiB, the last).
+    /// Its reasoning (the last 4 KiB).
+    pub thought: Option<String>,
+}
+
+/// What the agent had lined up when it stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandoverNext {
+    /// Its next move, said as a step is, when it knew it.
+    pub action: Option<String>,
+    /// What it said since its last step (the last 4 KiB).
+    pub message: Option<String>,
+    /// What it thought since its last step (the last 4 KiB).
     pub thought: Option<String>,
 }
 
@@ -61,10 +73,10 @@ pub struct Handover {
     pub why: String,
     /// What the agent was doing or waiting for when control moved.
     pub was_doing: Option<String>,
-    /// What the agent said last: its words since its last step, else that step's.
+    /// What the agent said on its way to its latest step that it said something for.
     pub words: Option<HandoverWords>,
-    /// The move the agent had lined up, when it knew its next one.
-    pub next: Option<String>,
+    /// What it had lined up: its next move and its words since its last step, when any.
+    pub next: Option<HandoverNext>,
     /// The plan by status.
     pub plan: HandoverPlan,
     /// Every step so far.
@@ -113,13 +125,17 @@ impl Engine {
             .iter()
             .rev()
             .find(|st| st.author == Author::Agent && st.message.is_some());
-        let words = match (said(&upcoming.words.message), said(&upcoming.words.thought)) {
-            (None, None) => last.map(|st| HandoverWords {
-                message: st.message.clone(),
-                thought: st.thought.clone(),
-            }),
-            (message, thought) => Some(HandoverWords { message, thought }),
+        let words = last.map(|st| HandoverWords {
+            message: st.message.clone(),
+            thought: st.thought.clone(),
+        });
+        let next = HandoverNext {
+            action: upcoming.next.clone(),
+            message: said(&upcoming.words.message),
+            thought: said(&upcoming.words.thought),
         };
+        let next = (next.action.is_some() || next.message.is_some() || next.thought.is_some())
+            .then_some(next);
         let plan = by_status(&s.plan, s.plan_progress);
         let mut pending: Vec<String> = s
             .plan
@@ -142,7 +158,10 @@ impl Engine {
             md.push_str(&format!("**It was:** {w}\n\n"));
         }
         if let Some(st) = s.steps.iter().rev().find(|st| st.author == Author::Agent) {
-            md.push_str(&format!("**Its last step:** {}. {}", st.n, st.action));
+            md.push_str(&format!(
+                "**What it was doing:** step {}, {}",
+                st.n, st.action
+            ));
             if let Some(item) = st
                 .plan_item
                 .as_ref()
@@ -150,15 +169,24 @@ impl Engine {
             {
                 md.push_str(&format!(" (for plan item {}: {})", item.id, item.text));
             }
-            md.push_str("\n\n");
+            match words.as_ref().and_then(|w| w.message.as_deref()) {
+                Some(m) => md.push_str(&format!(", in its words:\n\n{}\n\n", quoted(m))),
+                None => md.push_str("\n\n"),
+            }
         }
-        match words.as_ref().and_then(|w| w.message.as_deref()) {
-            Some(m) => md.push_str(&format!("**In its own words:**\n\n{}\n\n", quoted(m))),
-            None => md.push_str("**In its own words:** it said nothing.\n\n"),
-        }
-        match &upcoming.next {
-            Some(next) => md.push_str(&format!("**About to:** {next}\n\n")),
-            None => md.push_str(
+        let action = next.as_ref().and_then(|n| n.action.as_deref());
+        let lined = next.as_ref().and_then(|n| n.message.as_deref());
+        match (action, lined) {
+            (Some(a), Some(m)) => md.push_str(&format!(
+                "**About to:** {a}, in its words:\n\n{}\n\n",
+                quoted(m)
+            )),
+            (Some(a), None) => md.push_str(&format!("**About to:** {a}\n\n")),
+            (None, Some(m)) => md.push_str(&format!(
+                "**About to:** not decided yet; since its last step it said:\n\n{}\n\n",
+                quoted(m)
+            )),
+            (None, None) => md.push_str(
                 "**About to:** not known: it was deciding its next move when it stopped.\n\n",
             ),
         }
@@ -250,7 +278,7 @@ impl Engine {
             why: why.to_owned(),
             was_doing,
             words,
-            next: upcoming.next,
+            next,
             plan,
             steps: s.steps,
             pending,

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use crate::exec::SandboxMode;
 pub use advice::{Advice, UserAction};
-pub use handover::{FileStat, Handover, HandoverPlan, HandoverWords};
+pub use handover::{FileStat, Handover, HandoverNext, HandoverPlan, HandoverWords};
 pub use output::{OutputChunk, OutputExit, OutputState};
 pub use transcript::{transcript, Entry, Transcript};
 

@@ -545,6 +545,7 @@ impl Transcript {
                 .map(|l| format!("{prefix}{l}\n"))
                 .collect()
         };
+        let mut shown: Vec<PlanItem> = Vec::new();
         for e in &self.entries {
             match e {
                 Entry::Goal { text, .. } => {
@@ -557,32 +558,34 @@ impl Transcript {
                     }
                     t.push_str(&indent(text, "agent: "));
                 }
-                Entry::Plan {
-                    items,
-                    progress,
-                    by,
-                    ..
-                } => {
+                Entry::Plan { items, by, .. } => {
                     let who = if *by == Author::Human {
                         "you"
                     } else {
                         "the agent"
                     };
-                    let how = if *progress {
-                        ""
-                    } else {
-                        " (no progress reported)"
+                    let mark = |p: &PlanItem| match p.status {
+                        crate::state::PlanStatus::Pending => "[ ]",
+                        crate::state::PlanStatus::Active => "[>]",
+                        crate::state::PlanStatus::Done => "[x]",
+                        crate::state::PlanStatus::Skipped => "[-]",
                     };
-                    let _ = writeln!(t, "plan, as {who} set it{how}:");
-                    for p in items {
-                        let mark = match p.status {
-                            crate::state::PlanStatus::Pending => "[ ]",
-                            crate::state::PlanStatus::Active => "[>]",
-                            crate::state::PlanStatus::Done => "[x]",
-                            crate::state::PlanStatus::Skipped => "[-]",
-                        };
-                        let _ = writeln!(t, "    {mark} {}: {}", p.id, p.text);
+                    // The whole plan once; after that, the items that moved.
+                    let moved: Vec<&PlanItem> =
+                        items.iter().filter(|p| !shown.contains(p)).collect();
+                    if shown.is_empty() || moved.len() == items.len() {
+                        let _ = writeln!(t, "plan, as {who} set it:");
+                        for p in items {
+                            let _ = writeln!(t, "    {} {}: {}", mark(p), p.id, p.text);
+                        }
+                    } else if !moved.is_empty() {
+                        let each: Vec<String> = moved
+                            .iter()
+                            .map(|p| format!("{} {}: {}", mark(p), p.id, p.text))
+                            .collect();
+                        let _ = writeln!(t, "plan ({who}): {}", each.join("; "));
                     }
+                    shown.clone_from(items);
                 }
                 Entry::Tool {
                     step,
