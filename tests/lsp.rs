@@ -114,6 +114,17 @@ fn the_full_cycle_start_steer_pause_resume_takeover_handback_keeps_the_human_fix
         .contains("I know the answer"));
     assert_eq!(taken["handover"]["goal"], "extend the lib");
     assert!(taken["handover"]["steps"].as_array().unwrap().len() >= 3);
+    // A plan of plain strings reports no progress: said so, not shown as all pending.
+    let plan = &taken["handover"]["plan"];
+    assert_eq!(plan["progress"], false);
+    assert_eq!(plan["pending"].as_array().unwrap().len(), 2);
+    assert_eq!(taken["state"]["planProgress"], false);
+    let md = taken["markdown"].as_str().unwrap();
+    assert!(
+        md.contains("The agent reports no plan progress. Its plan:\n\n1. p1: read\n2. p2: extend"),
+        "{md}"
+    );
+    assert!(!md.contains("**Pending:**"), "{md}");
 
     write(root, "src/lib.rs", LIB_FIXED);
     let back = lsp.ok("rein.handback", json!({"note": "fixed it"}));

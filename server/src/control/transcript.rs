@@ -570,10 +570,12 @@ impl Transcript {
                         crate::state::PlanStatus::Done => "[x]",
                         crate::state::PlanStatus::Skipped => "[-]",
                     };
-                    // The whole plan once; after that, the items that moved.
+                    // The whole plan when its items change; else the items that moved.
                     let moved: Vec<&PlanItem> =
                         items.iter().filter(|p| !shown.contains(p)).collect();
-                    if shown.is_empty() || moved.len() == items.len() {
+                    let same_items = shown.len() == items.len()
+                        && shown.iter().zip(items).all(|(a, b)| a.id == b.id);
+                    if !same_items {
                         let _ = writeln!(t, "plan, as {who} set it:");
                         for p in items {
                             let _ = writeln!(t, "    {} {}: {}", mark(p), p.id, p.text);
