@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rein::agent::{self, Context, Interrupt};
-use rein::control::{self, Request};
+use rein::control::{self, Notice, OutputChunk, OutputState, Request};
 use rein::state::{
     Author, ConstraintSource, DecisionKind, PlanStatus, Status, StepStatus, ToolDiff, ToolLocation,
 };
@@ -111,6 +111,28 @@ fn start_acp(root: &Path, sc: &Scenario) -> Run {
         notices,
         state,
         root: root.to_owned(),
+    }
+}
+
+/// Like `Run::until`, keeping every live output notice on the way.
+async fn until_collecting_output(
+    run: &mut Run,
+    pred: impl Fn(&rein::state::TaskState) -> bool,
+) -> (rein::state::TaskState, Vec<OutputChunk>) {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match tokio::time::timeout_at(deadline, run.notices.recv()).await {
+            Ok(Some(Notice::State(s))) => {
+                run.state = *s;
+                if pred(&run.state) {
+                    return (run.state.clone(), seen);
+                }
+            }
+            Ok(Some(Notice::Output(o))) => seen.push(*o),
+            Ok(Some(_)) => {}
+            other => panic!("no state came ({other:?}); last: {:#?}", run.state),
+        }
     }
 }
 
@@ -554,10 +576,25 @@ async fn a_terminal_runs_through_the_engine_and_reports_its_raw_output_and_exit(
         ]]
     }));
     let mut run = start_acp(root, &sc);
-    let s = run.until("done", |s| s.status == Status::Done).await;
+    let (s, live) = until_collecting_output(&mut run, |s| s.status == Status::Done).await;
     let t = &sc.of("terminal")[0];
     assert_eq!(t["ok"], true, "{t}");
     assert_eq!(t["exit_code"], 3);
+    // The person saw it live, as the terminal's, and its step keeps it.
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.action.ends_with("(in a terminal)"))
+        .expect("the terminal's step");
+    assert!(live
+        .iter()
+        .all(|o| o.terminal.as_deref() == Some("rein-term-1") && o.step == step.n));
+    let text: String = live.iter().map(|o| o.chunk.as_str()).collect();
+    assert_eq!(text, "hello\noops\n");
+    let end = live.last().expect("its end was said");
+    assert_eq!(end.state, OutputState::Ended);
+    assert_eq!(end.exit.and_then(|e| e.code), Some(3));
+    assert_eq!(step.output.as_deref(), Some("hello\noops\n"));
     assert_eq!(t["released"], true);
     assert_eq!(t["readable_after_release"], false, "released means gone");
     // The command's own bytes, stdout and stderr as written: none of Rein's labels.

@@ -212,8 +212,15 @@ impl Outputs {
         stream
     }
 
-    /// A command's stream sent its end: forget it, and keep a terminal's output for its step.
+    /// A command's stream sent its end: forget it, and keep a terminal's output for its step
+    /// (once, whoever sees the end first).
     fn done(&self, stream: &Stream) {
+        let mut live = lock(&self.live);
+        let before = live.len();
+        live.retain(|s| s.id != stream.id);
+        if live.len() == before {
+            return;
+        }
         if let (Some(terminal), Some(exit)) = (&stream.terminal, stream.tap.ended()) {
             let (text, truncated) = stream.tap.tail(crate::exec::TAIL_CAP);
             lock(&self.ended).push(Ended {
@@ -225,7 +232,6 @@ impl Outputs {
                 exit,
             });
         }
-        lock(&self.live).retain(|s| s.id != stream.id);
     }
 
     /// Every command followed was frozen (true) or thawed (false): said at once.
@@ -239,8 +245,15 @@ impl Outputs {
         }
     }
 
-    /// The terminals that ended since the last call.
+    /// The terminals that ended since the last call. A command that ended since its
+    /// follower last looked has its end sent now, so it is not missed for want of a tick.
     pub fn take_ended(&self) -> Vec<Ended> {
+        let live = lock(&self.live).clone();
+        for s in live.iter().filter(|s| s.tap.ended().is_some()) {
+            if s.flush() {
+                self.done(s);
+            }
+        }
         std::mem::take(&mut *lock(&self.ended))
     }
 }
