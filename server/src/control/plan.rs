@@ -41,10 +41,11 @@ pub(super) fn reports_progress(given: &[PlanEntry]) -> bool {
 }
 
 /// The plan after the agent gave `given` in place of `current`. An item it repeats (same
-/// text) keeps its id, and its status when the agent gives none. An item the human edited
-/// by hand stays exactly as it is, where it was: it takes the place of the agent's item of
-/// the same text, else of the agent's new item at its place (the agent's wording of what the
-/// human reworded), else it is put back at its place.
+/// text) keeps its id, and its status when the agent gives none; an item it rewords keeps
+/// the id of the item at its place. An item the human edited by hand stays exactly as it
+/// is, where it was: it takes the place of the agent's item of the same text, else of the
+/// agent's new item at its place (the agent's wording of what the human reworded), else it
+/// is put back at its place.
 pub(super) fn merge(current: &[PlanItem], given: &[PlanEntry]) -> Vec<PlanItem> {
     let mut used = vec![false; current.len()];
     let mut out: Vec<PlanItem> = Vec::with_capacity(given.len());
@@ -77,9 +78,21 @@ pub(super) fn merge(current: &[PlanItem], given: &[PlanEntry]) -> Vec<PlanItem> 
         if used[i] || !old.edited_by_human {
             continue;
         }
+        used[i] = true;
         match out.get_mut(i) {
             Some(new) if new.id.is_empty() => *new = old.clone(),
             _ => out.insert(i.min(out.len()), old.clone()),
+        }
+    }
+    // An item the agent reworded (Claude Code names the item in progress by its "active
+    // form") is the one at the same place: it keeps its id.
+    for (i, new) in out.iter_mut().enumerate() {
+        match current.get(i) {
+            Some(old) if new.id.is_empty() && !used[i] => {
+                used[i] = true;
+                new.id = old.id.clone();
+            }
+            _ => {}
         }
     }
     let mut next = next_number(current.iter().map(|p| p.id.as_str()), 'p');
@@ -195,6 +208,34 @@ mod tests {
                 ("p1", "read", PlanStatus::Done),
                 ("p2", "fix", PlanStatus::Done),
                 ("p3", "test", PlanStatus::Pending)
+            ]
+        );
+    }
+
+    #[test]
+    fn an_item_reworded_in_place_keeps_its_id() {
+        let current = vec![
+            item("p1", "Write hello.txt", PlanStatus::Pending, false),
+            item("p2", "Check it", PlanStatus::Pending, false),
+        ];
+        let out = merge(
+            &current,
+            &[
+                given("Writing hello.txt", Some(ItemStatus::Active)),
+                given("Check it", Some(ItemStatus::Pending)),
+                given("Ship it", None),
+            ],
+        );
+        let got: Vec<(&str, &str, PlanStatus)> = out
+            .iter()
+            .map(|p| (p.id.as_str(), p.text.as_str(), p.status))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("p1", "Writing hello.txt", PlanStatus::Active),
+                ("p2", "Check it", PlanStatus::Pending),
+                ("p3", "Ship it", PlanStatus::Pending)
             ]
         );
     }
