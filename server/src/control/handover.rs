@@ -150,13 +150,8 @@ impl Engine {
             .map(|c| format!("steer {} not yet delivered: {}", c.id, c.text))
             .collect();
         pending.extend(undelivered.iter().cloned());
-        let mut md = format!(
-            "# Handover: {}\n\n**Why the agent stopped:** {why}\n\n",
-            s.task.goal
-        );
-        if let Some(w) = &was_doing {
-            md.push_str(&format!("**It was:** {w}\n\n"));
-        }
+        // It opens with the agent's own account: what it was doing and about to do.
+        let mut md = format!("# Handover: {}\n\n", s.task.goal);
         if let Some(st) = s.steps.iter().rev().find(|st| st.author == Author::Agent) {
             md.push_str(&format!(
                 "**What it was doing:** step {}, {}",
@@ -189,6 +184,10 @@ impl Engine {
             (None, None) => md.push_str(
                 "**About to:** not known: it was deciding its next move when it stopped.\n\n",
             ),
+        }
+        md.push_str(&format!("**Why the agent stopped:** {why}\n\n"));
+        if let Some(w) = &was_doing {
+            md.push_str(&format!("**It was:** {w}\n\n"));
         }
         md.push_str("## Plan\n\n");
         if s.plan.is_empty() {
