@@ -181,8 +181,8 @@ pub enum Entry {
     Control {
         /// When.
         at: Option<String>,
-        /// `paused`, `resumed`, `taken_over`, `handed_back`, `aborted`, `rewound`,
-        /// `stopped`, `recovered` or `hand_edit`.
+        /// `paused`, `resumed`, `taken_over`, `handed_back`, `rewound`, `stopped` or
+        /// `recovered`.
         what: String,
         /// What happened, in one line.
         text: String,
