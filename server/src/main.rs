@@ -18,6 +18,9 @@ use tracing_subscriber::Layer as _;
 
 use cli::{Cli, Cmd};
 
+/// The longest unfinished output line `rein run` holds back before showing it.
+const PARTIAL_LINE: usize = 4096;
+
 /// `rein run`'s status when the task stopped for the human and nobody answered.
 const STOPPED_FOR_HUMAN: i32 = 3;
 
@@ -329,7 +332,10 @@ impl Run<'_> {
         for line in whole.lines() {
             out!("    │ {line}")?;
         }
-        if !rest.is_empty() {
+        // A line that never ends (a progress bar) is shown in pieces rather than held.
+        if rest.len() > PARTIAL_LINE {
+            out!("    │ {rest}")?;
+        } else if !rest.is_empty() {
             self.partial.insert(o.id.clone(), rest.to_owned());
         }
         if o.state == OutputState::Paused {
