@@ -555,3 +555,126 @@ fn j_a_steer_mid_turn_reaches_claude_and_it_acts_on_it() {
         "Claude acted on the steer"
     );
 }
+
+// (k) -----------------------------------------------------------------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn k_todos_move_the_plan_and_claudes_words_and_thoughts_reach_the_steps() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let todos = |write: &str, check: &str| {
+        tool(
+            "TodoWrite",
+            json!({"todos": [
+                {"content": "Write hello.txt", "status": write, "activeForm": "Writing hello.txt"},
+                {"content": "Check it", "status": check, "activeForm": "Checking it"}
+            ]}),
+        )
+    };
+    let model = Model::start(json!({"turns": [
+        {"blocks": [
+            {"type": "thinking", "thinking": "Two small things; write first."},
+            text("Two things to do."),
+            todos("in_progress", "pending")
+        ]},
+        {"when": "[tool_result", "once": true, "blocks": [
+            text("Writing the file now."),
+            tool("Write", json!({"file_path": abs(root, "hello.txt"), "content": "hello\n"}))
+        ]},
+        {"when": "[tool_result", "once": true, "blocks": [
+            text("Written; on to checking it."),
+            todos("completed", "in_progress")
+        ]},
+        {"when": "[tool_result", "blocks": [text("Done: hello.txt says hello.")]}
+    ]}));
+    // The stand-in's model name is not one Claude Code knows to plan with TodoWrite.
+    let mut env = model.env();
+    env.push(("CLAUDE_CODE_ENABLE_TODO_TOOLS".into(), "1".into()));
+    let (mut lsp, _) = Lsp::start_env(root, Lsp::rich_client(), Value::Null, &env);
+    lsp.ok(
+        "rein.start",
+        json!({"goal": "write hello.txt and check it", "agent": {"kind": "acp", "command": [harness_bin()]}}),
+    );
+    let s = wait_status(&mut lsp, "done");
+    assert_eq!(read(root, "hello.txt"), "hello\n");
+    assert_eq!(s["planProgress"], true, "{:#}", s["plan"]);
+    let plan: Vec<(&str, &str, &str)> = s["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["id"].as_str().unwrap(),
+                p["text"].as_str().unwrap(),
+                p["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        plan,
+        [
+            ("p1", "Write hello.txt", "done"),
+            ("p2", "Checking it", "done")
+        ],
+        "the item in progress is done with the finish; items renamed in place keep their ids"
+    );
+    // Claude's plan came as ACP plan updates: the write was in progress while it wrote.
+    let steps = s["steps"].as_array().unwrap();
+    let write = steps
+        .iter()
+        .find(|st| {
+            st["action"].as_str().is_some_and(|a| {
+                a.contains("Write") && a.contains("hello.txt") && !a.starts_with("ask")
+            })
+        })
+        .unwrap_or_else(|| panic!("no Write step: {:#?}", actions(&s)));
+    assert_eq!(write["planItem"], "p1", "{write:#}");
+    assert!(
+        steps.iter().any(|st| st["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Writing the file now."))),
+        "Claude's words before the Write are on a step: {steps:#?}"
+    );
+    assert!(
+        steps.iter().any(|st| st["thought"]
+            .as_str()
+            .is_some_and(|m| m.contains("Two small things; write first."))),
+        "Claude's thinking is on a step: {steps:#?}"
+    );
+    let t = lsp.ok("rein.transcript", json!({}));
+    let plans: Vec<Vec<String>> = t["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "plan")
+        .map(|e| {
+            e["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} {}",
+                        p["status"].as_str().unwrap(),
+                        p["text"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    assert!(
+        plans.contains(&vec![
+            "active Writing hello.txt".into(),
+            "pending Check it".into()
+        ]),
+        "{plans:#?}"
+    );
+    assert!(
+        s["summary"]
+            .as_str()
+            .is_some_and(|m| m.contains("hello.txt says hello")),
+        "{}",
+        s["summary"]
+    );
+}

@@ -118,6 +118,7 @@ fn a_closed_stdout_ends_every_subcommand_quietly() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     for args in [
         &["log", root][..],
+        &["log", "--transcript", root][..],
         &["status", root][..],
         &["schema"][..],
         &["completions", "bash"][..],
@@ -460,4 +461,63 @@ fn gc_removes_old_finished_tasks_and_their_refs_and_keeps_the_current() {
         "{}",
         text(&bad.stderr)
     );
+}
+
+#[test]
+fn log_transcript_prints_the_task_as_a_conversation() {
+    let dir = repo(
+        &[("a.txt", "one\n")],
+        json!([
+            {"plan": [{"text": "look", "status": "active"}, "change a.txt"], "say": "Two things."},
+            {"run": "echo hello from the command", "say": "Saying hello."},
+            {"read": "../outside.txt"},
+            {"ask": "Change a.txt?"},
+            {"write": {"path": "a.txt", "content": "two\n"}, "item": 2, "say": "Changing it."},
+            {"finish": "changed a.txt"}
+        ]),
+    );
+    let root = dir.path().to_str().unwrap();
+    let plan = dir.path().join(".rein/plan.json");
+    let mut w = Waiting::spawn(&["run", "--wait", "--plan", plan.to_str().unwrap(), root]);
+    // `rein run` shows the command's output under its step as it runs.
+    w.until("    │ hello from the command");
+    w.until("Change a.txt?");
+    w.until("answer with one of:");
+    w.say("yes");
+    w.until("done: ");
+    let (code, out) = w.exit();
+    assert_eq!(code, Some(0), "{out}");
+    let t = rein(&["log", "--transcript", root]);
+    assert!(t.status.success(), "{}", text(&t.stderr));
+    let t = text(&t.stdout);
+    let want = [
+        "Goal: run the scripted plan",
+        "plan, as the agent set it:",
+        "    [>] p1: look",
+        "agent: Two things.",
+        "step 1: plan (2 items) — done",
+        "agent: Saying hello.",
+        "step 2: run echo hello from the command — done (p1)",
+        "    → exit code 0",
+        "    │ hello from the command",
+        "step 3: read ../outside.txt — failed (p1)",
+        "    → path \"../outside.txt\" refused",
+        "? d1: Change a.txt? ()",
+        "you answered d1: yes",
+        "plan (the agent): [x] p1: look; [>] p2: change a.txt",
+        "step 5: write a.txt — done (p2)  [a.txt +1 -1]",
+        "■ done: changed a.txt",
+    ];
+    let mut from = 0;
+    for w in want {
+        let at = t[from..]
+            .find(w)
+            .unwrap_or_else(|| panic!("{w:?} not (in order) in:\n{t}"));
+        from += at + w.len();
+    }
+    // Without a task there is nothing to tell, and that is said.
+    let empty = repo(&[("a.txt", "one\n")], json!([]));
+    let out = rein(&["log", "--transcript", empty.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout).trim(), "no Rein task in this repository");
 }

@@ -114,6 +114,17 @@ fn the_full_cycle_start_steer_pause_resume_takeover_handback_keeps_the_human_fix
         .contains("I know the answer"));
     assert_eq!(taken["handover"]["goal"], "extend the lib");
     assert!(taken["handover"]["steps"].as_array().unwrap().len() >= 3);
+    // A plan of plain strings reports no progress: said so, not shown as all pending.
+    let plan = &taken["handover"]["plan"];
+    assert_eq!(plan["progress"], false);
+    assert_eq!(plan["pending"].as_array().unwrap().len(), 2);
+    assert_eq!(taken["state"]["planProgress"], false);
+    let md = taken["markdown"].as_str().unwrap();
+    assert!(
+        md.contains("The agent reports no plan progress. Its plan:\n\n1. p1: read\n2. p2: extend"),
+        "{md}"
+    );
+    assert!(!md.contains("**Pending:**"), "{md}");
 
     write(root, "src/lib.rs", LIB_FIXED);
     let back = lsp.ok("rein.handback", json!({"note": "fixed it"}));
@@ -140,6 +151,10 @@ fn the_full_cycle_start_steer_pause_resume_takeover_handback_keeps_the_human_fix
         .notifications
         .iter()
         .any(|n| n["method"] == "rein/filesChanged"));
+    assert!(
+        outputs(&lsp).is_empty(),
+        "no live output to a client that did not ask for it"
+    );
 }
 
 #[test]
@@ -1135,4 +1150,189 @@ fn preflight_says_before_the_goal_whether_a_task_can_start() {
     assert!(r["problem"].is_null(), "{r}");
     assert_eq!(r["agent"]["kind"], "script");
     lsp.ok("rein.start", json!({"goal": "g"}));
+}
+
+/// A client that shows live command output.
+fn output_client() -> Value {
+    let mut caps = Lsp::rich_client();
+    caps["experimental"]["rein"]["output"] = json!(true);
+    caps
+}
+
+fn outputs(lsp: &Lsp) -> Vec<Value> {
+    lsp.notifications
+        .iter()
+        .filter(|n| n["method"] == "rein/output")
+        .map(|n| n["params"].clone())
+        .collect()
+}
+
+#[test]
+fn a_long_commands_output_arrives_in_chunks_before_it_ends_and_a_pause_says_so() {
+    let gate = tempfile::tempdir().unwrap();
+    let go = gate.path().join("go");
+    let cmd = format!(
+        "sh -c 'echo first; while [ ! -f {} ]; do sleep 0.05; done; echo second'",
+        go.display()
+    );
+    let dir = repo(
+        &[("a.txt", "a\n")],
+        json!([{"run": {"cmd": cmd}, "say": "Running the slow one."}, {"finish": "f"}]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, output_client(), sh_allowed());
+    let started = lsp.ok("rein.start", json!({"goal": "g"}));
+    let task = started["taskId"].clone();
+    // The command cannot end before the test lets it: what arrives now arrived while it ran.
+    let first = lsp.wait_notification("the first chunk", 0, |n| {
+        n["method"] == "rein/output"
+            && n["params"]["chunk"]
+                .as_str()
+                .is_some_and(|c| c.contains("first"))
+    });
+    let p = &first["params"];
+    assert_eq!(p["taskId"], task);
+    assert_eq!(p["state"], "running");
+    assert_eq!(p["step"], 1);
+    assert_eq!(p["terminal"], Value::Null);
+    assert!(p["command"].as_str().unwrap().contains("echo first"));
+    let id = p["id"].clone();
+    assert_eq!(agent_steps(&lsp.state), 0, "the step has not ended");
+    lsp.ok("rein.pause", json!({}));
+    lsp.wait_notification("paused output", 0, |n| {
+        n["method"] == "rein/output" && n["params"]["state"] == "paused"
+    });
+    let from = lsp.notifications.len();
+    lsp.ok("rein.resume", json!({}));
+    lsp.wait_notification("running again", from, |n| {
+        n["method"] == "rein/output" && n["params"]["state"] == "running"
+    });
+    std::fs::write(&go, "").unwrap();
+    let end = lsp.wait_notification("the end", 0, |n| {
+        n["method"] == "rein/output" && n["params"]["state"] == "ended"
+    });
+    assert_eq!(end["params"]["exit"]["code"], 0);
+    let s = lsp.wait_state("done", |s| status(s) == "done");
+    let mine: Vec<Value> = outputs(&lsp)
+        .into_iter()
+        .filter(|o| o["id"] == id)
+        .collect();
+    let seqs: Vec<u64> = mine.iter().map(|o| o["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=mine.len() as u64).collect::<Vec<_>>(),
+        "{mine:#?}"
+    );
+    let all: String = mine.iter().map(|o| o["chunk"].as_str().unwrap()).collect();
+    assert_eq!(all, "first\nsecond\n");
+    assert_eq!(mine[0]["state"], "running", "the start is said first");
+    // The step keeps the end of the output, its exit and the agent's words.
+    let step = &s["steps"].as_array().unwrap()[1];
+    assert_eq!(step["output"], "first\nsecond\n");
+    assert_eq!(step["detail"], "exit code 0");
+    assert_eq!(step["message"], "Running the slow one.");
+
+    // The transcript has it all, and `since` returns only what is new.
+    let t = lsp.ok("rein.transcript", json!({}));
+    let kinds: Vec<&str> = t["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    for want in ["goal", "message", "tool", "output", "control", "end"] {
+        assert!(kinds.contains(&want), "{want} not in {kinds:?}");
+    }
+    let out = t["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "output")
+        .unwrap();
+    assert_eq!(out["text"], "first\nsecond\n");
+    let next = t["next"].as_u64().unwrap();
+    assert_eq!(next as usize, kinds.len());
+    let rest = lsp.ok("rein.transcript", json!({"since": next}));
+    assert_eq!(rest["entries"], json!([]));
+    assert_eq!(rest["next"], next);
+    let err = lsp
+        .command("rein.transcript", json!({"since": "all"}))
+        .unwrap_err();
+    assert_eq!(err.0, -32602);
+    // After a restart, with no engine running, the transcript reads the same.
+    drop(lsp);
+    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    let again = lsp.ok("rein.transcript", json!({}));
+    assert_eq!(again["next"], next);
+}
+
+#[test]
+fn abort_marks_the_agent_lines_it_kept_and_offers_to_remove_them() {
+    let dir = repo(
+        &[("notes.txt", "top\n")],
+        json!([
+            {"write": {"path": "notes.txt", "content": "top\nAGENT one\nAGENT two\nAGENT three\n"}},
+            {"read": "notes.txt", "think_ms": 600000}
+        ]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("the write", |s| agent_steps(s) >= 1);
+    let human = "top\nAGENT one\nAGENT two fixed by HUMAN\nAGENT three\n";
+    write(root, "notes.txt", human);
+    let aborted = lsp.ok("rein.abort", json!({}));
+    let why = aborted["state"]["stopReason"].as_str().unwrap();
+    assert!(why.contains("notes.txt lines 2, 4"), "{why}");
+    assert_eq!(read(root, "notes.txt"), human);
+    let u = lsp.open("notes.txt", human);
+    let d = lsp.wait_diagnostics("kept lines", &u, |d| {
+        d.iter().filter(|d| d["code"] == "kept").count() == 2
+    });
+    let lines: Vec<u64> = d
+        .iter()
+        .filter(|d| d["code"] == "kept")
+        .map(|d| d["range"]["start"]["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, [1, 3]);
+    let actions = lsp
+        .request(
+            "textDocument/codeAction",
+            json!({"textDocument": {"uri": u}, "range": {"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 0}}, "context": {"diagnostics": []}}),
+        )
+        .unwrap();
+    let actions = actions.as_array().unwrap();
+    let one = actions
+        .iter()
+        .find(|a| a["title"] == "Rein: remove this line the agent wrote (the abort kept it)")
+        .unwrap_or_else(|| panic!("{actions:#?}"));
+    let edit = &one["edit"]["changes"][u.as_str()];
+    assert_eq!(edit.as_array().unwrap().len(), 1);
+    assert_eq!(edit[0]["range"]["start"]["line"], 1);
+    assert_eq!(edit[0]["range"]["end"]["line"], 2);
+    assert_eq!(edit[0]["newText"], "");
+    let all = actions
+        .iter()
+        .find(|a| {
+            a["title"]
+                == "Rein: remove the 2 lines the agent wrote that the abort kept in this file"
+        })
+        .expect("remove all offered");
+    let starts: Vec<u64> = all["edit"]["changes"][u.as_str()]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["range"]["start"]["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(starts, [1, 3]);
+    // Once the human removes a line, its diagnostic goes.
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [{"range": {"start": {"line": 3, "character": 0}, "end": {"line": 4, "character": 0}}, "text": ""}]}),
+    );
+    let d = lsp.wait_diagnostics("one kept line left", &u, |d| {
+        d.iter().filter(|d| d["code"] == "kept").count() == 1
+    });
+    let left: Vec<&Value> = d.iter().filter(|d| d["code"] == "kept").collect();
+    assert_eq!(left[0]["range"]["start"]["line"], 1);
 }

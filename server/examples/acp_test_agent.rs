@@ -8,12 +8,15 @@
 //!   "modes"?: {"current": ID, "available": [ID…]},
 //!   "turns": [[ACTION…]…]}` (or `"sessions": [TURNS…]`, one list of turns for each process
 //! started with this scenario, counted by the log's `start` events) and an action is one of
-//! `{"say": TEXT}`, `{"permission": {"title", "kind", "paths"?, "command"?}}`,
+//! `{"say": TEXT}` (a message chunk), `{"think": TEXT}` (a thought chunk), `{"plan": [{"content",
+//! "status", "priority"?}…]}` (a plan update), `{"permission": {"title", "kind", "paths"?,
+//! "command"?}}`,
 //! `{"read": PATH, "line"?, "limit"?}`, `{"write": {"path", "content"}}`,
 //! `{"terminal": {"command", "args"?, "cwd"?, "limit"?, "poll"?: TEXT, "kill"?: bool}}` (create,
 //! then with `poll` read the output until it holds TEXT and log it, with `kill` kill it; then
-//! wait for the exit, read the output and release, all logged), `{"edit_file": {"path", "content", "title"?}}`
-//! (the agent writes the file itself and reports the tool call), `{"write_silently": {"path",
+//! wait for the exit, read the output and release, all logged), `{"edit_file": {"path",
+//! "content", "title"?, "old"?}}` (the agent writes the file itself and reports the tool call;
+//! with `old`, the call carries a `diff` from it), `{"write_silently": {"path",
 //! "content"}}` (it writes the file itself and reports nothing; the log says whether the
 //! write worked and why not), `{"connect": PORT}` (a TCP connect to 127.0.0.1:PORT, logged
 //! with its result), `{"wait_cancel": true}`,
@@ -37,14 +40,15 @@ use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AuthMethod, AuthMethodAgent, AuthenticateRequest, AuthenticateResponse,
-    CancelNotification, ContentBlock, ContentChunk, CreateTerminalRequest, InitializeRequest,
+    CancelNotification, ContentBlock, ContentChunk, CreateTerminalRequest, Diff, InitializeRequest,
     InitializeResponse, KillTerminalRequest, NewSessionRequest, NewSessionResponse,
-    PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse, ReadTextFileRequest,
-    ReleaseTerminalRequest, RequestPermissionOutcome, RequestPermissionRequest, SessionId,
-    SessionMode, SessionModeId, SessionModeState, SessionNotification, SessionUpdate,
-    SetSessionModeRequest, SetSessionModeResponse, StopReason, TerminalOutputRequest, TextContent,
-    ToolCall, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
-    WaitForTerminalExitRequest, WriteTextFileRequest,
+    PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
+    PromptRequest, PromptResponse, ReadTextFileRequest, ReleaseTerminalRequest,
+    RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionMode, SessionModeId,
+    SessionModeState, SessionNotification, SessionUpdate, SetSessionModeRequest,
+    SetSessionModeResponse, StopReason, TerminalOutputRequest, TextContent, ToolCall,
+    ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+    ToolKind, WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
@@ -443,6 +447,27 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
             cx,
             SessionUpdate::AgentMessageChunk(ContentChunk::new(text(t))),
         );
+    } else if let Some(t) = action.get("think").and_then(Value::as_str) {
+        notify(
+            cx,
+            SessionUpdate::AgentThoughtChunk(ContentChunk::new(text(t))),
+        );
+    } else if let Some(entries) = action.get("plan").and_then(Value::as_array) {
+        let entries = entries
+            .iter()
+            .map(|e| {
+                let field =
+                    |k: &str, or: &str| json!(e.get(k).and_then(Value::as_str).unwrap_or(or));
+                PlanEntry::new(
+                    e.get("content").and_then(Value::as_str).unwrap_or(""),
+                    serde_json::from_value(field("priority", "medium"))
+                        .unwrap_or(PlanEntryPriority::Medium),
+                    serde_json::from_value(field("status", "pending"))
+                        .unwrap_or(PlanEntryStatus::Pending),
+                )
+            })
+            .collect();
+        notify(cx, SessionUpdate::Plan(Plan::new(entries)));
     } else if let Some(p) = action.get("permission") {
         let title = p.get("title").and_then(Value::as_str).unwrap_or("a tool");
         let kind: ToolKind =
@@ -542,15 +567,16 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
             .and_then(Value::as_str)
             .unwrap_or("Edit a file");
         let id = format!("edit-{path}");
-        notify(
-            cx,
-            SessionUpdate::ToolCall(
-                ToolCall::new(id.clone(), title)
-                    .kind(ToolKind::Edit)
-                    .status(ToolCallStatus::InProgress)
-                    .locations(vec![ToolCallLocation::new(st.path(path))]),
-            ),
-        );
+        let mut call = ToolCall::new(id.clone(), title)
+            .kind(ToolKind::Edit)
+            .status(ToolCallStatus::InProgress)
+            .locations(vec![ToolCallLocation::new(st.path(path)).line(1)]);
+        if let Some(old) = e.get("old").and_then(Value::as_str) {
+            call = call.content(vec![ToolCallContent::Diff(
+                Diff::new(st.path(path), content).old_text(old.to_owned()),
+            )]);
+        }
+        notify(cx, SessionUpdate::ToolCall(call));
         let full = st.path(path);
         if let Some(dir) = full.parent() {
             let _ = std::fs::create_dir_all(dir);

@@ -65,8 +65,14 @@ pub enum Cmd {
         /// The repository.
         dir: Option<PathBuf>,
     },
-    /// The current task's checkpoints, newest first.
+    /// The current task's checkpoints, newest first; with --transcript, the task as a
+    /// conversation.
     Log {
+        /// Print the task as a conversation instead: the goal, the agent's words, each step
+        /// with its status and files, command output, your steers, takeover and handback,
+        /// decisions and answers.
+        #[arg(long)]
+        transcript: bool,
         /// The repository.
         dir: Option<PathBuf>,
     },

@@ -20,12 +20,16 @@ const STALE_WITH_DOCS: &str = "/// Greets someone by name.\npub fn greet(name: &
 
 fn plan() -> Value {
     json!({"steps": [
-        {"plan": ["read the greeting code", "add farewell()", "document the crate", "check the tree", "add doc comments"]},
-        {"read": "src/greet.rs"},
-        {"write": {"path": "src/greet.rs", "content": WITH_FAREWELL}, "think_ms": 400},
-        {"write": {"path": "README.md", "content": "# greet\n\n`greet()` and `farewell()`.\n"}, "think_ms": 400},
-        {"run": {"cmd": "ls src"}, "think_ms": 3000},
-        {"write": {"path": "src/greet.rs", "content": STALE_WITH_DOCS}, "think_ms": 400},
+        {"plan": ["read the greeting code", "add farewell()", "document the crate", "check the tree", "add doc comments"],
+         "say": "Five things to do; I'll mark each as I go."},
+        {"read": "src/greet.rs", "item": 1, "say": "First, how greet() is written."},
+        {"write": {"path": "src/greet.rs", "content": WITH_FAREWELL}, "think_ms": 400, "item": 2,
+         "say": "farewell() mirrors greet(): same signature, a goodbye."},
+        {"write": {"path": "README.md", "content": "# greet\n\n`greet()` and `farewell()`.\n"}, "think_ms": 400, "item": 3,
+         "say": "The README should name both functions."},
+        {"run": {"cmd": "ls src"}, "think_ms": 3000, "item": 4, "say": "Checking the tree has what I expect."},
+        {"write": {"path": "src/greet.rs", "content": STALE_WITH_DOCS}, "think_ms": 400, "item": 5,
+         "say": "Adding doc comments to both functions."},
         {"finish": "added farewell() with doc comments and a README"}
     ]})
 }
@@ -131,6 +135,11 @@ impl Client {
             Some("window/showMessage") => {
                 println!("  ! {}", msg["params"]["message"].as_str().unwrap_or(""))
             }
+            Some("rein/output") => {
+                for line in msg["params"]["chunk"].as_str().unwrap_or("").lines() {
+                    println!("    │ {line}");
+                }
+            }
             Some(_) if msg.get("id").is_some() => {
                 // A request from the server (progress, configuration): acknowledge it.
                 let id = msg["id"].clone();
@@ -207,6 +216,9 @@ fn print_state(prev: Option<&Value>, s: &Value) {
         .and_then(|p| p["steps"].as_array().map(Vec::len))
         .unwrap_or(0);
     for st in steps.iter().skip(prev_steps) {
+        if let Some(said) = st["message"].as_str() {
+            println!("  agent: “{said}”");
+        }
         let ck: String = st["checkpoint"]
             .as_str()
             .unwrap_or("")
@@ -306,7 +318,8 @@ pub fn run(dir: Option<PathBuf>) -> Result<i32> {
             "processId": std::process::id(),
             "rootUri": root_uri,
             "workspaceFolders": [{"uri": root_uri, "name": "demo"}],
-            "capabilities": {"general": {"positionEncodings": ["utf-8", "utf-16"]}, "window": {"workDoneProgress": true}},
+            "capabilities": {"general": {"positionEncodings": ["utf-8", "utf-16"]}, "window": {"workDoneProgress": true},
+                "experimental": {"rein": {"output": true}}},
         }),
     )?;
     c.notify("initialized", json!({}))?;
@@ -395,6 +408,7 @@ pub fn run(dir: Option<PathBuf>) -> Result<i32> {
     }
     println!("\nThe repository is yours to inspect: {}", root.display());
     println!("  cd {} && git status && rein log", root.display());
+    println!("  rein log --transcript    # the task as a conversation");
     Ok(if s["status"] == "done" && kept && added {
         0
     } else {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser};
-use rein::control::{Handle, Notice, Reply, Request, UserAction};
+use rein::control::{Handle, Notice, OutputChunk, OutputState, Reply, Request, UserAction};
 use rein::state::{Status, TaskState};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -17,6 +17,9 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer as _;
 
 use cli::{Cli, Cmd};
+
+/// The longest unfinished output line `rein run` holds back before showing it.
+const PARTIAL_LINE: usize = 4096;
 
 /// `rein run`'s status when the task stopped for the human and nobody answered.
 const STOPPED_FOR_HUMAN: i32 = 3;
@@ -139,7 +142,18 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Log { dir } => {
+        Cmd::Log {
+            dir,
+            transcript: true,
+        } => {
+            let t = rein::control::transcript(&dir_or_here(dir)?, 0)?;
+            if t.task_id.is_none() {
+                out!("no Rein task in this repository")?;
+            }
+            std::io::stdout().lock().write_all(t.to_text().as_bytes())?;
+            Ok(0)
+        }
+        Cmd::Log { dir, .. } => {
             for c in rein::control::log(&dir_or_here(dir)?)? {
                 out!(
                     "{}  step {:>3}  {:<5}  {}",
@@ -295,6 +309,7 @@ fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Resu
             state: Box::new(state),
             asked: None,
             wait,
+            partial: std::collections::HashMap::new(),
         };
         let result = run.follow(&mut rx, dir).await;
         if result
@@ -325,6 +340,8 @@ struct Run<'a> {
     /// The stop last put to the human, so it is asked once.
     asked: Option<String>,
     wait: bool,
+    /// Each running command's output line not yet ended, by the command's id.
+    partial: std::collections::HashMap<String, String>,
 }
 
 impl Run<'_> {
@@ -346,6 +363,7 @@ impl Run<'_> {
                 }
                 Event::Engine(Notice::Message { text, .. }) => eprintln!("{text}"),
                 Event::Engine(Notice::Wrote { .. }) => {}
+                Event::Engine(Notice::Output(o)) => self.on_output(&o)?,
                 Event::Line(Some(line)) => {
                     if let Some(code) = self.on_line(line.trim()).await? {
                         return Ok(code);
@@ -362,6 +380,34 @@ impl Run<'_> {
             }
         }
         Ok(1)
+    }
+
+    /// Prints a command's output as it comes, whole lines under its step.
+    fn on_output(&mut self, o: &OutputChunk) -> Result<()> {
+        let mut text = self.partial.remove(&o.id).unwrap_or_default();
+        if o.skipped > 0 {
+            text.push_str(&format!("[… {} bytes not shown]\n", o.skipped));
+        }
+        text.push_str(&o.chunk);
+        let ended = o.state == OutputState::Ended;
+        let (whole, rest) = match text.rfind('\n') {
+            Some(i) if !ended => (&text[..=i], &text[i + 1..]),
+            None if !ended => ("", text.as_str()),
+            _ => (text.as_str(), ""),
+        };
+        for line in whole.lines() {
+            out!("    │ {line}")?;
+        }
+        // A line that never ends (a progress bar) is shown in pieces rather than held.
+        if rest.len() > PARTIAL_LINE {
+            out!("    │ {rest}")?;
+        } else if !rest.is_empty() {
+            self.partial.insert(o.id.clone(), rest.to_owned());
+        }
+        if o.state == OutputState::Paused {
+            out!("    │ (paused)")?;
+        }
+        Ok(())
     }
 
     fn stopped(&self) -> bool {

@@ -58,6 +58,10 @@ pub struct TaskState {
     /// The agent's plan; the human may edit it by hand.
     #[serde(default)]
     pub plan: Vec<PlanItem>,
+    /// Whether the agent reports progress on its plan (item statuses, or the item each step
+    /// works on). While false, the statuses say nothing of progress: the agent reports none.
+    #[serde(default)]
+    pub plan_progress: bool,
     /// Every step taken so far, by either side.
     #[serde(default)]
     pub steps: Vec<Step>,
@@ -302,7 +306,8 @@ pub struct Control {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanItem {
-    /// Stable id (`p1`, `p2`, …); filled in by Rein when a hand edit leaves it empty.
+    /// Stable id (`p1`, `p2`, …); filled in by Rein when a hand edit leaves it empty, and
+    /// kept for an item whose text the agent repeats in a later plan.
     #[serde(default)]
     pub id: String,
     /// What to do.
@@ -310,10 +315,34 @@ pub struct PlanItem {
     /// Progress of this item.
     #[serde(default)]
     pub status: PlanStatus,
+    /// How much it matters, when the agent says (ACP: `high`, `medium`, `low`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
+    /// The human edited this item by hand in the state file: the agent's plan updates leave
+    /// it as the human left it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub edited_by_human: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
+impl PlanItem {
+    /// An item as the agent gives it (no id yet, not touched by the human).
+    pub fn new(text: impl Into<String>, status: PlanStatus) -> Self {
+        PlanItem {
+            id: String::new(),
+            text: text.into(),
+            status,
+            priority: None,
+            edited_by_human: false,
+        }
+    }
 }
 
 /// Progress of a plan item.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PlanStatus {
     /// Not started.
@@ -341,6 +370,137 @@ pub struct Step {
     pub checkpoint: Option<String>,
     /// How the step ended.
     pub status: StepStatus,
+    /// The id of the plan item the agent worked on in this step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_item: Option<String>,
+    /// What the agent said on its way to this step, in its own words (the last 4 KiB; in
+    /// full in `events.jsonl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The agent's reasoning on its way to this step, when it shows it (the last 1 KiB; in
+    /// full in `events.jsonl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thought: Option<String>,
+    /// What came of the step, as the agent was told it: why it failed or was refused, a
+    /// command's exit, a merge note (at most 2 KiB). Never a file's content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The end of a command's output, stdout and stderr as they came (the last 4 KiB;
+    /// streamed live as `rein/output`, the last 64 KiB in `events.jsonl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// The agent's own tool call behind this step (ACP): where it acted and what it said it
+    /// changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolCall>,
+}
+
+impl Step {
+    /// A step with nothing but its record: what, who, where it ended, how.
+    pub fn new(
+        n: u32,
+        action: impl Into<String>,
+        author: Author,
+        checkpoint: Option<String>,
+        status: StepStatus,
+    ) -> Self {
+        Step {
+            n,
+            action: action.into(),
+            author,
+            checkpoint,
+            status,
+            plan_item: None,
+            message: None,
+            thought: None,
+            detail: None,
+            output: None,
+            tool: None,
+        }
+    }
+}
+
+/// An agent's own tool call (ACP), as far as the person needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCall {
+    /// The agent's id of the call.
+    pub id: String,
+    /// Its kind as ACP names it: read, edit, delete, move, search, execute, think, fetch, other.
+    pub kind: String,
+    /// Where it acted: repo-relative paths (or as the agent gave them, when outside the tree).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub locations: Vec<ToolLocation>,
+    /// The file changes it reported (ACP `diff` content), counted; the texts are in
+    /// `events.jsonl`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diffs: Vec<ToolDiff>,
+}
+
+/// A place a tool call acted on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolLocation {
+    /// Repo-relative path (or as the agent gave it, when outside the tree).
+    pub path: String,
+    /// 1-based line, when the agent gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+}
+
+/// One file change a tool call reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolDiff {
+    /// Repo-relative path (or as the agent gave it, when outside the tree).
+    pub path: String,
+    /// Lines added.
+    pub added: usize,
+    /// Lines removed.
+    pub removed: usize,
+}
+
+/// The most bytes of the agent's message kept on a step in `state.json`.
+pub const MESSAGE_BYTES: usize = 4096;
+/// The most bytes of the agent's reasoning kept on a step in `state.json`.
+pub const THOUGHT_BYTES: usize = 1024;
+/// The most bytes of a step's outcome kept in `state.json`.
+pub const DETAIL_BYTES: usize = 2048;
+/// The most bytes of a command's output kept on its step in `state.json`.
+pub const OUTPUT_BYTES: usize = 4096;
+/// The most bytes of any one text (a message, an outcome, output) in an `events.jsonl` entry.
+pub const JOURNAL_TEXT_BYTES: usize = 64 * 1024;
+
+/// The last `max` bytes of `text` (cut at a character boundary), marked with a leading `…`
+/// when cut; `None` for a blank text.
+pub fn tail(text: &str, max: usize) -> Option<String> {
+    if text.trim().is_empty() {
+        return None;
+    }
+    if text.len() <= max {
+        return Some(text.to_owned());
+    }
+    let mut start = text.len() - max + '…'.len_utf8();
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    Some(format!("…{}", &text[start..]))
+}
+
+/// The first `max` bytes of `text` (cut at a character boundary), marked with a trailing
+/// `…` when cut; `None` for a blank text.
+pub fn head(text: &str, max: usize) -> Option<String> {
+    if text.trim().is_empty() {
+        return None;
+    }
+    if text.len() <= max {
+        return Some(text.to_owned());
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(format!("{}…", &text[..end]))
 }
 
 /// How a step ended.
@@ -698,10 +858,13 @@ impl StateStore {
                 self.state = next;
                 self.state.version += 1;
                 self.write()?;
-                self.journal(
-                    "hand_edit",
-                    serde_json::json!({"plan": edit.plan, "newConstraints": edit.new_constraints}),
-                )?;
+                let mut detail =
+                    serde_json::json!({"plan": edit.plan, "newConstraints": edit.new_constraints});
+                if edit.plan {
+                    detail["items"] = serde_json::json!(self.state.plan);
+                    detail["progress"] = serde_json::json!(self.state.plan_progress);
+                }
+                self.journal("hand_edit", detail)?;
                 Ok(Some(edit))
             }
             Err(why) => {
@@ -747,6 +910,21 @@ impl StateStore {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("remove", &path)(e)),
             _ => Ok(()),
         }
+    }
+
+    /// Every entry of `events.jsonl`, oldest first. A line that does not parse (one cut by a
+    /// crash while it was written) is skipped.
+    pub fn read_journal(&self) -> Result<Vec<serde_json::Value>, StateError> {
+        let path = self.dir.join("events.jsonl");
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io("read", &path)(e)),
+        };
+        Ok(text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect())
     }
 
     /// Appends one entry to `events.jsonl`.
@@ -860,6 +1038,11 @@ pub fn check_hand_edit(current: &TaskState, bytes: &[u8]) -> Result<(TaskState, 
         if !seen.insert(p.id.clone()) {
             return Err(format!("plan item id {} appears twice", p.id));
         }
+        // Once the human changed an item, the agent's plan updates leave it alone.
+        let old = current.plan.iter().find(|o| o.id == p.id);
+        let same = old
+            .is_some_and(|o| o.text == p.text && o.status == p.status && o.priority == p.priority);
+        p.edited_by_human |= !same || old.is_some_and(|o| o.edited_by_human);
     }
     let edit = HandEdit {
         plan: edited.plan != current.plan,
@@ -898,9 +1081,9 @@ mod tests {
             held_files: vec![],
             plan: vec![PlanItem {
                 id: "p1".into(),
-                text: "read".into(),
-                status: PlanStatus::Pending,
+                ..PlanItem::new("read", PlanStatus::Pending)
             }],
+            plan_progress: false,
             steps: vec![],
             constraints: vec![],
             decisions: vec![],

@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rein::agent::{self, Context, Interrupt};
-use rein::control::{self, Request};
-use rein::state::{Author, ConstraintSource, DecisionKind, Status, StepStatus};
+use rein::control::{self, Notice, OutputChunk, OutputState, Request};
+use rein::state::{
+    Author, ConstraintSource, DecisionKind, PlanStatus, Status, StepStatus, ToolDiff, ToolLocation,
+};
 use serde_json::{json, Value};
 use support::*;
 
@@ -115,6 +117,28 @@ fn start_spec(root: &Path, spec: Value) -> Run {
         notices,
         state,
         root: root.to_owned(),
+    }
+}
+
+/// Like `Run::until`, keeping every live output notice on the way.
+async fn until_collecting_output(
+    run: &mut Run,
+    pred: impl Fn(&rein::state::TaskState) -> bool,
+) -> (rein::state::TaskState, Vec<OutputChunk>) {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match tokio::time::timeout_at(deadline, run.notices.recv()).await {
+            Ok(Some(Notice::State(s))) => {
+                run.state = *s;
+                if pred(&run.state) {
+                    return (run.state.clone(), seen);
+                }
+            }
+            Ok(Some(Notice::Output(o))) => seen.push(*o),
+            Ok(Some(_)) => {}
+            other => panic!("no state came ({other:?}); last: {:#?}", run.state),
+        }
     }
 }
 
@@ -558,10 +582,25 @@ async fn a_terminal_runs_through_the_engine_and_reports_its_raw_output_and_exit(
         ]]
     }));
     let mut run = start_acp(root, &sc);
-    let s = run.until("done", |s| s.status == Status::Done).await;
+    let (s, live) = until_collecting_output(&mut run, |s| s.status == Status::Done).await;
     let t = &sc.of("terminal")[0];
     assert_eq!(t["ok"], true, "{t}");
     assert_eq!(t["exit_code"], 3);
+    // The person saw it live, as the terminal's, and its step keeps it.
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.action.ends_with("(in a terminal)"))
+        .expect("the terminal's step");
+    assert!(live
+        .iter()
+        .all(|o| o.terminal.as_deref() == Some("rein-term-1") && o.step == step.n));
+    let text: String = live.iter().map(|o| o.chunk.as_str()).collect();
+    assert_eq!(text, "hello\noops\n");
+    let end = live.last().expect("its end was said");
+    assert_eq!(end.state, OutputState::Ended);
+    assert_eq!(end.exit.and_then(|e| e.code), Some(3));
+    assert_eq!(step.output.as_deref(), Some("hello\noops\n"));
     assert_eq!(t["released"], true);
     assert_eq!(t["readable_after_release"], false, "released means gone");
     // The command's own bytes, stdout and stderr as written: none of Rein's labels.
@@ -1394,5 +1433,173 @@ async fn an_approved_irreversible_terminal_the_sandbox_denied_asks_again() {
     assert!(
         out.contains("Permission denied") && out.contains("Rein's sandbox"),
         "{t}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_updates_words_and_tool_diffs_reach_the_state_the_handover_and_the_transcript() {
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let plan = |read: &str, fix: &str| {
+        json!({"plan": [
+            {"content": "read lib.rs", "status": read},
+            {"content": "fix the answer", "status": fix, "priority": "high"},
+            {"content": "run the tests", "status": "pending", "priority": "low"}
+        ]})
+    };
+    let sc = scenario(json!({
+        "turns": [[
+            {"think": "The answer is off by one."},
+            {"say": "I'll plan this out. "},
+            plan("in_progress", "pending"),
+            {"say": "Reading the file."},
+            {"read": "src/lib.rs"},
+            plan("completed", "in_progress"),
+            {"think": "Change 41 to 42."},
+            {"say": "Now fixing the answer."},
+            {"edit_file": {"path": "src/lib.rs", "content": FIXED, "old": BUGGY, "title": "Edit src/lib.rs"}},
+            {"say": "Fixed; I will run the tests next."},
+            {"wait_cancel": true}
+        ], [
+            {"say": "All done."}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run
+        .until("the edit's step", |s| {
+            s.steps.iter().any(|st| st.action == "Edit src/lib.rs")
+        })
+        .await;
+    let plan: Vec<(&str, &str, PlanStatus, Option<&str>)> = s
+        .plan
+        .iter()
+        .map(|p| {
+            (
+                p.id.as_str(),
+                p.text.as_str(),
+                p.status,
+                p.priority.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        plan,
+        [
+            ("p1", "read lib.rs", PlanStatus::Done, Some("medium")),
+            ("p2", "fix the answer", PlanStatus::Active, Some("high")),
+            ("p3", "run the tests", PlanStatus::Pending, Some("low"))
+        ]
+    );
+    assert!(s.plan_progress);
+    let step = |action: &str| {
+        s.steps
+            .iter()
+            .find(|st| st.action == action)
+            .unwrap_or_else(|| panic!("no step {action}: {:#?}", s.steps))
+            .clone()
+    };
+    let read = step("read src/lib.rs");
+    assert_eq!(
+        read.message.as_deref(),
+        Some("I'll plan this out. Reading the file.")
+    );
+    assert_eq!(read.thought.as_deref(), Some("The answer is off by one."));
+    assert_eq!(read.plan_item.as_deref(), Some("p1"));
+    let edit = step("Edit src/lib.rs");
+    assert_eq!(edit.message.as_deref(), Some("Now fixing the answer."));
+    assert_eq!(edit.thought.as_deref(), Some("Change 41 to 42."));
+    assert_eq!(edit.plan_item.as_deref(), Some("p2"));
+    let tool = edit.tool.expect("the tool call is kept");
+    assert_eq!(tool.kind, "edit");
+    assert_eq!(
+        tool.locations,
+        [ToolLocation {
+            path: "src/lib.rs".into(),
+            line: Some(1)
+        }]
+    );
+    assert_eq!(
+        tool.diffs,
+        [ToolDiff {
+            path: "src/lib.rs".into(),
+            added: 1,
+            removed: 1
+        }]
+    );
+    // What it said after its last tool call is what it was about to do.
+    let reply = run.call(Request::Takeover { reason: None }).await;
+    let control::Reply::Handover { handover, .. } = reply else {
+        panic!("a takeover answers with a handover");
+    };
+    assert_eq!(
+        handover.words.as_ref().and_then(|w| w.message.as_deref()),
+        Some("Now fixing the answer.")
+    );
+    let next = handover.next.clone().expect("it had said what comes next");
+    assert_eq!(
+        next.message.as_deref(),
+        Some("Fixed; I will run the tests next.")
+    );
+    assert_eq!(next.action, None, "it had not chosen its next tool");
+    let texts = |items: &[rein::state::PlanItem]| -> Vec<String> {
+        items.iter().map(|p| p.text.clone()).collect()
+    };
+    assert_eq!(texts(&handover.plan.done), ["read lib.rs"]);
+    assert_eq!(texts(&handover.plan.in_progress), ["fix the answer"]);
+    assert_eq!(texts(&handover.plan.pending), ["run the tests"]);
+    let md = &handover.markdown;
+    assert!(
+        md.contains("> Fixed; I will run the tests next.")
+            && md.contains("**Done:**\n\n- p1: read lib.rs")
+            && md.contains("**In progress:**\n\n- p2: fix the answer"),
+        "{md}"
+    );
+    sc.logged("stop", 1).await;
+    run.call(Request::Handback { note: None }).await;
+    run.until("done", |s| s.status == Status::Done).await;
+    // The same story, as a conversation.
+    let t = control::transcript(root, 0).expect("transcript");
+    let text = t.to_text();
+    for want in [
+        "Goal: fix the answer",
+        "agent: I'll plan this out. Reading the file.",
+        "(thinking: The answer is off by one.…)",
+        "step 4: Edit src/lib.rs — done (p2)  [src/lib.rs +1 -1]",
+        "    diff src/lib.rs +1 -1",
+        "── taken over by the user",
+        "── handed back to the agent",
+        "■ done: All done.",
+    ] {
+        assert!(text.contains(want), "{want:?} not in:\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_is_shown_to_the_person_in_the_words_the_agent_got() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"write": {"path": ".GIT/config", "content": "[core]\n"}},
+            {"say": "gave up"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let refused = s
+        .steps
+        .iter()
+        .find(|st| st.action == "write .GIT/config")
+        .expect("the write is a step");
+    assert_eq!(refused.status, StepStatus::Failed);
+    let detail = refused.detail.clone().expect("the refusal is kept");
+    assert!(
+        detail.contains(".GIT/config") && detail.contains("refused"),
+        "{detail}"
+    );
+    let told = sc.of("write")[0]["error"].as_str().unwrap_or("").to_owned();
+    assert!(
+        told.contains(&detail),
+        "the agent got {told:?}; the person sees {detail:?}"
     );
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use rein::control::{Reply, Request};
 use rein::state::{
-    Author, ConstraintSource, ConstraintStatus, DecisionKind, Holder, Status, StepStatus,
+    Author, ConstraintSource, ConstraintStatus, DecisionKind, Holder, PlanStatus, Status,
+    StepStatus,
 };
 use serde_json::json;
 use support::*;
@@ -951,5 +952,107 @@ async fn list_and_search_are_confined_and_respect_gitignore() {
             StepStatus::Failed,
             StepStatus::Done
         ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_item_the_human_edited_by_hand_stays_as_they_left_it() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"plan": ["read", "fix", "test"], "say": "Three things to do."},
+            {"read": "a.txt", "item": 1},
+            {"ask": "go on?"},
+            {"plan": [{"text": "read", "status": "done"}, {"text": "fix", "status": "active"}, {"text": "test", "status": "pending"}]},
+            {"read": "a.txt", "item": "fix", "say": "Fixing."},
+            {"finish": "done"}
+        ]),
+    );
+    let s = run
+        .until("the question", |s| s.status == Status::AwaitingDecision)
+        .await;
+    assert!(s.plan_progress, "a step named its item");
+    let statuses: Vec<PlanStatus> = s.plan.iter().map(|p| p.status).collect();
+    assert_eq!(
+        statuses,
+        [PlanStatus::Active, PlanStatus::Pending, PlanStatus::Pending]
+    );
+    let plan_step = s.steps.iter().find(|st| st.n == 1).unwrap();
+    assert_eq!(plan_step.message.as_deref(), Some("Three things to do."));
+    // The human rewords item 2 and drops it, by hand, in the state file.
+    let store = root
+        .join(".git/rein/tasks")
+        .join(&s.task.id)
+        .join("state.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&store).unwrap()).unwrap();
+    v["plan"][1]["text"] = json!("fix it carefully, later");
+    v["plan"][1]["status"] = json!("skipped");
+    std::fs::write(&store, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    let d = s.decisions[0].id.clone();
+    run.call(Request::Decide {
+        decision_id: d,
+        choice: "yes".into(),
+    })
+    .await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let plan: Vec<(&str, &str, PlanStatus, bool)> = s
+        .plan
+        .iter()
+        .map(|p| (p.id.as_str(), p.text.as_str(), p.status, p.edited_by_human))
+        .collect();
+    assert_eq!(
+        plan,
+        [
+            ("p1", "read", PlanStatus::Done, false),
+            ("p2", "fix it carefully, later", PlanStatus::Skipped, true),
+            ("p3", "test", PlanStatus::Pending, false),
+        ],
+        "the agent's later plan, its step naming the item and the finish left it alone"
+    );
+    let fixing = s
+        .steps
+        .iter()
+        .find(|st| st.message.as_deref() == Some("Fixing."))
+        .unwrap();
+    assert_eq!(
+        fixing.plan_item, None,
+        "the item it named is the human's now"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_and_failures_are_kept_on_the_step_with_the_commands_output() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"write": {"path": ".GIT/config", "content": "[core]\n"}, "say": "Trying the config."},
+            {"run": "sh -c 'echo out; echo err >&2; exit 3'"},
+            {"read": "a.txt"},
+            {"finish": "f"}
+        ]),
+    );
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let step = |n: u32| s.steps.iter().find(|st| st.n == n).unwrap().clone();
+    let refused = step(1);
+    assert_eq!(refused.status, StepStatus::Failed);
+    assert_eq!(refused.message.as_deref(), Some("Trying the config."));
+    let why = refused.detail.expect("the refusal is kept");
+    assert!(why.starts_with("path \".GIT/config\" refused"), "{why}");
+    let run_step = step(2);
+    assert_eq!(run_step.status, StepStatus::Failed);
+    assert_eq!(run_step.detail.as_deref(), Some("exit code 3"));
+    let out = run_step.output.expect("the output is kept");
+    assert!(out.contains("out\n") && out.contains("err\n"), "{out:?}");
+    assert_eq!(step(3).detail, None, "a read's content is not a detail");
+    // The journal has the same, and the transcript reads it back.
+    let t = rein::control::transcript(root, 0).unwrap();
+    let text = t.to_text();
+    assert!(
+        text.contains("→ path \".GIT/config\" refused") && text.contains("    │ out"),
+        "{text}"
     );
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rein::control::{self, Request};
-use rein::state::{ConstraintSource, ConstraintStatus, Status, StepStatus};
+use rein::state::{ConstraintSource, ConstraintStatus, PlanStatus, Status, StepStatus};
 use serde_json::{json, Value};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -359,7 +359,18 @@ async fn a_full_task_reads_writes_runs_and_finishes() {
         answer["tool_calls"][1]["function"]["arguments"], r#"{"path": "src/lib.rs"}"#,
         "fragments were joined"
     );
-    assert_eq!(result_for(&second, "call_plan"), "plan set (3 items)");
+    assert_eq!(
+        result_for(&second, "call_plan"),
+        "plan set (3 items):\n1. [pending] read the code\n2. [pending] fix the answer\n3. [pending] check it"
+    );
+    // Plain string items report no progress; the first call of the answer carries its text.
+    assert!(!s.plan_progress);
+    let plan_step = s.steps.iter().find(|st| st.n == 1).unwrap();
+    assert_eq!(
+        plan_step.message.as_deref(),
+        Some("I'll set a plan and read the code.")
+    );
+    assert_eq!(s.steps.iter().find(|st| st.n == 2).unwrap().message, None);
     assert_eq!(result_for(&second, "call_read"), BUGGY);
     assert!(result_for(&mock.messages(3), "call_run").contains("exit code 0"));
     // The conversation only grows: each request starts with the whole previous one.
@@ -367,6 +378,98 @@ async fn a_full_task_reads_writes_runs_and_finishes() {
         let (before, after) = (mock.messages(i - 1), mock.messages(i));
         assert_eq!(after[..before.len()], before[..], "request {i}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_moves_its_plan_and_its_words_reach_the_state_and_the_handover() {
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let mock = Mock::new(vec![
+        Reply::Sse("progress_plan_read.sse"),
+        Reply::Sse("progress_fix.sse"),
+        Reply::Trickle,
+        Reply::Sse("finish.sse"),
+    ])
+    .await;
+    let mut run = start_with(root, &mock.base_url(), json!({}));
+    until_requests(&mock, 3).await;
+    eventually("the model to be streaming", || mock.trickled() >= 2).await;
+    let s = run.until("four steps", |s| s.agent_moves == 4).await;
+    let plan: Vec<(&str, &str, PlanStatus)> = s
+        .plan
+        .iter()
+        .map(|p| (p.id.as_str(), p.text.as_str(), p.status))
+        .collect();
+    assert_eq!(
+        plan,
+        [
+            ("p1", "read the code", PlanStatus::Done),
+            ("p2", "fix the answer", PlanStatus::Active),
+            ("p3", "check it", PlanStatus::Pending)
+        ]
+    );
+    assert!(s.plan_progress);
+    let step = |n: u32| s.steps.iter().find(|st| st.n == n).unwrap().clone();
+    assert_eq!(
+        step(1).message.as_deref(),
+        Some("I'll read the code first, then fix the answer.")
+    );
+    assert_eq!(
+        step(1).thought.as_deref(),
+        Some("answer() returns 41, the goal says 42. Read it first.")
+    );
+    assert_eq!(step(2).action, "read src/lib.rs");
+    assert_eq!(
+        step(2).plan_item.as_deref(),
+        Some("p1"),
+        "the item in progress"
+    );
+    assert_eq!(
+        step(3).message.as_deref(),
+        Some("Found it: 41 should be 42. Fixing the return value now.")
+    );
+    assert_eq!(step(4).plan_item.as_deref(), Some("p2"));
+    // The model was told what Rein made of its plan.
+    assert_eq!(
+        result_for(&mock.messages(1), "call_plan"),
+        "plan set (3 items):\n1. [active] read the code\n2. [pending] fix the answer\n3. [pending] check it"
+    );
+    let reply = run
+        .call(Request::Takeover {
+            reason: Some("let me look".into()),
+        })
+        .await;
+    let control::Reply::Handover { handover, .. } = reply else {
+        panic!("a takeover answers with a handover");
+    };
+    let texts = |items: &[rein::state::PlanItem]| -> Vec<String> {
+        items.iter().map(|p| p.text.clone()).collect()
+    };
+    assert!(handover.plan.progress);
+    assert_eq!(texts(&handover.plan.done), ["read the code"]);
+    assert_eq!(texts(&handover.plan.in_progress), ["fix the answer"]);
+    assert_eq!(texts(&handover.plan.pending), ["check it"]);
+    assert_eq!(
+        handover.words.as_ref().and_then(|w| w.message.as_deref()),
+        Some("Found it: 41 should be 42. Fixing the return value now.")
+    );
+    let md = &handover.markdown;
+    let (words, done, doing, pending) = (
+        md.find("Found it: 41 should be 42").expect("its words"),
+        md.find("**Done:**\n\n- p1: read the code").expect("done"),
+        md.find("**In progress:**\n\n- p2: fix the answer")
+            .expect("in progress"),
+        md.find("**Pending:**\n\n- p3: check it").expect("pending"),
+    );
+    assert!(words < done && done < doing && doing < pending, "{md}");
+    run.call(Request::Handback { note: None }).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let statuses: Vec<PlanStatus> = s.plan.iter().map(|p| p.status).collect();
+    assert_eq!(
+        statuses,
+        [PlanStatus::Done, PlanStatus::Done, PlanStatus::Pending],
+        "the item worked on is done with the finish; the one never started stays pending"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,7 +29,8 @@ must all occur; `when_any`: a list of which one must occur) is found in the last
 `when` matches anything, so turns play in order unless a `when` turn fits first. When no
 turn is left, the answer is `fallback_text` with `end_turn`.
 
-A turn may carry `delay_s` (think this long before answering; a client that hangs up
+A block is a `text`, a `tool_use` or a `thinking` block (`{"type": "thinking", "thinking":
+TEXT}`, streamed as thinking deltas and a signature). A turn may carry `delay_s` (think this long before answering; a client that hangs up
 meanwhile gets the turn back unused, as a model that never answered), `stop_reason`
 (default: `tool_use` when the turn has a tool_use block, else `end_turn`), and `once`
 (keep the turn consumed even when the client hung up during its delay).
@@ -302,6 +303,29 @@ class Handler(BaseHTTPRequestHandler):
                             "delta": {"type": "input_json_delta", "partial_json": js[k : k + 40]},
                         },
                     )
+            elif b.get("type") == "thinking":
+                ev(
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": idx,
+                        "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+                    },
+                )
+                t = b.get("thinking", "")
+                for k in range(0, max(len(t), 1), 40):
+                    ev(
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": idx,
+                            "delta": {"type": "thinking_delta", "thinking": t[k : k + 40]},
+                        },
+                    )
+                ev(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": idx, "delta": {"type": "signature_delta", "signature": "stand-in"}},
+                )
             else:
                 ev(
                     "content_block_start",

@@ -362,6 +362,10 @@ async def test_every_command_valid_and_invalid():
     await fails(-32602, "rein.keepAgentChange", {"uri": uri})
     assert await s.command("rein.keepAgentChange", {"uri": uri, "step": 1, "line": 0}) == {}
     await fails(-32602, "rein.steerSelection", {})
+    await fails(-32602, "rein.transcript", {"since": "all"})
+    t = await s.command("rein.transcript", {})
+    assert t["taskId"] == r["taskId"] and t["entries"][0]["kind"] == "goal", t
+    assert (await s.command("rein.transcript", {"since": t["next"]}))["entries"] == []
     await fails(-32602, "rein.nope", {})
     await fails(-32602, "rein.pause", "not an object")
     r = await s.command("rein.takeover", {"reason": "mine"})
@@ -390,4 +394,53 @@ async def test_lifecycle_unknown_methods_cancel_and_exit_codes():
     r = await asyncio.wrap_future(fut)
     assert r["state"] is None
     assert await s.close() == 0, "shutdown then exit ends with status 0"
+    s.check_frames()
+
+
+async def test_live_output_goes_to_a_client_that_declared_it_and_the_transcript_follows():
+    root = make_repo(
+        {"a.txt": "a\n"},
+        [{"run": {"cmd": "echo one; echo two"}, "say": "Echoing."}, {"finish": "f"}],
+    )
+    caps = copy.deepcopy(CAPS["vscode"])
+    caps.experimental = {"rein": {"output": True}}
+    s = Session(root, caps)
+    chunks = []
+
+    @s.client.feature("rein/output")
+    def output(params):
+        chunks.append(params)
+
+    await s.start({"agent": {"kind": "script", "plan": ".rein/plan.json"}})
+    started = await s.command("rein.start", {"goal": "g"})
+    await s.wait("done", lambda st: status(st) == "done")
+    for _ in range(PATIENCE * 20):
+        if any(f.get("method") == "rein/output" and f["params"]["state"] == "ended" for f in s.client.protocol.frames):
+            break
+        await asyncio.sleep(0.05)
+    sent = [f for f in s.client.protocol.frames if f.get("method") == "rein/output"]
+    assert sent and all("id" not in f for f in sent), "notifications, not requests"
+    p = [f["params"] for f in sent]
+    assert {tuple(sorted(x)) for x in p} <= {
+        tuple(sorted(["taskId", "id", "step", "command", "terminal", "seq", "chunk", "skipped", "state"])),
+        tuple(sorted(["taskId", "id", "step", "command", "terminal", "seq", "chunk", "skipped", "state", "exit"])),
+    }, p
+    assert [x["seq"] for x in p] == list(range(1, len(p) + 1)), p
+    assert "".join(x["chunk"] for x in p) == "one\ntwo\n"
+    assert p[-1]["state"] == "ended" and p[-1]["exit"] == {"code": 0, "signal": None}
+    assert all(x["taskId"] == started["taskId"] and x["step"] == 1 for x in p), p
+    t = await s.command("rein.transcript", {})
+    kinds = [e["kind"] for e in t["entries"]]
+    assert kinds[:2] == ["goal", "message"] and "output" in kinds and kinds[-1] == "end", kinds
+    await s.close()
+    s.check_frames()
+
+    # A client that did not declare it gets none.
+    root = make_repo({"a.txt": "a\n"}, [{"run": {"cmd": "echo one"}}, {"finish": "f"}])
+    s = Session(root, CAPS["emacs-eglot"])
+    await s.start({"agent": {"kind": "script", "plan": ".rein/plan.json"}})
+    await s.command("rein.start", {"goal": "g"})
+    await s.wait("done", lambda st: status(st) == "done")
+    assert not [f for f in s.client.protocol.frames if f.get("method") == "rein/output"]
+    await s.close()
     s.check_frames()

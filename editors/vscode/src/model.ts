@@ -23,6 +23,18 @@ export interface PlanItem {
   id?: string;
   text: string;
   status?: 'pending' | 'active' | 'done' | 'skipped';
+  /** How much it matters, when the agent says (ACP: high, medium, low). */
+  priority?: string | null;
+  /** The human edited it by hand: the agent's plan updates leave it alone. */
+  editedByHuman?: boolean;
+}
+
+/** An ACP agent's own tool call behind a step. */
+export interface ToolCall {
+  id: string;
+  kind: string;
+  locations?: { path: string; line?: number | null }[];
+  diffs?: { path: string; added: number; removed: number }[];
 }
 
 export interface Step {
@@ -31,6 +43,31 @@ export interface Step {
   author: 'agent' | 'human';
   status: 'done' | 'failed' | 'skipped' | 'rolled_back';
   checkpoint?: string | null;
+  /** The id of the plan item the agent worked on. */
+  planItem?: string | null;
+  /** What the agent said on its way to the step (the last 4 KiB). */
+  message?: string | null;
+  /** Its reasoning, when it shows it (the last 1 KiB; show collapsed). */
+  thought?: string | null;
+  /** What came of it, as the agent was told: why it failed or was refused, a command's exit. */
+  detail?: string | null;
+  /** The end of a command's output (the last 4 KiB). */
+  output?: string | null;
+  tool?: ToolCall | null;
+}
+
+/** `rein/output`: live output of a command the agent runs (client declares experimental.rein.output). */
+export interface OutputChunk {
+  taskId: string;
+  id: string;
+  step: number;
+  command: string;
+  terminal: string | null;
+  seq: number;
+  chunk: string;
+  skipped: number;
+  state: 'running' | 'paused' | 'ended';
+  exit?: { code: number | null; signal: number | null };
 }
 
 export interface Constraint {
@@ -73,6 +110,8 @@ export interface TaskState {
   control: { holder: Holder; since: string; reason: string };
   heldFiles?: string[];
   plan?: PlanItem[];
+  /** Whether the agent reports progress on its plan; false: "the agent reports no plan progress". */
+  planProgress?: boolean;
   steps?: Step[];
   constraints?: Constraint[];
   decisions?: Decision[];
@@ -85,6 +124,8 @@ export interface TaskState {
   head?: string | null;
   protectedLines?: Record<string, string[]>;
   summary?: string | null;
+  /** After an abort: agent lines that stayed where you edited inside their block. */
+  keptAgentLines?: { path: string; lines: { line: number; text: string }[] }[];
   sandbox?: SandboxInfo | null;
   /** A stop waiting for an approved irreversible command to end. */
   queuedStop?: { intent: string; behind: string; since: string } | null;

@@ -29,7 +29,10 @@ use agent_client_protocol::v1::schema::{
 };
 use tokio::sync::mpsc;
 
-use super::{Agent, AgentError, Context, Intended, Interrupt, Move, MoveFuture, Outcome};
+use super::{
+    Agent, AgentError, Context, Intended, Interrupt, ItemStatus, Move, MoveFuture, Outcome,
+    PlanEntry, Proposal, Upcoming, Words,
+};
 use crate::exec::SandboxMode;
 use link::{error, Event, Failure, Incoming, Quirks, Shared, TurnError};
 use worker::{Cmd, Launch};
@@ -45,6 +48,8 @@ const SUMMARY_CHARS: usize = 4000;
 const CRASH_LINES: usize = 6;
 /// How many of the agent's tool calls are remembered before the ended ones are forgotten.
 const TOOLS_KEPT: usize = 256;
+/// The most bytes of the agent's words, or of a tool's text output, held for one step.
+const WORDS_KEPT: usize = 64 * 1024;
 
 const ABOUT_REIN: &str = "A person supervises you through Rein. They may pause you, correct you, \
 or take over and edit files themselves; when they hand back you get a report of what they \
@@ -86,6 +91,10 @@ pub struct AcpAgent {
     /// The agent's text since its last tool call, and the text before that.
     chunks: String,
     last_text: String,
+    /// The agent's reasoning since its last tool call.
+    thinking: String,
+    /// Tool calls started so far (to find the latest).
+    tools_started: u64,
     tools: HashMap<String, Tool>,
     /// The engine's terminals (from the context): the agent's `terminal/*` read them.
     terminals: Terminals,
@@ -119,6 +128,42 @@ struct Tool {
     title: String,
     kind: ToolKind,
     done: bool,
+    /// When it started, counted in tool calls.
+    started: u64,
+    /// What the agent said and thought before it, until a step carries them.
+    words: Option<Words>,
+    /// Where it acts, as the agent said.
+    locations: Vec<(String, Option<u32>)>,
+    /// The changes it reported: path, old text, new text.
+    diffs: Vec<(String, Option<String>, String)>,
+    /// Its text content (a command's output, as the tool reports it).
+    output: String,
+}
+
+impl Tool {
+    fn new(title: String, kind: ToolKind, started: u64) -> Self {
+        Tool {
+            title,
+            kind,
+            done: false,
+            started,
+            words: None,
+            locations: Vec::new(),
+            diffs: Vec::new(),
+            output: String::new(),
+        }
+    }
+}
+
+/// The last `max` bytes of `text`, cut at a character boundary.
+fn last_bytes(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut cut = text.len() - max;
+        while !text.is_char_boundary(cut) {
+            cut += 1;
+        }
+        text.drain(..cut);
+    }
 }
 
 /// A terminal's exit as ACP reports it.
@@ -244,6 +289,8 @@ impl AcpAgent {
             restarted: None,
             chunks: String::new(),
             last_text: String::new(),
+            thinking: String::new(),
+            tools_started: 0,
             tools: HashMap::new(),
             terminals: Terminals::default(),
             asked_command: None,
@@ -478,6 +525,7 @@ impl AcpAgent {
         self.rejected = false;
         self.chunks.clear();
         self.last_text.clear();
+        self.thinking.clear();
         // A completion may arrive after the next prompt: its title must still be known.
         // Only the tools that ended are dropped, and only when there are many.
         if self.tools.len() > TOOLS_KEPT {
@@ -493,7 +541,12 @@ impl AcpAgent {
         if !ctx.plan.is_empty() {
             text.push_str("\n\nThe plan so far:");
             for p in &ctx.plan {
-                text.push_str(&format!("\n- {p}"));
+                match p.status {
+                    Some(s) if s != ItemStatus::Pending => {
+                        text.push_str(&format!("\n- {} ({})", p.text, s.as_str()))
+                    }
+                    _ => text.push_str(&format!("\n- {}", p.text)),
+                }
             }
         }
         let standing: Vec<&String> = ctx
@@ -523,7 +576,7 @@ impl AcpAgent {
         text
     }
 
-    fn handle(&mut self, ev: Event) -> Option<Result<Move, AgentError>> {
+    fn handle(&mut self, ev: Event) -> Option<Result<Proposal, AgentError>> {
         match ev {
             Event::Ready(opened) => {
                 self.session = Some((opened.session, opened.steering));
@@ -580,7 +633,7 @@ impl AcpAgent {
                     return None;
                 }
                 self.disconnect();
-                Some(Ok(Move::Finish(summary)))
+                Some(Ok(self.finish(summary)))
             }
             Event::Exited {
                 status,
@@ -620,7 +673,7 @@ impl AcpAgent {
 
     /// Turns a request into a move (parking it until the engine has carried it out), or
     /// answers it at once when it needs none.
-    fn request(&mut self, inc: Incoming) -> Option<Result<Move, AgentError>> {
+    fn request(&mut self, inc: Incoming) -> Option<Result<Proposal, AgentError>> {
         let ours = self.session.as_ref().map(|(s, _)| s);
         if ours != Some(inc.session()) {
             inc.refuse("unknown session");
@@ -628,9 +681,9 @@ impl AcpAgent {
         }
         let mv = match inc {
             Incoming::Permission(q, r) => {
-                let mv = self.permission_move(&q);
+                let proposal = self.permission_move(&q);
                 self.park(Incoming::Permission(q, r));
-                mv
+                return Some(Ok(proposal));
             }
             Incoming::Read(q, r) => {
                 let mv = Move::Read {
@@ -712,7 +765,82 @@ impl AcpAgent {
                 return None;
             }
         };
-        Some(Ok(mv))
+        // What the agent said since its last tool call led to this request.
+        Some(Ok(Proposal {
+            mv,
+            words: self.take_words(),
+        }))
+    }
+
+    /// What the agent said and thought since its last tool call, taken for one step.
+    fn take_words(&mut self) -> Words {
+        let message = std::mem::take(&mut self.chunks);
+        if !message.trim().is_empty() {
+            // The summary is what the agent says after its last tool call.
+            self.last_text = message.clone();
+        }
+        Words {
+            message,
+            thought: std::mem::take(&mut self.thinking),
+            ..Words::default()
+        }
+    }
+
+    /// The finish, with the agent's last words.
+    fn finish(&mut self, summary: String) -> Proposal {
+        Proposal {
+            words: Words {
+                message: summary.clone(),
+                thought: std::mem::take(&mut self.thinking),
+                ..Words::default()
+            },
+            mv: Move::Finish(summary),
+        }
+    }
+
+    /// The tool call as a step carries it.
+    fn tool_of(&self, id: &str, tool: &Tool) -> super::ToolCall {
+        super::ToolCall {
+            id: id.to_owned(),
+            kind: kind_name(tool.kind),
+            locations: tool.locations.clone(),
+            diffs: tool.diffs.clone(),
+        }
+    }
+
+    /// Takes in a tool call's locations and content (each replaces what was known).
+    fn tool_details(
+        &self,
+        tool: &mut Tool,
+        locations: Option<&[agent_client_protocol::v1::schema::ToolCallLocation]>,
+        content: Option<&[ToolCallContent]>,
+    ) {
+        if let Some(locations) = locations {
+            tool.locations = locations
+                .iter()
+                .map(|l| (self.relative(&l.path), l.line))
+                .collect();
+        }
+        if let Some(content) = content {
+            tool.diffs.clear();
+            tool.output.clear();
+            for c in content {
+                match c {
+                    ToolCallContent::Diff(d) => tool.diffs.push((
+                        self.relative(&d.path),
+                        d.old_text.clone(),
+                        d.new_text.clone(),
+                    )),
+                    ToolCallContent::Content(c) => {
+                        if let ContentBlock::Text(t) = &c.content {
+                            tool.output.push_str(&t.text);
+                            last_bytes(&mut tool.output, WORDS_KEPT);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
 
     fn park(&self, inc: Incoming) {
@@ -722,7 +850,7 @@ impl AcpAgent {
         }
     }
 
-    fn permission_move(&mut self, q: &RequestPermissionRequest) -> Move {
+    fn permission_move(&mut self, q: &RequestPermissionRequest) -> Proposal {
         let id = q.tool_call.tool_call_id.0.to_string();
         let f = &q.tool_call.fields;
         let known = self.tools.get(&id);
@@ -768,71 +896,99 @@ impl AcpAgent {
                 paths.push(w.path().to_owned());
             }
         }
-        self.tools
-            .entry(id)
-            .and_modify(|t| {
-                t.title = title.clone();
-                t.kind = kind;
-            })
-            .or_insert(Tool {
-                title: title.clone(),
-                kind,
-                done: false,
-            });
-        Move::Permission {
-            title: titled(kind, &title),
-            kind: kind_name(kind),
-            paths,
-            command,
-            writes,
+        let started = self.tools_started + 1;
+        let mut tool = self
+            .tools
+            .remove(&id)
+            .unwrap_or_else(|| Tool::new(title.clone(), kind, started));
+        if tool.started == started {
+            self.tools_started = started;
+        }
+        tool.title = title.clone();
+        tool.kind = kind;
+        self.tool_details(&mut tool, f.locations.as_deref(), f.content.as_deref());
+        // Its words: those it said before the tool call started, else those since.
+        let mut words = tool.words.take().unwrap_or_else(|| self.take_words());
+        words.tool = Some(self.tool_of(&id, &tool));
+        self.tools.insert(id, tool);
+        Proposal {
+            mv: Move::Permission {
+                title: titled(kind, &title),
+                kind: kind_name(kind),
+                paths,
+                command,
+                writes,
+            },
+            words,
         }
     }
 
-    fn update(&mut self, n: SessionNotification) -> Option<Result<Move, AgentError>> {
+    fn update(&mut self, n: SessionNotification) -> Option<Result<Proposal, AgentError>> {
         if self.session.as_ref().map(|(s, _)| s) != Some(&n.session_id) {
             return None;
         }
-        let (id, title, kind, status) = match n.update {
+        let (id, title, kind, status, locations, content) = match n.update {
             SessionUpdate::AgentMessageChunk(c) => {
                 if let ContentBlock::Text(t) = c.content {
                     self.chunks.push_str(&t.text);
+                    last_bytes(&mut self.chunks, WORDS_KEPT);
                 }
                 return None;
+            }
+            SessionUpdate::AgentThoughtChunk(c) => {
+                if let ContentBlock::Text(t) = c.content {
+                    self.thinking.push_str(&t.text);
+                    last_bytes(&mut self.thinking, WORDS_KEPT);
+                }
+                return None;
+            }
+            // The plan replaces the task's plan, as a step of its own.
+            SessionUpdate::Plan(plan) => {
+                let entries = plan.entries.iter().map(plan_entry).collect();
+                return Some(Ok(Move::Plan(entries).into()));
             }
             SessionUpdate::ToolCall(tc) => (
                 tc.tool_call_id.0.to_string(),
                 Some(tc.title),
                 Some(tc.kind),
                 Some(tc.status),
+                Some(tc.locations),
+                Some(tc.content),
             ),
             SessionUpdate::ToolCallUpdate(u) => (
                 u.tool_call_id.0.to_string(),
                 u.fields.title,
                 u.fields.kind,
                 u.fields.status,
+                u.fields.locations,
+                u.fields.content,
             ),
             _ => return None,
         };
-        // The summary is what the agent says after its last tool call.
-        if !self.chunks.trim().is_empty() {
-            self.last_text = std::mem::take(&mut self.chunks);
-        }
-        let tool = self.tools.entry(id).or_insert(Tool {
-            title: "a tool call".into(),
-            kind: ToolKind::Other,
-            done: false,
-        });
+        let mut tool = match self.tools.remove(&id) {
+            Some(t) => t,
+            None => {
+                // A new tool call: what the agent said since its last one led to it.
+                self.tools_started += 1;
+                let mut t = Tool::new("a tool call".into(), ToolKind::Other, self.tools_started);
+                let words = self.take_words();
+                t.words = Some(words);
+                t
+            }
+        };
         if let Some(t) = title {
             tool.title = t;
         }
         if let Some(k) = kind {
             tool.kind = k;
         }
+        self.tool_details(&mut tool, locations.as_deref(), content.as_deref());
         let ended = matches!(
             status,
             Some(ToolCallStatus::Completed | ToolCallStatus::Failed)
         );
         if !ended || tool.done {
+            self.tools.insert(id, tool);
             return None;
         }
         tool.done = true;
@@ -853,14 +1009,24 @@ impl AcpAgent {
         } else {
             title
         };
-        changes_tree.then_some(Ok(Move::Observe { action, failed }))
+        let proposal = changes_tree.then(|| {
+            let mut words = tool.words.take().unwrap_or_default();
+            words.tool = Some(self.tool_of(&id, &tool));
+            words.output = tool.output.clone();
+            Proposal {
+                mv: Move::Observe { action, failed },
+                words,
+            }
+        });
+        self.tools.insert(id, tool);
+        proposal.map(Ok)
     }
 
     fn prompt_done(
         &mut self,
         turn: u64,
         result: Result<StopReason, TurnError>,
-    ) -> Option<Result<Move, AgentError>> {
+    ) -> Option<Result<Proposal, AgentError>> {
         if self.turn != Some(turn) {
             return None;
         }
@@ -889,7 +1055,7 @@ impl AcpAgent {
                 }
                 // The task is over: the process goes (a later move would start a new one).
                 self.disconnect();
-                return Some(Ok(Move::Finish(summary)));
+                return Some(Ok(self.finish(summary)));
             }
             Ok(StopReason::Cancelled) if expected => return None,
             Ok(StopReason::Cancelled) if self.rejected => {
@@ -1055,7 +1221,31 @@ impl Agent for AcpAgent {
         true
     }
 
-    fn made(&mut self) -> Vec<Move> {
+    fn upcoming(&self) -> Upcoming {
+        let said = Words {
+            message: self.chunks.clone(),
+            thought: self.thinking.clone(),
+            ..Words::default()
+        };
+        if !said.is_empty() {
+            return Upcoming {
+                words: said,
+                next: None,
+            };
+        }
+        // Nothing said since: the tool call it started last and has not finished, if any.
+        self.tools
+            .values()
+            .filter(|t| !t.done)
+            .max_by_key(|t| t.started)
+            .map(|t| Upcoming {
+                words: t.words.clone().unwrap_or_default(),
+                next: Some(titled(t.kind, &t.title)),
+            })
+            .unwrap_or_default()
+    }
+
+    fn made(&mut self) -> Vec<Proposal> {
         let Some(link) = &self.link else {
             return Vec::new();
         };
@@ -1201,6 +1391,20 @@ fn titled(kind: ToolKind, title: &str) -> String {
         format!("run {}", title.trim())
     } else {
         title.to_owned()
+    }
+}
+
+/// A plan entry as Rein takes it: its content, status and priority (in ACP's words).
+fn plan_entry(e: &agent_client_protocol::v1::schema::PlanEntry) -> PlanEntry {
+    let word = |v: serde_json::Result<serde_json::Value>| {
+        v.ok().and_then(|v| v.as_str().map(str::to_owned))
+    };
+    PlanEntry {
+        text: e.content.clone(),
+        status: word(serde_json::to_value(&e.status))
+            .as_deref()
+            .and_then(ItemStatus::parse),
+        priority: word(serde_json::to_value(&e.priority)),
     }
 }
 

@@ -93,7 +93,7 @@ pub enum Move {
         failed: bool,
     },
     /// Replace the plan.
-    Plan(Vec<String>),
+    Plan(Vec<PlanEntry>),
     /// Ask the human a question.
     Ask(String),
     /// Declare the task finished.
@@ -137,6 +137,132 @@ impl Move {
     }
 }
 
+/// A move and the agent's own words on its way to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proposal {
+    /// The move.
+    pub mv: Move,
+    /// What the agent said and thought before it, and which plan item it serves.
+    pub words: Words,
+}
+
+impl From<Move> for Proposal {
+    fn from(mv: Move) -> Self {
+        Proposal {
+            mv,
+            words: Words::default(),
+        }
+    }
+}
+
+/// What an agent said on its way to a move, in its own words.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Words {
+    /// Its message to the person (ACP message chunks, a model's text, a script's `say`).
+    pub message: String,
+    /// Its reasoning, when it shows it (ACP thought chunks, a model's reasoning).
+    pub thought: String,
+    /// The plan item the move works on: its id (`p2`) or its text.
+    pub plan_item: Option<String>,
+    /// The agent's own tool call behind the move (ACP).
+    pub tool: Option<ToolCall>,
+    /// Output the agent's own tool reported (ACP tool text content): a command's output.
+    pub output: String,
+}
+
+impl Words {
+    /// True when nothing was said or named.
+    pub fn is_empty(&self) -> bool {
+        self.message.trim().is_empty()
+            && self.thought.trim().is_empty()
+            && self.plan_item.is_none()
+            && self.tool.is_none()
+            && self.output.is_empty()
+    }
+}
+
+/// An agent's own tool call (ACP): where it acted and what it says it changed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolCall {
+    /// The agent's id of the call.
+    pub id: String,
+    /// Its kind as ACP names it.
+    pub kind: String,
+    /// Where it acted: a path (relative to the tree when inside it) and a 1-based line.
+    pub locations: Vec<(String, Option<u32>)>,
+    /// The changes it reported: path, old text (none for a new file), new text.
+    pub diffs: Vec<(String, Option<String>, String)>,
+}
+
+/// One item of a plan as an agent gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanEntry {
+    /// What to do.
+    pub text: String,
+    /// Its progress, when the agent says.
+    pub status: Option<ItemStatus>,
+    /// How much it matters, when the agent says (`high`, `medium`, `low`).
+    pub priority: Option<String>,
+}
+
+impl PlanEntry {
+    /// An item with only its text.
+    pub fn text(text: impl Into<String>) -> Self {
+        PlanEntry {
+            text: text.into(),
+            status: None,
+            priority: None,
+        }
+    }
+}
+
+/// The progress of a plan item, as agents report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemStatus {
+    /// Not started.
+    Pending,
+    /// Being worked on.
+    Active,
+    /// Finished.
+    Done,
+    /// Dropped.
+    Skipped,
+}
+
+impl ItemStatus {
+    /// The words agents use: `pending`; `active` or `in_progress`; `done` or `completed`;
+    /// `skipped`.
+    pub fn parse(word: &str) -> Option<Self> {
+        Some(match word {
+            "pending" => ItemStatus::Pending,
+            "active" | "in_progress" => ItemStatus::Active,
+            "done" | "completed" => ItemStatus::Done,
+            "skipped" => ItemStatus::Skipped,
+            _ => return None,
+        })
+    }
+
+    /// Its name as Rein's state spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemStatus::Pending => "pending",
+            ItemStatus::Active => "active",
+            ItemStatus::Done => "done",
+            ItemStatus::Skipped => "skipped",
+        }
+    }
+}
+
+/// What an agent has lined up, for a handover: its words since its last move and the move
+/// it will make next, when it knows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Upcoming {
+    /// What it said since its last move.
+    pub words: Words,
+    /// Its next move, said as a step is.
+    pub next: Option<String>,
+}
+
 /// A file change an agent's own tool announces before it makes it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Intended {
@@ -174,8 +300,8 @@ pub struct Context {
     pub goal: String,
     /// The number the next step will have.
     pub step: u32,
-    /// The plan as it stands (the human may have edited it).
-    pub plan: Vec<String>,
+    /// The plan as it stands, with each item's status (the human may have edited it).
+    pub plan: Vec<PlanEntry>,
     /// Every constraint delivered so far.
     pub constraints: Vec<String>,
     /// Constraints delivered right now, before this move.
@@ -247,7 +373,7 @@ pub enum Interrupt {
 }
 
 /// A boxed future, so agents stay object-safe.
-pub type MoveFuture<'a> = Pin<Box<dyn Future<Output = Result<Move, AgentError>> + Send + 'a>>;
+pub type MoveFuture<'a> = Pin<Box<dyn Future<Output = Result<Proposal, AgentError>> + Send + 'a>>;
 
 /// An agent the engine drives one move at a time.
 pub trait Agent: Send {
@@ -266,10 +392,17 @@ pub trait Agent: Send {
     fn interrupt(&mut self, _what: Interrupt) {}
 
     /// Changes the agent already made on its own that the engine has not yet taken (an ACP
-    /// tool that completed while the engine was not asking), as `Observe` moves. Taken when
-    /// control leaves the agent, so they are checkpointed as its, not the human's.
-    fn made(&mut self) -> Vec<Move> {
+    /// tool that completed while the engine was not asking), as `Observe` moves, and plans it
+    /// gave meanwhile. Taken when control leaves the agent, so they are checkpointed as its,
+    /// not the human's.
+    fn made(&mut self) -> Vec<Proposal> {
         Vec::new()
+    }
+
+    /// What the agent has said since its last move and what it will do next, when it knows
+    /// (for a handover).
+    fn upcoming(&self) -> Upcoming {
+        Upcoming::default()
     }
 
     /// Whether the agent changes files with its own tools, not only through Rein's moves

@@ -24,7 +24,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{Agent, AgentError, Context, Move, MoveFuture, Outcome};
+use super::{
+    Agent, AgentError, Context, ItemStatus, Move, MoveFuture, Outcome, PlanEntry, Proposal,
+    Upcoming, Words,
+};
 use wire::{Kind, Msg, ToolCall};
 
 /// The spec keys this agent reads.
@@ -52,8 +55,12 @@ replacement) to rewriting whole files.
 A report of what the human changed tells you what is different now.
 - Paths are relative to the repository root. Commands run with sh -c in the repository root; \
 some wait for the human's approval.
-- Keep a short plan with update_plan, ask_human only for what only the human can decide, and \
-call finish with a summary when the goal is met.
+- Keep a short plan with update_plan, giving every item its status (pending, in_progress, \
+completed), and call update_plan again whenever an item starts or is done: the human follows \
+your progress there.
+- With each tool call, say in a sentence what you are doing and why: the human reads it.
+- Ask_human only for what only the human can decide, and call finish with a summary when the \
+goal is met.
 - Always answer with a tool call.";
 
 const NUDGE: &str = "Use a tool to act; call finish when the goal is met.";
@@ -146,8 +153,9 @@ pub struct OpenAiAgent {
     queued: VecDeque<(ToolCall, Move)>,
     /// The call whose move the engine is carrying out; its outcome comes next.
     awaiting: Option<String>,
-    /// The plan as the model last saw it.
-    known_plan: Vec<String>,
+    /// The plan as the model last saw it; `None` right after it gave one (the tool's result
+    /// says what Rein made of it).
+    known_plan: Option<Vec<PlanEntry>>,
     /// Moves made before a restart (their conversation is gone).
     resumed_after: u32,
 }
@@ -158,7 +166,9 @@ struct Turn {
     queued: VecDeque<(ToolCall, Move)>,
     call: String,
     mv: Move,
-    plan: Vec<String>,
+    /// The model's text and reasoning, with the first call of its answer.
+    words: Words,
+    plan: Vec<PlanEntry>,
 }
 
 impl OpenAiAgent {
@@ -182,7 +192,7 @@ impl OpenAiAgent {
             conv: Vec::new(),
             queued: VecDeque::new(),
             awaiting: None,
-            known_plan: Vec::new(),
+            known_plan: Some(Vec::new()),
             resumed_after: skip,
         })
     }
@@ -203,6 +213,7 @@ impl OpenAiAgent {
                 queued,
                 call: call.id,
                 mv,
+                words: Words::default(),
                 plan: ctx.plan.clone(),
             });
         }
@@ -219,7 +230,7 @@ impl OpenAiAgent {
         if let Some(id) = &self.awaiting {
             conv.push(Msg::result(id, result_text(ctx.last_result.as_ref())));
         }
-        let human = human_messages(ctx, &self.known_plan);
+        let human = human_messages(ctx, self.known_plan.as_deref());
         let mut queued = self.queued.clone();
         if !human.is_empty() {
             // Calls decided before the human spoke are stale; each still needs a result.
@@ -233,7 +244,7 @@ impl OpenAiAgent {
 
     /// Asks the model until it answers with usable tool calls: a text-only answer is nudged
     /// once, malformed calls are explained once; a second time is an error.
-    async fn ask(&self, mut conv: Vec<Msg>, plan: Vec<String>) -> Result<Turn, AgentError> {
+    async fn ask(&self, mut conv: Vec<Msg>, plan: Vec<PlanEntry>) -> Result<Turn, AgentError> {
         let mut nudged = false;
         let mut told = false;
         loop {
@@ -273,6 +284,11 @@ impl OpenAiAgent {
             let moves: Vec<Result<Move, String>> =
                 answer.calls.iter().map(tools::to_move).collect();
             if moves.iter().all(Result::is_ok) {
+                let words = Words {
+                    message: answer.content.clone(),
+                    thought: answer.reasoning.clone(),
+                    ..Words::default()
+                };
                 conv.push(Msg::model(answer.content, answer.calls.clone()));
                 let mut queued: VecDeque<(ToolCall, Move)> = answer
                     .calls
@@ -287,6 +303,7 @@ impl OpenAiAgent {
                     queued,
                     call: call.id,
                     mv,
+                    words,
                     plan,
                 });
             }
@@ -358,15 +375,18 @@ impl OpenAiAgent {
     }
 
     /// Takes a turn's state; the only place the agent changes.
-    fn commit(&mut self, t: Turn) -> Move {
+    fn commit(&mut self, t: Turn) -> Proposal {
         self.known_plan = match &t.mv {
-            Move::Plan(items) => items.clone(),
-            _ => t.plan,
+            Move::Plan(_) => None,
+            _ => Some(t.plan),
         };
         self.conv = t.conv;
         self.queued = t.queued;
         self.awaiting = Some(t.call);
-        t.mv
+        Proposal {
+            mv: t.mv,
+            words: t.words,
+        }
     }
 }
 
@@ -376,6 +396,13 @@ impl Agent for OpenAiAgent {
             let turn = self.turn(ctx).await?;
             Ok(self.commit(turn))
         })
+    }
+
+    fn upcoming(&self) -> Upcoming {
+        Upcoming {
+            words: Words::default(),
+            next: self.queued.front().map(|(_, mv)| mv.describe()),
+        }
     }
 }
 
@@ -390,7 +417,7 @@ fn result_text(outcome: Option<&Outcome>) -> String {
 }
 
 /// The human's news for the model: corrections, the reconcile report, a changed plan.
-fn human_messages(ctx: &Context, known_plan: &[String]) -> Vec<Msg> {
+fn human_messages(ctx: &Context, known_plan: Option<&[PlanEntry]>) -> Vec<Msg> {
     let mut out: Vec<Msg> = ctx
         .new_constraints
         .iter()
@@ -402,24 +429,36 @@ fn human_messages(ctx: &Context, known_plan: &[String]) -> Vec<Msg> {
             format!("Report from Rein:\n\n{report}"),
         ));
     }
-    if ctx.plan != known_plan {
+    if known_plan.is_some_and(|known| ctx.plan != known) {
         let text = if ctx.plan.is_empty() {
             "The plan is now empty (the human may have cleared it).".to_owned()
         } else {
-            let items: Vec<String> = ctx
-                .plan
-                .iter()
-                .enumerate()
-                .map(|(i, p)| format!("{}. {p}", i + 1))
-                .collect();
             format!(
                 "The plan now (the human may have edited it):\n{}",
-                items.join("\n")
+                plan_lines(&ctx.plan)
             )
         };
         out.push(Msg::text(Kind::Human, text));
     }
     out
+}
+
+/// `1. [completed] read the code`, one line per item, statuses in the tool's words.
+fn plan_lines(plan: &[PlanEntry]) -> String {
+    plan.iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let status = match p.status {
+                Some(ItemStatus::Active) => "[in_progress] ",
+                Some(ItemStatus::Done) => "[completed] ",
+                Some(ItemStatus::Skipped) => "[skipped] ",
+                Some(ItemStatus::Pending) => "[pending] ",
+                None => "",
+            };
+            format!("{}. {status}{}", i + 1, p.text)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `: "text"` with at most 200 characters, or nothing for an empty text.
@@ -524,7 +563,8 @@ mod tests {
             ..Context::default()
         };
         // A queued call needs no model (the base URL is never contacted).
-        assert_eq!(a.next_move(&ctx).await.unwrap(), read);
+        assert_eq!(a.next_move(&ctx).await.unwrap().mv, read);
+        assert_eq!(a.upcoming().next.as_deref(), Some("read a"));
         assert_eq!(a.awaiting.as_deref(), Some("2"));
         assert_eq!(a.conv.last(), Some(&Msg::result("1", "A")));
         // A correction drops the rest: each gets a "not run" result, then the correction.
@@ -557,16 +597,26 @@ mod tests {
 
     #[test]
     fn plan_edits_and_reports_reach_the_model() {
+        let done = |t: &str| PlanEntry {
+            status: Some(ItemStatus::Done),
+            ..PlanEntry::text(t)
+        };
         let ctx = Context {
-            plan: vec!["a".into(), "b".into()],
+            plan: vec![done("a"), PlanEntry::text("b")],
             reconcile: Some("## What changed".into()),
             ..Context::default()
         };
-        let msgs = human_messages(&ctx, &["a".into()]);
+        let msgs = human_messages(&ctx, Some(&[PlanEntry::text("a")]));
         assert_eq!(msgs.len(), 2);
         assert!(msgs[0].content.starts_with("Report from Rein:"));
-        assert!(msgs[1].content.contains("1. a\n2. b"));
+        assert!(
+            msgs[1].content.contains("1. [completed] a\n2. b"),
+            "{}",
+            msgs[1].content
+        );
         assert!(msgs.iter().all(|m| m.kind == Kind::Human));
-        assert!(human_messages(&Context::default(), &[]).is_empty());
+        assert!(human_messages(&Context::default(), Some(&[])).is_empty());
+        // Right after its own plan the model is not told the plan again.
+        assert_eq!(human_messages(&ctx, None).len(), 1);
     }
 }

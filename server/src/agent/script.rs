@@ -5,13 +5,16 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Agent, AgentError, Context, Move, MoveFuture};
+use super::{
+    Agent, AgentError, Context, ItemStatus, Move, MoveFuture, PlanEntry, Proposal, Upcoming, Words,
+};
 
-/// One scripted move with the delay before it.
+/// One scripted move with the delay before it and what the agent says with it.
 #[derive(Debug, Clone, PartialEq)]
 struct Scripted {
     think: Duration,
     mv: Move,
+    words: Words,
 }
 
 /// An agent that plays a fixed list of moves.
@@ -58,18 +61,30 @@ impl ScriptAgent {
             .get("steps")
             .and_then(|s| s.as_array())
             .ok_or("expected an object with a \"steps\" array")?;
+        // The plan each step's `item` names an item of: the latest `plan` step before it.
+        let mut plan: Option<Vec<String>> = None;
         let steps = steps
             .iter()
             .enumerate()
-            .map(|(i, s)| parse_step(s).map_err(|e| format!("step {}: {e}", i + 1)))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|(i, s)| {
+                let step =
+                    parse_step(s, plan.as_deref()).map_err(|e| format!("step {}: {e}", i + 1))?;
+                if let Move::Plan(items) = &step.mv {
+                    plan = Some(items.iter().map(|p| p.text.clone()).collect());
+                }
+                Ok(step)
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         Ok(ScriptAgent { steps, cursor: 0 })
     }
 }
 
 const ACTIONS: &str = "read, write, edit, run, list, search, plan, ask, finish";
+/// Keys any step may carry besides its action.
+const EXTRAS: [&str; 3] = ["think_ms", "say", "item"];
+const EXTRAS_SAID: &str = "(and optional think_ms, say, item)";
 
-fn parse_step(v: &serde_json::Value) -> Result<Scripted, String> {
+fn parse_step(v: &serde_json::Value, plan: Option<&[String]>) -> Result<Scripted, String> {
     let obj = v
         .as_object()
         .ok_or("a step must be an object like {\"read\": \"src/a.rs\"}")?;
@@ -79,7 +94,18 @@ fn parse_step(v: &serde_json::Value) -> Result<Scripted, String> {
             .as_u64()
             .ok_or("think_ms must be a whole number of milliseconds")?,
     };
-    let actions: Vec<&String> = obj.keys().filter(|k| k.as_str() != "think_ms").collect();
+    let message = match obj.get("say") {
+        None => String::new(),
+        Some(t) => t
+            .as_str()
+            .ok_or("\"say\" takes a string: what the agent says with this step")?
+            .to_owned(),
+    };
+    let plan_item = obj.get("item").map(|i| plan_item(i, plan)).transpose()?;
+    let actions: Vec<&String> = obj
+        .keys()
+        .filter(|k| !EXTRAS.contains(&k.as_str()))
+        .collect();
     let [action] = actions.as_slice() else {
         let unknown: Vec<String> = actions
             .iter()
@@ -87,10 +113,10 @@ fn parse_step(v: &serde_json::Value) -> Result<Scripted, String> {
             .map(|k| format!("\"{k}\""))
             .collect();
         return Err(if unknown.is_empty() {
-            format!("a step needs exactly one action of: {ACTIONS} (and an optional think_ms)")
+            format!("a step needs exactly one action of: {ACTIONS} {EXTRAS_SAID}")
         } else {
             format!(
-                "unknown key {}; a step needs exactly one action of: {ACTIONS} (and an optional think_ms)",
+                "unknown key {}; a step needs exactly one action of: {ACTIONS} {EXTRAS_SAID}",
                 unknown.join(", ")
             )
         });
@@ -185,11 +211,11 @@ fn parse_step(v: &serde_json::Value) -> Result<Scripted, String> {
         },
         "plan" => Move::Plan(
             arg.as_array()
-                .ok_or("\"plan\" takes a list of strings")?
+                .ok_or(PLAN_SHAPE)?
                 .iter()
-                .map(|x| x.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-                .ok_or("\"plan\" takes a list of strings")?,
+                .enumerate()
+                .map(|(i, x)| plan_entry(x).map_err(|e| format!("plan item {}: {e}", i + 1)))
+                .collect::<Result<Vec<_>, _>>()?,
         ),
         "ask" => Move::Ask(
             arg.as_str()
@@ -210,6 +236,78 @@ fn parse_step(v: &serde_json::Value) -> Result<Scripted, String> {
     Ok(Scripted {
         think: Duration::from_millis(think),
         mv,
+        words: Words {
+            message,
+            plan_item,
+            ..Words::default()
+        },
+    })
+}
+
+const PLAN_SHAPE: &str = "\"plan\" takes a list of items: strings, or {\"text\": …, \"status\": …}";
+
+/// One item of a `plan` step: a string, or `{text, status?}`.
+fn plan_entry(v: &serde_json::Value) -> Result<PlanEntry, String> {
+    if let Some(text) = v.as_str() {
+        return Ok(PlanEntry::text(text));
+    }
+    let obj = v.as_object().ok_or(PLAN_SHAPE)?;
+    if let Some(k) = obj
+        .keys()
+        .find(|k| !["text", "status"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "an item has no field \"{k}\"; its fields are: text, status"
+        ));
+    }
+    let text = obj
+        .get("text")
+        .and_then(|t| t.as_str())
+        .ok_or("an item needs a string \"text\"")?;
+    let status = match obj.get("status") {
+        None => None,
+        Some(st) => Some(st.as_str().and_then(ItemStatus::parse).ok_or(
+            "\"status\" must be one of pending, active, in_progress, done, completed, skipped",
+        )?),
+    };
+    Ok(PlanEntry {
+        status,
+        ..PlanEntry::text(text)
+    })
+}
+
+/// The text of the plan item a step's `item` names in `plan`: by number (1-based), `pN`, or
+/// its exact text.
+fn plan_item(v: &serde_json::Value, plan: Option<&[String]>) -> Result<String, String> {
+    let Some(plan) = plan else {
+        return Err(
+            "\"item\" names an item of the plan, but no \"plan\" step comes before it".into(),
+        );
+    };
+    let number = v.as_u64().or_else(|| {
+        v.as_str()
+            .and_then(|s| s.strip_prefix('p'))
+            .and_then(|n| n.parse().ok())
+    });
+    let found = match (number, v.as_str()) {
+        (_, Some(text)) if plan.iter().any(|p| p == text) => Some(text.to_owned()),
+        (Some(n), _) => usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| plan.get(i))
+            .cloned(),
+        _ => None,
+    };
+    found.ok_or_else(|| {
+        let items: Vec<String> = plan
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{} \"{p}\"", i + 1))
+            .collect();
+        format!(
+            "\"item\" {v} is not an item of the plan before it; name one by number, pN or its text: {}",
+            items.join(", ")
+        )
     })
 }
 
@@ -224,12 +322,25 @@ impl Agent for ScriptAgent {
             }
             // Advance only once the move is handed over: a dropped future consumes nothing.
             self.cursor += 1;
-            Ok(next.mv)
+            Ok(Proposal {
+                mv: next.mv,
+                words: next.words,
+            })
         })
     }
 
     fn remaining(&self) -> Option<u32> {
         Some((self.steps.len() - self.cursor) as u32)
+    }
+
+    fn upcoming(&self) -> Upcoming {
+        match self.steps.get(self.cursor) {
+            Some(next) => Upcoming {
+                words: next.words.clone(),
+                next: Some(next.mv.describe()),
+            },
+            None => Upcoming::default(),
+        }
     }
 }
 
@@ -264,11 +375,14 @@ mod tests {
         let ctx = Context::default();
         assert_eq!(a.remaining(), Some(10));
         let mut moves = vec![];
-        while let Ok(m) = a.next_move(&ctx).await {
-            moves.push(m);
+        while let Ok(p) = a.next_move(&ctx).await {
+            moves.push(p.mv);
         }
         assert_eq!(moves.len(), 10);
-        assert_eq!(moves[0], Move::Plan(vec!["a".into(), "b".into()]));
+        assert_eq!(
+            moves[0],
+            Move::Plan(vec![PlanEntry::text("a"), PlanEntry::text("b")])
+        );
         assert_eq!(
             moves[4],
             Move::Run {
@@ -291,6 +405,54 @@ mod tests {
         let cut = tokio::time::timeout(Duration::from_millis(10), a.next_move(&ctx)).await;
         assert!(cut.is_err());
         assert_eq!(a.remaining(), Some(2));
+    }
+
+    #[tokio::test]
+    async fn steps_carry_their_words_and_items_and_plans_their_statuses() {
+        let mut a = agent(json!([
+            {"plan": ["read", {"text": "fix", "status": "in_progress"}, {"text": "test", "status": "completed"}]},
+            {"read": "a", "item": 1, "say": "Reading first."},
+            {"edit": {"path": "a", "old": "x", "new": "y"}, "item": "p2"},
+            {"run": "true", "item": "test"},
+            {"finish": "done"}
+        ]))
+        .unwrap();
+        let ctx = Context::default();
+        assert_eq!(a.upcoming().next.as_deref(), Some("plan (3 items)"));
+        let plan = a.next_move(&ctx).await.unwrap();
+        assert_eq!(
+            plan.mv,
+            Move::Plan(vec![
+                PlanEntry::text("read"),
+                PlanEntry {
+                    status: Some(ItemStatus::Active),
+                    ..PlanEntry::text("fix")
+                },
+                PlanEntry {
+                    status: Some(ItemStatus::Done),
+                    ..PlanEntry::text("test")
+                },
+            ])
+        );
+        assert!(plan.words.is_empty());
+        let up = a.upcoming();
+        assert_eq!(
+            (up.words.message.as_str(), up.next.as_deref()),
+            ("Reading first.", Some("read a"))
+        );
+        let read = a.next_move(&ctx).await.unwrap();
+        assert_eq!(read.words.message, "Reading first.");
+        assert_eq!(read.words.plan_item.as_deref(), Some("read"));
+        let items: Vec<Option<String>> = [
+            a.next_move(&ctx).await.unwrap(),
+            a.next_move(&ctx).await.unwrap(),
+            a.next_move(&ctx).await.unwrap(),
+        ]
+        .into_iter()
+        .map(|p| p.words.plan_item)
+        .collect();
+        assert_eq!(items, [Some("fix".into()), Some("test".into()), None]);
+        assert_eq!(a.upcoming(), Upcoming::default());
     }
 
     #[test]
@@ -322,10 +484,31 @@ mod tests {
                 "timeout_s must be",
             ),
             (json!([{"plan": "x"}]), "\"plan\" takes a list"),
+            (
+                json!([{"plan": [{"text": "a", "status": "half"}]}]),
+                "step 1: plan item 1: \"status\" must be one of",
+            ),
+            (
+                json!([{"plan": [{"txt": "a"}]}]),
+                "an item has no field \"txt\"",
+            ),
+            (
+                json!([{"read": "a", "item": 1}]),
+                "step 1: \"item\" names an item of the plan, but no \"plan\" step comes before it",
+            ),
+            (
+                json!([{"plan": ["a", "b"]}, {"read": "a", "item": 3}]),
+                "step 2: \"item\" 3 is not an item of the plan before it; name one by number, pN or its text: 1 \"a\", 2 \"b\"",
+            ),
+            (
+                json!([{"plan": ["a"]}, {"read": "a", "item": "c"}]),
+                "\"item\" \"c\" is not an item",
+            ),
+            (json!([{"read": "a", "say": 3}]), "\"say\" takes a string"),
             (json!([7]), "a step must be an object"),
             (
                 json!([{"read": "a", "thinkms": 5}]),
-                "step 1: unknown key \"thinkms\"",
+                "step 1: unknown key \"thinkms\"; a step needs exactly one action of: read, write, edit, run, list, search, plan, ask, finish (and optional think_ms, say, item)",
             ),
             (
                 json!([{"read": "a"}, {"edit": {"path": "a", "old": "x", "neww": "y"}}]),
@@ -391,7 +574,7 @@ mod tests {
         for row in section.lines().filter(|l| l.starts_with("| `")) {
             let cells: Vec<&str> = row.split(" | ").collect();
             let key = cells[0].trim_start_matches("| ").trim_matches('`');
-            if key == "think_ms" {
+            if EXTRAS.contains(&key) {
                 continue;
             }
             let last = cells.last().expect("a table row has cells");
@@ -406,11 +589,11 @@ mod tests {
                 let step: serde_json::Value = serde_json::from_str(example).unwrap_or_else(|e| {
                     panic!("the \"{key}\" example is not JSON: {e}: {example}")
                 });
-                let parsed = parse_step(&step)
+                let parsed = parse_step(&step, None)
                     .unwrap_or_else(|e| panic!("the \"{key}\" example is refused: {e}: {example}"));
                 let action = step
                     .as_object()
-                    .and_then(|o| o.keys().find(|k| k.as_str() != "think_ms"))
+                    .and_then(|o| o.keys().find(|k| !EXTRAS.contains(&k.as_str())))
                     .expect("an action key");
                 assert_eq!(
                     action, key,

@@ -1,12 +1,15 @@
 //! The handover: everything a human needs to carry on from where the agent stopped —
-//! the goal, the steps taken, what is pending, open decisions, the diff stat, and why.
+//! the goal, why it stopped, what it was doing and about to do in its own words, the plan
+//! as done / in progress / pending, the steps taken, open decisions and the diff stat.
 
 use serde::Serialize;
 
 use super::{ControlError, Engine};
 use crate::checkpoint::ChangeKind;
 use crate::reconcile::FileReport;
-use crate::state::{ConstraintStatus, Decision, PlanStatus, SandboxInfo, Step};
+use crate::state::{
+    self, Author, ConstraintStatus, Decision, PlanItem, PlanStatus, SandboxInfo, Step,
+};
 
 /// One file changed since the task started.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -22,6 +25,44 @@ pub struct FileStat {
     pub removed: usize,
 }
 
+/// What the agent said, in its own words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandoverWords {
+    /// Its message (the last 4 KiB).
+    pub message: Option<String>,
+    /// Its reasoning (the last 4 KiB).
+    pub thought: Option<String>,
+}
+
+/// What the agent had lined up when it stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandoverNext {
+    /// Its next move, said as a step is, when it knew it.
+    pub action: Option<String>,
+    /// What it said since its last step (the last 4 KiB).
+    pub message: Option<String>,
+    /// What it thought since its last step (the last 4 KiB).
+    pub thought: Option<String>,
+}
+
+/// The plan by status.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandoverPlan {
+    /// Whether the agent reports progress; when not, every item is in `pending`.
+    pub progress: bool,
+    /// Items done.
+    pub done: Vec<PlanItem>,
+    /// Items being worked on.
+    pub in_progress: Vec<PlanItem>,
+    /// Items not started (and, without progress, every item).
+    pub pending: Vec<PlanItem>,
+    /// Items dropped.
+    pub skipped: Vec<PlanItem>,
+}
+
 /// What the human is handed on takeover.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -32,6 +73,12 @@ pub struct Handover {
     pub why: String,
     /// What the agent was doing or waiting for when control moved.
     pub was_doing: Option<String>,
+    /// What the agent said on its way to its latest step that it said something for.
+    pub words: Option<HandoverWords>,
+    /// What it had lined up: its next move and its words since its last step, when any.
+    pub next: Option<HandoverNext>,
+    /// The plan by status.
+    pub plan: HandoverPlan,
     /// Every step so far.
     pub steps: Vec<Step>,
     /// Plan items not done and constraints not yet delivered.
@@ -67,26 +114,118 @@ impl Engine {
                 });
             }
         }
+        let upcoming = self
+            .agent
+            .as_ref()
+            .map(|a| a.upcoming())
+            .unwrap_or_default();
+        let said = |m: &str| state::tail(m, state::MESSAGE_BYTES);
+        let last = s
+            .steps
+            .iter()
+            .rev()
+            .find(|st| st.author == Author::Agent && st.message.is_some());
+        let words = last.map(|st| HandoverWords {
+            message: st.message.clone(),
+            thought: st.thought.clone(),
+        });
+        let next = HandoverNext {
+            action: upcoming.next.clone(),
+            message: said(&upcoming.words.message),
+            thought: said(&upcoming.words.thought),
+        };
+        let next = (next.action.is_some() || next.message.is_some() || next.thought.is_some())
+            .then_some(next);
+        let plan = by_status(&s.plan, s.plan_progress);
         let mut pending: Vec<String> = s
             .plan
             .iter()
             .filter(|p| matches!(p.status, PlanStatus::Pending | PlanStatus::Active))
             .map(|p| format!("plan {}: {}", p.id, p.text))
             .collect();
-        pending.extend(
-            s.constraints
-                .iter()
-                .filter(|c| c.status == ConstraintStatus::Queued)
-                .map(|c| format!("steer {} not yet delivered: {}", c.id, c.text)),
-        );
-        let mut md = format!(
-            "# Handover: {}\n\n**Why the agent stopped:** {why}\n\n",
-            s.task.goal
-        );
+        let undelivered: Vec<String> = s
+            .constraints
+            .iter()
+            .filter(|c| c.status == ConstraintStatus::Queued)
+            .map(|c| format!("steer {} not yet delivered: {}", c.id, c.text))
+            .collect();
+        pending.extend(undelivered.iter().cloned());
+        // It opens with the agent's own account: what it was doing and about to do.
+        let mut md = format!("# Handover: {}\n\n", s.task.goal);
+        if let Some(st) = s.steps.iter().rev().find(|st| st.author == Author::Agent) {
+            md.push_str(&format!(
+                "**What it was doing:** step {}, {}",
+                st.n, st.action
+            ));
+            if let Some(item) = st
+                .plan_item
+                .as_ref()
+                .and_then(|id| s.plan.iter().find(|p| p.id == *id))
+            {
+                md.push_str(&format!(" (for plan item {}: {})", item.id, item.text));
+            }
+            match words.as_ref().and_then(|w| w.message.as_deref()) {
+                Some(m) => md.push_str(&format!(", in its words:\n\n{}\n\n", quoted(m))),
+                None => md.push_str("\n\n"),
+            }
+        }
+        let action = next.as_ref().and_then(|n| n.action.as_deref());
+        let lined = next.as_ref().and_then(|n| n.message.as_deref());
+        match (action, lined) {
+            (Some(a), Some(m)) => md.push_str(&format!(
+                "**About to:** {a}, in its words:\n\n{}\n\n",
+                quoted(m)
+            )),
+            (Some(a), None) => md.push_str(&format!("**About to:** {a}\n\n")),
+            (None, Some(m)) => md.push_str(&format!(
+                "**About to:** not decided yet; since its last step it said:\n\n{}\n\n",
+                quoted(m)
+            )),
+            (None, None) => md.push_str(
+                "**About to:** not known: it was deciding its next move when it stopped.\n\n",
+            ),
+        }
+        md.push_str(&format!("**Why the agent stopped:** {why}\n\n"));
         if let Some(w) = &was_doing {
             md.push_str(&format!("**It was:** {w}\n\n"));
         }
-        md.push_str("## Steps taken\n\n");
+        md.push_str("## Plan\n\n");
+        if s.plan.is_empty() {
+            md.push_str("The agent gave no plan.\n");
+        } else if !plan.progress {
+            md.push_str("The agent reports no plan progress. Its plan:\n\n");
+            for (i, p) in s.plan.iter().enumerate() {
+                md.push_str(&format!("{}. {}\n", i + 1, item_line(p)));
+            }
+        } else {
+            for (title, items) in [
+                ("Done", &plan.done),
+                ("In progress", &plan.in_progress),
+                ("Pending", &plan.pending),
+                ("Skipped", &plan.skipped),
+            ] {
+                if title == "Skipped" && items.is_empty() {
+                    continue;
+                }
+                md.push_str(&format!("**{title}:**"));
+                if items.is_empty() {
+                    md.push_str(" none\n\n");
+                    continue;
+                }
+                md.push_str("\n\n");
+                for p in items {
+                    md.push_str(&format!("- {}\n", item_line(p)));
+                }
+                md.push('\n');
+            }
+        }
+        if !undelivered.is_empty() {
+            md.push_str("\n## Not yet delivered to the agent\n\n");
+            for u in &undelivered {
+                md.push_str(&format!("- {u}\n"));
+            }
+        }
+        md.push_str("\n## Steps taken\n\n");
         for st in &s.steps {
             let ck: String = st
                 .checkpoint
@@ -102,13 +241,11 @@ impl Engine {
                 st.action,
                 st.status
             ));
-        }
-        md.push_str("\n## Pending\n\n");
-        if pending.is_empty() {
-            md.push_str("Nothing known to be pending.\n");
-        }
-        for p in &pending {
-            md.push_str(&format!("- {p}\n"));
+            if st.status != state::StepStatus::Done {
+                if let Some(d) = &st.detail {
+                    md.push_str(&format!("   - {}\n", first_line(d)));
+                }
+            }
         }
         if !s.decisions.is_empty() {
             md.push_str("\n## Open decisions\n\n");
@@ -139,6 +276,9 @@ impl Engine {
             goal: s.task.goal,
             why: why.to_owned(),
             was_doing,
+            words,
+            next,
+            plan,
             steps: s.steps,
             pending,
             decisions: s.decisions,
@@ -147,4 +287,56 @@ impl Engine {
             markdown: md,
         })
     }
+}
+
+/// The plan by status; without progress reported, every item is pending.
+fn by_status(plan: &[PlanItem], progress: bool) -> HandoverPlan {
+    let of = |want: &[PlanStatus]| -> Vec<PlanItem> {
+        plan.iter()
+            .filter(|p| !progress || want.contains(&p.status))
+            .cloned()
+            .collect()
+    };
+    HandoverPlan {
+        progress,
+        done: if progress {
+            of(&[PlanStatus::Done])
+        } else {
+            Vec::new()
+        },
+        in_progress: if progress {
+            of(&[PlanStatus::Active])
+        } else {
+            Vec::new()
+        },
+        pending: of(&[PlanStatus::Pending]),
+        skipped: if progress {
+            of(&[PlanStatus::Skipped])
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// One plan item for the Markdown: its id, text, and who edited it.
+fn item_line(p: &PlanItem) -> String {
+    let by = if p.edited_by_human {
+        " (as you edited it)"
+    } else {
+        ""
+    };
+    format!("{}: {}{by}", p.id, p.text)
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().find(|l| !l.trim().is_empty()).unwrap_or("")
+}
+
+/// A Markdown block quote.
+fn quoted(text: &str) -> String {
+    text.trim()
+        .lines()
+        .map(|l| format!("> {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }

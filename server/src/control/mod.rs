@@ -8,6 +8,9 @@
 mod advice;
 mod handover;
 mod moves;
+mod output;
+mod plan;
+mod transcript;
 mod transitions;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -20,9 +23,11 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use crate::exec::SandboxMode;
 pub use advice::{Advice, UserAction};
-pub use handover::{FileStat, Handover};
+pub use handover::{FileStat, Handover, HandoverNext, HandoverPlan, HandoverWords};
+pub use output::{OutputChunk, OutputExit, OutputState};
+pub use transcript::{transcript, Entry, Transcript};
 
-use crate::agent::{self, Agent, AgentError, Context, Move, Outcome};
+use crate::agent::{self, Agent, AgentError, Context, Move, Outcome, Proposal, Words};
 use crate::checkpoint::{
     self, CheckpointError, CheckpointInfo, Checkpoints, Overlay, SnapshotMeta,
 };
@@ -126,6 +131,11 @@ pub enum Request {
         /// Repo-relative path.
         path: String,
     },
+    /// The task as a conversation, from the `since`-th entry on.
+    Transcript {
+        /// How many entries the caller already has.
+        since: usize,
+    },
     /// Stop the engine; a running task is left paused.
     Shutdown,
 }
@@ -165,6 +175,13 @@ pub enum Reply {
         /// The state.
         state: Box<TaskState>,
     },
+    /// The task as a conversation.
+    Transcript {
+        /// The entries asked for.
+        transcript: Box<Transcript>,
+        /// The state.
+        state: Box<TaskState>,
+    },
 }
 
 impl Reply {
@@ -175,7 +192,8 @@ impl Reply {
             | Reply::Steered { state: s, .. }
             | Reply::Handover { state: s, .. }
             | Reply::Handback { state: s, .. }
-            | Reply::Hunks { state: s, .. } => s,
+            | Reply::Hunks { state: s, .. }
+            | Reply::Transcript { state: s, .. } => s,
         }
     }
 }
@@ -235,6 +253,8 @@ pub enum Notice {
         /// What happened and what to do (its actions named by whoever shows it).
         text: Advice,
     },
+    /// A command the agent runs printed, was paused or resumed, or ended.
+    Output(Box<OutputChunk>),
 }
 
 /// Where notices go.
@@ -304,6 +324,8 @@ enum Touched {
 /// A move that waits for the human's decision.
 struct Pending {
     mv: agent::Move,
+    /// The agent's words on its way to it.
+    words: Words,
     decision: state::Decision,
     proposal: Option<Vec<u8>>,
     alternative: Option<Vec<u8>>,
@@ -371,6 +393,24 @@ struct Engine {
     scratch: Option<PathBuf>,
     /// Commands the agent runs in terminals of their own, alongside its steps.
     terminals: crate::exec::Terminals,
+    /// The live output of the commands the agent runs.
+    outputs: output::Outputs,
+    /// The agent's words on its way to the move being carried out.
+    said: Words,
+    /// What the move being carried out leaves for its step's record.
+    extra: StepExtra,
+}
+
+/// What a move leaves for its step's record beyond its outcome.
+#[derive(Debug, Default)]
+struct StepExtra {
+    /// The outcome's text is content (a file, a listing, a command's output, the plan as
+    /// told to the agent), not a detail for the person.
+    quiet: bool,
+    /// The detail to record instead of the outcome's text (a command's exit).
+    detail: Option<String>,
+    /// A command's output (its last `TAIL_CAP` bytes) and whether its beginning was cut.
+    output: Option<(String, bool)>,
 }
 
 /// The sandbox these settings put in force on this kernel.
@@ -465,6 +505,7 @@ pub fn start(
         },
         held_files: Vec::new(),
         plan: Vec::new(),
+        plan_progress: false,
         steps: Vec::new(),
         constraints: Vec::new(),
         decisions: Vec::new(),
@@ -484,7 +525,7 @@ pub fn start(
     };
     let store = StateStore::create(&git_dir, initial)?;
     let state = store.state().clone();
-    journal(&store, "started", serde_json::json!({ "goal": goal }));
+    let goal = goal.trim().to_owned();
     if let Some(retention) = cfg.retention {
         // Old tasks are swept off the start's path; the new one is current, so it stays.
         let root = root.clone();
@@ -524,14 +565,19 @@ pub fn start(
             notify,
         );
         engine.tip = Some(snap.id.clone());
+        journal(
+            &engine.store,
+            "started",
+            serde_json::json!({ "goal": goal, "checkpoint": snap.id }),
+        );
         engine.commit(|s| {
-            s.steps.push(Step {
-                n: 0,
-                action: "working tree at start".into(),
-                author: Author::Human,
-                checkpoint: Some(snap.id),
-                status: StepStatus::Done,
-            })
+            s.steps.push(Step::new(
+                0,
+                "working tree at start",
+                Author::Human,
+                Some(snap.id),
+                StepStatus::Done,
+            ))
         });
         engine.run().await;
     });
@@ -885,6 +931,9 @@ impl Engine {
             told_unconfined: false,
             scratch: None,
             terminals: crate::exec::Terminals::default(),
+            outputs: output::Outputs::default(),
+            said: Words::default(),
+            extra: StepExtra::default(),
         }
     }
 
@@ -893,8 +942,14 @@ impl Engine {
         // The agent's terminals are Rein's processes, not the agent's: they are stopped here
         // at once, whether or not the agent can hear the news yet.
         match what {
-            agent::Interrupt::Pause => self.terminals.freeze_all(),
-            agent::Interrupt::Resume | agent::Interrupt::Handback => self.terminals.thaw_all(),
+            agent::Interrupt::Pause => {
+                self.terminals.freeze_all();
+                self.outputs.pause_all(true);
+            }
+            agent::Interrupt::Resume | agent::Interrupt::Handback => {
+                self.terminals.thaw_all();
+                self.outputs.pause_all(false);
+            }
             agent::Interrupt::Takeover | agent::Interrupt::Abort => self.terminals.end_all(),
             agent::Interrupt::Steer(_) => {}
         }
@@ -926,15 +981,58 @@ impl Engine {
         (self.notify)(Notice::Message { level, text });
     }
 
-    /// Applies a change to the state, persists it and tells the outside. A pending hand edit
-    /// of the file is taken first; a refused one is reported, never fatal.
+    /// Applies a change to the state, persists it and tells the outside.
     fn commit(&mut self, change: impl FnOnce(&mut TaskState)) {
-        match self.store.update(change) {
+        self.write_state(change);
+        (self.notify)(Notice::State(self.boxed_state()));
+    }
+
+    /// Applies a change to the state and persists it. A pending hand edit of the file is
+    /// taken first; a refused one is reported, never fatal. The output of terminals that
+    /// ended meanwhile goes with it, onto the steps that started them; a change of the plan is
+    /// journaled.
+    fn write_state(&mut self, change: impl FnOnce(&mut TaskState)) {
+        match self.store.sync_from_disk() {
             Ok(Some(_)) => self.say(Level::Info, "your edit of the task state was taken"),
             Ok(None) => {}
             Err(e) => self.say(Level::Warning, e.to_string()),
         }
-        (self.notify)(Notice::State(self.boxed_state()));
+        let ended = self.outputs.take_ended();
+        let plan = self.state().plan.clone();
+        let kept = ended.clone();
+        let updated = self.store.update(|s| {
+            for e in &kept {
+                if let Some(st) = s.steps.iter_mut().rev().find(|st| st.n == e.step) {
+                    st.output = state::tail(&e.text, state::OUTPUT_BYTES);
+                }
+            }
+            change(s);
+        });
+        if let Err(e) = updated {
+            self.say(Level::Warning, e.to_string());
+        }
+        for e in ended {
+            journal(
+                &self.store,
+                "output",
+                serde_json::json!({
+                    "step": e.step,
+                    "command": e.command,
+                    "terminal": e.terminal,
+                    "text": e.text,
+                    "truncated": e.truncated,
+                    "exit": OutputExit::from(e.exit),
+                }),
+            );
+        }
+        if self.state().plan != plan {
+            let s = self.state();
+            journal(
+                &self.store,
+                "plan",
+                serde_json::json!({ "items": s.plan, "progress": s.plan_progress, "by": "agent" }),
+            );
+        }
     }
 
     async fn run(mut self) {
@@ -1035,14 +1133,11 @@ impl Engine {
             Vec::new()
         };
         self.agent = Some(agent);
-        for mv in made {
-            if let Move::Observe { action, failed } = mv {
-                self.observe(action, failed);
-            }
-        }
+        self.take_made(made);
         match got {
-            Ok(Ok(mv)) => {
+            Ok(Ok(Proposal { mv, words })) => {
                 self.reconcile_note = None;
+                self.said = words;
                 self.execute(mv).await
             }
             Ok(Err(e)) => {
@@ -1093,7 +1188,7 @@ impl Engine {
         Context {
             goal: s.task.goal.clone(),
             step: n,
-            plan: s.plan.iter().map(|p| p.text.clone()).collect(),
+            plan: plan::entries(&s.plan),
             constraints: s
                 .constraints
                 .iter()
@@ -1144,11 +1239,8 @@ impl Engine {
         let Some(agent) = self.agent.as_mut().filter(|a| ours && a.acts_directly()) else {
             return;
         };
-        for mv in agent.made() {
-            if let Move::Observe { action, failed } = mv {
-                self.observe(action, failed);
-            }
-        }
+        let made = agent.made();
+        self.take_made(made);
         self.absorb_held("changed outside the agent");
         let Some(tip) = self.tip.clone() else { return };
         let unreported = self
@@ -1186,7 +1278,9 @@ impl Engine {
     fn stop_on_error(&mut self, why: String) {
         // Paused like any pause: the agent's terminals wait, frozen, for the resume.
         self.terminals.freeze_all();
+        self.outputs.pause_all(true);
         self.say(Level::Error, why.clone());
+        journal(&self.store, "stopped", serde_json::json!({ "why": why }));
         self.commit(|s| {
             s.status = Status::Paused;
             s.stop_reason = Some(format!("stopped on an error: {why}. Fix it and resume."));
@@ -1196,6 +1290,7 @@ impl Engine {
     fn fail(&mut self, why: String) {
         self.terminals.end_all();
         self.say(Level::Error, why.clone());
+        journal(&self.store, "failed", serde_json::json!({ "why": why }));
         self.commit(|s| {
             s.status = Status::Failed;
             s.control = Control {
@@ -1236,7 +1331,9 @@ impl Engine {
     }
 
     /// `complete`, with `also` applied in the same state write (so a crash cannot land between
-    /// a step and what it concludes, such as the task's end).
+    /// a step and what it concludes, such as the task's end). The step carries the agent's
+    /// words on its way to it, the plan item it worked on, what came of it and a command's
+    /// output, bounded; the journal gets them in full.
     fn complete_and(
         &mut self,
         action: String,
@@ -1271,20 +1368,50 @@ impl Engine {
         };
         let remaining = self.agent.as_ref().and_then(|a| a.remaining());
         let delivering = std::mem::take(&mut self.delivering);
-        journal(
-            &self.store,
-            "step",
-            serde_json::json!({ "n": n, "action": action, "status": status, "checkpoint": id }),
-        );
-        self.commit(|s| {
-            s.steps.push(Step {
-                n,
-                action,
-                author: Author::Agent,
-                checkpoint: id.clone(),
-                status,
-            });
-            s.last_agent_checkpoint = id;
+        let words = std::mem::take(&mut self.said);
+        let extra = std::mem::take(&mut self.extra);
+        let detail = extra
+            .detail
+            .or_else(|| (status != StepStatus::Done || !extra.quiet).then(|| outcome.text.clone()))
+            .filter(|d| !d.trim().is_empty());
+        let output = extra
+            .output
+            .or_else(|| (!words.output.is_empty()).then(|| (words.output.clone(), false)));
+        let tool = words.tool.as_ref().map(tool_record);
+        let (named, message, thought) = (words.plan_item.clone(), &words.message, &words.thought);
+        let record = Step {
+            plan_item: None,
+            message: state::tail(message, state::MESSAGE_BYTES),
+            thought: state::tail(thought, state::THOUGHT_BYTES),
+            detail: detail
+                .as_deref()
+                .and_then(|d| state::head(d, state::DETAIL_BYTES)),
+            output: output
+                .as_ref()
+                .and_then(|(o, _)| state::tail(o, state::OUTPUT_BYTES)),
+            tool,
+            ..Step::new(n, action.clone(), Author::Agent, id.clone(), status)
+        };
+        // Journaled before the outside hears of it: whoever reads the journal then finds it.
+        self.write_state(|s| {
+            let mut record = record;
+            record.plan_item = match &named {
+                Some(name) => {
+                    // Said by the agent, even when the human renamed the item since.
+                    s.plan_progress = true;
+                    plan::find(&s.plan, name).map(|i| {
+                        plan::start(&mut s.plan, i);
+                        s.plan[i].id.clone()
+                    })
+                }
+                None => s
+                    .plan
+                    .iter()
+                    .find(|p| p.status == state::PlanStatus::Active)
+                    .map(|p| p.id.clone()),
+            };
+            s.steps.push(record);
+            s.last_agent_checkpoint = id.clone();
             s.agent_moves += 1;
             s.remaining_moves = remaining;
             s.decisions.clear();
@@ -1295,7 +1422,110 @@ impl Engine {
             }
             also(s);
         });
+        let item = self
+            .state()
+            .steps
+            .iter()
+            .rev()
+            .find(|st| st.n == n)
+            .and_then(|st| st.plan_item.clone());
+        let full = |t: &str| state::tail(t, state::JOURNAL_TEXT_BYTES);
+        journal(
+            &self.store,
+            "step",
+            serde_json::json!({
+                "n": n,
+                "action": action,
+                "status": status,
+                "checkpoint": id,
+                "planItem": item,
+                "message": full(message),
+                "thought": full(thought),
+                "detail": detail.as_deref().and_then(|d| state::head(d, state::JOURNAL_TEXT_BYTES)),
+                "output": output.as_ref().map(|(o, _)| o),
+                "outputTruncated": output.as_ref().is_some_and(|(_, cut)| *cut),
+                "tool": words.tool.as_ref().map(tool_journal),
+            }),
+        );
+        if self.state().status == Status::Done {
+            let summary = self.state().summary.clone();
+            journal(
+                &self.store,
+                "finished",
+                serde_json::json!({ "summary": summary }),
+            );
+        }
+        (self.notify)(Notice::State(self.boxed_state()));
         self.last_result = Some(outcome);
         Flow::Continue
     }
+
+    /// Takes what the agent made on its own: tool calls that ended (checkpointed as its
+    /// steps) and plans it gave, each with its words.
+    fn take_made(&mut self, made: Vec<Proposal>) {
+        for Proposal { mv, words } in made {
+            self.said = words;
+            match mv {
+                Move::Observe { action, failed } => {
+                    self.observe(action, failed);
+                }
+                Move::Plan(items) => {
+                    let action = Move::Plan(items.clone()).describe();
+                    self.plan_move(action, items);
+                }
+                other => {
+                    tracing::debug!("not a move an agent makes on its own: {other:?}");
+                    self.said = Words::default();
+                }
+            }
+        }
+    }
 }
+
+/// A tool call as the state keeps it: its diffs counted, not carried.
+fn tool_record(t: &agent::ToolCall) -> state::ToolCall {
+    state::ToolCall {
+        id: t.id.clone(),
+        kind: t.kind.clone(),
+        locations: t
+            .locations
+            .iter()
+            .take(TOOL_ITEMS)
+            .map(|(path, line)| state::ToolLocation {
+                path: path.clone(),
+                line: *line,
+            })
+            .collect(),
+        diffs: t
+            .diffs
+            .iter()
+            .take(TOOL_ITEMS)
+            .map(|(path, old, new)| {
+                let (added, removed) =
+                    crate::reconcile::merge::diff_stat(old.as_deref().unwrap_or(""), new);
+                state::ToolDiff {
+                    path: path.clone(),
+                    added,
+                    removed,
+                }
+            })
+            .collect(),
+    }
+}
+
+/// A tool call as the journal keeps it: with its diffs' texts (each bounded).
+fn tool_journal(t: &agent::ToolCall) -> serde_json::Value {
+    let text = |s: &str| state::head(s, state::JOURNAL_TEXT_BYTES).unwrap_or_default();
+    serde_json::json!({
+        "id": t.id,
+        "kind": t.kind,
+        "locations": t.locations.iter().map(|(path, line)| serde_json::json!({"path": path, "line": line})).collect::<Vec<_>>(),
+        "diffs": t.diffs.iter().map(|(path, old, new)| {
+            let (added, removed) = crate::reconcile::merge::diff_stat(old.as_deref().unwrap_or(""), new);
+            serde_json::json!({"path": path, "oldText": old.as_deref().map(text), "newText": text(new), "added": added, "removed": removed})
+        }).collect::<Vec<_>>(),
+    })
+}
+
+/// The most locations and diffs of one tool call kept in the state.
+const TOOL_ITEMS: usize = 20;

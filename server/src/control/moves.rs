@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Engine, Flow, Level, Notice, Pending, Phase, Touched};
-use crate::agent::{Intended, Move, Outcome};
+use super::{plan, Engine, Flow, Level, Notice, Pending, Phase, StepExtra, Touched};
+use crate::agent::{Intended, Move, Outcome, PlanEntry};
 use crate::checkpoint::{FileChange, SnapshotMeta};
 use crate::exec::{self, Process};
 use crate::reconcile::merge::{self, Merge};
@@ -63,8 +63,8 @@ fn journal_repair(e: &Engine, path: &str, lost: &[String]) {
     );
 }
 
-enum CommandEnd {
-    Exited(Result<exec::Output, exec::ExecError>),
+/// Why a command was stopped before it ended by itself.
+enum Stop {
     TimedOut,
     Cut,
     Shutdown,
@@ -78,6 +78,15 @@ impl Engine {
 
     pub(super) async fn execute(&mut self, mv: Move) -> Flow {
         let action = mv.describe();
+        // A read hands over the file, a listing its lines, a command its output: content
+        // for the agent, never a detail for the person.
+        self.extra = StepExtra {
+            quiet: matches!(
+                mv,
+                Move::Read { .. } | Move::List { .. } | Move::Search { .. } | Move::Finish(_)
+            ),
+            ..StepExtra::default()
+        };
         match mv {
             Move::Read { path } => {
                 let outcome = self.read(&path);
@@ -152,26 +161,7 @@ impl Engine {
             }
             Move::Permission { .. } => self.permission(mv).await,
             Move::Observe { failed, .. } => self.observe(action, failed),
-            Move::Plan(items) => {
-                let count = items.len();
-                self.commit(|s| {
-                    s.plan = items
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, text)| state::PlanItem {
-                            id: format!("p{}", i + 1),
-                            text,
-                            status: state::PlanStatus::Pending,
-                        })
-                        .collect();
-                });
-                self.complete(
-                    action,
-                    StepStatus::Done,
-                    ok(format!("plan set ({count} items)")),
-                    Touched::Nothing,
-                )
-            }
+            Move::Plan(items) => self.plan_move(action, items),
             Move::Ask(ref q) => {
                 let question = q.clone();
                 self.ask(
@@ -209,15 +199,31 @@ impl Engine {
                         };
                         s.stop_reason = Some(format!("finished: {summary}"));
                         s.summary = Some(summary);
-                        for p in &mut s.plan {
-                            if p.status != state::PlanStatus::Skipped {
-                                p.status = state::PlanStatus::Done;
-                            }
-                        }
+                        plan::finish(&mut s.plan, s.plan_progress);
                     },
                 )
             }
         }
+    }
+
+    /// The agent gives its plan: merged with the human's hand edits in the same state write
+    /// as the step (so a hand edit taken with it is merged, not overwritten). The agent is
+    /// told what the plan is now.
+    pub(super) fn plan_move(&mut self, action: String, items: Vec<PlanEntry>) -> Flow {
+        let progress = plan::reports_progress(&items);
+        self.extra.quiet = true;
+        let flow = self.complete_and(
+            action,
+            StepStatus::Done,
+            ok("plan set"),
+            Touched::Nothing,
+            |s| {
+                s.plan = plan::merge(&s.plan, &items);
+                s.plan_progress |= progress;
+            },
+        );
+        self.last_result = Some(ok(plan::describe(&self.state().plan)));
+        flow
     }
 
     /// Answers an agent that asks before using a tool of its own: reads and searches are
@@ -912,6 +918,8 @@ impl Engine {
         proposal: Option<Vec<u8>>,
         alternative: Option<Vec<u8>>,
     ) -> Flow {
+        // The step waits for the answer; what is recorded for it comes once it is carried out.
+        self.extra = StepExtra::default();
         let id = format!("d{}", self.state().decisions_asked + 1);
         let decision = state::Decision {
             id,
@@ -928,8 +936,14 @@ impl Engine {
             s.decisions = vec![d];
             s.stop_reason = Some(format!("waiting for your decision: {question}"));
         });
+        super::journal(
+            &self.store,
+            "asked",
+            serde_json::json!({ "decision": decision }),
+        );
         self.pending = Some(Pending {
             mv,
+            words: std::mem::take(&mut self.said),
             decision,
             proposal,
             alternative,
@@ -945,6 +959,12 @@ impl Engine {
         let Some(choice) = p.choice.clone() else {
             self.pending = Some(p);
             return Flow::Continue;
+        };
+        // The step the decision held up goes on with the words that led to it.
+        self.said = p.words.clone();
+        self.extra = StepExtra {
+            quiet: matches!(p.mv, Move::Run { .. }),
+            ..StepExtra::default()
         };
         let action = p.mv.describe();
         let path = p.decision.path.clone().unwrap_or_default();
@@ -1096,6 +1116,7 @@ impl Engine {
     fn start_terminal(&mut self, action: String, cmd: &str, limit: Option<usize>) -> Flow {
         let tag = self.state().task.id.clone();
         let confine = self.confinement(cmd);
+        let tap = exec::Tap::default();
         let started = self.terminals.start(
             &self.root,
             cmd,
@@ -1103,9 +1124,18 @@ impl Engine {
             confine.as_ref(),
             limit,
             self.cfg.kill_grace,
+            Some(tap.clone()),
         );
         match started {
             Ok(id) => {
+                self.outputs.follow(
+                    &tag,
+                    self.next_n(),
+                    cmd,
+                    Some(id.clone()),
+                    tap,
+                    self.notify.clone(),
+                );
                 let outcome = Outcome {
                     ok: true,
                     text: format!("started in terminal {id}"),
@@ -1224,10 +1254,20 @@ impl Engine {
         } else {
             None
         };
-        let mut proc = match Process::spawn_tagged(&self.root, cmd, Some(&tag), confine.as_ref()) {
+        let tap = exec::Tap::default();
+        let mut proc = match Process::spawn_tagged(
+            &self.root,
+            cmd,
+            Some(&tag),
+            confine.as_ref(),
+            Some(&tap),
+        ) {
             Ok(p) => p,
             Err(e) => return self.step_failed(action, e.to_string()),
         };
+        let stream = self
+            .outputs
+            .follow(&tag, self.next_n(), cmd, None, tap, self.notify.clone());
         let mut deadline = timeout.map(|t| Instant::now() + t);
         let mut frozen_at: Option<Instant> = None;
         let end = loop {
@@ -1238,10 +1278,10 @@ impl Engine {
                 }
             };
             tokio::select! {
-                out = proc.wait() => break CommandEnd::Exited(out),
-                _ = sleep => break CommandEnd::TimedOut,
+                out = proc.wait() => break Ok(out),
+                _ = sleep => break Err(Stop::TimedOut),
                 env = self.rx.recv() => {
-                    let Some(env) = env else { break CommandEnd::Shutdown };
+                    let Some(env) = env else { break Err(Stop::Shutdown) };
                     let before = self.state().status;
                     let gated = gated.then_some(cmd);
                     let flow = self.dispatch(env, Phase::Command { proc: &mut proc, gated });
@@ -1257,14 +1297,32 @@ impl Engine {
                     }
                     match flow {
                         Flow::Continue | Flow::Rethink => continue,
-                        Flow::Cut => break CommandEnd::Cut,
-                        Flow::Shutdown => break CommandEnd::Shutdown,
+                        Flow::Cut => break Err(Stop::Cut),
+                        Flow::Shutdown => break Err(Stop::Shutdown),
                     }
                 }
             }
         };
-        match end {
-            CommandEnd::Exited(Ok(out)) => {
+        // Every way out ends the command first; its end is said before its step is.
+        let (stop, out) = match end {
+            Ok(out) => (None, out),
+            Err(stop) => {
+                let out = proc.terminate(self.cfg.kill_grace).await;
+                if let (Stop::Cut, Err(e)) = (&stop, &out) {
+                    self.say(Level::Error, format!("could not kill `{cmd}`: {e}"));
+                }
+                (Some(stop), out)
+            }
+        };
+        let note = matches!(stop, Some(Stop::TimedOut)).then(|| {
+            format!(
+                "timed out after {:.0} s and was killed",
+                timeout.unwrap_or_default().as_secs_f64()
+            )
+        });
+        self.end_output(&stream, out.as_ref().ok(), note.as_deref());
+        match (stop, out) {
+            (None, Ok(out)) => {
                 let status = if out.code == Some(0) {
                     StepStatus::Done
                 } else {
@@ -1297,6 +1355,7 @@ impl Engine {
                         terminal: Some(id),
                         ..Default::default()
                     };
+                    self.extra.detail = Some(format!("{}; {}", outcome.text, exit_line(&out)));
                     if let Some((_, mode)) = hint {
                         let denied = exec::denied_path(&out.stderr);
                         return self.ask_unconfined(cmd, timeout, mode, denied, outcome, terminal);
@@ -1312,32 +1371,22 @@ impl Engine {
                 }
                 self.complete(action, status, outcome, Touched::Anything)
             }
-            CommandEnd::Exited(Err(e)) => self.complete(
+            (None, Err(e)) => self.complete(
                 action,
                 StepStatus::Failed,
                 failed(e.to_string()),
                 Touched::Anything,
             ),
-            CommandEnd::TimedOut => {
-                let out = proc.terminate(self.cfg.kill_grace).await;
-                let note = format!(
-                    "timed out after {:.0} s and was killed",
-                    timeout.unwrap_or_default().as_secs_f64()
-                );
+            (Some(Stop::TimedOut), out) => {
+                let note = note.unwrap_or_default();
                 let outcome = match out {
                     Ok(out) => command_outcome(&out, Some(&note)),
                     Err(e) => failed(format!("{note}: {e}")),
                 };
                 self.complete(action, StepStatus::Failed, outcome, Touched::Anything)
             }
-            CommandEnd::Cut => {
-                if let Err(e) = proc.terminate(self.cfg.kill_grace).await {
-                    self.say(Level::Error, format!("could not kill `{cmd}`: {e}"));
-                }
-                self.roll_back(action)
-            }
-            CommandEnd::Shutdown => {
-                let _ = proc.terminate(self.cfg.kill_grace).await;
+            (Some(Stop::Cut), _) => self.roll_back(action),
+            (Some(Stop::Shutdown), _) => {
                 let flow = self.roll_back(action);
                 self.shutdown();
                 if flow == Flow::Shutdown {
@@ -1347,6 +1396,34 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// A command ended: its end is said live (with the number its step gets: changes of the
+    /// human's to held files are recorded first), and the end of its output and its exit are
+    /// kept for the step.
+    fn end_output(
+        &mut self,
+        stream: &super::output::Stream,
+        out: Option<&exec::Output>,
+        note: Option<&str>,
+    ) {
+        self.absorb_held("changed by you during the agent's step");
+        let exit = exec::Exit {
+            code: out.and_then(|o| o.code),
+            signal: out.and_then(|o| o.signal),
+        };
+        stream.tap().end(exit);
+        stream.renumber(self.next_n());
+        stream.flush();
+        let (text, cut) = stream.tap().tail(exec::TAIL_CAP);
+        self.extra.quiet = true;
+        self.extra.output = (!text.is_empty()).then_some((text, cut));
+        let mut detail = note.map(|n| format!("{n}; ")).unwrap_or_default();
+        detail.push_str(
+            &out.map(exit_line)
+                .unwrap_or_else(|| "no exit status".into()),
+        );
+        self.extra.detail = Some(detail);
     }
 
     /// Asks whether a command the sandbox denied (`denied`: the path it named) is run again
@@ -1466,6 +1543,8 @@ impl Engine {
     /// Undoes an interrupted step: every file it changed goes back to the last checkpoint,
     /// except files the human holds.
     fn roll_back(&mut self, action: String) -> Flow {
+        // Why the step is gone says more than how its command ended.
+        self.extra.detail = None;
         let Some(tip) = self.tip.clone() else {
             return self.complete(
                 action,
@@ -1644,13 +1723,13 @@ impl Engine {
         let reported = files.clone();
         self.commit(|s| {
             if ck.is_some() {
-                s.steps.push(Step {
+                s.steps.push(Step::new(
                     n,
-                    action: format!("{why}: {summary}"),
-                    author: Author::Human,
-                    checkpoint: ck.clone(),
-                    status: StepStatus::Done,
-                });
+                    format!("{why}: {summary}"),
+                    Author::Human,
+                    ck.clone(),
+                    StepStatus::Done,
+                ));
             }
             for f in &reported {
                 s.human_changes.push(HumanChange {
@@ -1685,7 +1764,7 @@ impl Engine {
         super::journal(
             &self.store,
             "human_changes",
-            serde_json::json!({ "files": paths, "checkpoint": checkpoint }),
+            serde_json::json!({ "n": n, "files": paths, "checkpoint": checkpoint }),
         );
         Report {
             changes: files,
@@ -1729,6 +1808,15 @@ fn listing(lines: Vec<String>, cut: bool) -> String {
         ));
     }
     text
+}
+
+/// How a command ended, in one line: `exit code 1`, `killed by signal 15`.
+fn exit_line(out: &exec::Output) -> String {
+    match (out.code, out.signal) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        _ => "no exit status".into(),
+    }
 }
 
 fn command_outcome(out: &exec::Output, note: Option<&str>) -> Outcome {

@@ -177,6 +177,13 @@ impl Engine {
             Request::Rewind { checkpoint } => (self.rewind(&checkpoint), Flow::Continue),
             Request::Hold { path } => (self.hold(&path), Flow::Continue),
             Request::AgentHunks { path } => (self.agent_hunks(&path), Flow::Continue),
+            Request::Transcript { since } => (
+                self.transcript(since).map(|t| Reply::Transcript {
+                    transcript: Box::new(t),
+                    state: self.boxed_state(),
+                }),
+                Flow::Continue,
+            ),
             Request::Buffer { path, content } => {
                 match self.sandbox.check(&path) {
                     Ok(p) => self.buffers.set(p, content),
@@ -372,12 +379,15 @@ impl Engine {
             status: ConstraintStatus::Queued,
             delivered_at_step: None,
         };
+        let said = serde_json::json!({
+            "id": id,
+            "urgent": urgent,
+            "text": c.text,
+            "source": c.source,
+            "location": c.location,
+        });
         self.commit(|s| s.constraints.push(c));
-        super::journal(
-            &self.store,
-            "steered",
-            serde_json::json!({ "id": id, "urgent": urgent }),
-        );
+        super::journal(&self.store, "steered", said);
         self.signal_agent(crate::agent::Interrupt::Steer(urgent));
         let flow = match phase {
             // The move being thought about would ignore the steer: ask again with it.
@@ -599,6 +609,7 @@ impl Engine {
                 p.decision.question
             ));
             let action = p.mv.describe();
+            self.said = p.words;
             self.complete(
                 action,
                 StepStatus::Skipped,
@@ -675,6 +686,7 @@ impl Engine {
         }
         report.head_moved = self.check_head();
         report.note = note.filter(|n| !n.trim().is_empty());
+        let noted = report.note.clone();
         self.reconcile_note = Some(report.markdown());
         self.commit(|s| {
             s.status = Status::Running;
@@ -689,7 +701,7 @@ impl Engine {
         super::journal(
             &self.store,
             "handed_back",
-            serde_json::json!({ "files": report.changes.len() }),
+            serde_json::json!({ "files": report.changes.len(), "note": noted }),
         );
         self.signal_agent(crate::agent::Interrupt::Handback);
         Ok(Reply::Handback {

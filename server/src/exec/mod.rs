@@ -4,8 +4,8 @@
 //! access to one working tree, `Policy` decides which shell commands may run without a
 //! human, and `Process` runs a command in its own process group so it can be frozen,
 //! resumed and killed as a whole; `Terminals` keeps the commands an agent runs in the
-//! background. `Tree` does the same for an agent process and everything
-//! it started, wherever that moved to (new sessions, double forks).
+//! background. `Tree` does the same for an agent process and everything it started, wherever
+//! that moved to (new sessions, double forks). A `Tap` follows a command's output live.
 
 mod confine;
 mod policy;
@@ -13,6 +13,7 @@ mod process;
 mod sandbox;
 mod search;
 mod shell;
+mod tap;
 mod terminal;
 mod tree;
 
@@ -26,6 +27,7 @@ pub use policy::{Policy, Verdict};
 pub use process::{end_tagged, Output, Process, OUTPUT_CAP, TAG_VAR};
 pub use sandbox::{Sandbox, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, TEMP_PREFIX};
 pub use search::RESULT_CAP;
+pub use tap::{Taken, Tap, CHUNK_CAP, TAIL_CAP};
 pub use terminal::{Denied, Exit, Snapshot, TerminalError, Terminals, TERMINAL_OUTPUT_CAP};
 pub use tree::{
     descendants, make_subreaper, reap_orphans, state as process_state, Tree, AGENT_TAG_VAR,

@@ -19,7 +19,7 @@ use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 use tokio::time::{timeout_at, Instant};
 
-use super::{Confinement, ExecError};
+use super::{Confinement, ExecError, Tap};
 
 /// How many bytes of each of stdout and stderr are kept (the last ones).
 pub const OUTPUT_CAP: usize = 64 * 1024;
@@ -65,21 +65,29 @@ impl Process {
     /// Starts `sh -c cmd` in `cwd` with stdin closed, in a new process group, capturing output.
     /// Must be called inside a tokio runtime.
     pub fn spawn(cwd: &Path, cmd: &str) -> Result<Self, ExecError> {
-        Self::spawn_tagged(cwd, cmd, None, None)
+        Self::spawn_tagged(cwd, cmd, None, None, None)
     }
 
     /// `spawn`, with `tag` in the command's environment as `REIN_TASK`, inherited by all it
     /// starts, so `end_tagged` can find them after a crash of the process that started them;
-    /// and inside `confine`'s sandbox when given.
+    /// inside `confine`'s sandbox when given; and its output, both streams as they are read,
+    /// also into `tap` for whoever shows it live.
     pub fn spawn_tagged(
         cwd: &Path,
         cmd: &str,
         tag: Option<&str>,
         confine: Option<&Confinement>,
+        tap: Option<&Tap>,
     ) -> Result<Self, ExecError> {
         let mut child = Self::command(cwd, cmd, tag, confine, Stdio::piped(), Stdio::piped())?;
-        let stdout = Capture::start(child.stdout.take().expect("stdout was piped above"));
-        let stderr = Capture::start(child.stderr.take().expect("stderr was piped above"));
+        let stdout = Capture::start(
+            child.stdout.take().expect("stdout was piped above"),
+            tap.cloned(),
+        );
+        let stderr = Capture::start(
+            child.stderr.take().expect("stderr was piped above"),
+            tap.cloned(),
+        );
         Ok(Self::new(child, Some(stdout), Some(stderr)))
     }
 
@@ -298,9 +306,9 @@ struct Capture {
 }
 
 impl Capture {
-    fn start(pipe: impl AsyncRead + Unpin + Send + 'static) -> Self {
+    fn start(pipe: impl AsyncRead + Unpin + Send + 'static, tap: Option<Tap>) -> Self {
         let tail = Arc::new(Mutex::new(Tail::default()));
-        let task = tokio::spawn(read_into(pipe, Arc::clone(&tail)));
+        let task = tokio::spawn(read_into(pipe, Arc::clone(&tail), tap));
         Self {
             tail,
             task: Some(task),
@@ -343,12 +351,17 @@ fn lock(tail: &Mutex<Tail>) -> std::sync::MutexGuard<'_, Tail> {
     tail.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-async fn read_into(mut pipe: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
+async fn read_into(mut pipe: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>, tap: Option<Tap>) {
     let mut buf = vec![0u8; 8192];
     loop {
         match pipe.read(&mut buf).await {
             Ok(0) => return,
-            Ok(n) => lock(&tail).push(&buf[..n]),
+            Ok(n) => {
+                lock(&tail).push(&buf[..n]);
+                if let Some(tap) = &tap {
+                    tap.push(&buf[..n]);
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {
                 lock(&tail).note(&format!("reading output failed: {e}"));

@@ -23,7 +23,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{denial_hint, denied_path, Confinement, ExecError, Process, SandboxMode};
+use super::{denial_hint, denied_path, Confinement, ExecError, Process, SandboxMode, Tap};
 
 /// The most output a terminal keeps when the agent names no limit.
 pub const TERMINAL_OUTPUT_CAP: usize = 4 * 1024 * 1024;
@@ -112,7 +112,9 @@ enum Ctl {
 impl Terminals {
     /// Starts `cmd` in `cwd` in a terminal of its own and returns its id at once. `limit`
     /// bounds the output kept; `grace` is how long an ended command has between SIGTERM and
-    /// SIGKILL. Must be called inside a tokio runtime.
+    /// SIGKILL; `tap` gets the output as it comes and the end. Must be called inside a tokio
+    /// runtime.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         &self,
         cwd: &Path,
@@ -121,11 +123,13 @@ impl Terminals {
         confine: Option<&Confinement>,
         limit: Option<usize>,
         grace: Duration,
+        tap: Option<Tap>,
     ) -> Result<String, TerminalError> {
         let (proc, mut pipe) = Process::spawn_merged(cwd, cmd, tag, confine)?;
         let out = Arc::new(Mutex::new(Buffer::new(limit)));
         let id = self.next_id();
         let sink = Arc::clone(&out);
+        let live = tap.clone();
         let (drained_tx, drained) = oneshot::channel();
         // A plain thread: the pipe is a blocking file, and a terminal lives as long as its
         // command, so one thread each costs little.
@@ -136,7 +140,12 @@ impl Terminals {
                 loop {
                     match pipe.read(&mut buf) {
                         Ok(0) => break,
-                        Ok(n) => lock(&sink).push(&buf[..n]),
+                        Ok(n) => {
+                            lock(&sink).push(&buf[..n]);
+                            if let Some(tap) = &live {
+                                tap.push(&buf[..n]);
+                            }
+                        }
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                         Err(_) => break,
                     }
@@ -162,7 +171,7 @@ impl Terminals {
                 limit,
             },
         });
-        tokio::spawn(supervise(proc, ctl_rx, exit_tx, drained, grace, watch));
+        tokio::spawn(supervise(proc, ctl_rx, exit_tx, drained, grace, watch, tap));
         self.enter(&id, cmd, out, exit_rx, Some((pgid, ctl_tx)));
         Ok(id)
     }
@@ -354,6 +363,7 @@ async fn supervise(
     drained: oneshot::Receiver<()>,
     grace: Duration,
     watch: Option<Watch>,
+    tap: Option<Tap>,
 ) {
     let mut ended_by_rein = false;
     let out = tokio::select! {
@@ -386,6 +396,9 @@ async fn supervise(
             }
         }
     };
+    if let Some(tap) = tap {
+        tap.end(ended);
+    }
     let _ = exit.send(Some(ended));
 }
 
@@ -491,6 +504,7 @@ mod tests {
     async fn output_streams_before_the_command_ends_and_is_the_raw_bytes() {
         let dir = tempfile::tempdir().expect("temp dir");
         let t = Terminals::default();
+        let tap = Tap::default();
         let id = t
             .start(
                 dir.path(),
@@ -499,6 +513,7 @@ mod tests {
                 None,
                 None,
                 grace(),
+                Some(tap.clone()),
             )
             .expect("start");
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -512,10 +527,13 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "got {:?}", s.output);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        assert_eq!(tap.take().chunk, "one\ntwo\n", "the tap saw it too");
+        assert_eq!(tap.ended(), None);
         t.kill(&id).expect("kill");
         let exit = t.exited(&id).expect("exists").await.expect("ended");
         assert_eq!(exit.code, None);
         assert_eq!(exit.signal, Some(15));
+        assert_eq!(tap.ended(), Some(exit), "the tap knows the end");
         assert!(t.running().is_empty());
         // Output stays readable after the end, until released.
         assert_eq!(t.output(&id).expect("kept").output, "one\ntwo\n");
@@ -535,6 +553,7 @@ mod tests {
                 None,
                 None,
                 grace(),
+                None,
             )
             .expect("start");
         t.freeze_all();
@@ -553,10 +572,18 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let t = Terminals::default();
         let a = t
-            .start(dir.path(), "sleep 30", None, None, None, grace())
+            .start(dir.path(), "sleep 30", None, None, None, grace(), None)
             .expect("a");
         let b = t
-            .start(dir.path(), "sleep 30 & wait", None, None, None, grace())
+            .start(
+                dir.path(),
+                "sleep 30 & wait",
+                None,
+                None,
+                None,
+                grace(),
+                None,
+            )
             .expect("b");
         assert_eq!(t.running().len(), 2);
         t.end_all();

@@ -28,6 +28,7 @@ pub const COMMANDS: &[&str] = &[
     "rein.dismissSteerComment",
     "rein.keepAgentChange",
     "rein.preflight",
+    "rein.transcript",
 ];
 
 type Args = Map<String, Value>;
@@ -154,6 +155,22 @@ impl Server {
                     return Ok(None);
                 }
                 Request::State
+            }
+            "rein.transcript" => {
+                let since = match args.get("since") {
+                    None | Some(Value::Null) => 0,
+                    Some(n) => n
+                        .as_u64()
+                        .and_then(|n| usize::try_from(n).ok())
+                        .ok_or_else(|| bad("rein.transcript: \"since\" must be a whole number (the `next` of the last answer)"))?,
+                };
+                if self.engine.is_none() {
+                    let root = self.root.clone().map_err(bad)?;
+                    let t = control::transcript(&root, since).map_err(|e| to_rpc(e, self.editor))?;
+                    self.respond(id, Ok(json!(t)));
+                    return Ok(None);
+                }
+                Request::Transcript { since }
             }
             "rein.pause" => Request::Pause,
             "rein.resume" => Request::Resume,
@@ -371,6 +388,7 @@ impl Server {
                     changes,
                     state,
                 } => json!({ "step": step, "changes": changes, "state": state }),
+                Reply::Transcript { transcript, .. } => json!(transcript),
             },
         );
         match to {

@@ -85,6 +85,8 @@ pub(super) struct ClientCaps {
     pub code_action_literals: bool,
     /// `experimental.rein.steerSelection`: the client runs the client-side command itself.
     pub steer_selection: bool,
+    /// `experimental.rein.output`: the client shows live command output (`rein/output`).
+    pub output: bool,
 }
 
 /// Where a work-done progress token stands with the client.
@@ -436,6 +438,12 @@ impl Server {
                 .experimental
                 .as_ref()
                 .and_then(|e| e.pointer("/rein/steerSelection"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            output: caps
+                .experimental
+                .as_ref()
+                .and_then(|e| e.pointer("/rein/output"))
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
         };
@@ -839,6 +847,11 @@ impl Server {
                 let text = self.editor.render(&text);
                 self.show(t, &text);
             }
+            // Only to a client that shows it: up to ten a second would flood one that does not.
+            Notice::Output(chunk) if self.caps.output => {
+                self.notify("rein/output", json!(chunk));
+            }
+            Notice::Output(_) => {}
         }
     }
 

@@ -18,6 +18,9 @@ const MAX_CALLS: usize = 64;
 pub(crate) struct Answer {
     /// Its text.
     pub content: String,
+    /// Its reasoning, from servers that stream it (`reasoning_content` as DeepSeek, vLLM and
+    /// llama.cpp send it; `reasoning` as Ollama and OpenRouter do).
+    pub reasoning: String,
     /// Its tool calls, in index order.
     pub calls: Vec<ToolCall>,
     /// Why generation stopped (`stop`, `tool_calls`, `length`…), when the server said.
@@ -35,6 +38,7 @@ struct Partial {
 #[derive(Debug, Default)]
 pub(crate) struct Assembler {
     content: String,
+    reasoning: String,
     calls: BTreeMap<u64, Partial>,
     finish_reason: Option<String>,
     size: usize,
@@ -69,6 +73,14 @@ impl Assembler {
         if let Some(text) = delta.get("content").and_then(Value::as_str) {
             self.grow(text.len())?;
             self.content.push_str(text);
+        }
+        let reasoning = delta
+            .get("reasoning_content")
+            .or_else(|| delta.get("reasoning"))
+            .and_then(Value::as_str);
+        if let Some(text) = reasoning {
+            self.grow(text.len())?;
+            self.reasoning.push_str(text);
         }
         let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) else {
             return Ok(());
@@ -157,6 +169,7 @@ impl Assembler {
             .collect();
         Answer {
             content: self.content,
+            reasoning: self.reasoning,
             calls,
             finish_reason: self.finish_reason,
         }
@@ -167,6 +180,23 @@ impl Assembler {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn reasoning_is_gathered_apart_from_the_text() {
+        let mut a = Assembler::default();
+        for c in [
+            json!({"choices":[{"index":0,"delta":{"reasoning_content":"The test "}}]}),
+            json!({"choices":[{"index":0,"delta":{"reasoning":"fails. "}}]}),
+            json!({"choices":[{"index":0,"delta":{"content":"Fixing it."}}]}),
+        ] {
+            a.apply(&c).unwrap();
+        }
+        let ans = a.finish();
+        assert_eq!(
+            (ans.reasoning.as_str(), ans.content.as_str()),
+            ("The test fails. ", "Fixing it.")
+        );
+    }
 
     #[test]
     fn interleaved_fragments_are_joined_by_index() {
@@ -186,6 +216,7 @@ mod tests {
         }
         let ans = a.finish();
         assert_eq!(ans.content, "Let me look.");
+        assert_eq!(ans.reasoning, "");
         assert_eq!(ans.finish_reason.as_deref(), Some("tool_calls"));
         assert_eq!(ans.calls.len(), 2);
         assert_eq!(ans.calls[0].id, "a");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use super::wire::ToolCall;
-use crate::agent::Move;
+use crate::agent::{ItemStatus, Move, PlanEntry};
 
 /// The tool definitions sent with every request.
 pub(crate) fn definitions() -> Value {
@@ -80,8 +80,19 @@ pub(crate) fn definitions() -> Value {
         ),
         tool(
             "update_plan",
-            "Replace your plan: a short list of steps the human can see and edit.",
-            json!({"items": {"type": "array", "items": {"type": "string"}}}),
+            "Replace your plan: a short list of steps the human can see and edit, each with \
+             its status. Call it again whenever an item starts or is done.",
+            json!({"items": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "text": {"type": "string", "description": "What to do."},
+                        "status": {"type": "string", "enum": ["pending", "in_progress", "completed", "skipped"]},
+                    },
+                    "required": ["text", "status"],
+                },
+            }}),
             &["items"],
         ),
         tool(
@@ -157,13 +168,10 @@ pub(crate) fn to_move(call: &ToolCall) -> Result<Move, String> {
         "update_plan" => Move::Plan(
             args.get("items")
                 .and_then(Value::as_array)
-                .and_then(|items| {
-                    items
-                        .iter()
-                        .map(|i| i.as_str().map(str::to_owned))
-                        .collect::<Option<Vec<_>>>()
-                })
-                .ok_or("update_plan needs \"items\", a list of strings")?,
+                .ok_or(PLAN_ITEMS)?
+                .iter()
+                .map(plan_entry)
+                .collect::<Result<Vec<_>, _>>()?,
         ),
         "ask_human" => Move::Ask(text("question")?),
         "finish" => Move::Finish(text("summary")?),
@@ -172,6 +180,31 @@ pub(crate) fn to_move(call: &ToolCall) -> Result<Move, String> {
                 "there is no tool named \"{other}\"; the tools are: {NAMES}"
             ))
         }
+    })
+}
+
+const PLAN_ITEMS: &str = "update_plan needs \"items\", a list of {\"text\": STRING, \"status\": \"pending\" | \"in_progress\" | \"completed\" | \"skipped\"}";
+
+/// One plan item: `{text, status}` (or `step` for the text, as Codex names it), or a bare
+/// string with no status.
+fn plan_entry(item: &Value) -> Result<PlanEntry, String> {
+    if let Some(text) = item.as_str() {
+        return Ok(PlanEntry::text(text));
+    }
+    let text = item
+        .get("text")
+        .or_else(|| item.get("step"))
+        .and_then(Value::as_str)
+        .ok_or(PLAN_ITEMS)?;
+    let status = match item.get("status") {
+        None | Some(Value::Null) => None,
+        Some(s) => Some(s.as_str().and_then(ItemStatus::parse).ok_or_else(|| {
+            format!("update_plan: the status {s} of \"{text}\" is not one of pending, in_progress, completed, skipped")
+        })?),
+    };
+    Ok(PlanEntry {
+        status,
+        ..PlanEntry::text(text)
     })
 }
 
@@ -255,7 +288,27 @@ mod tests {
             ),
             (
                 call("update_plan", r#"{"items":["a","b"]}"#),
-                Move::Plan(vec!["a".into(), "b".into()]),
+                Move::Plan(vec![PlanEntry::text("a"), PlanEntry::text("b")]),
+            ),
+            (
+                call(
+                    "update_plan",
+                    r#"{"items":[{"text":"a","status":"completed"},{"step":"b","status":"in_progress"},{"text":"c","status":"pending"}]}"#,
+                ),
+                Move::Plan(vec![
+                    PlanEntry {
+                        status: Some(ItemStatus::Done),
+                        ..PlanEntry::text("a")
+                    },
+                    PlanEntry {
+                        status: Some(ItemStatus::Active),
+                        ..PlanEntry::text("b")
+                    },
+                    PlanEntry {
+                        status: Some(ItemStatus::Pending),
+                        ..PlanEntry::text("c")
+                    },
+                ]),
             ),
             (
                 call("ask_human", r#"{"question":"ok?"}"#),
@@ -293,7 +346,14 @@ mod tests {
                 call("run_command", r#"{"cmd":"x","timeout_s":-1}"#),
                 "timeout_s",
             ),
-            (call("update_plan", r#"{"items":"x"}"#), "a list of strings"),
+            (
+                call("update_plan", r#"{"items":"x"}"#),
+                "a list of {\"text\"",
+            ),
+            (
+                call("update_plan", r#"{"items":[{"text":"a","status":"half"}]}"#),
+                "the status \"half\" of \"a\" is not one of",
+            ),
             (call("delete_everything", "{}"), "no tool named"),
             (
                 call(

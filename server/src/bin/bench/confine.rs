@@ -66,7 +66,7 @@ pub fn run(root: &Path, runs: usize) -> Result<SandboxReport> {
                     }
                     c
                 });
-                let mut p = Process::spawn_tagged(root, "true", None, c.as_ref())?;
+                let mut p = Process::spawn_tagged(root, "true", None, c.as_ref(), None)?;
                 let out = p.wait().await?;
                 let took = started.elapsed().as_secs_f64() * 1000.0;
                 if out.code != Some(0) {
