@@ -186,6 +186,83 @@ T.test("steps quickfix items point at the files the steps touched", function()
   T.eq(items[3].type, "E")
 end)
 
+T.test("the plan: real statuses and true counts; no progress said instead of stale items; your edits marked", function()
+  local plan = {
+    { id = "p1", text = "read it", status = "done" },
+    { id = "p2", text = "write it", status = "active", priority = "high" },
+    { id = "p3", text = "test it", status = "pending", editedByHuman = true },
+    { id = "p4", text = "ship it", status = "skipped" },
+  }
+  local text = table.concat(ui.state_lines(state({ plan = plan, planProgress = true })), "\n")
+  T.contains(text, "## Plan · 1 of 3 done, 1 in progress, 1 skipped")
+  T.contains(text, "- [x] read it")
+  T.contains(text, "- [>] write it (high)")
+  T.contains(text, "- [ ] test it (edited by you)")
+  T.contains(text, "- [-] ship it")
+  T.eq(ui.plan_summary(state({ plan = plan, planProgress = true })), "1 of 3 done, 1 in progress, 1 skipped")
+  -- The agent never reported progress: its statuses are not shown as if they were.
+  local stale = vim.tbl_map(function(p)
+    return vim.tbl_extend("force", p, { status = "pending" })
+  end, plan)
+  text = table.concat(ui.state_lines(state({ plan = stale, planProgress = false })), "\n")
+  T.contains(text, "## Plan\n(the agent reports no plan progress)\n- read it\n- write it (high)\n- test it (edited by you)")
+  T.no_contains(text, "[ ]")
+  T.eq(ui.plan_summary(state({ plan = stale, planProgress = false })), nil)
+end)
+
+T.test("state float steps: the agent's words, its thinking folded, every refusal in the agent's text, output folded", function()
+  local refusal = 'path ".GIT/config" refused: it is inside the repository\'s .git directory, which the agent never writes'
+  local v = ui.state_view(state({
+    steps = {
+      { n = 1, action = "read app.txt", author = "agent", status = "done", message = "First I read the app.", thought = "The user wants a greeting.\nStart with the app." },
+      { n = 2, action = "write .GIT/config", author = "agent", status = "failed", message = "Poking at git.", detail = refusal },
+      { n = 3, action = "run make", author = "agent", status = "done", detail = "exit code 0", output = "cc -o app app.c\nok\n", checkpoint = "0123456789" },
+    },
+  }))
+  local text = table.concat(v.lines, "\n")
+  T.contains(text, "  1. agent done        read app.txt\n")
+  T.contains(text, "       “First I read the app.”")
+  T.contains(text, "       → " .. refusal)
+  T.contains(text, "       output (its last 2 lines):\n       │ cc -o app app.c\n       │ ok")
+  -- The thinking and the output are folds (closed when shown); the words are not.
+  for i, l in ipairs(v.lines) do
+    if l:find("thinking: The user wants", 1, true) then
+      T.eq(v.folds[i], ">1")
+      T.eq(v.folds[i + 1], "1")
+      T.eq(v.lines[i + 1], "                 Start with the app.")
+    elseif l:find("First I read", 1, true) or l:find("refused", 1, true) then
+      T.eq(v.folds[i], "0", l)
+    elseif l:find("output (its last", 1, true) then
+      T.eq(v.folds[i], ">1")
+    end
+  end
+  -- The latest steps only, saying where the rest are.
+  local many = {}
+  for n = 0, 20 do
+    table.insert(many, { n = n, action = "read a" .. n, author = "agent", status = "done" })
+  end
+  text = table.concat(ui.state_lines(state({ steps = many })), "\n")
+  T.contains(text, "… 9 earlier (:Rein steps, :Rein transcript)")
+  T.no_contains(text, "read a8\n")
+  T.contains(text, "read a9")
+  -- After an abort: the agent's lines it kept, where they are.
+  text = table.concat(ui.state_lines(state({ status = "aborted", keptAgentLines = { { path = "a.txt", lines = { { line = 3, text = "AGENT one" } } } } })), "\n")
+  T.contains(text, "- a.txt:3  AGENT one")
+end)
+
+T.test("steps quickfix: the agent's words before each step, the refusal text after it", function()
+  local items = ui.steps_items(state({
+    steps = {
+      { n = 1, action = "write .GIT/config", author = "agent", status = "failed", message = "Let me\nfix git.", detail = 'path ".GIT/config" refused: no' },
+    },
+  }), "/r")
+  T.eq(#items, 2)
+  T.eq(items[1].text, "  agent: Let me ⏎ fix git.")
+  T.eq(items[1].valid, 0)
+  T.eq(items[2].text, 'step 1 [agent] failed: write .GIT/config → path ".GIT/config" refused: no')
+  T.eq(items[2].type, "E")
+end)
+
 T.test("changes quickfix items use reconcile hunks when known", function()
   local s = state({ humanChanges = { { path = "a.txt", kind = "modified", atStep = 2, added = 1, removed = 0 } } })
   local items = ui.changes_items(s, "/r", nil)

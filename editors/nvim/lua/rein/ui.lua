@@ -31,67 +31,171 @@ function M.time(ts)
 end
 
 local plan_marks = { pending = "[ ]", active = "[>]", done = "[x]", skipped = "[-]" }
+M.plan_marks = plan_marks
 
---- The state as Markdown lines.
-function M.state_lines(state)
-  if state == nil or state == vim.NIL or type(state) ~= "table" then
-    return { "# Rein", "", "No task in this repository. Start one with `:Rein start`." }
+--- How far the plan is, in words: "2 of 5 done, 1 in progress, 1 skipped"; nil when the
+--- agent reports no progress on it (then its statuses say nothing).
+function M.plan_summary(state)
+  local plan = type(state) == "table" and list(state.plan) or {}
+  if #plan == 0 or state.planProgress == false then
+    return nil
   end
-  local L = {}
-  local function add(s)
-    table.insert(L, oneline(s))
+  local n = { pending = 0, active = 0, done = 0, skipped = 0 }
+  for _, p in ipairs(plan) do
+    n[p.status] = (n[p.status] or 0) + 1
+  end
+  local parts = { ("%d of %d done"):format(n.done, #plan - n.skipped) }
+  if n.active > 0 then
+    table.insert(parts, ("%d in progress"):format(n.active))
+  end
+  if n.skipped > 0 then
+    table.insert(parts, ("%d skipped"):format(n.skipped))
+  end
+  return table.concat(parts, ", ")
+end
+
+--- A plan item's line without its mark: "text (high) (edited by you)".
+function M.plan_item_text(p)
+  local s = tostring(p.text or "")
+  if str(p.priority) then
+    s = s .. " (" .. p.priority .. ")"
+  end
+  if p.editedByHuman == true then
+    s = s .. " (edited by you)"
+  end
+  return s
+end
+
+local plan_hl = { done = "ReinDone", active = "ReinActive", skipped = "ReinMuted" }
+
+--- Adds the plan to a view: each item with its status, or, when the agent reports no
+--- progress, the items alone under a line that says so (their statuses would be stale).
+function M.add_plan(v, state, indent)
+  indent = indent or ""
+  local plan = list(state.plan)
+  if state.planProgress == false then
+    v:add(indent .. "(the agent reports no plan progress)", "ReinMuted")
+    for _, p in ipairs(plan) do
+      v:add(indent .. "- " .. M.plan_item_text(p))
+    end
+    return
+  end
+  for _, p in ipairs(plan) do
+    local mark = plan_marks[p.status] or "[ ]"
+    local line = ("%s- %s %s"):format(indent, mark, M.plan_item_text(p))
+    local at = #indent + 2
+    v:add(line, { { at, at + #mark, plan_hl[p.status] or "ReinMuted" } })
+  end
+end
+
+local step_hl = { done = "ReinDone", failed = "ReinFailed", rolled_back = "ReinWarn", skipped = "ReinWarn" }
+M.step_hl = step_hl
+
+--- Whether a step did not do what the agent asked (its `detail` is then why, in the words
+--- the agent was told).
+local function refused(s)
+  return s.status == "failed" or s.status == "skipped" or s.status == "rolled_back"
+end
+M.refused = refused
+
+--- The lines under a step: the agent's words (a long message and its thinking folded), what
+--- came of it (`detail`, whole, as the agent was told it) and a command's output (folded).
+function M.add_step_words(v, s, indent)
+  local data = { step = s.n }
+  if str(s.thought) then
+    v:add_block(s.thought, indent .. "thinking: ", indent .. "          ", "ReinThought", { fold = "start", data = data })
+  end
+  if str(s.message) then
+    local n = #vim.split(vim.trim(s.message), "\n")
+    v:add_block(s.message, indent .. "“", indent .. " ", "ReinAgent", { fold = n > 3 and "start" or nil, data = data })
+    v.lines[#v.lines] = v.lines[#v.lines] .. "”"
+  end
+  if str(s.detail) then
+    local hl = refused(s) and (step_hl[s.status] or "ReinWarn") or "ReinMuted"
+    v:add_block(s.detail, indent .. "→ ", indent .. "  ", hl, { data = data })
+  end
+  if str(s.output) then
+    local lines = vim.split(vim.trim(s.output), "\n")
+    v:add(("%soutput (its last %d line%s):"):format(indent, #lines, #lines == 1 and "" or "s"), "ReinOutput", { fold = "start", data = data })
+    for _, l in ipairs(lines) do
+      v:add(indent .. "│ " .. l, "ReinOutput", { fold = "in", data = data })
+    end
+  end
+end
+
+--- The state float shows this many steps, the latest (the rest: :Rein steps, :Rein transcript).
+M.state_steps = 12
+
+--- The state as a view: goal, status, holder, plan, steps with the agent's words, …
+function M.state_view(state)
+  local v = require("rein.view").new()
+  if state == nil or state == vim.NIL or type(state) ~= "table" then
+    v:add("# Rein", "ReinTitle")
+    v:add("")
+    v:add("No task in this repository. Start one with `:Rein start`.")
+    return v
+  end
+  local function add(s, hl, opts)
+    return v:add(oneline(s), hl, opts)
+  end
+  local function heading(s)
+    v:add("")
+    v:add(s, "ReinHeading")
   end
   local task = type(state.task) == "table" and state.task or {}
   local control = type(state.control) == "table" and state.control or {}
-  add("# Rein: " .. (str(task.goal) or "?"))
+  add("# Rein: " .. (str(task.goal) or "?"), "ReinTitle")
   add("")
-  add("Status:  " .. (rein().describe(state) or "?"))
+  add("Status:  " .. (rein().describe(state) or "?"), { { 0, 8, "ReinMuted" } })
   add(("Holder:  %s%s%s"):format(
     str(control.holder) or "?",
     str(control.since) and (" since " .. M.time(control.since)) or "",
     str(control.reason) and (" — " .. control.reason) or ""
-  ))
+  ), { { 0, 8, "ReinMuted" } })
   if str(state.stopReason) then
-    add("Stopped: " .. state.stopReason)
+    add("Stopped: " .. state.stopReason, { { 0, 8, "ReinMuted" } })
   end
   add(("Task:    %s, started %s, version %s"):format(
     str(task.id) or "?",
     str(task.started) and M.time(task.started) or "?",
     str(state.version) or "?"
-  ))
+  ), { { 0, 8, "ReinMuted" } })
   if str(state.summary) then
-    add("Summary: " .. state.summary)
+    add("Summary: " .. state.summary, { { 0, 8, "ReinMuted" } })
   end
 
   local plan = list(state.plan)
   if #plan > 0 then
-    add("")
-    add("## Plan")
-    for _, p in ipairs(plan) do
-      add(("- %s %s"):format(plan_marks[p.status] or "[ ]", p.text or ""))
-    end
+    local summary = M.plan_summary(state)
+    heading("## Plan" .. (summary and (" · " .. summary) or ""))
+    M.add_plan(v, state)
   end
 
   local steps = list(state.steps)
-  add("")
-  add(("## Steps (%d)"):format(#steps))
+  heading(("## Steps (%d)"):format(#steps))
   if #steps == 0 then
     add("none yet")
   end
-  for _, s in ipairs(steps) do
-    add(("%3d. %-5s %-11s %s%s"):format(
-      s.n or 0,
-      str(s.author) or "?",
-      str(s.status) or "?",
+  local from = math.max(1, #steps - M.state_steps + 1)
+  if from > 1 then
+    add(("  … %d earlier (:Rein steps, :Rein transcript)"):format(from - 1), "ReinMuted")
+  end
+  for i = from, #steps do
+    local s = steps[i]
+    local status = str(s.status) or "?"
+    local head = ("%3d. %-5s "):format(s.n or 0, str(s.author) or "?")
+    add(("%s%-11s %s%s"):format(
+      head,
+      status,
       s.action or "",
       str(s.checkpoint) and ("  @" .. s.checkpoint:sub(1, 8)) or ""
-    ))
+    ), { { #head, #head + #status, step_hl[s.status] or "ReinMuted" } }, { data = { step = s.n } })
+    M.add_step_words(v, s, "       ")
   end
 
   local constraints = list(state.constraints)
   if #constraints > 0 then
-    add("")
-    add("## Constraints")
+    heading("## Constraints")
     for _, c in ipairs(constraints) do
       local where = ""
       if type(c.location) == "table" then
@@ -107,10 +211,9 @@ function M.state_lines(state)
 
   local decisions = list(state.decisions)
   if #decisions > 0 then
-    add("")
-    add("## Decisions (answer with :Rein decide)")
+    heading("## Decisions (answer with :Rein decide)")
     for _, d in ipairs(decisions) do
-      add(("- %s (%s) %s"):format(d.id or "?", d.kind or "?", d.question or ""))
+      add(("- %s (%s) %s"):format(d.id or "?", d.kind or "?", d.question or ""), "ReinWarn")
       if #list(d.options) > 0 then
         add("    options: " .. table.concat(d.options, " / "))
       end
@@ -127,8 +230,7 @@ function M.state_lines(state)
 
   local held = list(state.heldFiles)
   if #held > 0 then
-    add("")
-    add("## Held files (yours; :Rein release)")
+    heading("## Held files (yours; :Rein release)")
     for _, f in ipairs(held) do
       add("- " .. f)
     end
@@ -136,8 +238,7 @@ function M.state_lines(state)
 
   local changes = list(state.humanChanges)
   if #changes > 0 then
-    add("")
-    add("## Your changes")
+    heading("## Your changes")
     for _, c in ipairs(changes) do
       add(("- %s %s +%d -%d (step %s)"):format(
         c.kind or "?",
@@ -148,7 +249,22 @@ function M.state_lines(state)
       ))
     end
   end
-  return L
+
+  local kept = list(state.keptAgentLines)
+  if #kept > 0 then
+    heading("## The agent's lines the abort kept (you edited their block; a code action removes them)")
+    for _, f in ipairs(kept) do
+      for _, l in ipairs(list(f.lines)) do
+        add(("- %s:%d  %s"):format(f.path or "?", tonumber(l.line) or 0, l.text or ""), "ReinWarn")
+      end
+    end
+  end
+  return v
+end
+
+--- The state as lines (the float's text).
+function M.state_lines(state)
+  return M.state_view(state).lines
 end
 
 local function close_on_q(buf, win)
@@ -170,30 +286,50 @@ local function named(name)
   end
 end
 
-local function scratch(name, lines, ft)
+--- The scratch buffer `name` (made if missing) holding `content`: lines, or a view (with its
+--- highlights and folds). Its 'filetype' is `ft` (default markdown).
+local function scratch(name, content, ft)
   local buf = named(name)
   if not buf then
     buf = vim.api.nvim_create_buf(false, true)
     pcall(vim.api.nvim_buf_set_name, buf, name)
   end
-  vim.bo[buf].modifiable = true
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
-  vim.bo[buf].modifiable = false
   vim.bo[buf].bufhidden = "wipe"
   vim.bo[buf].buftype = "nofile"
   vim.bo[buf].swapfile = false
-  vim.bo[buf].filetype = ft or "markdown"
+  if vim.bo[buf].filetype ~= (ft or "markdown") then
+    vim.bo[buf].filetype = ft or "markdown"
+  end
+  local view = require("rein.view")
+  if content.lines then
+    view.apply(buf, content)
+  else
+    vim.bo[buf].modifiable = true
+    vim.api.nvim_buf_set_lines(buf, 0, -1, false, content)
+  end
+  vim.bo[buf].modifiable = false
   return buf
 end
+M.scratch = scratch
 
---- Where a float of `lines` goes: centred, as wide as its longest line (within the screen).
-local function float_geometry(lines)
-  local width = 20
-  for _, l in ipairs(lines) do
-    width = math.max(width, vim.fn.strdisplaywidth(l))
+--- Where a float of `content` (lines or a view) goes: centred, as wide as its longest line
+--- and as tall as its lines (within the screen). A view's folded lines are not counted: they
+--- start closed, shown as their fold's first line.
+local function float_geometry(content)
+  local lines, folds = content.lines or content, content.folds or {}
+  local width, height = 20, 0
+  for i, l in ipairs(lines) do
+    if folds[i] ~= "1" then
+      height = height + 1
+      local w = vim.fn.strdisplaywidth(l)
+      if folds[i] == ">1" and folds[i + 1] == "1" then
+        w = w + 12 -- the fold line's "  ▸ N lines"
+      end
+      width = math.max(width, w)
+    end
   end
   width = math.min(width + 2, math.max(20, vim.o.columns - 6))
-  local height = math.min(#lines, math.max(3, vim.o.lines - 6))
+  height = math.min(math.max(height, 1), math.max(3, vim.o.lines - 6))
   return {
     relative = "editor",
     width = width,
@@ -203,10 +339,11 @@ local function float_geometry(lines)
   }
 end
 
---- Opens `lines` in a centred floating window (entered when `enter`); returns buf, win.
-function M.float(name, lines, title, enter)
-  local buf = scratch(name, lines)
-  local cfg = vim.tbl_extend("force", float_geometry(lines), {
+--- Opens `content` (lines or a view) in a centred floating window (entered when `enter`);
+--- returns buf, win.
+function M.float(name, content, title, enter, ft)
+  local buf = scratch(name, content, ft)
+  local cfg = vim.tbl_extend("force", float_geometry(content), {
     style = "minimal",
     border = "rounded",
     title = title and (" " .. title .. " ") or nil,
@@ -240,12 +377,12 @@ end
 --- ("split") that is redrawn on every `rein/stateChanged` and does not take the cursor.
 function M.state_live(client_id, state, how)
   M.state_close()
-  local lines = M.state_lines(state)
+  local view = M.state_view(state)
   local buf, win
   if how == "split" then
     local prev = vim.api.nvim_get_current_win()
-    buf = scratch("rein://state", lines)
-    vim.cmd("botright " .. math.min(#lines, 15) .. "split")
+    buf = scratch("rein://state", view, "rein")
+    vim.cmd("botright " .. math.min(#view.lines, 15) .. "split")
     win = vim.api.nvim_get_current_win()
     vim.api.nvim_win_set_buf(win, buf)
     close_on_q(buf, win)
@@ -253,8 +390,9 @@ function M.state_live(client_id, state, how)
       vim.api.nvim_set_current_win(prev)
     end
   else
-    buf, win = M.float("rein://state", lines, "Rein (:Rein state closes)", false)
+    buf, win = M.float("rein://state", view, "Rein (:Rein state closes)", false, "rein")
   end
+  require("rein.view").fold_window(win)
   local group = vim.api.nvim_create_augroup("rein_state_live", { clear = true })
   M._live = { win = win, buf = buf, client_id = client_id, group = group }
   vim.api.nvim_create_autocmd("User", {
@@ -269,10 +407,8 @@ function M.state_live(client_id, state, how)
         M.state_close()
         return
       end
-      local new = M.state_lines(ev.data.state)
-      vim.bo[live.buf].modifiable = true
-      vim.api.nvim_buf_set_lines(live.buf, 0, -1, false, new)
-      vim.bo[live.buf].modifiable = false
+      local new = M.state_view(ev.data.state)
+      require("rein.view").apply(live.buf, new)
       if vim.api.nvim_win_get_config(live.win).relative ~= "" then
         vim.api.nvim_win_set_config(live.win, float_geometry(new))
       end
@@ -299,20 +435,31 @@ function M.report(kind, markdown)
   if how == false then
     return
   end
-  local lines = vim.split(markdown, "\n", { plain = true })
-  local name = "rein://" .. kind
+  return M.show(kind, vim.split(markdown, "\n", { plain = true }), {
+    how = how,
+    title = kind == "handover" and "Rein handover" or "Rein reconcile",
+    focus = rein().config.report_focus,
+  })
+end
+
+--- Shows `content` (lines or a view) in the window of `kind` (one per kind: reused while it
+--- is open, else a new split, vsplit, tab or float as `opts.how` says). opts: `name` (the
+--- buffer's, default rein://KIND), `ft`, `title` (a float's), `focus` (leave the cursor in it).
+function M.show(kind, content, opts)
+  local how = opts.how or "split"
+  local name = opts.name or ("rein://" .. kind)
   local old = M._report_wins[kind]
   if how == "float" then
     if old and vim.api.nvim_win_is_valid(old) then
       vim.api.nvim_win_close(old, true)
     end
     -- A report float is entered (q closes it), as it covers the code.
-    local buf, win = M.float(name, lines, kind == "handover" and "Rein handover" or "Rein reconcile")
+    local buf, win = M.float(name, content, opts.title, true, opts.ft)
     M._report_wins[kind] = win
     return buf, win
   end
   local prev = vim.api.nvim_get_current_win()
-  local buf = scratch(name, lines)
+  local buf = scratch(name, content, opts.ft)
   -- One window per kind: the last one shown (wherever the buffer now is), else a new split.
   local shown = vim.fn.bufwinid(buf)
   local win
@@ -334,7 +481,11 @@ function M.report(kind, markdown)
   end
   M._report_wins[kind] = win
   close_on_q(buf, win)
-  if not rein().config.report_focus and how ~= "tab" and vim.api.nvim_win_is_valid(prev) then
+  -- A report opens at its top: the agent's own account of what it was doing comes first.
+  pcall(vim.api.nvim_win_set_cursor, win, { 1, 0 })
+  if opts.focus then
+    vim.api.nvim_set_current_win(win)
+  elseif how ~= "tab" and vim.api.nvim_win_is_valid(prev) then
     vim.api.nvim_set_current_win(prev)
   end
   return buf, win
@@ -374,25 +525,34 @@ end
 
 local step_type = { failed = "E", rolled_back = "W", skipped = "W" }
 
---- Quickfix items for the steps. A step that reads/writes/edits a file points at it.
+--- Quickfix items for the steps. A step that reads/writes/edits a file points at it. What
+--- the agent said on its way to a step comes first, as a line of its own (not a stop for
+--- :cnext); a step's `detail` (why it failed or was refused, as the agent was told) follows
+--- its action.
 function M.steps_items(state, root)
   local items = {}
   for _, s in ipairs(type(state) == "table" and list(state.steps) or {}) do
     local action = s.action or ""
     local path = action:match("^read (%S+)$") or action:match("^write (%S+)$") or action:match("^edit (%S+)$")
+    if str(s.message) then
+      table.insert(items, { text = "  agent: " .. oneline(vim.trim(s.message)), valid = 0, user_data = { rein = "message", step = s.n } })
+    end
     local item = {
-      text = ("step %d [%s] %s: %s%s"):format(
+      text = ("step %d [%s] %s: %s%s%s"):format(
         s.n or 0,
         str(s.author) or "?",
         str(s.status) or "?",
         action,
-        str(s.checkpoint) and ("  @" .. s.checkpoint:sub(1, 8)) or ""
+        str(s.checkpoint) and ("  @" .. s.checkpoint:sub(1, 8)) or "",
+        str(s.detail) and (" → " .. oneline(vim.trim(s.detail))) or ""
       ),
       type = step_type[s.status] or "I",
       nr = s.n,
       user_data = { rein = "step", step = s },
     }
-    if path then
+    -- A refused write names a path that must not be opened (`.GIT/config`): only a step that
+    -- did what it said points at its file.
+    if path and s.status == "done" then
       item.filename = join(root, path)
       item.lnum = 1
     end
