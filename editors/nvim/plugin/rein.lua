@@ -40,6 +40,9 @@ local plugs = {
   release = "release",
   steps = "steps",
   changes = "changes",
+  output = "output",
+  transcript = "transcript",
+  diff = "diff",
 }
 for name, sub in pairs(plugs) do
   local ex = sub:sub(1, 1) == "!" and ("Rein" .. sub) or ("Rein " .. sub)

@@ -263,6 +263,140 @@ T.test("steps quickfix: the agent's words before each step, the refusal text aft
   T.eq(items[2].type, "E")
 end)
 
+T.test("transcript entries read as a conversation, with folds and what each line is about", function()
+  local tr = require("rein.transcript")
+  local view = require("rein.view")
+  local v = tr.render(view.new(), {
+    { kind = "goal", at = "2025-01-01T10:00:00Z", text = "add a greeting" },
+    { kind = "plan", at = vim.NIL, items = { { id = "p1", text = "read", status = "active" }, { id = "p2", text = "write", status = "pending" } }, progress = true, by = "agent" },
+    { kind = "message", at = "2025-01-01T10:01:00Z", step = 2, text = "First I read the app.", thought = "Hmm.\nRead first." },
+    { kind = "tool", step = 2, title = "read app.txt", status = "done", planItem = "p1", files = {} },
+    { kind = "plan", items = { { id = "p1", text = "read", status = "done" }, { id = "p2", text = "write", status = "active" } }, progress = true, by = "agent" },
+    { kind = "tool", step = 3, title = "write greeting.txt", status = "done", checkpoint = "abc", files = { { path = "greeting.txt", kind = "added", added = 1, removed = 0 } } },
+    { kind = "tool", step = 4, title = "write .GIT/config", status = "failed", detail = 'path ".GIT/config" refused', files = {} },
+    { kind = "output", step = 5, command = "make", text = "a\nb\n", truncated = false, exit = { code = 2 } },
+    { kind = "steer", id = "c1", text = "keep it short", urgent = false, location = { path = "a.txt", line = 0 } },
+    { kind = "delivered", step = 6, ids = { "c1" } },
+    { kind = "decision", id = "d1", decisionKind = "question", question = "Farewell too?", options = {} },
+    { kind = "answer", id = "d1", choice = "take over", by = "human" },
+    { kind = "control", at = "2025-01-01T10:02:00Z", what = "taken_over", text = "you took over: to fix it myself" },
+    { kind = "human", step = 7, title = "your changes", checkpoint = "def", files = { { path = "a.txt", kind = "modified", added = 1, removed = 1 } } },
+    { kind = "control", what = "handed_back", text = "handed back to the agent" },
+    { kind = "end", status = "done", text = "greeting added" },
+  }, {})
+  local text = table.concat(v.lines, "\n")
+  for _, want in ipairs({
+    "Goal: add a greeting",
+    "plan, as the agent set it:\n    [>] p1: read\n    [ ] p2: write",
+    "  thinking: Hmm.\n            Read first.\nagent: First I read the app.",
+    "step 2 ✓ read app.txt  · p1",
+    "plan: [x] p1: read · [>] p2: write",
+    "step 3 ✓ write greeting.txt\n    greeting.txt +1 -0 (added)",
+    'step 4 ✗ write .GIT/config (failed)\n    → path ".GIT/config" refused',
+    "    output of `make` (2 lines, exit code 2):\n    │ a\n    │ b",
+    "you (steer c1): keep it short (about a.txt:1)",
+    "  (c1 delivered to the agent before step 6)",
+    "? d1: Farewell too? (any answer)",
+    "you answered d1: take over",
+    "── you took over: to fix it myself",
+    "step 7 ✎ you: your changes\n    a.txt +1 -1",
+    "── handed back to the agent",
+    "■ done: greeting added",
+  }) do
+    T.contains(text, want)
+  end
+  for i, l in ipairs(v.lines) do
+    if l:find("^step 3 ") or l:find("^    greeting.txt") then
+      T.eq(v.data[i], { step = 3, diff = true }, l)
+    elseif l:find("^step 7 ") then
+      T.eq(v.data[i].step, 7)
+    elseif l:find("output of `make`", 1, true) then
+      T.eq(v.folds[i], ">1")
+      T.eq(v.folds[i + 1], "1")
+    elseif l:find("thinking: Hmm", 1, true) then
+      T.eq(v.folds[i], ">1")
+    elseif l:find("^agent: ") then
+      T.eq(v.folds[i], "0")
+    end
+  end
+  -- Times: on the blank line before a turn, after a one-line event; never over the text.
+  T.eq(v.right[1], false)
+  for i, l in ipairs(v.lines) do
+    if l:find("^agent: First I read") then
+      T.eq(v.right[i - 3], "10:01:00", "the blank line before the thinking")
+    end
+  end
+  T.contains(text, "── you took over: to fix it myself  10:02:00")
+  -- An agent that reports no progress: its plan without stale statuses.
+  text = table.concat(tr.render(view.new(), { { kind = "plan", items = { { id = "p1", text = "read", status = "pending" } }, progress = false, by = "agent" } }, {}).lines, "\n")
+  T.eq(text, "plan, as the agent set it (it reports no progress on it):\n    - p1: read")
+end)
+
+T.test("live output: a header, chunks joined across lines, paused/resumed, the exit; bounded", function()
+  local out = require("rein.output")
+  rein.config.output_lines = 12
+  local function send(p)
+    out.on_output(990, vim.tbl_extend("force", { taskId = "t", id = "4-1", step = 4, command = "make", terminal = vim.NIL, skipped = 0, state = "running" }, p))
+  end
+  send({ seq = 1, chunk = "" })
+  send({ seq = 2, chunk = "compiling a" })
+  send({ seq = 3, chunk = "... ok\n\27[32mgreen\27[0m\nprogress 10%\rprogress 100%\n" })
+  send({ seq = 4, chunk = "", state = "paused" })
+  send({ seq = 5, chunk = "", state = "running" })
+  send({ seq = 6, chunk = "done\n", state = "ended", exit = { code = 0, signal = vim.NIL } })
+  local lines = vim.api.nvim_buf_get_lines(out.buf(), 0, -1, false)
+  T.eq(lines, {
+    "▶ step 4: make",
+    "compiling a... ok",
+    "green",
+    "progress 100%",
+    "── paused (the command is frozen; :Rein resume thaws it)",
+    "── resumed",
+    "done",
+    "■ exit code 0",
+  })
+  T.eq(#out.running(990), 0, "ended")
+  -- Two commands printing in turn are told apart; the buffer keeps its last lines.
+  out.on_output(990, { id = "5-1", step = 5, command = "sleep 9", terminal = "t1", seq = 1, chunk = "x\n", skipped = 0, state = "running" })
+  out.on_output(990, { id = "6-1", step = 6, command = "ls", terminal = vim.NIL, seq = 1, chunk = "y\n", skipped = 3, state = "running" })
+  out.on_output(990, { id = "5-1", step = 5, command = "sleep 9", terminal = "t1", seq = 2, chunk = "z\n", skipped = 0, state = "running" })
+  lines = vim.api.nvim_buf_get_lines(out.buf(), 0, -1, false)
+  T.eq(vim.list_slice(lines, #lines - 6), {
+    "▶ step 5: sleep 9 (terminal t1)",
+    "x",
+    "▶ step 6: ls",
+    "… 3 bytes not shown",
+    "y",
+    "… step 5: sleep 9 (terminal t1)",
+    "z",
+  })
+  T.eq(#out.running(990), 2)
+  T.eq(out.running(990)[1].tail, { "x", "z" })
+  for i = 1, 20 do
+    out.on_output(990, { id = "6-1", step = 6, command = "ls", seq = 1 + i, chunk = "line " .. i .. "\n", skipped = 0, state = "running" })
+  end
+  lines = vim.api.nvim_buf_get_lines(out.buf(), 0, -1, false)
+  T.eq(#lines, 12)
+  T.eq(lines[12], "line 20")
+  out.forget(990)
+  rein.config.output_lines = 2000
+end)
+
+T.test("a step's diff spans its checkpoint and the one before it", function()
+  local diff = require("rein.diff")
+  local steps = {
+    { n = 0, checkpoint = "aaa" },
+    { n = 1, checkpoint = vim.NIL },
+    { n = 2, checkpoint = "aaa" },
+    { n = 3, checkpoint = "bbb" },
+  }
+  T.eq(diff.step_range(steps, 3), { from = "aaa", to = "bbb", same = false })
+  T.eq(diff.step_range(steps, 2), { from = "aaa", to = "aaa", same = true })
+  T.eq(diff.step_range(steps, 0), { from = nil, to = "aaa", same = false })
+  T.eq(diff.step_range(steps, 1), nil)
+  T.eq(diff.step_range(steps, 9), nil)
+end)
+
 T.test("changes quickfix items use reconcile hunks when known", function()
   local s = state({ humanChanges = { { path = "a.txt", kind = "modified", atStep = 2, added = 1, removed = 0 } } })
   local items = ui.changes_items(s, "/r", nil)
@@ -285,7 +419,7 @@ end)
 
 T.test(":Rein completes subcommands, abort choices, checkpoints, decisions and options", function()
   local names = vim.fn.getcompletion("Rein ", "cmdline")
-  for _, n in ipairs({ "start", "pause", "resume", "steer", "abort", "takeover", "handback", "state", "rewind", "decide", "release", "steps", "changes" }) do
+  for _, n in ipairs({ "start", "pause", "resume", "steer", "abort", "takeover", "handback", "state", "rewind", "decide", "release", "steps", "changes", "output", "transcript", "diff" }) do
     T.truthy(vim.tbl_contains(names, n), "subcommand " .. n .. " in " .. vim.inspect(names))
   end
   T.eq(vim.fn.getcompletion("Rein de", "cmdline"), { "decide" })
@@ -336,10 +470,11 @@ T.test("setup: init_options and capabilities", function()
   T.eq(caps.window.workDoneProgress, true)
   T.truthy(caps.window.showMessage, "window.showMessage")
   T.eq(caps.experimental.rein.steerSelection, true)
+  T.eq(caps.experimental.rein.output, true)
   local cfg = rein.client_config("/tmp/x")
   T.eq(cfg.cmd, { H.bin, "lsp" })
   T.eq(cfg.root_dir, "/tmp/x")
-  T.truthy(cfg.handlers["rein/stateChanged"] and cfg.handlers["rein/filesChanged"], "handlers")
+  T.truthy(cfg.handlers["rein/stateChanged"] and cfg.handlers["rein/filesChanged"] and cfg.handlers["rein/output"], "handlers")
   T.truthy(cfg.commands["rein.steerSelection"] and cfg.commands["rein.steer"], "client commands")
 end)
 

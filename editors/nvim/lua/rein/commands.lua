@@ -492,6 +492,95 @@ sub.changes = {
   end,
 }
 
+--- The steps of the current state that `pred` accepts, as completion words (newest first).
+local function step_words(pred)
+  local s = current_state()
+  local out = {}
+  for i = #(s and type(s.steps) == "table" and s.steps or {}), 1, -1 do
+    local st = s.steps[i]
+    if pred(st) then
+      table.insert(out, tostring(st.n))
+    end
+  end
+  return out
+end
+
+--- "4", "step:4" -> 4.
+local function step_number(args)
+  return tonumber(args:match("^step:(%d+)$") or args:match("^(%d+)$"))
+end
+
+--- `:Rein output` shows the live command output (again: hides it); `:Rein output N` the end
+--- of step N's output as the state keeps it.
+sub.output = {
+  desc = "follow the running command's output (N: step N's output)",
+  complete = function()
+    return step_words(function(st)
+      return type(st.output) == "string"
+    end)
+  end,
+  run = function(args)
+    if args == "" then
+      require("rein.output").toggle()
+      return
+    end
+    local n = step_number(args)
+    if not n then
+      rein().notify("output takes a step number", vim.log.levels.ERROR)
+      return
+    end
+    rein().exec("state", {}, function(result)
+      require("rein.output").show_step(result and result.state, n)
+    end)
+  end,
+}
+
+--- `:Rein transcript`: the task as a conversation, live.
+sub.transcript = {
+  desc = "the task as a conversation (live; <CR> on a step opens its diff)",
+  run = function()
+    rein().with_client(function(client)
+      require("rein.transcript").open(client.id)
+    end)
+  end,
+}
+
+--- `:Rein diff [N]`: what step N changed (default: the latest step that changed files).
+sub.diff = {
+  desc = "what a step changed (default: the latest that changed files)",
+  complete = function()
+    return step_words(function(st)
+      return type(st.checkpoint) == "string"
+    end)
+  end,
+  run = function(args)
+    rein().exec("state", {}, function(result, client)
+      local state = result and result.state
+      local n = step_number(args)
+      if args ~= "" and not n then
+        rein().notify("diff takes a step number", vim.log.levels.ERROR)
+        return
+      end
+      if not n then
+        local diff = require("rein.diff")
+        local steps = type(state) == "table" and type(state.steps) == "table" and state.steps or {}
+        for i = #steps, 1, -1 do
+          local r = diff.step_range(steps, steps[i].n)
+          if r and not r.same and steps[i].n > 0 then
+            n = steps[i].n
+            break
+          end
+        end
+        if not n then
+          rein().notify("no step changed files yet", vim.log.levels.WARN)
+          return
+        end
+      end
+      require("rein.diff").open(client.config.root_dir, state, n)
+    end)
+  end,
+}
+
 M.subcommands = sub
 
 function M.names()

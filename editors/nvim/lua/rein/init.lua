@@ -34,6 +34,10 @@ local defaults = {
   report = "split",
   --- Put the cursor in the report window (otherwise it stays where it was).
   report_focus = false,
+  --- Where `:Rein transcript` opens: "vsplit", "split" or "tab".
+  transcript = "vsplit",
+  --- How many lines of live command output `rein://output` keeps (the oldest go first).
+  output_lines = 2000,
   --- vim.notify when a task ends or needs a decision.
   notify = true,
   --- Deep-merged over the client capabilities Rein sends.
@@ -102,8 +106,9 @@ function M.capabilities()
   caps.workspace = caps.workspace or {}
   caps.workspace.configuration = true
   caps.workspace.workspaceFolders = true
-  -- The plugin runs rein.steerSelection itself (it asks for the text), so the server offers it.
-  caps.experimental = vim.tbl_deep_extend("force", caps.experimental or {}, { rein = { steerSelection = true } })
+  -- The plugin runs rein.steerSelection itself (it asks for the text), so the server offers it;
+  -- it shows live command output (rein/output) in rein://output.
+  caps.experimental = vim.tbl_deep_extend("force", caps.experimental or {}, { rein = { steerSelection = true, output = true } })
   return vim.tbl_deep_extend("force", caps, M.config.capabilities or {})
 end
 
@@ -285,6 +290,11 @@ function M.client_config(root)
         end
         return vim.NIL
       end,
+      -- Neovim runs notification handlers on the main loop (scheduled), so the buffer can be
+      -- written here.
+      ["rein/output"] = function(_, params, ctx)
+        require("rein.output").on_output(ctx.client_id, params)
+      end,
       ["rein/filesChanged"] = function(_, params)
         if type(params) == "table" and type(params.uris) == "table" then
           vim.schedule(function()
@@ -311,6 +321,7 @@ function M.client_config(root)
       vim.schedule(function()
         M._states[client_id] = nil
         M._pending[client_id] = nil
+        require("rein.output").forget(client_id)
         pcall(vim.cmd, "redrawstatus!")
         if code ~= 0 then
           notify(("the server exited with code %d (see :LspLog)"):format(code), vim.log.levels.WARN)
