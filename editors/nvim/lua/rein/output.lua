@@ -14,6 +14,8 @@ M.NAME = "rein://output"
 M._cmds = {}
 --- The key of the command whose text the buffer ends with.
 M._last = nil
+--- Whether the buffer holds no output yet (one empty line, or the placeholder line).
+M._blank = true
 --- Whether the buffer's last line is still open (its command printed no newline yet).
 M._open = false
 
@@ -65,9 +67,6 @@ function M.buf()
 end
 
 local ns = require("rein.view").ns
-
---- Whether the buffer holds no output yet (one empty line, or the placeholder line).
-M._blank = true
 
 --- Appends `pieces` (lines) to the buffer: the first continues the open line when `cont`;
 --- `hl` colours what it adds. Windows that were at the end follow it (one the user scrolled

@@ -166,7 +166,8 @@ function M.render(v, entries, ctx)
         end
         for _, d in ipairs(list(e.tool.diffs)) do
           if not shown[d.path] then
-            v:add(("    %s +%d -%d (as the agent reported it)"):format(d.path or "?", d.added or 0, d.removed or 0), "ReinMuted", { data = data })
+            local line = ("    %s +%d -%d (as the agent reported it)"):format(d.path or "?", d.added or 0, d.removed or 0)
+            v:add(line, "ReinMuted", { data = data })
           end
         end
         local at = {}
@@ -238,7 +239,8 @@ function M.render_live(v, client_id)
   for _, c in ipairs(require("rein.output").running(client_id)) do
     v:add("")
     local what = c.state == "paused" and "paused" or "running"
-    v:add(("▶ %s step %s: %s  (:Rein output follows it)"):format(what, tostring(c.step or "?"), c.command or "?"), what == "paused" and "ReinWarn" or "ReinActive")
+    local line = ("▶ %s step %s: %s  (:Rein output follows it)"):format(what, tostring(c.step or "?"), c.command or "?")
+    v:add(line, what == "paused" and "ReinWarn" or "ReinActive")
     for _, l in ipairs(c.tail) do
       v:add("    │ " .. l, "ReinOutput")
     end
@@ -250,8 +252,11 @@ end
 --- count), ctx, busy, again, group}, or nil.
 M._t = nil
 
+local live_statuses = { running = true, paused = true, awaiting_decision = true, human = true }
+
+--- Whether the task of `state` has not ended (a transcript opened on it follows its end).
 local function active(state)
-  return type(state) == "table" and (state.status == "running" or state.status == "paused" or state.status == "awaiting_decision" or state.status == "human")
+  return type(state) == "table" and live_statuses[state.status] == true
 end
 
 --- Redraws the end of the buffer: the new entries `entries` (appended after the lines it
@@ -279,9 +284,6 @@ local function draw(t, entries)
   M.render_live(live, t.client_id)
   v:append(live)
   local first = t.lines + 1
-  if t.lines == 0 then
-    first = 1
-  end
   view().apply(t.buf, v, first)
   if #entries > 0 then
     t.lines = first - 1 + fresh

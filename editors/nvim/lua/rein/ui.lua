@@ -116,7 +116,8 @@ function M.add_step_words(v, s, indent)
   end
   if str(s.output) then
     local lines = vim.split(vim.trim(s.output), "\n")
-    v:add(("%soutput (its last %d line%s):"):format(indent, #lines, #lines == 1 and "" or "s"), "ReinOutput", { fold = "start", data = data })
+    local head = ("%soutput (its last %d line%s):"):format(indent, #lines, #lines == 1 and "" or "s")
+    v:add(head, "ReinOutput", { fold = "start", data = data })
     for _, l in ipairs(lines) do
       v:add(indent .. "│ " .. l, "ReinOutput", { fold = "in", data = data })
     end
@@ -310,7 +311,6 @@ local function scratch(name, content, ft)
   vim.bo[buf].modifiable = false
   return buf
 end
-M.scratch = scratch
 
 --- Where a float of `content` (lines or a view) goes: centred, as wide as its longest line
 --- and as tall as its lines (within the screen). A view's folded lines are not counted: they

@@ -175,11 +175,6 @@ function M.fold_window(win)
   wo.fillchars = "fold: ,eob: "
 end
 
---- Forgets a wiped buffer.
-function M.forget(buf)
-  M._meta[buf] = nil
-end
-
 vim.api.nvim_create_autocmd("BufWipeout", {
   group = vim.api.nvim_create_augroup("rein_view_meta", { clear = true }),
   callback = function(ev)
