@@ -112,12 +112,7 @@ fn start_spec(root: &Path, spec: Value) -> Run {
     let (notify, notices) = channel();
     let (handle, state) =
         control::start(root, "fix the answer", spec, test_config(), notify).expect("task starts");
-    Run {
-        handle,
-        notices,
-        state,
-        root: root.to_owned(),
-    }
+    Run::new(handle, notices, state, root.to_owned())
 }
 
 /// Like `Run::until`, keeping every live output notice on the way.
@@ -129,7 +124,7 @@ async fn until_collecting_output(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         match tokio::time::timeout_at(deadline, run.notices.recv()).await {
-            Ok(Some(Notice::State(s))) => {
+            Ok(Some(Notice::State { state: s, .. })) => {
                 run.state = *s;
                 if pred(&run.state) {
                     return (run.state.clone(), seen);
@@ -1051,12 +1046,7 @@ async fn the_agent_process_runs_in_its_own_domain_unless_the_sandbox_is_off() {
             cfg.policy.sandbox = sandbox;
             let (handle, st) =
                 control::start(dir.path(), "try", spec, cfg, notify).expect("task starts");
-            let mut run = Run {
-                handle,
-                notices,
-                state: st,
-                root: dir.path().to_owned(),
-            };
+            let mut run = Run::new(handle, notices, st, dir.path().to_owned());
             run.until("done", |s| s.status == Status::Done).await;
             let ok = |event: &str| -> Vec<bool> {
                 sc.of(event).iter().map(|e| e["ok"] == true).collect()
@@ -1306,12 +1296,7 @@ fn start_acp_with(root: &Path, sc: &Scenario, cfg: control::EngineConfig) -> Run
     let spec = json!({"kind": "acp", "command": [agent_bin(), sc.file]});
     let (handle, state) =
         control::start(root, "fix the answer", spec, cfg, notify).expect("task starts");
-    Run {
-        handle,
-        notices,
-        state,
-        root: root.to_owned(),
-    }
+    Run::new(handle, notices, state, root.to_owned())
 }
 
 /// A terminal's command the sandbox denied (the real kernel): the agent reads the hint at
@@ -1342,7 +1327,9 @@ async fn a_terminal_the_sandbox_denied_is_hinted_told_and_run_again_on_approve()
             .expect("the sandbox decision within 30 s")
             .expect("the engine runs");
         match n {
-            control::Notice::State(s) if s.status == Status::AwaitingDecision => break *s,
+            control::Notice::State { state: s, .. } if s.status == Status::AwaitingDecision => {
+                break *s
+            }
             control::Notice::Message { text, .. } => told.push(text.to_string()),
             _ => {}
         }
@@ -1509,7 +1496,7 @@ async fn plan_updates_words_and_tool_diffs_reach_the_state_the_handover_and_the_
     assert_eq!(edit.message.as_deref(), Some("Now fixing the answer."));
     assert_eq!(edit.thought.as_deref(), Some("Change 41 to 42."));
     assert_eq!(edit.plan_item.as_deref(), Some("p2"));
-    let tool = edit.tool.expect("the tool call is kept");
+    let tool = edit.tool.clone().expect("the tool call is kept");
     assert_eq!(tool.kind, "edit");
     assert_eq!(
         tool.locations,

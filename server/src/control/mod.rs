@@ -239,7 +239,15 @@ pub enum Level {
 #[derive(Debug, Clone)]
 pub enum Notice {
     /// The state changed (sent after every change).
-    State(Box<TaskState>),
+    State {
+        /// The whole state now (cheap to copy: its steps are shared).
+        state: Box<TaskState>,
+        /// The version of the state the previous notice carried: what changed is relative
+        /// to it.
+        base: u64,
+        /// Of the steps, only `steps[steps_from..]` are new or changed since that notice.
+        steps_from: usize,
+    },
     /// This file changed on disk: the agent wrote it, or a rewind or an abort put it back
     /// (editors reload clean buffers).
     Wrote {
@@ -399,6 +407,8 @@ struct Engine {
     said: Words,
     /// What the move being carried out leaves for its step's record.
     extra: StepExtra,
+    /// The version of the state the outside was last told of.
+    told_version: u64,
 }
 
 /// What a move leaves for its step's record beyond its outcome.
@@ -507,6 +517,7 @@ pub fn start(
         plan: Vec::new(),
         plan_progress: false,
         steps: Vec::new(),
+        steps_omitted: 0,
         constraints: Vec::new(),
         decisions: Vec::new(),
         answered: Vec::new(),
@@ -571,7 +582,7 @@ pub fn start(
             serde_json::json!({ "goal": goal, "checkpoint": snap.id }),
         );
         engine.commit(|s| {
-            s.steps.push(Step::new(
+            s.push_step(Step::new(
                 0,
                 "working tree at start",
                 Author::Human,
@@ -611,6 +622,7 @@ fn fail_unopened(mut store: StateStore, notify: &Notify, e: &CheckpointError) {
         level: Level::Error,
         text: Advice::text(why.clone()),
     });
+    let base = store.state().version;
     let done = store.update(|s| {
         s.status = Status::Failed;
         s.control = Control {
@@ -623,7 +635,12 @@ fn fail_unopened(mut store: StateStore, notify: &Notify, e: &CheckpointError) {
     if let Err(e) = done {
         tracing::error!("cannot record the failure: {e}");
     }
-    notify(Notice::State(Box::new(store.state().clone())));
+    let steps_from = store.take_changed_from();
+    notify(Notice::State {
+        state: Box::new(store.state().clone()),
+        base,
+        steps_from,
+    });
 }
 
 /// Removes the finished tasks retention does not keep; a failure only costs disk.
@@ -909,6 +926,8 @@ impl Engine {
         rx: mpsc::UnboundedReceiver<Envelope>,
         notify: Notify,
     ) -> Self {
+        // Whoever started or reopened the task was given the state as it is now.
+        let told_version = store.state().version;
         Engine {
             root,
             store,
@@ -934,6 +953,7 @@ impl Engine {
             outputs: output::Outputs::default(),
             said: Words::default(),
             extra: StepExtra::default(),
+            told_version,
         }
     }
 
@@ -984,7 +1004,19 @@ impl Engine {
     /// Applies a change to the state, persists it and tells the outside.
     fn commit(&mut self, change: impl FnOnce(&mut TaskState)) {
         self.write_state(change);
-        (self.notify)(Notice::State(self.boxed_state()));
+        self.tell_state();
+    }
+
+    /// Tells the outside the state changed, and what of it since it was last told.
+    fn tell_state(&mut self) {
+        let steps_from = self.store.take_changed_from();
+        let version = self.state().version;
+        let base = std::mem::replace(&mut self.told_version, version);
+        (self.notify)(Notice::State {
+            state: self.boxed_state(),
+            base,
+            steps_from,
+        });
     }
 
     /// Applies a change to the state and persists it. A pending hand edit of the file is
@@ -999,12 +1031,20 @@ impl Engine {
         }
         let ended = self.outputs.take_ended();
         let plan = self.state().plan.clone();
-        let kept = ended.clone();
+        // A terminal's step may lie well back by the time its command ends.
+        let outputs: Vec<(usize, Option<String>)> = ended
+            .iter()
+            .filter_map(|e| {
+                let i = self.state().steps.iter().rposition(|st| st.n == e.step)?;
+                Some((i, state::tail(&e.text, state::OUTPUT_BYTES)))
+            })
+            .collect();
+        for (i, _) in &outputs {
+            self.store.mark_step_changed(*i);
+        }
         let updated = self.store.update(|s| {
-            for e in &kept {
-                if let Some(st) = s.steps.iter_mut().rev().find(|st| st.n == e.step) {
-                    st.output = state::tail(&e.text, state::OUTPUT_BYTES);
-                }
+            for (i, output) in outputs {
+                Arc::make_mut(&mut s.steps[i]).output = output;
             }
             change(s);
         });
@@ -1213,7 +1253,7 @@ impl Engine {
         match self.store.sync_from_disk() {
             Ok(Some(_)) => {
                 self.say(Level::Info, "your edit of the task state was taken");
-                (self.notify)(Notice::State(self.boxed_state()));
+                self.tell_state();
             }
             Ok(None) => {}
             Err(e) => self.say(Level::Warning, e.to_string()),
@@ -1410,7 +1450,7 @@ impl Engine {
                     .find(|p| p.status == state::PlanStatus::Active)
                     .map(|p| p.id.clone()),
             };
-            s.steps.push(record);
+            s.push_step(record);
             s.last_agent_checkpoint = id.clone();
             s.agent_moves += 1;
             s.remaining_moves = remaining;
@@ -1455,7 +1495,7 @@ impl Engine {
                 serde_json::json!({ "summary": summary }),
             );
         }
-        (self.notify)(Notice::State(self.boxed_state()));
+        self.tell_state();
         self.last_result = Some(outcome);
         Flow::Continue
     }

@@ -76,7 +76,7 @@ pub(super) fn restore_tree(
 /// before it, so every listed step can be named. Anything else is a checkpoint id.
 pub(super) fn resolve_target(
     ckpt: &Checkpoints,
-    steps: &[state::Step],
+    steps: &[std::sync::Arc<state::Step>],
     spec: &str,
 ) -> Result<String, CheckpointError> {
     let Some(n) = spec.trim().strip_prefix("step:") else {
@@ -86,7 +86,7 @@ pub(super) fn resolve_target(
         .trim()
         .parse()
         .map_err(|_| CheckpointError::UnknownCheckpoint(spec.to_owned()))?;
-    match steps.iter().rev().find(|st| st.n == n) {
+    match steps.iter().rev().find(|st| st.n == n).map(|st| &**st) {
         Some(state::Step {
             checkpoint: Some(id),
             ..
