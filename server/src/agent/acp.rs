@@ -25,7 +25,8 @@ use agent_client_protocol::v1::schema::{
     PermissionOptionKind, ReadTextFileResponse, ReleaseTerminalResponse, RequestPermissionOutcome,
     RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId,
     SessionNotification, SessionUpdate, StopReason, TerminalExitStatus, TerminalOutputResponse,
-    ToolCallContent, ToolCallStatus, ToolKind, WaitForTerminalExitResponse, WriteTextFileResponse,
+    ToolCallContent, ToolCallLocation, ToolCallStatus, ToolKind, WaitForTerminalExitResponse,
+    WriteTextFileResponse,
 };
 use tokio::sync::mpsc;
 
@@ -42,6 +43,8 @@ const SUMMARY_CHARS: usize = 4000;
 const CRASH_LINES: usize = 6;
 /// How many of the agent's tool calls are remembered before the ended ones are forgotten.
 const TOOLS_KEPT: usize = 256;
+/// How long taking what the agent made waits for its connection to pass on all it sent.
+const FLUSH_PATIENCE: Duration = Duration::from_secs(1);
 
 const ABOUT_REIN: &str = "A person supervises you through Rein. They may pause you, correct you, \
 or take over and edit files themselves; when they hand back you get a report of what they \
@@ -763,37 +766,43 @@ impl AcpAgent {
         if self.session.as_ref().map(|(s, _)| s) != Some(&n.session_id) {
             return None;
         }
-        let (id, title, kind, status) = match n.update {
+        let (id, title, kind, status, named) = match n.update {
             SessionUpdate::AgentMessageChunk(c) => {
                 if let ContentBlock::Text(t) = c.content {
                     self.chunks.push_str(&t.text);
                 }
                 return None;
             }
-            SessionUpdate::ToolCall(tc) => (
-                tc.tool_call_id.0.to_string(),
-                Some(tc.title),
-                Some(tc.kind),
-                Some(tc.status),
-            ),
-            SessionUpdate::ToolCallUpdate(u) => (
-                u.tool_call_id.0.to_string(),
-                u.fields.title,
-                u.fields.kind,
-                u.fields.status,
-            ),
+            SessionUpdate::ToolCall(tc) => {
+                let id = tc.tool_call_id.0.to_string();
+                let named = self.untitled(&id, Some(tc.kind), tc.raw_input.as_ref(), &tc.locations);
+                (id, Some(tc.title), Some(tc.kind), Some(tc.status), named)
+            }
+            SessionUpdate::ToolCallUpdate(u) => {
+                let id = u.tool_call_id.0.to_string();
+                let f = u.fields;
+                let named = self.untitled(
+                    &id,
+                    f.kind,
+                    f.raw_input.as_ref(),
+                    f.locations.as_deref().unwrap_or_default(),
+                );
+                (id, f.title, f.kind, f.status, named)
+            }
             _ => return None,
         };
         // The summary is what the agent says after its last tool call.
         if !self.chunks.trim().is_empty() {
             self.last_text = std::mem::take(&mut self.chunks);
         }
+        // A tool first heard of by its update (a harness that never announced it, or whose
+        // announcement Rein has forgotten) is named by what the update says of it.
         let tool = self.tools.entry(id).or_insert(Tool {
-            title: "a tool call".into(),
+            title: named,
             kind: ToolKind::Other,
             done: false,
         });
-        if let Some(t) = title {
+        if let Some(t) = title.filter(|t| !t.trim().is_empty()) {
             tool.title = t;
         }
         if let Some(k) = kind {
@@ -888,6 +897,27 @@ impl AcpAgent {
             "the agent `{}` stopped: {why}",
             self.name()
         ))))
+    }
+
+    /// A title for a tool call whose own title Rein does not have: its command line, else
+    /// its kind and the files it names, else its kind and id.
+    fn untitled(
+        &self,
+        id: &str,
+        kind: Option<ToolKind>,
+        raw: Option<&serde_json::Value>,
+        locations: &[ToolCallLocation],
+    ) -> String {
+        if let Some(cmd) = raw.and_then(command_of) {
+            return format!("run {cmd}");
+        }
+        let kind = kind.map_or_else(|| "tool".to_owned(), kind_name);
+        let paths: Vec<String> = locations.iter().map(|l| self.relative(&l.path)).collect();
+        if paths.is_empty() {
+            format!("{kind} (tool call {id})")
+        } else {
+            format!("{kind} {}", paths.join(", "))
+        }
     }
 
     /// A path as the engine takes it: relative to the working tree when inside it; anything
@@ -1020,6 +1050,13 @@ impl Agent for AcpAgent {
         let Some(link) = &self.link else {
             return Vec::new();
         };
+        // What the agent wrote to its pipe before now (it is stopped, or its turn is ending)
+        // must be in the inbox first; a connection thread that does not answer in time
+        // (stuck, or gone) leaves what is there.
+        let k = link.shared.ask_flush();
+        if link.cmds.send(Cmd::Flush(k)).is_ok() && !link.shared.wait_flushed(k, FLUSH_PATIENCE) {
+            tracing::debug!("the agent connection did not flush within {FLUSH_PATIENCE:?}");
+        }
         let updates = link.shared.take_updates();
         updates
             .into_iter()
