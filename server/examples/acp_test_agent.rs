@@ -19,9 +19,10 @@
 //! with its result), `{"wait_cancel": true}`,
 //! `{"ignore_cancel": true}`, `{"wait_steering": true}`, `{"sleep_ms": N}`, `{"crash": CODE}`,
 //! `{"stop": "max_tokens" | "refusal"}`,
-//! `{"tool": {"id", "title"?, "kind"?, "status"?, "paths"?, "command"?, "update"?: bool}}` (a
-//! `tool_call` notification with these fields, or with `update` a `tool_call_update` carrying
-//! only the fields given: how a harness announces, completes or fails a tool of its own),
+//! `{"tool": {"id", "title"?, "kind"?, "status"?, "paths"?, "command"?, "diff"?: {"path",
+//! "old"?, "new"}, "update"?: bool}}` (a `tool_call` notification with these fields, or with
+//! `update` a `tool_call_update` carrying only the fields given: how a harness announces,
+//! completes or fails a tool of its own; a `permission` may name the tool's `id`),
 //! `{"run": {"command", "title"?, "id"?, "ask"?: bool}}` (the agent runs `sh -c COMMAND`
 //! itself as a harness does, in its own process: with `ask` it asks permission first; it
 //! announces an `execute` tool call, logs `running` with the shell's pid, and reports the tool
@@ -40,14 +41,14 @@ use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AuthMethod, AuthMethodAgent, AuthenticateRequest, AuthenticateResponse,
-    CancelNotification, ContentBlock, ContentChunk, CreateTerminalRequest, InitializeRequest,
+    CancelNotification, ContentBlock, ContentChunk, CreateTerminalRequest, Diff, InitializeRequest,
     InitializeResponse, KillTerminalRequest, NewSessionRequest, NewSessionResponse,
     PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse, ReadTextFileRequest,
     ReleaseTerminalRequest, RequestPermissionOutcome, RequestPermissionRequest, SessionId,
     SessionMode, SessionModeId, SessionModeState, SessionNotification, SessionUpdate,
     SetSessionModeRequest, SetSessionModeResponse, StopReason, TerminalOutputRequest, TextContent,
-    ToolCall, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
-    WaitForTerminalExitRequest, WriteTextFileRequest,
+    ToolCall, ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate,
+    ToolCallUpdateFields, ToolKind, WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
@@ -446,8 +447,9 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
             }
             None => p.get("command").map(|c| json!({"command": c})),
         };
+        let id = p.get("id").and_then(Value::as_str).unwrap_or("perm-call");
         let call = ToolCallUpdate::new(
-            "perm-call",
+            id.to_owned(),
             ToolCallUpdateFields::new()
                 .title(title.to_owned())
                 .kind(kind)
@@ -596,6 +598,16 @@ fn tool(st: &State, cx: &ConnectionTo<Client>, t: &Value) {
                 .collect()
         });
     let raw = t.get("command").map(|c| json!({"command": c}));
+    let content: Option<Vec<ToolCallContent>> = t.get("diff").map(|d| {
+        let mut diff = Diff::new(
+            st.path(str_of(d, "path").unwrap_or("")),
+            str_of(d, "new").unwrap_or(""),
+        );
+        if let Some(old) = str_of(d, "old") {
+            diff = diff.old_text(old.to_owned());
+        }
+        vec![ToolCallContent::Diff(diff)]
+    });
     let update = if t.get("update").and_then(Value::as_bool) == Some(true) {
         let mut f = ToolCallUpdateFields::new();
         if let Some(title) = str_of(t, "title") {
@@ -605,7 +617,8 @@ fn tool(st: &State, cx: &ConnectionTo<Client>, t: &Value) {
             .kind(kind)
             .status(status)
             .locations(locations)
-            .raw_input(raw);
+            .raw_input(raw)
+            .content(content);
         SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(id.clone(), f))
     } else {
         let mut call = ToolCall::new(id.clone(), str_of(t, "title").unwrap_or("a tool"))
@@ -614,6 +627,9 @@ fn tool(st: &State, cx: &ConnectionTo<Client>, t: &Value) {
             .locations(locations.unwrap_or_default());
         if let Some(raw) = raw {
             call = call.raw_input(raw);
+        }
+        if let Some(content) = content {
+            call = call.content(content);
         }
         SessionUpdate::ToolCall(call)
     };

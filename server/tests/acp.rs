@@ -375,6 +375,53 @@ async fn trust_a_harness_asking_to_write_stale_content_is_refused_with_the_reaso
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_a_stale_write_announced_before_its_permission_request_is_refused() {
+    // Codex's way: the tool call carries the diff, the permission request that follows only
+    // the title and the path.
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let announce = |content: &str| {
+        json!({"tool": {"id": "patch", "title": "Edit files", "kind": "edit", "status": "in_progress",
+            "diff": {"path": "src/lib.rs", "new": content}}})
+    };
+    let ask = json!({"permission": {"id": "patch", "title": "Edit files", "kind": "edit", "paths": ["src/lib.rs"]}});
+    let sc = scenario(json!({
+        "steering": true,
+        "turns": [
+            [{"read": "src/lib.rs"}, {"wait_cancel": true}],
+            [announce(STALE_WITH_NEW), ask.clone(), {"wait_steering": true},
+             announce(FIXED_WITH_NEW), ask,
+             {"edit_file": {"path": "src/lib.rs", "content": FIXED_WITH_NEW, "title": "Edit files"}},
+             {"say": "added double"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    take_over_and_fix(&mut run, &sc, root).await;
+    run.until("done", |s| s.status == Status::Done).await;
+    let outcomes: Vec<Value> = sc
+        .of("permission")
+        .iter()
+        .map(|p| p["outcome"].clone())
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![json!("reject"), json!("allow")],
+        "the stale write is refused from its announcement, the current one allowed"
+    );
+    let why = sc
+        .of("steering")
+        .iter()
+        .filter_map(|e| e["text"].as_str().map(str::to_owned))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        why.contains("Rein did not allow Edit files") && why.contains("    42"),
+        "the agent hears why and which lines to keep: {why}"
+    );
+    assert_eq!(read(root, "src/lib.rs"), FIXED_WITH_NEW);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trust_a_stale_write_the_harness_made_itself_is_repaired_and_both_are_recorded() {
     let dir = repo(&[("src/lib.rs", BUGGY)]);
     let root = dir.path();

@@ -117,6 +117,9 @@ struct Tool {
     title: String,
     kind: ToolKind,
     done: bool,
+    /// The file changes its announcement carried (Codex puts its patch's diff in the
+    /// `tool_call`, not in the permission request that follows), paths as the agent spelt them.
+    writes: Vec<Intended>,
 }
 
 /// A terminal's exit as ACP reports it.
@@ -723,7 +726,12 @@ impl AcpAgent {
             _ => None,
         };
         self.asked_command = command.clone();
-        let writes = intended(f.raw_input.as_ref(), f.content.as_deref())
+        let mut writes = intended(f.raw_input.as_ref(), f.content.as_deref());
+        if writes.is_empty() {
+            // Announced with the tool call before the request, when the request has none.
+            writes = known.map(|t| t.writes.clone()).unwrap_or_default();
+        }
+        let writes = writes
             .into_iter()
             .map(|w| match w {
                 Intended::Write { path, content } => Intended::Write {
@@ -752,6 +760,7 @@ impl AcpAgent {
                 title: title.clone(),
                 kind,
                 done: false,
+                writes: Vec::new(),
             });
         Move::Permission {
             title: titled(kind, &title),
@@ -766,7 +775,7 @@ impl AcpAgent {
         if self.session.as_ref().map(|(s, _)| s) != Some(&n.session_id) {
             return None;
         }
-        let (id, title, kind, status, named) = match n.update {
+        let (id, title, kind, status, named, writes) = match n.update {
             SessionUpdate::AgentMessageChunk(c) => {
                 if let ContentBlock::Text(t) = c.content {
                     self.chunks.push_str(&t.text);
@@ -776,7 +785,15 @@ impl AcpAgent {
             SessionUpdate::ToolCall(tc) => {
                 let id = tc.tool_call_id.0.to_string();
                 let named = self.untitled(&id, Some(tc.kind), tc.raw_input.as_ref(), &tc.locations);
-                (id, Some(tc.title), Some(tc.kind), Some(tc.status), named)
+                let writes = intended(tc.raw_input.as_ref(), Some(&tc.content));
+                (
+                    id,
+                    Some(tc.title),
+                    Some(tc.kind),
+                    Some(tc.status),
+                    named,
+                    writes,
+                )
             }
             SessionUpdate::ToolCallUpdate(u) => {
                 let id = u.tool_call_id.0.to_string();
@@ -787,7 +804,8 @@ impl AcpAgent {
                     f.raw_input.as_ref(),
                     f.locations.as_deref().unwrap_or_default(),
                 );
-                (id, f.title, f.kind, f.status, named)
+                let writes = intended(f.raw_input.as_ref(), f.content.as_deref());
+                (id, f.title, f.kind, f.status, named, writes)
             }
             _ => return None,
         };
@@ -801,9 +819,13 @@ impl AcpAgent {
             title: named,
             kind: ToolKind::Other,
             done: false,
+            writes: Vec::new(),
         });
         if let Some(t) = title.filter(|t| !t.trim().is_empty()) {
             tool.title = t;
+        }
+        if !writes.is_empty() {
+            tool.writes = writes;
         }
         if let Some(k) = kind {
             tool.kind = k;
