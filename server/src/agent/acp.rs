@@ -59,6 +59,8 @@ pub struct AcpAgent {
     /// Steps already made before a restart of Rein (told to the first session).
     skip: u32,
     link: Option<Link>,
+    /// The current link's commands, for the freezer.
+    current: CurrentCmds,
     /// The open session and whether it takes steering.
     session: Option<(SessionId, bool)>,
     /// What the agent is known to need beyond the protocol.
@@ -111,6 +113,10 @@ struct Link {
     cmds: mpsc::UnboundedSender<Cmd>,
     shared: Arc<Shared>,
 }
+
+/// The command channel of the connection that is up, if any, shared with the engine's
+/// `Freezer` so it reaches whichever connection is current.
+type CurrentCmds = Arc<std::sync::Mutex<Option<mpsc::UnboundedSender<Cmd>>>>;
 
 /// What Rein knows of one of the agent's tool calls.
 struct Tool {
@@ -218,6 +224,7 @@ impl AcpAgent {
             root_canon: root.canonicalize().unwrap_or_else(|_| root.to_owned()),
             skip,
             link: None,
+            current: CurrentCmds::default(),
             session: None,
             quirks: Quirks::default(),
             turn: None,
@@ -259,6 +266,9 @@ impl AcpAgent {
         }
         let shared = Arc::new(Shared::default());
         let cmds = worker::start(self.launch.clone(), shared.clone());
+        if let Ok(mut current) = self.current.lock() {
+            *current = Some(cmds.clone());
+        }
         self.link = Some(Link {
             cmds,
             shared: shared.clone(),
@@ -277,6 +287,9 @@ impl AcpAgent {
     fn disconnect(&mut self) {
         if let Some(link) = self.link.take() {
             let _ = link.cmds.send(Cmd::Stop);
+        }
+        if let Ok(mut current) = self.current.lock() {
+            *current = None;
         }
         self.session = None;
         self.turn = None;
@@ -1066,6 +1079,16 @@ impl Agent for AcpAgent {
 
     fn acts_directly(&self) -> bool {
         true
+    }
+
+    fn freezer(&self) -> Option<super::Freezer> {
+        let current = self.current.clone();
+        Some(Box::new(move || {
+            let cmds = current.lock().ok().and_then(|c| c.clone());
+            if let Some(cmds) = cmds {
+                let _ = cmds.send(Cmd::Freeze);
+            }
+        }))
     }
 
     fn made(&mut self) -> Vec<Move> {

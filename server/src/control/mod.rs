@@ -352,6 +352,8 @@ struct Engine {
     delivering: Vec<String>,
     /// Interrupts for the agent that arrived while it was out thinking.
     agent_signals: Vec<agent::Interrupt>,
+    /// Stops the agent's processes while it is out thinking (see `Agent::freezer`).
+    freezer: Option<agent::Freezer>,
     tip: Option<String>,
     /// Whether the person was told that commands run unconfined (said once per task).
     told_unconfined: bool,
@@ -756,6 +758,7 @@ impl Engine {
             reconcile_note: None,
             delivering: Vec::new(),
             agent_signals: Vec::new(),
+            freezer: None,
             tip: None,
             told_unconfined: false,
             terminals: crate::exec::Terminals::default(),
@@ -873,6 +876,7 @@ impl Engine {
             self.stop_on_error(format!("the agent cannot run: {why}"));
             return Flow::Continue;
         };
+        self.freezer = agent.freezer();
         let got = loop {
             let ctx = self.context();
             let mut think = agent.next_move(&ctx);

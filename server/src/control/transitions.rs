@@ -252,6 +252,13 @@ impl Engine {
             Phase::Think => Flow::Cut,
             Phase::Idle => Flow::Continue,
         };
+        // The agent's processes stop first; the pause is recorded (two fsyncs) after.
+        self.terminals.freeze_all();
+        match (self.agent.as_mut(), &self.freezer) {
+            (Some(agent), _) => agent.interrupt(crate::agent::Interrupt::Pause),
+            (None, Some(freeze)) => freeze(),
+            (None, None) => {}
+        }
         let acting = self.agent_holds_control();
         self.commit(|s| {
             s.status = Status::Paused;
