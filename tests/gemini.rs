@@ -396,6 +396,7 @@ fn f_a_denied_command_lets_the_task_go_on() {
         s["stopReason"],
         actions(&s)
     );
+    assert_refused_not_done(&s, &["rm -f scratch.txt"]);
 }
 
 // (g) takeover and abort during a command ------------------------------------------------
@@ -405,6 +406,7 @@ fn during_a_command(command: &str, body: Value) {
     let root = dir.path();
     let model = Model::start(json!({"turns": [
         {"parts": [shell("sleep 30 && touch never.txt")]},
+        {"when": HANDBACK, "parts": [say("The person took it from there.")]},
         {"when": RESULT, "parts": [say("Done.")]}
     ]}));
     let mut lsp = start(
@@ -413,10 +415,26 @@ fn during_a_command(command: &str, body: Value) {
         json!({"policy": {"allow": ["touch"]}}),
         "wait long",
     );
+    wait_command(&mut lsp, "never.txt");
+    let rein = lsp.pid();
+    let cli = descendants(rein)
+        .into_iter()
+        .find(|p| p.ppid == rein && p.state != 'Z')
+        .unwrap_or_else(|| panic!("nothing runs under rein:{}", show(&descendants(rein))));
+    // Paused and resumed while the command runs: how long until all of it is stopped.
+    let scenario = if command == "rein.takeover" {
+        "g1"
+    } else {
+        "g2"
+    };
+    report_pause(
+        "Gemini CLI",
+        scenario,
+        pause_latencies(&mut lsp, "never.txt", PAUSES),
+    );
     let ps = wait_command(&mut lsp, "never.txt");
     let pids: Vec<u32> = ps.iter().map(|p| p.pid).collect();
     let r = lsp.ok(command, body);
-    let rein = lsp.pid();
     wait_for(&mut lsp, "the command's processes to end", |_| {
         command_procs(rein, "never.txt").is_empty()
             && pids.iter().all(|pid| {
@@ -429,11 +447,32 @@ fn during_a_command(command: &str, body: Value) {
     if command == "rein.takeover" {
         assert_eq!(r["state"]["control"]["holder"], "human", "{r:#}");
         assert_eq!(status(&lsp.state), "human", "{:#}", lsp.state);
+        // The CLI itself lives on: handed back, the same process goes on.
+        let still = descendants(rein)
+            .into_iter()
+            .find(|p| p.pid == cli.pid && p.state != 'Z');
+        assert!(
+            still.is_some(),
+            "take over ends the command, not the CLI:{}",
+            show(&descendants(rein))
+        );
+        lsp.ok("rein.handback", json!({"note": "carry on"}));
+        let s = wait_status(&mut lsp, "done");
+        assert!(
+            model_saw(&model, HANDBACK),
+            "the same session was prompted after the handback: {}",
+            model.summary()
+        );
+        assert_eq!(s["control"]["holder"], "none");
     } else {
         let s = lsp.wait_state("aborted", |s| status(s) == "aborted");
         assert_eq!(s["control"]["holder"], "none");
+        wait_harness_gone(&mut lsp, "gemini");
     }
 }
+
+/// Pause/resume cycles timed in each takeover and abort scenario.
+const PAUSES: usize = 10;
 
 #[test]
 #[ignore = "needs the real harnesses: run tests/agents/run"]
@@ -529,6 +568,11 @@ fn i_a_write_to_a_file_the_person_is_editing_asks_and_skip_keeps_their_text() {
             .iter()
             .any(|a| a.contains("m.py") && a.contains("agent")),
         "the refused write is a step: {:#?}",
+        actions(&s)
+    );
+    assert!(
+        !actions(&s).iter().any(|a| a.contains("a tool call")),
+        "every step is titled from its tool call: {:#?}",
         actions(&s)
     );
 }
