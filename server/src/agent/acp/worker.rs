@@ -1096,6 +1096,30 @@ mod tests {
         assert!(err.contains("default, acceptEdits"), "{err}");
     }
 
+    #[test]
+    fn a_flush_passes_whole_lines_and_keeps_a_partial_one() {
+        let (tx, mut rx) = futures::channel::mpsc::unbounded();
+        let mut pending = b"{\"a\":1}\r\n\n  \n{\"b\":2}\n{\"c\":".to_vec();
+        assert!(pass_lines(&mut pending, false, &tx));
+        let got: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|l| l.expect("a line"))
+            .collect();
+        assert_eq!(got, vec![r#"{"a":1}"#, r#"{"b":2}"#]);
+        assert_eq!(pending, br#"{"c":"#);
+        // At the end of input the rest is passed on as it is.
+        pending.extend_from_slice(b"3}");
+        assert!(pass_lines(&mut pending, true, &tx));
+        assert_eq!(
+            rx.try_recv().ok().map(|l| l.expect("a line")),
+            Some(r#"{"c":3}"#.to_owned())
+        );
+        assert!(pending.is_empty());
+        // A partial line longer than any message ends the connection, said to it.
+        let mut huge = vec![b'x'; MAX_LINE + 1];
+        assert!(!pass_lines(&mut huge, false, &tx));
+        assert!(matches!(rx.try_recv(), Ok(Err(_))));
+    }
+
     #[tokio::test]
     async fn lines_are_capped_and_stripped() {
         let data: &[u8] = b"short\r\nthis line is far too long\nend";
