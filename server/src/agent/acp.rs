@@ -103,6 +103,9 @@ pub struct AcpAgent {
     /// Rein refused a permission in the running turn: an agent whose only "no" cancels its
     /// turn (Codex) then ends it `cancelled`, which is the answer, not a failure.
     rejected: bool,
+    /// A take over stopped the agent's commands; they are ended once what the agent sent
+    /// before is taken in (`made`), so taking it in does not wait on their ending.
+    commands_to_end: bool,
     /// Constraints of the current step already passed on.
     delivered: Vec<String>,
     /// The reconcile report of the current step as far as it was passed on.
@@ -246,6 +249,7 @@ impl AcpAgent {
             reasons_steered: Vec::new(),
             reasons_requeued: Vec::new(),
             rejected: false,
+            commands_to_end: false,
             delivered: Vec::new(),
             delivered_report: None,
         })
@@ -283,8 +287,18 @@ impl AcpAgent {
         shared
     }
 
+    /// Ends the commands a take over stopped, if that is still to do.
+    fn end_stopped_commands(&mut self) {
+        if std::mem::take(&mut self.commands_to_end) {
+            if let Some(link) = &self.link {
+                let _ = link.cmds.send(Cmd::EndCommands);
+            }
+        }
+    }
+
     /// Forgets the connection (its thread ends the process when told, or already has).
     fn disconnect(&mut self) {
+        self.end_stopped_commands();
         if let Some(link) = self.link.take() {
             let _ = link.cmds.send(Cmd::Stop);
         }
@@ -1064,6 +1078,7 @@ impl Agent for AcpAgent {
             // Everything before the wait is synchronous and remembered, so a dropped future
             // loses nothing: the next call carries on from the same state.
             self.terminals = ctx.terminals.clone();
+            self.end_stopped_commands();
             self.answer_inflight(ctx);
             self.take_news(ctx)?;
             loop {
@@ -1103,6 +1118,7 @@ impl Agent for AcpAgent {
             tracing::debug!("the agent connection did not flush within {FLUSH_PATIENCE:?}");
         }
         let updates = link.shared.take_updates();
+        self.end_stopped_commands();
         updates
             .into_iter()
             .filter_map(|n| self.update(n))
@@ -1111,6 +1127,9 @@ impl Agent for AcpAgent {
     }
 
     fn interrupt(&mut self, what: Interrupt) {
+        if what != Interrupt::Takeover {
+            self.end_stopped_commands();
+        }
         let Some(link) = &self.link else { return };
         match what {
             // The agent and every command it runs stop where they are (SIGSTOP through its
@@ -1126,8 +1145,9 @@ impl Agent for AcpAgent {
             Interrupt::Steer(_) => {}
             // The person holds the files now, so what the agent runs must stop at once and
             // end. A stopped agent could not take session/cancel, so only its commands are
-            // stopped (and the agent continued, after a pause); the cancel is sent; then the
-            // stopped commands are ended. The worker takes the three in this order.
+            // stopped (and the agent continued, after a pause); the cancel is sent; the
+            // stopped commands are ended once what the agent sent before is taken in (`made`,
+            // which the engine calls next), or with whatever comes next.
             Interrupt::Takeover => {
                 let _ = link.cmds.send(Cmd::FreezeCommands);
                 if self.turn.is_some() && !self.cancel_sent {
@@ -1135,9 +1155,7 @@ impl Agent for AcpAgent {
                         tracing::warn!("cannot cancel the agent's turn: {e}");
                     }
                 }
-                if let Some(link) = &self.link {
-                    let _ = link.cmds.send(Cmd::EndCommands);
-                }
+                self.commands_to_end = true;
             }
             Interrupt::Abort => {
                 let _ = link.cmds.send(Cmd::Abort);

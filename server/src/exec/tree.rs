@@ -15,11 +15,12 @@
 //!   process says it is frozen, while a pause must leave every process in state `T`, the state
 //!   tools, the person and the harness suites can see. That needs a SIGSTOP to every member
 //!   anyway (freeze, read the then stable `cgroup.procs`, SIGSTOP each, thaw), so the cgroup
-//!   would only replace the walk's fixed point, at the cost of its own freeze: on that machine
-//!   (30 trials of the bench's 8-process tree, load about 12 on 2 cores) `cgroup.freeze` to
-//!   `frozen 1` took p50 44 ms / p99 118 ms, and freeze, SIGSTOP and thaw to every process in
-//!   `T` p50 86 ms / p99 271 ms, against p50 79 ms / p99 177 ms for this walk under the same
-//!   load (quiet: 3.3 / 7.7 ms, `docs/performance.md`).
+//!   would only replace the walk's fixed point, and it is no faster once `T` is required:
+//!   measured side by side on the bench's 8-process tree with load about 2.5 (and 4 to 7) on
+//!   2 cores, `cgroup.freeze` to `frozen 1` took p50 1.5 ms / p99 4.6 ms (7.6 / 20.4), freeze,
+//!   SIGSTOP and thaw to every process in `T` p50 2.9 / p99 8.0 ms (15.4 / 31.7; 30 trials
+//!   each, a Python probe), and this walk p50 3.3 / p99 4.8 ms (16.8 / 28.7; 50 and 20
+//!   trials, release, in process).
 //! - Take over stops the commands and keeps the harness running so it can take
 //!   `session/cancel`; a cgroup freezes all of its members, so the harness would have to be
 //!   moved out of it pid by pid: the per-process race the cgroup was meant to remove.
