@@ -611,3 +611,46 @@ fn j_a_steer_mid_turn_reaches_gemini_and_it_acts_on_it() {
         "Gemini acted on the steer"
     );
 }
+
+// (k) tools that reach outside the tree ----------------------------------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn k_web_fetch_is_asked_about_and_a_deny_goes_on_while_web_search_runs_unasked() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"parts": [call("web_fetch", json!({"prompt": "Summarize https://example.com/docs"}))]},
+        {"when": RESULT, "once": true, "parts": [call("google_web_search", json!({"query": "agent client protocol"}))]},
+        {"when": RESULT, "parts": [say("Done without the web.")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "look something up");
+    let mut asked = Vec::new();
+    let mut s = lsp.wait_state("a stop", stopped);
+    while status(&s) == "awaiting_decision" {
+        let d = &s["decisions"][0];
+        asked.push(d["question"].as_str().unwrap_or("").to_owned());
+        let id = d["id"].as_str().expect("decision id").to_owned();
+        let v = s["version"].as_u64();
+        lsp.ok("rein.decide", json!({"decisionId": id, "choice": "deny"}));
+        s = lsp.wait_state("the next stop", |t| stopped(t) && t["version"].as_u64() > v);
+    }
+    assert_eq!(
+        status(&s),
+        "done",
+        "stopReason {}; {:#?}",
+        s["stopReason"],
+        actions(&s)
+    );
+    // web_fetch is asked about (kind fetch); google_web_search is not: Gemini runs it as a
+    // request to its model API, and Rein sees it only as a search that happened.
+    assert_eq!(asked.len(), 1, "only web_fetch was asked about: {asked:#?}");
+    assert!(asked[0].contains("fetch"), "{asked:#?}");
+    assert!(
+        model.requests().iter().any(|r| r["body"]
+            .to_string()
+            .contains("\"name\":\"google_web_search\"")),
+        "the search ran unasked: {}",
+        model.summary()
+    );
+}
