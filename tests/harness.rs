@@ -372,6 +372,17 @@ impl Lsp {
         r
     }
 
+    /// Sends a `rein.*` command without waiting; its id (for `response`) and when it went.
+    pub fn send_command(&mut self, name: &str, arg: Value) -> (Value, Instant) {
+        self.next_id += 1;
+        let id = self.next_id;
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": "workspace/executeCommand",
+            "params": {"command": name, "arguments": [arg]}});
+        let sent = Instant::now();
+        self.send(&msg);
+        (json!(id), sent)
+    }
+
     /// Executes a command that must succeed.
     pub fn ok(&mut self, name: &str, arg: Value) -> Value {
         self.command(name, arg.clone())

@@ -392,6 +392,8 @@ struct Engine {
     delivering: Vec<String>,
     /// Interrupts for the agent that arrived while it was out thinking.
     agent_signals: Vec<agent::Interrupt>,
+    /// Stops the agent's processes while it is out thinking (see `Agent::freezer`).
+    freezer: Option<agent::Freezer>,
     tip: Option<String>,
     /// Whether the person was told that commands run unconfined, or only partly confined
     /// (said once per task).
@@ -946,6 +948,7 @@ impl Engine {
             reconcile_note: None,
             delivering: Vec::new(),
             agent_signals: Vec::new(),
+            freezer: None,
             tip: None,
             told_unconfined: false,
             scratch: None,
@@ -1140,6 +1143,7 @@ impl Engine {
             self.stop_on_error(format!("the agent cannot run: {why}"));
             return Flow::Continue;
         };
+        self.freezer = agent.freezer();
         let got = loop {
             let ctx = self.context();
             let mut think = agent.next_move(&ctx);
@@ -1165,15 +1169,12 @@ impl Engine {
         for signal in self.agent_signals.drain(..) {
             agent.interrupt(signal);
         }
-        // What the agent finished before control left it is its own: checkpointed now,
-        // before the human's time begins (its processes are frozen or ending).
-        let made = if stopped && self.state().status != Status::Running {
-            agent.made()
-        } else {
-            Vec::new()
-        };
         self.agent = Some(agent);
-        self.take_made(made);
+        if stopped && self.state().status != Status::Running {
+            // Paused mid think: what the agent did before control left it is its own,
+            // checkpointed now (its processes are frozen), before the human's time begins.
+            self.settle_agent(true);
+        }
         match got {
             Ok(Ok(Proposal { mv, words })) => {
                 self.reconcile_note = None;
@@ -1267,20 +1268,37 @@ impl Engine {
         self.note_moved_head();
     }
 
-    /// With an agent that changes files with its own tools, while it holds control: what its
-    /// tools finished is checkpointed as its steps, and then any other change on disk to a
-    /// file the human did not type in (not held) is its too, through the same backstop that
-    /// puts back the human's lines it removed. A harness can write before it reports the
-    /// tool, so without this its write would be taken for the human's at this boundary.
-    /// What the human typed (held files) is left to the human's checkpoint that follows.
+    /// At a boundary while an agent that acts with its own tools holds control: what it did
+    /// since the last one is its own (`settle_agent`).
     fn absorb_agents_own(&mut self) {
-        let ours =
-            self.state().status == Status::Running && self.state().control.holder == Holder::Agent;
-        let Some(agent) = self.agent.as_mut().filter(|a| ours && a.acts_directly()) else {
+        if self.agent_holds_control() {
+            self.settle_agent(true);
+        }
+    }
+
+    /// Whether the agent holds control and is running (not paused or waiting on a decision).
+    fn agent_holds_control(&self) -> bool {
+        self.state().status == Status::Running && self.state().control.holder == Holder::Agent
+    }
+
+    /// With an agent that changes files with its own tools: what its tools finished (all it
+    /// reported until now, drained from its connection) is checkpointed as its steps; with
+    /// `unreported` (it was acting until now), any other change on disk to a file the human
+    /// did not type in (not held) is its too, through the same backstop that puts back the
+    /// human's lines it removed. A harness can write before it reports the tool, so without
+    /// this its write would be taken for the human's. Called at every boundary while it holds
+    /// control, and when control leaves it (pause, take over, abort) once its processes are
+    /// stopped or ending, so that only what changes after that is the human's. What the
+    /// human typed (held files) is left to the human's checkpoint that follows.
+    fn settle_agent(&mut self, unreported: bool) {
+        let Some(agent) = self.agent.as_mut().filter(|a| a.acts_directly()) else {
             return;
         };
         let made = agent.made();
         self.take_made(made);
+        if !unreported {
+            return;
+        }
         self.absorb_held("changed outside the agent");
         let Some(tip) = self.tip.clone() else { return };
         let unreported = self
