@@ -720,6 +720,71 @@ fn an_edited_buffer_is_held_and_the_agent_respects_the_unsaved_text() {
     assert!(result.contains("pub fn double"), "{result}");
 }
 
+/// `didOpen` then `didChange` and `didSave` of a full buffer.
+fn open_edit_save(lsp: &mut Lsp, path: &str, opened: &str, edited: &str) -> String {
+    let u = lsp.open(path, opened);
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [{"text": edited}]}),
+    );
+    lsp.notify("textDocument/didSave", json!({"textDocument": {"uri": u}}));
+    u
+}
+
+#[test]
+fn a_save_that_overtakes_the_open_still_holds_the_file() {
+    // The editor reads README.md and opens it, the user types and saves: all before the
+    // server gets to the didOpen, so when it reads the file, the save is already there.
+    let dir = repo(
+        &[("README.md", "# demo\n")],
+        json!([{"read": "README.md", "think_ms": 600000}]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("step 0", |s| s["steps"][0]["n"] == 0);
+    write(root, "README.md", "# demo\nmine\n");
+    open_edit_save(&mut lsp, "README.md", "# demo\n", "# demo\nmine\n");
+    // The engine takes requests in order: the hold, when asked, is in before this answer.
+    let s = lsp.ok("rein.state", json!({}));
+    assert_eq!(s["state"]["heldFiles"], json!(["README.md"]), "{s:#}");
+}
+
+#[test]
+fn a_buffer_opened_on_the_text_before_the_agents_write_is_behind_it_not_edited() {
+    // The editor reads notes.txt just before the agent writes it; the server reads it after.
+    let dir = repo(
+        &[("notes.txt", "n\n"), ("a.txt", "a\n")],
+        json!([
+            {"write": {"path": "notes.txt", "content": "n\nagent\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("the write", |s| agent_steps(s) >= 1);
+    let u = lsp.open("notes.txt", "n\n");
+    lsp.wait_diagnostics("the buffer is behind the agent", &u, |d| {
+        d.iter().any(|d| d["code"] == "stale")
+    });
+    // The editor reloads it, as it does on rein/filesChanged: no edit of the user's.
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [{"text": "n\nagent\n"}]}),
+    );
+    let s = lsp.ok("rein.state", json!({}));
+    assert_eq!(s["state"]["heldFiles"], json!([]), "{s:#}");
+    lsp.wait_diagnostics("the reload", &u, |d| d.is_empty());
+    // An edit of the user's after that holds it.
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 3}, "contentChanges": [{"text": "n\nagent\nmine\n"}]}),
+    );
+    let s = lsp.ok("rein.state", json!({}));
+    assert_eq!(s["state"]["heldFiles"], json!(["notes.txt"]), "{s:#}");
+}
+
 #[test]
 fn positions_are_converted_in_the_negotiated_encoding_for_non_ascii_text() {
     for (offers, unit) in [

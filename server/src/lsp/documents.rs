@@ -92,6 +92,12 @@ pub struct Document {
     /// The agent wrote the file after the buffer last matched it: until the buffer matches
     /// the disk again (the client reloaded) or is saved, it is older than the file.
     behind_agent: bool,
+    /// The text the buffer was opened with, when the file held other text (not the agent's)
+    /// by the time the server read it: the user had unsaved changes, or the file changed
+    /// after the client read it (their own save can overtake the open). Until the file is
+    /// known again (saved, or written by the agent), an edit away from this text is theirs,
+    /// even one that makes the buffer equal the file.
+    opened: Option<Rope>,
 }
 
 /// What is known of where a buffer first differs from the file on disk, so that the dirty
@@ -128,6 +134,7 @@ impl Document {
             version,
             steers,
             behind_agent: false,
+            opened: None,
         }
     }
 
@@ -220,29 +227,51 @@ impl Document {
         }
     }
 
-    /// Whether the buffer differs from the file on disk in steer comments only (being typed,
-    /// or deleted), so the edit is a message to the agent, not a change to hold the file for.
-    /// Reads both texts whole: asked only while the file is not held yet.
-    pub fn only_steers_differ(&self) -> bool {
-        steer::differ_only_in_steers(&self.disk.to_string(), &self.text.to_string())
+    /// Whether the buffer holds an edit of the user's beyond steer comments (typing or
+    /// deleting one is a message to the agent, not a change to hold the file for): it
+    /// differs from the file on disk, or from the text it was opened with while the file is
+    /// not known to have moved on from that text since (see `opened`). Reads both texts
+    /// whole: asked only while the file is not held yet.
+    pub fn holds_an_edit(&mut self) -> bool {
+        let base = if self.is_dirty() {
+            &self.disk
+        } else if let Some(opened) = &self.opened {
+            opened
+        } else {
+            return false;
+        };
+        !steer::differ_only_in_steers(&base.to_string(), &self.text.to_string())
     }
 
     /// Records that the client saved the buffer as it is now.
     pub fn mark_saved(&mut self) {
         self.behind_agent = false;
+        self.opened = None;
         self.disk = self.text.clone();
         self.divergence = Divergence::EqualUpTo(self.text.len_bytes());
     }
 
-    /// Records what the file holds on disk (read when opened, or after the agent wrote it).
-    pub fn set_disk(&mut self, disk: &str) {
+    /// Records what the file holds on disk (read after the agent wrote it).
+    fn set_disk(&mut self, disk: &str) {
+        self.opened = None;
         self.disk = Rope::from_str(disk);
         self.divergence = Divergence::EqualUpTo(0);
     }
 
+    /// Records what the file held when the server read it, just after the client opened the
+    /// buffer. Text other than the buffer's is taken as the user's unsaved changes, and the
+    /// buffer as opened is kept: the file may as well have changed after the client read it.
+    fn opened_over(&mut self, disk: &str) {
+        if self.text != disk {
+            let opened = self.text.clone();
+            self.set_disk(disk);
+            self.opened = Some(opened);
+        }
+    }
+
     /// Records what the agent wrote to the file: the buffer is stale unless it already holds
     /// exactly that.
-    pub fn agent_wrote(&mut self, disk: &str) {
+    fn agent_wrote(&mut self, disk: &str) {
         self.set_disk(disk);
         self.behind_agent = self.is_dirty();
     }
@@ -479,6 +508,16 @@ fn saturate(n: usize) -> u32 {
 #[derive(Debug, Default)]
 pub struct Documents {
     open: HashMap<Uri, Document>,
+    /// What the agent left in files no buffer had open (a hash of the text): a buffer opened
+    /// on the text from before the write is behind the agent, not edited by the user.
+    agent_left: HashMap<Uri, u64>,
+}
+
+fn text_hash(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
 }
 
 impl Documents {
@@ -487,9 +526,30 @@ impl Documents {
         Self::default()
     }
 
-    /// Handles `didOpen`; reopening an open URI replaces its buffer.
-    pub fn open(&mut self, uri: Uri, text: &str, version: i32) {
-        self.open.insert(uri, Document::new(text, version));
+    /// Handles `didOpen` (reopening an open URI replaces its buffer), with `disk` what the
+    /// file holds as the server reads it now, a moment after the client did.
+    pub fn open(&mut self, uri: Uri, text: &str, version: i32, disk: Option<&str>) {
+        let mut doc = Document::new(text, version);
+        let agents = self.agent_left.remove(&uri);
+        if let Some(disk) = disk {
+            if agents == Some(text_hash(disk)) {
+                doc.agent_wrote(disk);
+            } else {
+                doc.opened_over(disk);
+            }
+        }
+        self.open.insert(uri, doc);
+    }
+
+    /// Records what the agent left in the file at `uri`: its buffer, or the next one opened
+    /// on it, learns that this text is the agent's (the reload that follows is no edit).
+    pub fn agent_wrote(&mut self, uri: &Uri, disk: &str) {
+        match self.open.get_mut(uri) {
+            Some(doc) => doc.agent_wrote(disk),
+            None => {
+                self.agent_left.insert(uri.clone(), text_hash(disk));
+            }
+        }
     }
 
     /// Handles `didChange`: applies `changes` in order, all or none, then records `version`.
@@ -838,7 +898,7 @@ mod tests {
         let mut docs = Documents::new();
         let a = uri("file:///a.rs");
         let missing = uri("file:///missing.rs");
-        docs.open(a.clone(), "one\ntwo", 1);
+        docs.open(a.clone(), "one\ntwo", 1, None);
         let change = [edit(range(1, 0, 1, 3), "2")];
         assert_eq!(docs.change(&a, 2, &change, Encoding::Utf16), Ok(()));
         assert_eq!(
@@ -873,6 +933,55 @@ mod tests {
         assert!(docs.close(&a).is_some());
         assert!(docs.get(&a).is_none());
         assert!(docs.close(&a).is_none());
+    }
+
+    #[test]
+    fn a_buffer_opened_on_older_text_than_the_file_holds_an_edit_until_the_file_is_known() {
+        let a = uri("file:///a.txt");
+        let whole = |text: &str| TextDocumentContentChangeEvent {
+            range: None,
+            range_length: None,
+            text: text.to_owned(),
+        };
+        let mut docs = Documents::new();
+        let type_in = |docs: &mut Documents, opened: &str, disk: &str, typed: &str| {
+            docs.open(a.clone(), opened, 1, Some(disk));
+            docs.change(&a, 2, &[whole(typed)], Encoding::Utf8)
+                .expect("a whole-text change");
+            docs.get_mut(&a).expect("open").holds_an_edit()
+        };
+        // Read as the client opened it: only an edit away from the file is one.
+        assert!(!type_in(&mut docs, "a\n", "a\n", "a\n"));
+        assert!(type_in(&mut docs, "a\n", "a\n", "a\nmine\n"));
+        // The user's save overtook the open: the buffer equals the file, and holds an edit.
+        assert!(type_in(&mut docs, "a\n", "a\nmine\n", "a\nmine\n"));
+        let doc = docs.get_mut(&a).expect("open");
+        assert!(!doc.is_dirty());
+        doc.mark_saved();
+        assert!(!doc.holds_an_edit(), "saved: the file is known again");
+        // A steer comment typed is a message, not an edit, from the opened text too.
+        assert!(!type_in(
+            &mut docs,
+            "a\n",
+            "a\n// rein: keep it short\n",
+            "a\n// rein: keep it short\n"
+        ));
+        // Unsaved changes at the open are the user's edit, as before.
+        assert!(type_in(&mut docs, "a\nunsaved\n", "a\n", "a\nunsaved!\n"));
+        // The agent wrote the file while no buffer had it open; one opened on the text from
+        // before is behind the agent, and reloading it is no edit.
+        docs.close(&a);
+        docs.agent_wrote(&a, "a\nagent\n");
+        docs.open(a.clone(), "a\n", 1, Some("a\nagent\n"));
+        assert!(docs.get_mut(&a).expect("open").is_stale());
+        docs.change(&a, 2, &[whole("a\nagent\n")], Encoding::Utf8)
+            .expect("a whole-text change");
+        let doc = docs.get_mut(&a).expect("open");
+        assert!(!doc.is_stale() && !doc.holds_an_edit());
+        // What the agent left is forgotten once a buffer opened on it: a later open of older
+        // text is the user's again.
+        docs.close(&a);
+        assert!(type_in(&mut docs, "a\n", "a\nagent\n", "a\nagent\n"));
     }
 
     #[test]

@@ -638,11 +638,12 @@ impl Server {
         };
         let uri = p.text_document.uri;
         let disk = uri_to_path(&uri).and_then(|p| std::fs::read_to_string(p).ok());
-        self.docs
-            .open(uri.clone(), &p.text_document.text, p.text_document.version);
-        if let (Some(disk), Some(doc)) = (disk, self.docs.get_mut(&uri)) {
-            doc.set_disk(&disk);
-        }
+        self.docs.open(
+            uri.clone(),
+            &p.text_document.text,
+            p.text_document.version,
+            disk.as_deref(),
+        );
         self.buffer_changed(&uri, false);
     }
 
@@ -668,7 +669,9 @@ impl Server {
     /// It runs on every keystroke, so it costs what the edit costs, not what the buffer does:
     /// the document already rescanned the lines the edit touched, the dirty check resumes
     /// where the edit was, and the engine gets the rope, not a copy of the text. Only while a
-    /// file is not held yet does an edit also compare the buffer with the disk for steers.
+    /// file is not held yet does an edit also compare the buffer with the disk for steers
+    /// (or with the text it was opened with, when the file had other text by the time it
+    /// was read: the user's save can overtake the open).
     fn buffer_changed(&mut self, uri: &Uri, edited: bool) {
         let path = self.rel_path(uri);
         let held = path.as_ref().is_some_and(|p| {
@@ -683,20 +686,14 @@ impl Server {
             return;
         };
         if let (Some(path), Some(engine)) = (path, &self.engine) {
-            if doc.is_dirty() {
-                engine.tell(Request::Buffer {
-                    path: path.clone(),
-                    content: Some(doc.rope().clone()),
-                });
-                if hold && !doc.only_steers_differ() {
-                    self.hold_asked.insert(path.clone());
-                    engine.tell(Request::Hold { path });
-                }
-            } else {
-                engine.tell(Request::Buffer {
-                    path,
-                    content: None,
-                });
+            let content = doc.is_dirty().then(|| doc.rope().clone());
+            engine.tell(Request::Buffer {
+                path: path.clone(),
+                content,
+            });
+            if hold && doc.holds_an_edit() {
+                self.hold_asked.insert(path.clone());
+                engine.tell(Request::Hold { path });
             }
         }
         self.publish(uri);
@@ -844,10 +841,11 @@ impl Server {
                 let Some(uri) = self.uri_of(&path) else {
                     return;
                 };
-                if let (Some(doc), Ok(root)) = (self.docs.get_mut(&uri), &self.root) {
-                    // The reload that follows is the agent's content, not a human edit.
+                if let Ok(root) = &self.root {
+                    // The reload that follows is the agent's content, not a human edit; so is
+                    // the file's text under a buffer opened on the text from before.
                     if let Ok(disk) = std::fs::read_to_string(root.join(&path)) {
-                        doc.agent_wrote(&disk);
+                        self.docs.agent_wrote(&uri, &disk);
                     }
                 }
                 self.notify("rein/filesChanged", json!({"uris": [uri]}));
