@@ -125,6 +125,18 @@ pub fn apply_state_change(state: &mut Value, params: &Value) {
         state["version"], params["base"],
         "a delta on a version this client does not have: {params}"
     );
+    let nulls: Vec<&String> = params["changed"]
+        .as_object()
+        .expect("changed is an object")
+        .iter()
+        .filter(|(_, v)| v.is_null())
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(
+        params["cleared"],
+        json!(nulls),
+        "cleared names the fields changed to null: {params}"
+    );
     let obj = state.as_object_mut().expect("a state is an object");
     for (k, v) in params["changed"].as_object().expect("changed is an object") {
         if v.is_null() {

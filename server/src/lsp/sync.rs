@@ -54,12 +54,20 @@ impl Synced {
                 for k in sent.head.keys().filter(|k| !head.contains_key(*k)) {
                     changed.insert(k.clone(), Value::Null);
                 }
+                // Named apart as well: a JSON decoder that drops null members (Neovim's
+                // LSP client does) would lose them from `changed`.
+                let cleared: Vec<&String> = changed
+                    .iter()
+                    .filter(|(_, v)| v.is_null())
+                    .map(|(k, _)| k)
+                    .collect();
                 let from = c.steps_from.min(sent.steps).min(s.steps.len());
                 Some(json!({
                     "taskId": s.task.id,
                     "base": c.base,
                     "version": s.version,
                     "changed": changed,
+                    "cleared": cleared,
                     "steps": {"from": from, "items": &s.steps[from..]},
                 }))
             }
@@ -184,6 +192,8 @@ mod tests {
         );
         assert_eq!(p["steps"]["items"].as_array().map(Vec::len), Some(1));
         assert!(p["changed"].get("goal").is_none() && p["changed"].get("task").is_none());
+        assert_eq!(p["changed"]["queuedStop"], Value::Null);
+        assert_eq!(p["cleared"], json!(["queuedStop"]), "{p}");
         apply(&mut client, &p);
         // An older step changed.
         std::sync::Arc::make_mut(&mut s.steps[0]).output = Some("out".into());
