@@ -312,3 +312,71 @@ T.scenario(":Rein changes across two tasks", {
     end,
   },
 })
+
+-- A long task over state deltas: the server sends each change as what changed since the last
+-- one, and what the plugin holds at the end is the state itself.
+local sent = { deltas = 0, whole = 0, fetches = 0 }
+T.scenario("a task of 300 steps over state deltas", {
+  {
+    "the task runs, is paused and resumed (its stop reason cleared), and finishes",
+    function()
+      local steps = {}
+      for i = 1, 300 do
+        if i % 3 == 0 then
+          table.insert(steps, { read = ("f%d.txt"):format(i % 7), think_ms = 10 })
+        else
+          table.insert(steps, { write = { path = ("f%d.txt"):format(i % 7), content = i .. "\n" }, say = "writing " .. i, think_ms = 10 })
+        end
+      end
+      table.insert(steps, { finish = "wrote them", think_ms = 10 })
+      T.write_file(root .. "/.rein/plan.json", vim.json.encode({ steps = steps }))
+      local client = H.client()
+      local handler = client.handlers["rein/stateChanged"]
+      client.handlers["rein/stateChanged"] = function(err, params, ctx)
+        if type(params) == "table" then
+          local kind = params.base ~= nil and "deltas" or "whole"
+          sent[kind] = sent[kind] + 1
+        end
+        return handler(err, params, ctx)
+      end
+      local request_state = rein._request_state
+      rein._request_state = function(...)
+        sent.fetches = sent.fetches + 1
+        return request_state(...)
+      end
+      table.insert(H.inputs, "write three hundred times")
+      H.cmd("Rein start")
+      H.wait_steps(60)
+      H.cmd("Rein pause")
+      T.eq(H.wait_status("paused").stopReason, "paused by the user")
+      -- Resumed by a request whose reply the plugin does not take: only the notification can
+      -- clear the stop reason (a null Neovim decodes as nothing; the delta's `cleared` says it).
+      client:request("workspace/executeCommand", { command = "rein.resume", arguments = { vim.empty_dict() } }, function() end)
+      T.wait(function()
+        local s = H.state()
+        return s and s.status == "running" and s.stopReason == nil
+      end, "running again, the stop reason cleared")
+      local done = H.wait_status("done")
+      T.eq(#done.steps, 302)
+      rein._request_state = request_state
+    end,
+  },
+  {
+    "the state the plugin built from the deltas is the state rein.state answers",
+    function()
+      local held = vim.deepcopy(H.state())
+      local answer
+      H.client():request("workspace/executeCommand", { command = "rein.state", arguments = { vim.empty_dict() } }, function(err, result)
+        answer = { err = err, result = result }
+      end)
+      T.wait(function()
+        return answer
+      end, "the rein.state answer")
+      T.eq(answer.err, nil)
+      T.eq(held.version, answer.result.state.version)
+      T.truthy(vim.deep_equal(held, answer.result.state), "the held state differs from rein.state")
+      T.truthy(sent.deltas >= 300, ("most changes came as deltas: %s"):format(vim.inspect(sent)))
+      T.out(("     %d deltas, %d whole states, %d fetches"):format(sent.deltas, sent.whole, sent.fetches))
+    end,
+  },
+})

@@ -471,11 +471,88 @@ T.test("setup: init_options and capabilities", function()
   T.truthy(caps.window.showMessage, "window.showMessage")
   T.eq(caps.experimental.rein.steerSelection, true)
   T.eq(caps.experimental.rein.output, true)
+  T.eq(caps.experimental.rein.stateDeltas, true)
   local cfg = rein.client_config("/tmp/x")
   T.eq(cfg.cmd, { H.bin, "lsp" })
   T.eq(cfg.root_dir, "/tmp/x")
   T.truthy(cfg.handlers["rein/stateChanged"] and cfg.handlers["rein/filesChanged"] and cfg.handlers["rein/output"], "handlers")
   T.truthy(cfg.commands["rein.steerSelection"] and cfg.commands["rein.steer"], "client commands")
+end)
+
+T.test("state deltas: applied on their base; a gap or another task fetches the whole state", function()
+  local id = 9001
+  local notify_was = rein.config.notify
+  rein.config.notify = false
+  local fetches = {}
+  local request_was = rein._request_state
+  rein._request_state = function(client_id, cb)
+    table.insert(fetches, { client_id = client_id, cb = cb })
+  end
+  local function step(n, action)
+    return { n = n, action = action or ("step " .. n), author = "agent", status = "done" }
+  end
+  local function delta(base, version, over)
+    return vim.tbl_extend("force", {
+      taskId = "t1",
+      base = base,
+      version = version,
+      changed = {},
+      cleared = {},
+      steps = { from = 0, items = {} },
+    }, over or {})
+  end
+  local ok, err = pcall(function()
+    local first = state({ steps = { step(0, "working tree at start"), step(1) }, queuedStop = { intent = "pause", behind = "x", since = "y" } })
+    rein._set_state(id, first)
+    -- A new step and a field emptied (Neovim drops the null from `changed`; `cleared` says it).
+    local handler = rein.client_config("/tmp/x").handlers["rein/stateChanged"]
+    handler(nil, delta(3, 4, { changed = { status = "paused" }, cleared = { "queuedStop" }, steps = { from = 2, items = { step(2) } } }), { client_id = id })
+    local s = rein._states[id]
+    T.eq({ s.version, s.status, s.queuedStop, #s.steps, s.steps[3].n }, { 4, "paused", nil, 3, 2 })
+    T.eq({ first.version, first.status, first.queuedStop ~= nil }, { 3, "running", true }, "the state before keeps its fields")
+    T.eq(s.task.goal, "add a greeting", "unchanged fields carried over")
+    -- An earlier step changed (a terminal's output landing on it): replaced from that index.
+    rein._apply_delta(id, delta(4, 5, { steps = { from = 1, items = { step(1, "run it (output)"), step(2), step(3) } } }))
+    s = rein._states[id]
+    T.eq(vim.tbl_map(function(x)
+      return x.action
+    end, s.steps), { "working tree at start", "run it (output)", "step 2", "step 3" })
+    -- A delta no newer than the state held (a reply's state came first) is dropped.
+    rein._set_state(id, vim.tbl_extend("force", s, { version = 7, status = "running" }))
+    rein._apply_delta(id, delta(5, 6, { changed = { status = "paused" } }))
+    T.eq({ rein._states[id].version, rein._states[id].status, #fetches }, { 7, "running", 0 })
+    -- A gap: the whole state is fetched once; deltas meanwhile wait and apply to it.
+    rein._apply_delta(id, delta(8, 9, { changed = { status = "paused" } }))
+    rein._apply_delta(id, delta(9, 10, { steps = { from = 4, items = { step(4) } } }))
+    rein._apply_delta(id, delta(12, 13))
+    T.eq(#fetches, 1, "one fetch for the gap")
+    T.eq(rein._states[id].version, 7, "nothing applied while fetching")
+    fetches[1].cb(nil, { state = state({ version = 9, status = "paused", steps = { step(0), step(1), step(2), step(3) } }) })
+    s = rein._states[id]
+    T.eq({ s.version, #s.steps, s.steps[5].n }, { 10, 5, 4 }, "fetched 9, then 9→10 applied")
+    T.eq(#fetches, 1, "a delta that still does not follow is dropped, not fetched for again")
+    -- The next live delta after that gap fetches again; a failed fetch drops what waited.
+    rein._apply_delta(id, delta(13, 14))
+    T.eq(#fetches, 2)
+    fetches[2].cb({ message = "gone" }, nil)
+    T.eq(rein._states[id].version, 10)
+    T.eq(rein._fetching[id], nil)
+    -- Another task: fetched whole, never applied to this one's state.
+    rein._apply_delta(id, delta(1, 2, { taskId = "t2", steps = { from = 0, items = { step(0) } } }))
+    T.eq({ #fetches, rein._states[id].task.id }, { 3, "t1" })
+    fetches[3].cb(nil, { state = state({ version = 2, task = { id = "t2", goal = "second" }, steps = { step(0) } }) })
+    T.eq({ rein._states[id].task.id, rein._states[id].version }, { "t2", 2 })
+    -- A whole state (or none: `null` arrives as nothing) still replaces it.
+    handler(nil, {}, { client_id = id })
+    T.eq(rein._states[id], vim.NIL)
+  end)
+  rein._request_state = request_was
+  rein.config.notify = notify_was
+  rein._states[id] = nil
+  rein._fetching[id] = nil
+  if not ok then
+    error(err, 0)
+  end
 end)
 
 T.test("doc/rein.txt is valid for :helptags and has a tag for every subcommand", function()

@@ -60,6 +60,8 @@ M._takeover_reasons = {}
 M._missing = nil
 --- client id -> callbacks waiting for the client to be initialized.
 M._pending = {}
+--- client id -> the deltas that came while the whole state was being fetched.
+M._fetching = {}
 
 local function notify(msg, level)
   vim.notify("Rein: " .. msg, level or vim.log.levels.INFO, { title = "Rein" })
@@ -107,8 +109,12 @@ function M.capabilities()
   caps.workspace.configuration = true
   caps.workspace.workspaceFolders = true
   -- The plugin runs rein.steerSelection itself (it asks for the text), so the server offers it;
-  -- it shows live command output (rein/output) in rein://output.
-  caps.experimental = vim.tbl_deep_extend("force", caps.experimental or {}, { rein = { steerSelection = true, output = true } })
+  -- it shows live command output (rein/output) in rein://output; it applies state deltas.
+  caps.experimental = vim.tbl_deep_extend(
+    "force",
+    caps.experimental or {},
+    { rein = { steerSelection = true, output = true, stateDeltas = true } }
+  )
   return vim.tbl_deep_extend("force", caps, M.config.capabilities or {})
 end
 
@@ -185,6 +191,88 @@ function M._set_state(client_id, state)
       M._notify_comment_steers(old, state)
     end
   end
+end
+
+--- Asks the server for the whole state (`rein.state`); `cb(err, result)`.
+function M._request_state(client_id, cb)
+  local client = vim.lsp.get_client_by_id(client_id)
+  if not client then
+    return cb({ message = "the client is gone" }, nil)
+  end
+  client:request("workspace/executeCommand", {
+    command = "rein.state",
+    arguments = { vim.empty_dict() },
+  }, cb)
+end
+
+--- Fetches the whole state; the deltas that come meanwhile (and `delta`, the one that could
+--- not be applied, if any) are applied to it once it is in.
+function M._fetch_state(client_id, delta)
+  if M._fetching[client_id] then
+    table.insert(M._fetching[client_id], delta)
+    return
+  end
+  M._fetching[client_id] = { delta }
+  M._request_state(client_id, function(err, result)
+    local waiting = M._fetching[client_id] or {}
+    M._fetching[client_id] = nil
+    if err or type(result) ~= "table" then
+      return
+    end
+    M._set_state(client_id, result.state == nil and vim.NIL or result.state)
+    for _, d in ipairs(waiting) do
+      M._apply_delta(client_id, d, true)
+    end
+  end)
+end
+
+--- Applies a `rein/stateChanged` delta `{taskId, base, version, changed, cleared, steps}`
+--- (docs/protocol.md, "State deltas") to the state held for the client when that is its
+--- base; a delta from another base or task means something was missed, so the whole state
+--- is fetched instead (unless `no_fetch`: then it is dropped). A delta no newer than the
+--- state held is dropped: a command's reply can carry a newer state than the notifications.
+---
+--- The steps list is extended in place, so a step costs what it adds, not the task's length:
+--- the previous state shares it, and only its top-level fields stay as they were.
+function M._apply_delta(client_id, d, no_fetch)
+  if type(d) ~= "table" then
+    return
+  end
+  if M._fetching[client_id] then
+    table.insert(M._fetching[client_id], d)
+    return
+  end
+  local held = M._states[client_id]
+  local same = type(held) == "table" and type(held.task) == "table" and held.task.id == d.taskId
+  if same and (tonumber(d.version) or 0) <= (tonumber(held.version) or 0) then
+    return
+  end
+  local steps = same and type(held.steps) == "table" and held.steps or {}
+  local change = type(d.steps) == "table" and d.steps or {}
+  local from = tonumber(change.from) or #steps
+  if not same or held.version ~= d.base or from > #steps then
+    if not no_fetch then
+      M._fetch_state(client_id, d)
+    end
+    return
+  end
+  local new = {}
+  for k, v in pairs(held) do
+    new[k] = v
+  end
+  for k, v in pairs(type(d.changed) == "table" and d.changed or {}) do
+    new[k] = v
+  end
+  for _, k in ipairs(type(d.cleared) == "table" and d.cleared or {}) do
+    new[k] = nil
+  end
+  for i = #steps, from + 1, -1 do
+    steps[i] = nil
+  end
+  vim.list_extend(steps, type(change.items) == "table" and change.items or {})
+  new.steps = steps
+  new.version = d.version
+  M._set_state(client_id, new)
 end
 
 --- Says once for each `rein:` comment the server sent (on save): a new constraint whose
@@ -273,7 +361,12 @@ function M.client_config(root)
     commands = commands,
     handlers = {
       ["rein/stateChanged"] = function(_, params, ctx)
-        if type(params) == "table" then
+        if type(params) ~= "table" then
+          return
+        end
+        if params.base ~= nil then
+          M._apply_delta(ctx.client_id, params)
+        else
           -- `null` (no task) arrives as nil: Neovim decodes JSON null in objects to nil.
           M._set_state(ctx.client_id, params.state == nil and vim.NIL or params.state)
         end
@@ -305,14 +398,7 @@ function M.client_config(root)
     },
     on_init = function(client)
       M._states[client.id] = M._states[client.id] or vim.NIL
-      client:request("workspace/executeCommand", {
-        command = "rein.state",
-        arguments = { vim.empty_dict() },
-      }, function(err, result)
-        if not err and type(result) == "table" then
-          M._set_state(client.id, result.state == nil and vim.NIL or result.state)
-        end
-      end)
+      M._fetch_state(client.id)
       vim.schedule(function()
         flush_pending(client)
       end)
@@ -321,6 +407,7 @@ function M.client_config(root)
       vim.schedule(function()
         M._states[client_id] = nil
         M._pending[client_id] = nil
+        M._fetching[client_id] = nil
         require("rein.output").forget(client_id)
         pcall(vim.cmd, "redrawstatus!")
         if code ~= 0 then
