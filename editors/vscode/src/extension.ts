@@ -15,6 +15,8 @@ import {
 import {
   TaskState,
   Decision,
+  OutputChunk,
+  exitText,
   statusText,
   legalControls,
   CONTROLS,
@@ -22,6 +24,7 @@ import {
   stepRange,
   inlineChoice,
   isActive,
+  isTerminal,
   steerPrompt,
   serverSettings,
   resolveServerPath,
@@ -32,6 +35,9 @@ import {
   ServerPhase,
 } from './model';
 import { ReinTree, Node } from './view';
+import { LiveOutput } from './output';
+import { TranscriptPanel } from './transcriptPanel';
+import { Transcript } from './transcript';
 import * as git from './git';
 
 const REPORT_SCHEME = 'rein-report';
@@ -45,6 +51,10 @@ let output: vscode.OutputChannel;
 let statusItem: vscode.StatusBarItem;
 let tree: ReinTree;
 let treeView: vscode.TreeView<Node>;
+let liveOutput: LiveOutput;
+let transcript: TranscriptPanel;
+/** The running command's id and state as the view last drew it (redrawn when it changes). */
+let drawnRun = '';
 let workspaceRoot: vscode.Uri | undefined;
 let repoRoot: vscode.Uri | undefined;
 let extensionPath = '';
@@ -78,6 +88,18 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
   statusItem.name = 'Rein';
   statusItem.command = 'rein.ui.menu';
   context.subscriptions.push(statusItem, output);
+
+  liveOutput = new LiveOutput(() => vscode.workspace.getConfiguration('rein').get<boolean>('output.reveal', true));
+  context.subscriptions.push(liveOutput);
+  transcript = new TranscriptPanel({
+    fetch: (since) => fetchTranscript(since),
+    state: () => state,
+    running: () => liveOutput.running(),
+    openStep: (n, p) => void openStep(n, p),
+    openFile: (p, line) => void openRepoFile(p, line),
+    log,
+    icon: vscode.Uri.joinPath(context.extensionUri, 'media', 'rein.svg'),
+  });
 
   tree = new ReinTree(() => repoRoot);
   treeView = vscode.window.createTreeView('rein.task', { treeDataProvider: tree, showCollapseAll: false });
@@ -120,7 +142,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
   cmd('rein.ui.approve', (node?: Node) => decideInline(node, 'approve'));
   cmd('rein.ui.deny', (node?: Node) => decideInline(node, 'deny'));
   cmd('rein.ui.release', (arg?: Node | vscode.Uri) => release(arg));
-  cmd('rein.ui.openStep', (n: number) => openStep(n));
+  // From a row's click: the step number; from the row's context menu: the row (then the diff,
+  // even of a command step).
+  cmd('rein.ui.openStep', (arg: number | Node, p?: string) =>
+    typeof arg === 'number' ? openStep(arg, p) : arg?.kind === 'step' ? openStep(arg.step.n, undefined, true) : undefined,
+  );
+  cmd('rein.ui.stepOutput', (n: number) => showStepOutput(n));
+  cmd('rein.ui.transcript', () => showTranscript());
+  cmd('rein.ui.output', () => liveOutput.channel.show(true));
   cmd('rein.ui.refresh', refresh);
   cmd('rein.ui.restartServer', restartServer);
 
@@ -267,7 +296,8 @@ async function startClient(): Promise<void> {
   client.registerFeature({
     fillClientCapabilities(caps) {
       const experimental = (caps.experimental ?? {}) as Record<string, unknown>;
-      caps.experimental = { ...experimental, rein: { steerSelection: true } };
+      // output: the server sends rein/output, the live output of the agent's commands.
+      caps.experimental = { ...experimental, rein: { steerSelection: true, output: true } };
     },
     initialize() {},
     getState() {
@@ -283,6 +313,7 @@ async function startClient(): Promise<void> {
   });
   client.onNotification('rein/stateChanged', (p: { state: TaskState | null }) => setState(p?.state ?? null));
   client.onNotification('rein/filesChanged', (p: { uris: string[] }) => void reloadClean(p?.uris ?? []));
+  client.onNotification('rein/output', (c: OutputChunk) => onOutput(c));
   try {
     await client.start();
   } catch (e) {
@@ -431,11 +462,18 @@ async function showReport(name: string, markdown: string): Promise<void> {
   }
 }
 
+/**
+ * The one place the task state changes (server notifications, command replies, refreshes):
+ * everything that shows it follows from here.
+ */
 function setState(next: TaskState | null, fromReply = false): void {
   // Replies and notifications interleave; never step back to an older version of one task.
   if (next && state && next.task?.id === state.task?.id && next.version < state.version) return;
   if (!next && fromReply && state) return;
   state = next;
+  // A command runs only while its task does (a paused one is frozen, still there).
+  const run = liveOutput.running();
+  if (run && (!state || state.task.id !== run.taskId || isTerminal(state.status))) liveOutput.clearRunning();
   // "steer cN queued" stays only while it is: gone once delivered (or the task moved on).
   if (steerNotice) {
     const c = state?.constraints?.find((k) => k.id === steerNotice!.id);
@@ -445,6 +483,19 @@ function setState(next: TaskState | null, fromReply = false): void {
     }
   }
   render();
+  // The transcript asks for the entries after the ones it has (docs/protocol.md, Transcript).
+  transcript.onState(state);
+}
+
+/** `rein/output`: the channel follows the command, the transcript shows it live. */
+function onOutput(c: OutputChunk): void {
+  if (state && c.taskId !== state.task.id) return;
+  liveOutput.add(c);
+  transcript.onOutput(c);
+  // The view's "Running …" row changes when a command starts, pauses, resumes or ends.
+  const run = liveOutput.running();
+  const key = run ? `${run.id}:${run.state}` : '';
+  if (key !== drawnRun) render();
 }
 
 /** Shows "steer cN queued" in the status bar until the state says it was delivered. */
@@ -462,11 +513,11 @@ async function refresh(): Promise<void> {
   }
   try {
     const res = (await client!.sendRequest(ExecuteCommandRequest.type, { command: 'rein.state', arguments: [{}] })) as any;
-    state = res?.state ?? null;
+    setState(res?.state ?? null);
   } catch (e) {
     log(`rein.state failed: ${(e as Error)?.message ?? e}`);
+    render();
   }
-  render();
 }
 
 function render(): void {
@@ -490,7 +541,9 @@ function render(): void {
   statusItem.accessibilityInformation = { label: plain.startsWith('Rein') ? plain : `Rein: ${plain}` };
   statusItem.show();
 
-  tree.update(state);
+  const run = liveOutput.running();
+  drawnRun = run ? `${run.id}:${run.state}` : '';
+  tree.update(state, run);
   const decisions = state?.decisions ?? [];
   treeView.badge = decisions.length ? { value: decisions.length, tooltip: `${decisions.length} open decision(s)` } : undefined;
   treeView.description = state ? st.text.replace(/\$\([^)]*\)\s*/g, '') : undefined;
@@ -880,10 +933,15 @@ async function release(arg?: Node | vscode.Uri): Promise<void> {
   await call('rein.release', { uri: client ? client.code2ProtocolConverter.asUri(uri) : uri.toString() });
 }
 
-async function openStep(n: number): Promise<void> {
+/**
+ * Opens what step `n` changed (its checkpoint against the one before; `only` narrows it to one
+ * file). A command step that changed no files opens its output instead.
+ */
+async function openStep(n: number, only?: string, diff = false): Promise<void> {
   if (!state || !repoRoot) return;
   const step = state.steps?.find((s) => s.n === n);
   const range = stepRange(state, n);
+  if (step && step.output != null && !only && !diff && (!range || range.same)) return showStepOutput(n);
   if (!step || !range) {
     void vscode.window.showInformationMessage(`Rein: step ${n} has no checkpoint to show.`);
     return;
@@ -901,8 +959,9 @@ async function openStep(n: number): Promise<void> {
     void vscode.window.showErrorMessage(`Rein: cannot read the diff of step ${n}: ${(e as Error).message}`);
     return;
   }
+  if (only) files = files.filter((f) => f.path === only);
   if (!files.length) {
-    void vscode.window.showInformationMessage(`Rein: step ${n} (${step.action}) changed no files.`);
+    void vscode.window.showInformationMessage(`Rein: step ${n} (${step.action}) changed ${only ? `nothing in ${only}` : 'no files'}.`);
     return;
   }
   const side = (ref: string, p: string) => vscode.Uri.from({ scheme: GIT_SCHEME, path: `/${p}`, query: ref });
@@ -922,4 +981,62 @@ async function openStep(n: number): Promise<void> {
     const [, l, r] = triple(p.f);
     await vscode.commands.executeCommand('vscode.diff', l, r, `${p.f.path} (${title})`);
   }
+}
+
+/** Opens a repository file, at a line when given (0-based). */
+async function openRepoFile(rel: string, line?: number): Promise<void> {
+  if (!repoRoot) return;
+  const uri = vscode.Uri.joinPath(repoRoot, rel);
+  const selection = line != null ? new vscode.Range(line, 0, line, 0) : undefined;
+  try {
+    await vscode.window.showTextDocument(uri, { selection, preview: true });
+  } catch (e) {
+    void vscode.window.showWarningMessage(`Rein: cannot open ${rel}: ${(e as Error).message}`);
+  }
+}
+
+/** `rein.transcript {since}`, or undefined when the server cannot answer now. */
+async function fetchTranscript(since: number): Promise<Transcript | undefined> {
+  if (!client || !serverUp()) return undefined;
+  try {
+    return (await client.sendRequest(ExecuteCommandRequest.type, { command: 'rein.transcript', arguments: [{ since }] })) as Transcript;
+  } catch (e) {
+    log(`rein.transcript failed: ${(e as Error)?.message ?? e}`);
+    return undefined;
+  }
+}
+
+async function showTranscript(): Promise<void> {
+  if (!repoRoot) {
+    await ensureRepository();
+    return;
+  }
+  await transcript.show();
+}
+
+/**
+ * Opens the output of step `n` as a read-only document: the transcript's (up to 64 KiB)
+ * when it has it, else the end the state keeps with the step (4 KiB).
+ */
+async function showStepOutput(n: number): Promise<void> {
+  const step = state?.steps?.find((s) => s.n === n);
+  let entry = transcript.entries.find((e) => e.kind === 'output' && e.step === n);
+  if (!entry) {
+    const all = await fetchTranscript(0);
+    entry = all?.entries.find((e) => e.kind === 'output' && e.step === n);
+  }
+  const text = entry?.kind === 'output' ? entry.text : step?.output;
+  if (text == null) {
+    void vscode.window.showInformationMessage(`Rein: step ${n} ran no command, so it has no output.`);
+    return;
+  }
+  const cut = entry?.kind === 'output' ? entry.truncated : text.length >= 4000;
+  const how = entry?.kind === 'output' && entry.exit ? exitText(entry.exit) : step?.detail?.split('\n')[0] ?? '';
+  const head = [`# Step ${n}: ${step?.action ?? (entry?.kind === 'output' ? entry.command : '')}`, how ? `# ${how}` : '', cut ? '# (the start of the output is cut: this is its end)' : ''].filter(Boolean).join('\n');
+  const name = `/Step ${n} output.log`;
+  const uri = vscode.Uri.from({ scheme: REPORT_SCHEME, path: name });
+  reports.set(uri.path, `${head}\n\n${text}`);
+  reportChanged.fire(uri);
+  const doc = await vscode.workspace.openTextDocument(uri);
+  await vscode.window.showTextDocument(doc, { preview: true });
 }
