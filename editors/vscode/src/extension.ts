@@ -149,7 +149,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
   );
   cmd('rein.ui.stepOutput', (n: number) => showStepOutput(n));
   cmd('rein.ui.transcript', () => showTranscript());
-  cmd('rein.ui.output', () => liveOutput.channel.show(true));
+  cmd('rein.ui.output', () => liveOutput.show());
   cmd('rein.ui.refresh', refresh);
   cmd('rein.ui.restartServer', restartServer);
 
@@ -487,7 +487,7 @@ function setState(next: TaskState | null, fromReply = false): void {
   transcript.onState(state);
 }
 
-/** `rein/output`: the channel follows the command, the transcript shows it live. */
+/** `rein/output`: the terminal follows the command, the transcript shows it live. */
 function onOutput(c: OutputChunk): void {
   if (state && c.taskId !== state.task.id) return;
   liveOutput.add(c);

@@ -626,11 +626,14 @@ export function exitText(exit: { code: number | null; signal: number | null } | 
 }
 
 /**
- * Turns `rein/output` notifications into the text of an output channel that follows the
+ * Turns `rein/output` notifications into the text of a terminal that follows the
  * running command: a header when a command starts (or another one speaks), the chunks as they
  * come, "paused" / "resumed" on their own lines, and how it ended.
  */
 export class OutputFollower {
+  /** `decorate` styles Rein's own lines (a terminal makes them bold or dim); plain by default. */
+  constructor(private readonly decorate: (kind: 'header' | 'marker' | 'exit', line: string) => string = (_k, l) => l) {}
+
   private current: string | undefined;
   private atLineStart = true;
   private shown = 0;
@@ -648,7 +651,7 @@ export class OutputFollower {
     if (this.current !== c.id) {
       nl();
       const where = c.terminal ? ` (terminal ${c.terminal})` : '';
-      out += `${this.shown ? '\n' : ''}── step ${c.step} · ${c.command}${where}${me ? ' (continued)' : ''} ──\n`;
+      out += `${this.shown ? '\n' : ''}${this.decorate('header', `── step ${c.step} · ${c.command}${where}${me ? ' (continued)' : ''} ──`)}\n`;
       this.current = c.id;
       this.shown++;
     }
@@ -660,11 +663,11 @@ export class OutputFollower {
     if (c.state !== 'paused' && me.paused) {
       me.paused = false;
       nl();
-      out += '▶ resumed\n';
+      out += `${this.decorate('marker', '── resumed ──')}\n`;
     }
     if (c.skipped > 0) {
       nl();
-      out += `[… ${c.skipped} bytes not shown …]\n`;
+      out += `${this.decorate('marker', `[… ${c.skipped} bytes not shown …]`)}\n`;
     }
     if (c.chunk) {
       out += c.chunk;
@@ -673,10 +676,10 @@ export class OutputFollower {
     if (c.state === 'paused' && !me.paused) {
       me.paused = true;
       nl();
-      out += '⏸ paused — the command is frozen until the agent is resumed\n';
+      out += `${this.decorate('marker', '── paused: the command is frozen until the agent is resumed ──')}\n`;
     } else if (c.state === 'ended') {
       nl();
-      out += `── ${exitText(c.exit)} (step ${c.step}) ──\n`;
+      out += `${this.decorate('exit', `── ${exitText(c.exit)} (step ${c.step}) ──`)}\n`;
       this.open.delete(c.id);
       this.current = undefined;
     }

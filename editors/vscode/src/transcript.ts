@@ -190,8 +190,12 @@ export class TranscriptRenderer {
       }
       case 'answer':
         return `<li class="entry you answer"><div class="head"><span class="who">${e.by === 'human' ? 'You' : 'The agent'}</span> answered <span class="muted">${esc(e.id)}</span>${time(e.at)}</div><div class="text">${esc(this.answerWords(e.id, e.choice))}</div></li>`;
-      case 'control':
-        return `<li class="entry control c-${esc(e.what)}"><span class="rule" aria-hidden="true"></span><span class="ctext">${esc(CONTROL_WORD[e.what] ?? e.what)}: ${esc(e.text)}${time(e.at)}</span><span class="rule" aria-hidden="true"></span></li>`;
+      case 'control': {
+        // The server's words say who and why ("paused by you", "handed back to the agent, with
+        // the note: …"); a rule across marks control moving.
+        const text = e.text ? e.text[0].toUpperCase() + e.text.slice(1) : e.what.replace('_', ' ');
+        return `<li class="entry control c-${esc(e.what)}"><span class="rule" aria-hidden="true"></span><span class="ctext">${esc(text)}${time(e.at)}</span><span class="rule" aria-hidden="true"></span></li>`;
+      }
       case 'end':
         return `<li class="entry end e-${esc(e.status)}"><div class="head"><span class="who">${e.status === 'done' ? 'Done' : e.status === 'aborted' ? 'Aborted' : 'Failed'}</span>${time(e.at)}</div><div class="text">${esc(e.text)}</div></li>`;
     }
@@ -235,16 +239,6 @@ export class TranscriptRenderer {
     return `<li class="entry plan moved"><details><summary><span class="who">Plan</span> ${what} <span class="muted">(${esc(note)})</span>${time(e.at)}</summary>${full}</details></li>`;
   }
 }
-
-const CONTROL_WORD: Record<string, string> = {
-  paused: 'Paused',
-  resumed: 'Resumed',
-  taken_over: 'You took over',
-  handed_back: 'You handed back',
-  rewound: 'Rewound',
-  stopped: 'Stopped',
-  recovered: 'Recovered',
-};
 
 function short(s: string, max = 60): string {
   const one = s.replace(/\s+/g, ' ').trim();

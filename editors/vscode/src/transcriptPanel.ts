@@ -259,7 +259,7 @@ ol.plan { margin: 4px 0 2px; padding-left: 2.2em; }
 .end { border: 1px solid var(--vscode-charts-green, var(--vscode-focusBorder)); }
 .end.e-aborted, .end.e-failed { border-color: var(--vscode-errorForeground); }
 #live { margin: 6px 0 0 1.4em; }
-#live .head { color: var(--vscode-descriptionForeground); }
+#live .head { display: flex; gap: 6px; align-items: baseline; color: var(--vscode-descriptionForeground); }
 body.vscode-high-contrast .entry { border: 1px solid var(--vscode-contrastBorder); }
 `;
 
@@ -274,11 +274,13 @@ const liveOut = document.getElementById('live-out');
 const liveTitle = document.getElementById('live-title');
 const liveState = document.getElementById('live-state');
 let liveStep = null;
-const atEnd = () => window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
-const follow = (was) => { if (was) window.scrollTo(0, document.body.scrollHeight); };
+// Following the end, as a terminal does, until you scroll up; scrolling back down follows again.
+const root = document.scrollingElement || document.documentElement;
+let following = true;
+window.addEventListener('scroll', () => { following = root.scrollTop + window.innerHeight >= root.scrollHeight - 40; });
+const follow = () => { if (following) requestAnimationFrame(() => { root.scrollTop = root.scrollHeight; }); };
 window.addEventListener('message', (ev) => {
   const m = ev.data;
-  const was = atEnd();
   if (m.type === 'head') head.innerHTML = m.html;
   if (m.type === 'reset') { list.innerHTML = m.html; live.hidden = true; liveStep = null; }
   if (m.type === 'append') {
@@ -295,12 +297,12 @@ window.addEventListener('message', (ev) => {
       liveOut.scrollTop = liveOut.scrollHeight;
     }
   }
-  follow(was);
+  follow();
 });
 document.addEventListener('click', (ev) => {
   const b = ev.target.closest('[data-action]');
   if (!b) return;
   vscode.postMessage({ action: b.dataset.action, step: b.dataset.step, path: b.dataset.path, line: b.dataset.line });
 });
-window.scrollTo(0, document.body.scrollHeight);
+follow();
 `;

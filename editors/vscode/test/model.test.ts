@@ -389,7 +389,7 @@ test('live output follows the running command: header, chunks, paused/resumed, e
   out += f.append(c({ seq: 5, state: 'ended', exit: { code: 0, signal: null }, step: 8 }));
   assert.equal(
     out,
-    '── step 8 · ./test.sh ──\ntest 1 ok\ntest 2\n⏸ paused — the command is frozen until the agent is resumed\n▶ resumed\n ok\n── exit 0 (step 8) ──\n',
+    '── step 8 · ./test.sh ──\ntest 1 ok\ntest 2\n── paused: the command is frozen until the agent is resumed ──\n── resumed ──\n ok\n── exit 0 (step 8) ──\n',
   );
   // Another command, a terminal, skipped bytes; then the first one speaks again.
   let more = f.append(c({ id: '9-1', step: 9, command: 'cargo test', terminal: 'term-1', chunk: 'x', skipped: 100 }));

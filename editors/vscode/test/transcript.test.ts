@@ -20,7 +20,7 @@ const story: Entry[] = [
   { kind: 'delivered', at, step: 4, ids: ['c1', 'c2'] },
   { kind: 'tool', at, step: 4, title: 'run ./test.sh', status: 'done', detail: 'exit code 0', checkpoint: 'bbb', files: [] },
   { kind: 'output', at, step: 4, command: './test.sh', text: 'test 1 ok\ntest 2 ok\n', truncated: false },
-  { kind: 'control', at, what: 'taken_over', text: 'I want to add a helper myself' },
+  { kind: 'control', at, what: 'taken_over', text: 'taken over by the user: I want to add a helper myself' },
   { kind: 'human', at, step: 5, title: 'your changes while holding control: src/greet.py', checkpoint: 'ccc', files: [{ path: 'src/greet.py', kind: 'modified', added: 3, removed: 0 }] },
   { kind: 'control', at, what: 'handed_back', text: 'handed back to the agent, with the note: carry on' },
   { kind: 'decision', at, id: 'd1', decisionKind: 'approve_command', question: 'Run `git tag v1`?', options: ['approve', 'deny'], detail: 'git tag v1' },
@@ -98,10 +98,11 @@ test('steers, delivery, output collapsed, control, the human\'s step, decisions 
   assert.match(html[8], /a rein: comment/);
   assert.match(html[9], /c1 \(“keep greet\(\) plain”\), c2 \(“say which check”\) before step 4/);
   assert.match(html[11], /<details><summary>Output of <code>\.\/test\.sh<\/code> <span class="muted">step 4 · exit 0 · 2 lines<\/span><\/summary><pre class="out">test 1 ok\ntest 2 ok\n<\/pre><\/details>/);
-  assert.match(html[12], /You took over: I want to add a helper myself/);
+  assert.match(html[12], /class="entry control c-taken_over"/);
+  assert.match(html[12], />Taken over by the user: I want to add a helper myself</);
   assert.match(html[13], /class="entry you-step"/);
   assert.match(html[13], /data-path="src\/greet\.py"/);
-  assert.match(html[14], /You handed back: handed back to the agent, with the note: carry on/);
+  assert.match(html[14], />Handed back to the agent, with the note: carry on</);
   assert.match(html[15], /Rein<\/span> stopped for you/);
   assert.match(html[15], /Answers: approve \/ deny/);
   assert.match(html[16], /deny — `git tag v1` is not run/);
