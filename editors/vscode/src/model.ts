@@ -33,6 +33,7 @@ export interface PlanItem {
 export interface ToolCall {
   id: string;
   kind: string;
+  /** Where it acted (`line` 1-based). */
   locations?: { path: string; line?: number | null }[];
   diffs?: { path: string; added: number; removed: number }[];
 }
@@ -124,7 +125,7 @@ export interface TaskState {
   head?: string | null;
   protectedLines?: Record<string, string[]>;
   summary?: string | null;
-  /** After an abort: agent lines that stayed where you edited inside their block. */
+  /** After an abort: agent lines that stayed where you edited inside their block (`line` 1-based). */
   keptAgentLines?: { path: string; lines: { line: number; text: string }[] }[];
   sandbox?: SandboxInfo | null;
   /** A stop waiting for an approved irreversible command to end. */

@@ -140,7 +140,7 @@ export class TranscriptRenderer {
             : `<span class="title">${esc(e.title)}</span>`;
         const icon = failed ? '✗' : '✓';
         const acp = e.tool
-          ? ` <span class="muted">${esc(e.tool.kind)}${(e.tool.locations ?? []).length ? ' · ' + (e.tool.locations ?? []).map((l) => `${esc(l.path)}${l.line != null ? `:${l.line + 1}` : ''}`).join(', ') : ''}</span>`
+          ? ` <span class="muted">${esc(e.tool.kind)}${(e.tool.locations ?? []).length ? ' · ' + (e.tool.locations ?? []).map((l) => `${esc(l.path)}${l.line != null ? `:${l.line}` : ''}`).join(', ') : ''}</span>`
           : '';
         const detail = e.detail
           ? failed

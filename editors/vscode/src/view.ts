@@ -17,6 +17,7 @@ import {
   wrapRows,
   latestWords,
   NO_PLAN_PROGRESS,
+  isActive,
   Decision,
   Constraint,
   AnsweredDecision,
@@ -116,7 +117,8 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         out.push({ kind: 'info', id: 'summary', label: s.summary, icon: 'note', tooltip: s.summary });
       }
       if ((s.decisions ?? []).length || (s.answered ?? []).length) out.push({ kind: 'group', group: 'decisions' });
-      if ((s.heldFiles ?? []).length) out.push({ kind: 'group', group: 'held' });
+      // Holding a file means something only while the task runs.
+      if ((s.heldFiles ?? []).length && isActive(s)) out.push({ kind: 'group', group: 'held' });
       if ((s.keptAgentLines ?? []).some((k) => k.lines.length)) out.push({ kind: 'group', group: 'kept' });
       out.push({ kind: 'group', group: 'plan' });
       out.push({ kind: 'group', group: 'steps' });
@@ -215,17 +217,18 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
       }
       case 'kept': {
         const item = new vscode.TreeItem(node.text.trim() || '(blank line)', vscode.TreeItemCollapsibleState.None);
+        // `line` is 1-based (state.keptAgentLines).
         item.id = `kept:${node.path}:${node.line}`;
-        item.description = `${node.path}:${node.line + 1}`;
+        item.description = `${node.path}:${node.line}`;
         item.iconPath = new vscode.ThemeIcon('warning', new vscode.ThemeColor('list.warningForeground'));
-        item.tooltip = `${node.path}:${node.line + 1}: ${node.text}\n\nThe agent wrote this line. The abort kept it because you edited inside the block it belongs to. Open it: the quick fix removes it.`;
+        item.tooltip = `${node.path}:${node.line}: ${node.text}\n\nThe agent wrote this line. The abort kept it because you edited inside the block it belongs to. Open it: the quick fix removes it.`;
         item.contextValue = 'kept';
         const root = this.root();
         if (root) {
           item.command = {
             command: 'vscode.open',
             title: 'Open',
-            arguments: [vscode.Uri.joinPath(root, node.path), { selection: new vscode.Range(node.line, 0, node.line, 0) }],
+            arguments: [vscode.Uri.joinPath(root, node.path), { selection: new vscode.Range(node.line - 1, 0, node.line - 1, 0) }],
           };
         }
         return item;
@@ -329,12 +332,13 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         item.command = { command: 'rein.ui.openStep', title: 'Open step diff', arguments: [st.n, part.path] };
         break;
       case 'location': {
-        item = new vscode.TreeItem(`${part.path}${part.line != null ? `:${part.line + 1}` : ''}`, None);
+        // An ACP tool location's line is 1-based.
+        item = new vscode.TreeItem(`${part.path}${part.line != null ? `:${part.line}` : ''}`, None);
         item.description = 'where it acted';
         item.iconPath = new vscode.ThemeIcon('location');
         const root = this.root();
         if (root) {
-          const line = part.line ?? 0;
+          const line = Math.max(0, (part.line ?? 1) - 1);
           item.command = { command: 'vscode.open', title: 'Open', arguments: [vscode.Uri.joinPath(root, part.path), { selection: new vscode.Range(line, 0, line, 0) }] };
         }
         break;

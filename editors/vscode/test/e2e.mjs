@@ -50,8 +50,17 @@ const steps = [
   { finish: 'Added farewell() and documented it.', think_ms: 1000 },
 ];
 const plan = { steps };
-// The same moves from an agent that reports no plan progress (plain items, none named).
-const plainPlan = { steps: steps.map(({ item, ...st }) => (st.plan ? { ...st, plan: PLAN_ITEMS } : st)) };
+// A second task, from an agent that reports no plan progress (plain items, none named): it
+// adds a block to NOTES.md, then thinks long enough for you to edit inside it and abort.
+const plainPlan = {
+  steps: [
+    { plan: PLAN_ITEMS, think_ms: 1200, say: 'Same plan as before.' },
+    { read: 'src/greet.py', think_ms: 2000 },
+    { edit: { path: 'NOTES.md', old: 'The greeter says hello.\n', new: 'The greeter says hello.\nAGENT one\nAGENT two\nAGENT three\n' }, think_ms: 2000, say: 'Three more notes.' },
+    { read: 'README.md', think_ms: 120000 },
+    { finish: 'never reached: the task is aborted' },
+  ],
+};
 const TEST_SH = '#!/bin/sh\nfor i in 1 2 3 4 5 6 7 8 9 10; do echo "test $i ... ok"; sleep 1; done\necho "10 passed"\n';
 
 let passed = 0;
@@ -217,17 +226,20 @@ async function openFile(rel) {
   // Active in the active group: with the transcript beside, another group may show it too.
   const active = async () => (await page.locator('.editor-group-container.active .tabs-container .tab.active').allInnerTexts()).some((t) => t.includes(name));
   // Quick Open can swallow the first Enter while a webview (the handover preview) still holds
-  // focus; a user would simply try again, and so does the test, at most three times.
+  // focus, and it closes when focus moves (a preview or the output terminal opening just then);
+  // a user would simply try again, and so does the test, at most three times.
   for (let attempt = 1; ; attempt++) {
-    await closeQuickInput();
-    await page.keyboard.press('Control+P');
-    const input = quickInput().locator('input[type="text"]').first();
-    await input.waitFor({ state: 'visible', timeout: 15_000 });
-    await input.fill(rel);
-    await quickInput().locator('.monaco-list-row', { hasText: name }).first().waitFor({ timeout: 15_000 });
-    await sleep(200);
-    await page.keyboard.press('Enter');
-    const opened = await waitFor(`${rel} active in an editor`, active, 5_000).then(() => true, (e) => (attempt >= 3 ? Promise.reject(e) : false));
+    const opened = await (async () => {
+      await closeQuickInput();
+      await page.keyboard.press('Control+P');
+      const input = quickInput().locator('input[type="text"]').first();
+      await input.waitFor({ state: 'visible', timeout: 15_000 });
+      await input.fill(rel, { timeout: 5_000 });
+      await quickInput().locator('.monaco-list-row', { hasText: name }).first().waitFor({ timeout: 15_000 });
+      await sleep(200);
+      await page.keyboard.press('Enter');
+      await waitFor(`${rel} active in an editor`, active, 5_000);
+    })().then(() => true, (e) => (attempt >= 3 ? Promise.reject(e) : false));
     if (opened) break;
   }
   await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().waitFor({ state: 'visible', timeout: 15_000 });
@@ -820,6 +832,15 @@ async function scenario() {
   check('the step diff is a diff editor', diffEditor === true);
   await shot('step-diff');
   await showReinView();
+  // A command step opens its output (the end the step keeps, or the transcript's).
+  const testRow = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: 'run ./test.sh' }).first();
+  let outTab = '';
+  for (let i = 0; i < 4 && !/Step \d+ output\.log/.test(outTab); i++) {
+    await testRow.click();
+    outTab = await waitFor('the step output tab', async () => (await tabTitles()).find((t) => /Step \d+ output\.log/.test(t)), 8_000).catch((e) => e.message);
+  }
+  const outDoc = /output\.log/.test(outTab) ? await editorText() : '';
+  check('clicking a command step opens its output after it ended (with the step and the exit)', /# Step \d+: run \.\/test\.sh/.test(outDoc) && /exit code 0/.test(outDoc) && /test 10 \.\.\. ok/.test(outDoc), `${outTab} ${outDoc.slice(0, 300)}`);
   await shotAtDefaultWidth('done-default-width');
   const planDone = await waitTree('the whole plan done', (r) => r.some((x) => /^Plan\s*6\/6 done$/.test(x))).catch((e) => e.message);
   check('at the end the plan reads "Plan 6/6 done"', Array.isArray(planDone), Array.isArray(planDone) ? '' : planDone);
@@ -922,12 +943,42 @@ async function scenario() {
   }, 60_000).catch((e) => e.message);
   const again = typeof task2 === 'object' ? (task2.constraints ?? []).filter((c) => c.source === 'comment' && task1.has(c.text)) : null;
   check('a comment delivered to the first task is not sent to the second (only the new one is)', Array.isArray(again) && again.length === 0, typeof task2 === 'object' ? JSON.stringify(task2.constraints) : String(task2));
+  // You edit inside a block the agent wrote, then abort: the agent's lines of that block stay
+  // (your version of it is kept whole), and the view says which.
+  const wrote = await waitFor('the second task\'s notes', () => readFileSync(join(repo, 'NOTES.md'), 'utf8').includes('AGENT three'), 90_000).catch(() => false);
+  check('the second task wrote its block into NOTES.md', wrote === true);
+  await openFile('NOTES.md');
+  await page.locator('.editor-group-container.active .monaco-editor .view-line', { hasText: 'AGENT two' }).first().click();
+  await page.keyboard.press('End');
+  await page.keyboard.type(' fixed by HUMAN', { delay: 10 });
+  await page.keyboard.press('Control+S');
+  await waitFor('your edit on disk', () => readFileSync(join(repo, 'NOTES.md'), 'utf8').includes('fixed by HUMAN'), 10_000).catch(() => {});
   await palette('Rein: Abort the Task');
   await quickInput().locator('.monaco-list-row', { hasText: 'Discard' }).first().waitFor({ timeout: 15_000 });
   await quickInput().locator('.monaco-list-row', { hasText: 'Discard' }).first().click();
   const aborted = await waitStatus(/Task aborted/).catch((e) => e.message);
   check('Abort (discard) from the palette: status bar says aborted', /Task aborted/.test(aborted), aborted);
   check('task state on disk is aborted', diskState()?.status === 'aborted', diskState()?.status);
+  const keptByAbort = diskState()?.keptAgentLines ?? [];
+  const keptLines = keptByAbort.find((k) => k.path === 'NOTES.md')?.lines ?? [];
+  const notesAfter = readFileSync(join(repo, 'NOTES.md'), 'utf8');
+  check('the abort keeps your edit and says exactly which agent lines stayed (keptAgentLines)', notesAfter.includes('AGENT two fixed by HUMAN') && JSON.stringify(keptLines.map((l) => l.text)) === '["AGENT one","AGENT three"]', `${JSON.stringify(keptByAbort)} ${notesAfter}`);
+  await showReinView();
+  const keptRows = keptLines.length ? await waitTree('the kept agent lines', (r) => r.some((x) => /^Agent lines the abort kept\s*2$/.test(x)) && keptLines.every((l) => r.some((x) => x.includes(l.text) && x.includes(`NOTES.md:${l.line}`)))).catch((e) => e.message) : 'no kept lines';
+  check('the Rein view lists the agent lines the abort kept, with file and line', Array.isArray(keptRows), Array.isArray(keptRows) ? '' : String(keptRows));
+  // The stop reason above names the kept lines too: the row is the one with file and line.
+  const keptRow = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: 'AGENT three' }).filter({ hasText: `NOTES.md:${keptLines[1]?.line}` }).first();
+  if (keptLines.length) {
+    await keptRow.click();
+    // The cursor was on the line you edited (5): it moves to the kept line.
+    let at = '';
+    await waitFor('NOTES.md open on the kept line', async () => {
+      const st = (await page.locator('#workbench\\.parts\\.statusbar').innerText()).replace(/\s+/g, ' ');
+      at = /Ln (\d+),/.exec(st)?.[1] ?? '';
+      return Number(at) === keptLines[1].line;
+    }, 10_000).catch(() => {});
+    check('clicking a kept line opens its file on that line', Number(at) === keptLines[1].line, `Ln ${at}, kept at ${keptLines[1].line}`);
+  }
   await shot('aborted');
 
   if (SHOT && midShot) {

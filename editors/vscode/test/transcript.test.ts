@@ -134,3 +134,10 @@ test('the head: goal, where the run is, the plan, what waits for you', () => {
   assert.match(head, /Waiting for you: Run `git tag v1`\?/);
   assert.match(renderHead(null), /No Rein task/);
 });
+
+test('an ACP tool call shows its kind and where it acted (1-based lines)', () => {
+  const [html] = renderAll([
+    { kind: 'tool', at: null, step: 7, title: 'Edit a.rs', status: 'done', files: [], tool: { id: 't1', kind: 'edit', locations: [{ path: 'a.rs', line: 5 }, { path: 'b.rs' }] } },
+  ]);
+  assert.match(html, /<span class="muted">edit · a\.rs:5, b\.rs<\/span>/);
+});
