@@ -159,12 +159,35 @@ const HANDBACK: &str = "What the person changed";
 /// Runs the takeover/fix/handback dance: waits for the model to think on `think_turn`,
 /// takes over, applies the human's fix, hands back, and waits for the task to end.
 fn takeover_fix_handback(root: &Path, model: &Model, think_turn: u64) -> (Lsp, Value) {
+    takeover_fix_handback_as(root, model, think_turn, false)
+}
+
+/// The same; with `keep_mtime` the fix keeps the file's modification time, as `cp -p`,
+/// `rsync -t` or a restore do. Claude Code refuses on its own a write to a file whose mtime
+/// moved since its Read ("File has been modified since read"); with the mtime kept that
+/// check passes, so only Rein's guard stands between the stale write and the fix.
+fn takeover_fix_handback_as(
+    root: &Path,
+    model: &Model,
+    think_turn: u64,
+    keep_mtime: bool,
+) -> (Lsp, Value) {
     let mut lsp = start(root, model, Value::Null, "improve m.py");
     model.wait_turn(think_turn);
     let taken = lsp.ok("rein.takeover", json!({"reason": "I'll fix it myself"}));
     assert_eq!(taken["state"]["control"]["holder"], "human", "{taken:#}");
     let before = read(root, "m.py");
+    let mtime = std::fs::metadata(root.join("m.py"))
+        .and_then(|m| m.modified())
+        .expect("m.py's mtime");
     write(root, "m.py", &before.replace("x + 1\n", "x + 100\n"));
+    if keep_mtime {
+        std::fs::File::options()
+            .write(true)
+            .open(root.join("m.py"))
+            .and_then(|f| f.set_modified(mtime))
+            .expect("m.py's mtime put back");
+    }
     assert!(read(root, "m.py").contains("x + 100"));
     let back = lsp.ok("rein.handback", json!({"note": "fixed the increment"}));
     assert_eq!(back["state"]["control"]["holder"], "agent", "{back:#}");
@@ -236,12 +259,23 @@ fn c_a_read_then_a_stale_write_after_a_handback_keeps_the_human_fix() {
         {"blocks": [tool("Read", json!({"file_path": m}))]},
         {"when": "[tool_result", "once": true, "delay_s": 30, "blocks": [text("thinking done")]},
         {"when": HANDBACK, "blocks": [tool("Write", json!({"file_path": m, "content": stale}))]},
-        // Refused (by Rein, or by Claude Code's own modified-since-read check), it reads again.
-        {"when_any": ["Rein did not allow", "modified since read"], "once": true, "blocks": [tool("Read", json!({"file_path": m}))]},
+        // Refused by Rein, told why, it reads again.
+        {"when": "Rein did not allow", "once": true, "blocks": [tool("Read", json!({"file_path": m}))]},
         {"when": "x + 100", "once": true, "blocks": [tool("Write", json!({"file_path": m, "content": format!("{}\nprint(f(1))\n", M_PY.replace("x + 1\n", "x + 100\n"))}))]},
         {"when": "[tool_result", "blocks": [text("Added the print.")]}
     ]}));
-    let (_lsp, s) = takeover_fix_handback(root, &model, 1);
+    let (_lsp, s) = takeover_fix_handback_as(root, &model, 1, true);
+    assert!(
+        !model_saw(&model, "modified since read"),
+        "Claude Code's own check did not refuse (the mtime was kept), so Rein's is tested: {}",
+        model.summary()
+    );
+    assert_rein_refused(&s, "Write");
+    assert!(
+        model_saw(&model, "Rein did not allow Write"),
+        "the refusal and its reason reached the model: {}",
+        model.summary()
+    );
     assert_fix_kept(root, &s);
     assert_eq!(
         status(&s),
@@ -268,16 +302,37 @@ fn d_a_stale_edit_after_a_handback_keeps_the_human_fix() {
         {"blocks": [tool("Read", json!({"file_path": m}))]},
         {"when": "[tool_result", "once": true, "delay_s": 30, "blocks": [text("thinking done")]},
         {"when": HANDBACK, "blocks": [tool("Edit", json!({"file_path": m, "old_string": "x + 1", "new_string": "x + 2"}))]},
+        {"when": "Rein did not allow", "blocks": [text("Left the increment as the person set it.")]},
         {"when": "[tool_result", "blocks": [text("Changed the increment.")]}
     ]}));
-    let (_lsp, s) = takeover_fix_handback(root, &model, 1);
-    assert_fix_kept(root, &s);
-    assert!(
-        matches!(status(&s), "done" | "awaiting_decision"),
-        "stopReason {}; {:#?}",
-        s["stopReason"],
+    let (mut lsp, s) = takeover_fix_handback(root, &model, 1);
+    // Claude Code passes this Edit on (its own check does not refuse it): Rein's guard sees
+    // that it would rewrite the person's line and asks the person.
+    assert_eq!(
+        status(&s),
+        "awaiting_decision",
+        "Rein asks before the Edit changes the person's line; {:#?}",
         actions(&s)
     );
+    assert_eq!(
+        s["decisions"][0]["kind"], "protected_lines",
+        "{:#}",
+        s["decisions"]
+    );
+    let id = s["decisions"][0]["id"]
+        .as_str()
+        .expect("decision id")
+        .to_owned();
+    lsp.ok("rein.decide", json!({"decisionId": id, "choice": "deny"}));
+    let s = wait_status(&mut lsp, "done");
+    assert_fix_kept(root, &s);
+    assert_rein_refused(&s, "Edit");
+    assert!(
+        model_saw(&model, "Rein did not allow"),
+        "the refusal reached the model: {}",
+        model.summary()
+    );
+    assert_tool_failed(&s, &["Edit"]);
 }
 
 // (e) pause freezes the harness's own command ------------------------------------------
@@ -375,6 +430,7 @@ fn f_a_denied_command_lets_the_task_go_on() {
         s["stopReason"],
         actions(&s)
     );
+    assert_tool_failed(&s, &["rm -f scratch.txt"]);
 }
 
 // (g) takeover and abort during a command ------------------------------------------------
@@ -386,6 +442,7 @@ fn during_a_command(command: &str, body: Value) {
     let cmd = "true && sleep 30 && touch never.txt";
     let model = Model::start(json!({"turns": [
         {"blocks": [tool("Bash", json!({"command": cmd, "description": "long"}))]},
+        {"when": HANDBACK, "blocks": [text("The person took it from there.")]},
         {"when": "[tool_result", "blocks": [text("Done.")]}
     ]}));
     let mut lsp = start(
@@ -394,10 +451,24 @@ fn during_a_command(command: &str, body: Value) {
         json!({"policy": {"allow": ["touch"]}}),
         "wait long",
     );
+    wait_command(&mut lsp, "never.txt");
+    let rein = lsp.pid();
+    let harness = harness_proc(rein, "claude-agent-acp")
+        .unwrap_or_else(|| panic!("no harness under rein:{}", show(&descendants(rein))));
+    // Paused and resumed while the command runs: how long until all of it is stopped.
+    let scenario = if command == "rein.takeover" {
+        "g1"
+    } else {
+        "g2"
+    };
+    report_pause(
+        "Claude Code",
+        scenario,
+        pause_latencies(&mut lsp, "never.txt", PAUSES),
+    );
     let ps = wait_command(&mut lsp, "never.txt");
     let pids: Vec<u32> = ps.iter().map(|p| p.pid).collect();
     let r = lsp.ok(command, body);
-    let rein = lsp.pid();
     wait_for(&mut lsp, "the command's processes to end", |_| {
         command_procs(rein, "never.txt").is_empty()
             && pids.iter().all(|pid| {
@@ -412,13 +483,33 @@ fn during_a_command(command: &str, body: Value) {
         "rein.takeover" => {
             assert_eq!(r["state"]["control"]["holder"], "human", "{r:#}");
             assert_eq!(status(&s), "human", "{s:#}");
+            // The harness itself lives on: handed back, the same process goes on.
+            let still = harness_proc(rein, "claude-agent-acp");
+            assert_eq!(
+                still.as_ref().map(|p| p.pid),
+                Some(harness.pid),
+                "take over ends the command, not the harness:{}",
+                show(&descendants(rein))
+            );
+            lsp.ok("rein.handback", json!({"note": "carry on"}));
+            let s = wait_status(&mut lsp, "done");
+            assert!(
+                model_saw(&model, HANDBACK),
+                "the same session was prompted after the handback: {}",
+                model.summary()
+            );
+            assert_eq!(s["control"]["holder"], "none");
         }
         _ => {
             let s = lsp.wait_state("aborted", |s| status(s) == "aborted");
             assert_eq!(s["control"]["holder"], "none");
+            wait_harness_gone(&mut lsp, "claude");
         }
     }
 }
+
+/// Pause/resume cycles timed in each takeover and abort scenario.
+const PAUSES: usize = 10;
 
 #[test]
 #[ignore = "needs the real harnesses: run tests/agents/run"]
@@ -676,5 +767,51 @@ fn k_todos_move_the_plan_and_claudes_words_and_thoughts_reach_the_steps() {
             .is_some_and(|m| m.contains("hello.txt says hello")),
         "{}",
         s["summary"]
+    );
+}
+
+// (l) tools that reach outside the tree ----------------------------------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn l_web_tools_are_asked_about_and_a_deny_goes_on() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"blocks": [tool("WebFetch", json!({"url": "https://example.com/docs", "prompt": "What does it say?"}))]},
+        {"when": "[tool_result", "once": true, "blocks": [tool("WebSearch", json!({"query": "agent client protocol"}))]},
+        {"when": "[tool_result", "blocks": [text("Done without the web.")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "look something up");
+    let mut asked = Vec::new();
+    let mut s = lsp.wait_state("a stop", stopped);
+    while status(&s) == "awaiting_decision" {
+        let d = &s["decisions"][0];
+        asked.push(d["question"].as_str().unwrap_or("").to_owned());
+        let id = d["id"].as_str().expect("decision id").to_owned();
+        let v = s["version"].as_u64();
+        lsp.ok("rein.decide", json!({"decisionId": id, "choice": "deny"}));
+        s = lsp.wait_state("the next stop", |t| stopped(t) && t["version"].as_u64() > v);
+    }
+    assert_eq!(
+        status(&s),
+        "done",
+        "stopReason {}; {:#?}",
+        s["stopReason"],
+        actions(&s)
+    );
+    assert_eq!(
+        asked.len(),
+        2,
+        "both web tools were asked about: {asked:#?}"
+    );
+    assert!(
+        asked.iter().all(|q| q.contains("fetch")),
+        "asked as tools that act outside the tree: {asked:#?}"
+    );
+    assert!(
+        model_saw(&model, "Rein did not allow"),
+        "{}",
+        model.summary()
     );
 }

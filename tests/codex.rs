@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rein_e2e::harnesses::{harness_proc, pause_latencies, report_pause, wait_harness_gone};
 use rein_e2e::*;
 use serde_json::{json, Value};
 
@@ -107,6 +108,13 @@ impl Codex {
             .collect()
     }
 
+    /// Whether any request Codex made of the model carries `text`.
+    fn saw(&self, text: &str) -> bool {
+        self.requests()
+            .iter()
+            .any(|r| r["body"].to_string().contains(text))
+    }
+
     /// How many scripted turns have been taken.
     fn turns_taken(&self) -> usize {
         self.requests()
@@ -139,6 +147,15 @@ impl Drop for Codex {
     fn drop(&mut self) {
         let _ = self.model.kill();
         let _ = self.model.wait();
+        // REIN_MODEL_LOG_DIR=DIR keeps every request body, one file per test.
+        if let Ok(dir) = std::env::var("REIN_MODEL_LOG_DIR") {
+            let name = std::thread::current().name().unwrap_or("test").to_owned();
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::copy(
+                self.home.path().join("requests.jsonl"),
+                Path::new(&dir).join(format!("{name}.jsonl")),
+            );
+        }
     }
 }
 
@@ -303,58 +320,129 @@ fn a_patch_codex_applies_is_an_agent_step_and_the_task_finishes() {
     );
 }
 
-#[test]
-#[ignore = "needs the real harnesses: run tests/agents/run"]
-fn a_stale_patch_after_handback_keeps_the_persons_fix() {
-    let codex = Codex::new(json!({"turns": [
-        // Thinking while the person takes over; cancelled by the takeover.
-        {"delay_s": 4, "items": [message("Looking at m.py.")]},
-        // After the handback: a patch against the old text, then a whole-file rewrite of it.
-        {"when": "What the person changed", "items": [
-            patch("*** Update File: m.py\n@@\n def f(x):\n-    return x + 1\n+    return x + 1  # checked\n"),
-        ]},
-        {"items": [patch("*** Delete File: m.py\n*** Add File: m.py\n+def f(x):\n+    return x + 1\n+\n+\n+def g(x):\n+    return 2 * x\n")]},
-        {"items": [message("Added g.")]},
-    ]}));
-    let dir = workspace(&[("m.py", M_PY)]);
-    let root = dir.path();
-    let mut lsp = start(root, &codex, "add g to m.py", Value::Null);
-    codex.wait_turns(1);
+/// m.py as the person fixed it, with the g Codex was asked to add.
+const GOOD: &str = "def f(x):\n    return x + 100\n\n\ndef g(x):\n    return 2 * x\n";
+
+/// Codex rewriting m.py whole from its memory of it (`Add File` overwrites): drops the fix.
+fn stale_rewrite() -> Value {
+    patch(
+        "*** Add File: m.py\n+def f(x):\n+    return x + 1\n+\n+\n+def g(x):\n+    return 2 * x\n",
+    )
+}
+
+/// The patch that adds g to m.py as it is now.
+fn good_patch() -> Value {
+    patch("*** Update File: m.py\n@@\n def f(x):\n     return x + 100\n+\n+\n+def g(x):\n+    return 2 * x\n")
+}
+
+/// Takes over while Codex thinks on turn `thinking`, fixes f, hands back, and waits for the
+/// end, denying any decision Rein asks of the person on the way.
+fn takeover_fix_handback(root: &Path, codex: &Codex, thinking: usize) -> Value {
+    let mut lsp = start(root, codex, "add g to m.py", Value::Null);
+    codex.wait_turns(thinking);
     let taken = lsp.ok("rein.takeover", json!({"reason": "I fix f first"}));
     assert_eq!(taken["state"]["control"]["holder"], "human", "{taken:#}");
     write(root, "m.py", M_PY_HUMAN);
     let back = lsp.ok("rein.handback", json!({"note": "f adds 100 now"}));
     assert_eq!(back["state"]["control"]["holder"], "agent", "{back:#}");
-    let s = wait_end(&mut lsp);
-    let m = read(root, "m.py");
-    let prompted = codex.requests().iter().any(|r| {
-        r["body"]["input"]
-            .as_array()
-            .and_then(|i| i.last())
-            .is_some_and(|l| l.to_string().contains("x + 100"))
-    });
-    assert!(
-        prompted,
-        "Codex was told what the person changed; m.py is {m:?}; state {s:#}"
+    loop {
+        let s = lsp.wait_state("the task to end", |s| {
+            matches!(
+                status(s),
+                "done" | "failed" | "aborted" | "awaiting_decision"
+            ) || (status(s) == "paused" && !s["stopReason"].is_null())
+        });
+        if status(&s) != "awaiting_decision" {
+            return s;
+        }
+        let id = s["decisions"][0]["id"]
+            .as_str()
+            .expect("decision id")
+            .to_owned();
+        lsp.ok("rein.decide", json!({"decisionId": id, "choice": "deny"}));
+    }
+}
+
+/// The person's fix is kept, Codex's g is in, the person's edit is theirs, and Rein itself
+/// refused Codex's stale rewrite with the reason (an `ask permission` step not done).
+fn assert_fix_kept_by_rein(root: &Path, codex: &Codex, s: &Value) {
+    assert_eq!(status(s), "done", "{s:#}");
+    assert_eq!(
+        read(root, "m.py"),
+        GOOD,
+        "the person's fix is kept and Codex's g added; state {s:#}"
     );
     assert!(
-        codex.turns_taken() >= 3,
-        "Codex tried both its stale patch and its rewrite ({} turns); state {s:#}",
-        codex.turns_taken()
-    );
-    assert!(
-        m.contains("x + 100"),
-        "the person's fix survives Codex's stale patch and rewrite: m.py is {m:?}; state {s:#}"
-    );
-    assert!(
-        !m.contains("x + 1\n") && !m.contains("x + 1  #"),
-        "no old line came back: {m:?}"
-    );
-    assert_eq!(status(&s), "done", "{s:#}");
-    assert!(
-        human_paths(&s).iter().any(|p| p == "m.py"),
+        human_paths(s).iter().any(|p| p == "m.py"),
         "the person's edit is recorded as theirs: {s:#}"
     );
+    let refused = rein_e2e::harnesses::steps_with(s, &["ask permission"])
+        .into_iter()
+        .filter(|st| st["status"] == "failed" || st["status"] == "skipped")
+        .count();
+    assert!(
+        refused >= 1,
+        "Rein itself refused the stale rewrite: {:#?}",
+        actions(s)
+    );
+    assert!(
+        codex.saw("Rein did not allow"),
+        "the refusal and its reason reached Codex's model"
+    );
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn a_stale_rewrite_after_handback_keeps_the_persons_fix() {
+    let codex = Codex::new(json!({"turns": [
+        // Thinking while the person takes over; cancelled by the takeover.
+        {"delay_s": 4, "items": [message("Looking at m.py.")]},
+        // After the handback: m.py rewritten whole from memory, without the fix.
+        {"when": "What the person changed", "items": [stale_rewrite()]},
+        // Told why, it changes the file as it is now.
+        {"when": "did not allow", "items": [good_patch()]},
+        {"items": [message("Added g.")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let s = takeover_fix_handback(root, &codex, 1);
+    assert!(
+        codex.saw("What the person changed") && codex.saw("x + 100"),
+        "Codex was told what the person changed"
+    );
+    assert_fix_kept_by_rein(root, &codex, &s);
+    assert!(
+        !codex.saw("apply_patch verification failed"),
+        "Codex's own check did not refuse the rewrite, so Rein's is tested"
+    );
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn a_read_then_a_stale_patch_and_rewrite_after_handback_keep_the_persons_fix() {
+    let codex = Codex::new(json!({"turns": [
+        // Codex reads the file first (a command it runs in its sandbox, unasked)...
+        {"items": [sandboxed("cat m.py")]},
+        // ...and thinks while the person takes over; the takeover cancels this turn.
+        {"when": "return x + 1", "delay_s": 30, "items": [message("Looking at m.py.")]},
+        // After the handback: a patch against the text it read. Codex checks a patch
+        // against the file before it asks, so it refuses this one itself...
+        {"when": "What the person changed", "items": [
+            patch("*** Update File: m.py\n@@\n def f(x):\n-    return x + 1\n+    return x + 1  # checked\n"),
+        ]},
+        // ...then rewrites the file whole from what it read, which only Rein can refuse.
+        {"when": "verification failed", "items": [stale_rewrite()]},
+        {"when": "did not allow", "items": [good_patch()]},
+        {"items": [message("Added g.")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let s = takeover_fix_handback(root, &codex, 2);
+    assert!(
+        codex.saw("apply_patch verification failed"),
+        "Codex refused its stale patch itself"
+    );
+    assert_fix_kept_by_rein(root, &codex, &s);
 }
 
 #[test]
@@ -432,6 +520,7 @@ fn a_denied_command_is_skipped_and_the_task_goes_on() {
     assert_eq!(status(&s), "done", "{s:#}");
     assert!(!root.join("denied.txt").exists());
     assert_eq!(read(root, "instead.txt"), "done another way\n");
+    rein_e2e::harnesses::assert_tool_failed(&s, &["touch denied.txt"]);
 }
 
 #[test]
@@ -448,22 +537,40 @@ fn takeover_during_a_command_ends_its_processes() {
     wait_procs("never-taken.txt", "Codex to run the command", |ps| {
         ps.iter().any(|p| p.cmdline.starts_with("sleep"))
     });
+    let rein = lsp.pid();
+    let harness = harness_proc(rein, "codex-acp").expect("codex-acp runs under rein");
+    report_pause(
+        "Codex",
+        "takeover",
+        pause_latencies(&mut lsp, "never-taken.txt", PAUSES),
+    );
     let taken = lsp.ok("rein.takeover", json!({"reason": "mine now"}));
     assert_eq!(taken["state"]["control"]["holder"], "human", "{taken:#}");
     wait_procs("never-taken.txt", "the command's processes to end", |ps| {
         ps.is_empty()
     });
-    let aborted = lsp.ok("rein.abort", json!({}));
-    let s = if status(&aborted["state"]) == "aborted" {
-        aborted["state"].clone()
-    } else {
-        lsp.wait_state("aborted", |s| status(s) == "aborted")
-    };
-    assert_eq!(status(&s), "aborted");
     std::thread::sleep(Duration::from_millis(500));
     assert!(!root.join("never-taken.txt").exists());
     assert!(command_procs("never-taken.txt").is_empty());
+    // The harness itself lives on: handed back, the same process finishes the task.
+    assert_eq!(
+        harness_proc(rein, "codex-acp").map(|p| p.pid),
+        Some(harness.pid),
+        "take over ends Codex's command, not Codex: {:#?}",
+        rein_e2e::descendants(rein)
+    );
+    lsp.ok("rein.handback", json!({"note": "carry on"}));
+    let s = wait_end(&mut lsp);
+    assert_eq!(status(&s), "done", "{s:#}");
+    assert!(
+        codex.saw("What the person changed"),
+        "Codex was prompted again"
+    );
+    assert!(!root.join("never-taken.txt").exists());
 }
+
+/// Pause/resume cycles timed in the takeover and abort scenarios.
+const PAUSES: usize = 10;
 
 #[test]
 #[ignore = "needs the real harnesses: run tests/agents/run"]
@@ -479,6 +586,11 @@ fn abort_during_a_command_ends_its_processes() {
     wait_procs("never-aborted.txt", "Codex to run the command", |ps| {
         ps.iter().any(|p| p.cmdline.starts_with("sleep"))
     });
+    report_pause(
+        "Codex",
+        "abort",
+        pause_latencies(&mut lsp, "never-aborted.txt", PAUSES),
+    );
     lsp.ok("rein.abort", json!({}));
     let s = lsp.wait_state("aborted", |s| status(s) == "aborted");
     assert_eq!(status(&s), "aborted");
@@ -488,6 +600,8 @@ fn abort_during_a_command_ends_its_processes() {
         |ps| ps.is_empty(),
     );
     assert!(!root.join("never-aborted.txt").exists());
+    // Abort ends the harness too.
+    wait_harness_gone(&mut lsp, "codex");
 }
 
 #[test]
@@ -559,6 +673,14 @@ fn a_patch_to_a_file_the_person_is_editing_asks_and_skip_keeps_their_text() {
             .iter()
             .any(|a| a.contains("m.py") && a.starts_with("\"agent\"")),
         "the refused patch is a step: {:#?}",
+        actions(&s)
+    );
+    // Codex's only "no" cancels its turn, so it never reports the patch as failed: the
+    // refused permission is the record, not done.
+    let asked = rein_e2e::harnesses::steps_with(&s, &["ask permission"]);
+    assert!(
+        !asked.is_empty() && asked.iter().all(|st| st["status"] == "skipped"),
+        "the skipped patch is recorded as not done: {:#?}",
         actions(&s)
     );
 }

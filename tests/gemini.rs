@@ -398,6 +398,7 @@ fn f_a_denied_command_lets_the_task_go_on() {
         s["stopReason"],
         actions(&s)
     );
+    assert_refused_not_done(&s, &["rm -f scratch.txt"]);
 }
 
 // (g) takeover and abort during a command ------------------------------------------------
@@ -407,6 +408,7 @@ fn during_a_command(command: &str, body: Value) {
     let root = dir.path();
     let model = Model::start(json!({"turns": [
         {"parts": [shell("sleep 30 && touch never.txt")]},
+        {"when": HANDBACK, "parts": [say("The person took it from there.")]},
         {"when": RESULT, "parts": [say("Done.")]}
     ]}));
     let mut lsp = start(
@@ -415,10 +417,26 @@ fn during_a_command(command: &str, body: Value) {
         json!({"policy": {"allow": ["touch"]}}),
         "wait long",
     );
+    wait_command(&mut lsp, "never.txt");
+    let rein = lsp.pid();
+    let cli = descendants(rein)
+        .into_iter()
+        .find(|p| p.ppid == rein && p.state != 'Z')
+        .unwrap_or_else(|| panic!("nothing runs under rein:{}", show(&descendants(rein))));
+    // Paused and resumed while the command runs: how long until all of it is stopped.
+    let scenario = if command == "rein.takeover" {
+        "g1"
+    } else {
+        "g2"
+    };
+    report_pause(
+        "Gemini CLI",
+        scenario,
+        pause_latencies(&mut lsp, "never.txt", PAUSES),
+    );
     let ps = wait_command(&mut lsp, "never.txt");
     let pids: Vec<u32> = ps.iter().map(|p| p.pid).collect();
     let r = lsp.ok(command, body);
-    let rein = lsp.pid();
     wait_for(&mut lsp, "the command's processes to end", |_| {
         command_procs(rein, "never.txt").is_empty()
             && pids.iter().all(|pid| {
@@ -431,11 +449,32 @@ fn during_a_command(command: &str, body: Value) {
     if command == "rein.takeover" {
         assert_eq!(r["state"]["control"]["holder"], "human", "{r:#}");
         assert_eq!(status(&lsp.state), "human", "{:#}", lsp.state);
+        // The CLI itself lives on: handed back, the same process goes on.
+        let still = descendants(rein)
+            .into_iter()
+            .find(|p| p.pid == cli.pid && p.state != 'Z');
+        assert!(
+            still.is_some(),
+            "take over ends the command, not the CLI:{}",
+            show(&descendants(rein))
+        );
+        lsp.ok("rein.handback", json!({"note": "carry on"}));
+        let s = wait_status(&mut lsp, "done");
+        assert!(
+            model_saw(&model, HANDBACK),
+            "the same session was prompted after the handback: {}",
+            model.summary()
+        );
+        assert_eq!(s["control"]["holder"], "none");
     } else {
         let s = lsp.wait_state("aborted", |s| status(s) == "aborted");
         assert_eq!(s["control"]["holder"], "none");
+        wait_harness_gone(&mut lsp, "gemini");
     }
 }
+
+/// Pause/resume cycles timed in each takeover and abort scenario.
+const PAUSES: usize = 10;
 
 #[test]
 #[ignore = "needs the real harnesses: run tests/agents/run"]
@@ -533,6 +572,11 @@ fn i_a_write_to_a_file_the_person_is_editing_asks_and_skip_keeps_their_text() {
         "the refused write is a step: {:#?}",
         actions(&s)
     );
+    assert!(
+        !actions(&s).iter().any(|a| a.contains("a tool call")),
+        "every step is titled from its tool call: {:#?}",
+        actions(&s)
+    );
 }
 
 #[test]
@@ -567,5 +611,48 @@ fn j_a_steer_mid_turn_reaches_gemini_and_it_acts_on_it() {
         read(root, "notes.txt"),
         "noted\n",
         "Gemini acted on the steer"
+    );
+}
+
+// (k) tools that reach outside the tree ----------------------------------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn k_web_fetch_is_asked_about_and_a_deny_goes_on_while_web_search_runs_unasked() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"parts": [call("web_fetch", json!({"prompt": "Summarize https://example.com/docs"}))]},
+        {"when": RESULT, "once": true, "parts": [call("google_web_search", json!({"query": "agent client protocol"}))]},
+        {"when": RESULT, "parts": [say("Done without the web.")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "look something up");
+    let mut asked = Vec::new();
+    let mut s = lsp.wait_state("a stop", stopped);
+    while status(&s) == "awaiting_decision" {
+        let d = &s["decisions"][0];
+        asked.push(d["question"].as_str().unwrap_or("").to_owned());
+        let id = d["id"].as_str().expect("decision id").to_owned();
+        let v = s["version"].as_u64();
+        lsp.ok("rein.decide", json!({"decisionId": id, "choice": "deny"}));
+        s = lsp.wait_state("the next stop", |t| stopped(t) && t["version"].as_u64() > v);
+    }
+    assert_eq!(
+        status(&s),
+        "done",
+        "stopReason {}; {:#?}",
+        s["stopReason"],
+        actions(&s)
+    );
+    // web_fetch is asked about (kind fetch); google_web_search is not: Gemini runs it as a
+    // request to its model API, and Rein sees it only as a search that happened.
+    assert_eq!(asked.len(), 1, "only web_fetch was asked about: {asked:#?}");
+    assert!(asked[0].contains("fetch"), "{asked:#?}");
+    assert!(
+        model.requests().iter().any(|r| r["body"]
+            .to_string()
+            .contains("\"name\":\"google_web_search\"")),
+        "the search ran unasked: {}",
+        model.summary()
     );
 }

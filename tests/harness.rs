@@ -109,6 +109,51 @@ pub struct Lsp {
     pub root: PathBuf,
 }
 
+/// What a client does with `rein/stateChanged` (docs/protocol.md, "State deltas"): take a
+/// whole state, or apply a delta to the state it is relative to. A delta on any other state
+/// is a server bug here: this client never misses a notification.
+pub fn apply_state_change(state: &mut Value, params: &Value) {
+    if let Some(full) = params.get("state") {
+        *state = full.clone();
+        return;
+    }
+    assert_eq!(
+        state["task"]["id"], params["taskId"],
+        "a delta for another task: {params}"
+    );
+    assert_eq!(
+        state["version"], params["base"],
+        "a delta on a version this client does not have: {params}"
+    );
+    let obj = state.as_object_mut().expect("a state is an object");
+    for (k, v) in params["changed"].as_object().expect("changed is an object") {
+        if v.is_null() {
+            obj.remove(k);
+        } else {
+            obj.insert(k.clone(), v.clone());
+        }
+    }
+    let from = params["steps"]["from"].as_u64().expect("steps.from") as usize;
+    let steps = obj
+        .entry("steps")
+        .or_insert_with(|| Value::Array(Vec::new()))
+        .as_array_mut()
+        .expect("steps is an array");
+    assert!(
+        from <= steps.len(),
+        "steps.from past the client's steps: {params}"
+    );
+    steps.truncate(from);
+    steps.extend(
+        params["steps"]["items"]
+            .as_array()
+            .expect("steps.items")
+            .iter()
+            .cloned(),
+    );
+    obj.insert("version".into(), params["version"].clone());
+}
+
 fn read_frames(out: impl Read, tx: mpsc::Sender<Value>) {
     let mut r = BufReader::new(out);
     loop {
@@ -216,7 +261,7 @@ impl Lsp {
             "window": {"workDoneProgress": true, "showMessage": {"messageActionItem": {"additionalPropertiesSupport": false}}},
             "workspace": {"configuration": true},
             "textDocument": {"codeAction": {"codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["", "quickfix", "source"]}}}},
-            "experimental": {"rein": {"steerSelection": true}},
+            "experimental": {"rein": {"steerSelection": true, "stateDeltas": true}},
         })
     }
 
@@ -265,7 +310,7 @@ impl Lsp {
             }
             (Some(m), None) => {
                 if m == "rein/stateChanged" {
-                    self.state = msg["params"]["state"].clone();
+                    apply_state_change(&mut self.state, &msg["params"]);
                 }
                 self.notifications.push(msg.clone());
             }
@@ -325,6 +370,17 @@ impl Lsp {
             }
         }
         r
+    }
+
+    /// Sends a `rein.*` command without waiting; its id (for `response`) and when it went.
+    pub fn send_command(&mut self, name: &str, arg: Value) -> (Value, Instant) {
+        self.next_id += 1;
+        let id = self.next_id;
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": "workspace/executeCommand",
+            "params": {"command": name, "arguments": [arg]}});
+        let sent = Instant::now();
+        self.send(&msg);
+        (json!(id), sent)
     }
 
     /// Executes a command that must succeed.

@@ -270,3 +270,171 @@ pub fn wait_status(lsp: &mut Lsp, want: &str) -> Value {
     );
     s
 }
+
+/// Whether any request the model got carries `text` (a refusal Rein sent, a report...).
+pub fn model_saw(model: &ModelServer, text: &str) -> bool {
+    model
+        .requests()
+        .iter()
+        .any(|r| r["body"].to_string().contains(text))
+}
+
+/// The steps whose action contains every one of `needles`, with their status.
+pub fn steps_with<'a>(s: &'a Value, needles: &[&str]) -> Vec<&'a Value> {
+    s["steps"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|st| {
+                    let action = st["action"].as_str().unwrap_or("");
+                    needles.iter().all(|n| action.contains(n))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Asserts Rein refused a permission the harness asked for a tool named `what`: an `ask
+/// permission` step for it that failed (Rein's guard said no) or was skipped (Rein's guard
+/// asked the person, who said no).
+pub fn assert_rein_refused(s: &Value, what: &str) {
+    let asked = steps_with(s, &["ask permission", what]);
+    assert!(
+        asked
+            .iter()
+            .any(|st| st["status"] == "failed" || st["status"] == "skipped"),
+        "Rein itself refused a permission for {what} (a failed or skipped `ask permission` \
+         step): {:#?}",
+        actions(s)
+    );
+}
+
+/// Asserts the tool call the person refused is recorded as failed, titled from the tool
+/// call (`what`), not as done.
+pub fn assert_tool_failed(s: &Value, what: &[&str]) {
+    let steps = steps_with(s, what);
+    let tool: Vec<&&Value> = steps
+        .iter()
+        .filter(|st| !st["action"].as_str().unwrap_or("").starts_with("ask"))
+        .collect();
+    assert!(
+        !tool.is_empty() && tool.iter().all(|st| st["status"] == "failed"),
+        "the refused tool call {what:?} is a failed step, titled from the call: {:#?}",
+        s["steps"]
+    );
+    assert!(
+        !actions(s).iter().any(|a| a.contains("a tool call")),
+        "no step is titled \"a tool call\": {:#?}",
+        actions(s)
+    );
+}
+
+/// Asserts the refused tool `what` is recorded, and never as done: its `ask permission`
+/// step is not done, and so is any step the harness's own report of the tool made (Gemini
+/// CLI reports nothing for a tool it was refused; Claude Code reports it failed).
+pub fn assert_refused_not_done(s: &Value, what: &[&str]) {
+    let steps = steps_with(s, what);
+    assert!(
+        !steps.is_empty() && steps.iter().all(|st| st["status"] != "done"),
+        "the refused tool call {what:?} is recorded, never as done: {:#?}",
+        s["steps"]
+    );
+    assert!(
+        !actions(s).iter().any(|a| a.contains("a tool call")),
+        "no step is titled \"a tool call\": {:#?}",
+        actions(s)
+    );
+}
+
+/// The harness process: rein's direct child whose command line names `name`.
+pub fn harness_proc(rein: u32, name: &str) -> Option<Proc> {
+    descendants(rein)
+        .into_iter()
+        .find(|p| p.ppid == rein && p.state != 'Z' && p.cmdline.contains(name))
+}
+
+/// Waits until nothing of the harness (a process naming `name`) is left under rein.
+pub fn wait_harness_gone(lsp: &mut Lsp, name: &str) {
+    let rein = lsp.pid();
+    wait_for(lsp, &format!("the {name} harness to end"), |_| {
+        descendants(rein)
+            .iter()
+            .all(|p| p.state == 'Z' || !p.cmdline.contains(name))
+    });
+}
+
+fn state_of(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.get(stat.rfind(')')? + 2..)?.chars().next()
+}
+
+/// Times `rein.pause` while the harness runs the command marked by `marker`, `cycles`
+/// times: from writing the request to every process of the command in state `T` (polled in
+/// `/proc`), each followed by a resume. Milliseconds; stops early if the command ends.
+pub fn pause_latencies(lsp: &mut Lsp, marker: &str, cycles: usize) -> Vec<f64> {
+    let rein = lsp.pid();
+    let mut samples = Vec::new();
+    for _ in 0..cycles {
+        let pids: Vec<u32> = command_procs(rein, marker).iter().map(|p| p.pid).collect();
+        if pids.is_empty() {
+            break;
+        }
+        let (id, sent) = lsp.send_command("rein.pause", serde_json::json!({}));
+        let deadline = sent + PATIENCE;
+        loop {
+            let states: Vec<Option<char>> = pids.iter().map(|p| state_of(*p)).collect();
+            if states.iter().all(|s| *s == Some('T')) {
+                samples.push(sent.elapsed().as_secs_f64() * 1000.0);
+                break;
+            }
+            if states.iter().any(|s| matches!(s, None | Some('Z'))) {
+                // The command ended: nothing more to time.
+                let _ = lsp.response(id, "rein.pause");
+                return samples;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the command's processes never all stopped:{}",
+                show(&command_procs(rein, marker))
+            );
+            std::hint::spin_loop();
+        }
+        let paused = lsp.response(id, "rein.pause");
+        assert!(paused.is_ok(), "rein.pause failed: {paused:?}");
+        lsp.ok("rein.resume", serde_json::json!({}));
+        let deadline = Instant::now() + PATIENCE;
+        while pids.iter().any(|p| state_of(*p) == Some('T')) {
+            assert!(Instant::now() < deadline, "resume continued the command");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    samples
+}
+
+/// Prints the pause latencies measured against a real harness (p50, p99 by nearest rank,
+/// max), and appends the line to target/harness-pause-latency.txt for tests/agents/run to
+/// show. A report, never a threshold.
+pub fn report_pause(harness: &str, scenario: &str, mut ms: Vec<f64>) {
+    if ms.is_empty() {
+        return;
+    }
+    ms.sort_by(f64::total_cmp);
+    let at = |q: usize| ms[(ms.len() * q).div_ceil(100).saturating_sub(1)];
+    let line = format!(
+        "{harness} ({scenario}): rein.pause to every process of its command in state T: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {} pauses",
+        at(50),
+        at(99),
+        ms[ms.len() - 1],
+        ms.len()
+    );
+    eprintln!("{line}");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/harness-pause-latency.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+    {
+        use std::io::Write as _;
+        let _ = writeln!(f, "{line}");
+    }
+}

@@ -144,7 +144,13 @@ fn the_full_cycle_start_steer_pause_resume_takeover_handback_keeps_the_human_fix
         .notifications
         .iter()
         .filter(|n| n["method"] == "rein/stateChanged")
-        .map(|n| n["params"]["state"]["version"].as_u64().unwrap())
+        .map(|n| {
+            let p = &n["params"];
+            p["state"]["version"]
+                .as_u64()
+                .or(p["version"].as_u64())
+                .unwrap()
+        })
         .collect();
     assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
     assert!(lsp
@@ -920,6 +926,68 @@ fn start_answers_before_the_first_scan_and_step_zero_follows() {
     });
     assert_eq!(s["steps"][0]["author"], "human");
     lsp.wait_state("done", |s| status(s) == "done");
+}
+
+#[test]
+fn a_long_task_is_sent_as_deltas_that_cost_the_step_not_the_history() {
+    let steps: Vec<Value> = (0..160)
+        .map(|i| json!({"write": {"path": format!("f{}.txt", i % 7), "content": format!("{i}\n")}, "say": format!("writing {i}")}))
+        .chain([json!({"finish": "wrote them"})])
+        .collect();
+    let dir = repo(&[("a.txt", "a\n")], Value::Array(steps));
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    lsp.ok("rein.start", json!({"goal": "write"}));
+    // The harness applies every delta to its copy (and fails on one it cannot apply).
+    let done = lsp.wait_state("done", |s| status(s) == "done");
+    let full = lsp.ok("rein.state", json!({}));
+    assert_eq!(done, full["state"], "the deltas add up to the state");
+    assert_eq!(done["steps"].as_array().map(Vec::len), Some(162));
+    let changes: Vec<&Value> = lsp
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "rein/stateChanged")
+        .map(|n| &n["params"])
+        .collect();
+    assert!(changes[0].get("state").is_some(), "the task starts whole");
+    let deltas: Vec<&&Value> = changes
+        .iter()
+        .filter(|p| p.get("state").is_none())
+        .collect();
+    assert!(deltas.len() >= 160, "{} deltas", deltas.len());
+    // What a write step sends does not grow with the steps before it.
+    let size = |p: &Value| p.to_string().len();
+    let early: usize = deltas[10..30].iter().map(|p| size(p)).max().unwrap_or(0);
+    let late: usize = deltas[deltas.len() - 30..deltas.len() - 10]
+        .iter()
+        .map(|p| size(p))
+        .max()
+        .unwrap_or(0);
+    assert!(
+        late < early * 2,
+        "a late delta is {late} bytes, an early one {early}"
+    );
+    // The state file lists the last 100 steps; every step is in the history beside it.
+    let task = root
+        .join(".git/rein/tasks")
+        .join(done["task"]["id"].as_str().unwrap());
+    let file: Value = serde_json::from_str(&read(&task, "state.json")).unwrap();
+    assert_eq!(file["steps"].as_array().map(Vec::len), Some(100));
+    assert_eq!(file["stepsOmitted"], 62);
+    let history: std::collections::BTreeSet<u64> = read(&task, "steps.jsonl")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["n"].as_u64())
+        .collect();
+    assert_eq!(history.len(), 162);
+    // A client that does not declare deltas gets the whole state every time.
+    drop(lsp);
+    let (mut plain, _) = Lsp::start(root, json!({}), Value::Null);
+    plain.wait_state("the task", |s| status(s) == "done");
+    assert!(plain
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "rein/stateChanged")
+        .all(|n| n["params"].get("state").is_some()));
 }
 
 #[test]

@@ -23,7 +23,17 @@
 //! `{"ignore_cancel": true}`, `{"wait_steering": true}`, `{"sleep_ms": N}`, `{"crash": CODE}`,
 //! `{"stop": "max_tokens" | "refusal"}`, `{"auth_required": TEXT}` (the prompt is answered with
 //! ACP's auth_required error saying TEXT), `{"garbage": TEXT}` or `{"garbage_bytes": [BYTE…]}`
-//! (a raw line on stdout, bypassing the protocol). A turn ends with `end_turn` after its actions.
+//! (a raw line on stdout, bypassing the protocol),
+//! `{"tool": {"id", "title"?, "kind"?, "status"?, "paths"?, "command"?, "diff"?: {"path",
+//! "old"?, "new"}, "update"?: bool}}` (a `tool_call` notification with these fields, or with
+//! `update` a `tool_call_update` carrying only the fields given: how a harness announces,
+//! completes or fails a tool of its own; a `permission` may name the tool's `id`),
+//! `{"run": {"command", "title"?, "id"?, "ask"?: bool}}` (the agent runs `sh -c COMMAND`
+//! itself as a harness does, in its own process: with `ask` it asks permission first; it
+//! announces an `execute` tool call, logs `running` with the shell's pid, and reports the tool
+//! `completed` or `failed` by its exit status; a cancel of the turn kills it), and
+//! `{"parallel": [[ACTION…]…]}` (the lists play at the same time; the first stop reason
+//! wins). A turn ends with `end_turn` after its actions.
 //! At start: `"crash_at_start": CODE` exits before reading anything, `"crash_on_initialize":
 //! CODE` on receiving `initialize` (both saying so on stderr first), `"silent": true` never
 //! answers `initialize`; `"initialize_ms": N` answers it only after N ms.
@@ -421,18 +431,42 @@ async fn play(st: &State, cx: &ConnectionTo<Client>, turn: usize) -> &'static st
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    for action in actions {
-        if st.cancelled.load(Ordering::SeqCst) {
-            return "cancelled";
-        }
-        if let Some(reason) = act(st, cx, &action).await {
-            return reason;
-        }
+    if let Some(reason) = play_list(st, cx, actions).await {
+        return reason;
     }
     if st.cancelled.load(Ordering::SeqCst) {
         return "cancelled";
     }
     "end_turn"
+}
+
+/// Plays actions in order; `Some(reason)` when one ended the turn.
+fn play_list<'a>(
+    st: &'a State,
+    cx: &'a ConnectionTo<Client>,
+    actions: Vec<Value>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<&'static str>> + Send + 'a>> {
+    Box::pin(async move {
+        for action in actions {
+            if st.cancelled.load(Ordering::SeqCst) {
+                return Some("cancelled");
+            }
+            if let Some(branches) = action.get("parallel").and_then(Value::as_array) {
+                let plays = branches
+                    .iter()
+                    .map(|b| play_list(st, cx, b.as_array().cloned().unwrap_or_default()));
+                let ended = futures::future::join_all(plays).await;
+                if let Some(reason) = ended.into_iter().flatten().next() {
+                    return Some(reason);
+                }
+                continue;
+            }
+            if let Some(reason) = act(st, cx, &action).await {
+                return Some(reason);
+            }
+        }
+        None
+    })
 }
 
 fn notify(cx: &ConnectionTo<Client>, update: SessionUpdate) {
@@ -493,8 +527,9 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
             }
             None => p.get("command").map(|c| json!({"command": c})),
         };
+        let id = p.get("id").and_then(Value::as_str).unwrap_or("perm-call");
         let call = ToolCallUpdate::new(
-            "perm-call",
+            id.to_owned(),
             ToolCallUpdateFields::new()
                 .title(title.to_owned())
                 .kind(kind)
@@ -546,6 +581,10 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
         }
     } else if let Some(t) = action.get("terminal") {
         terminal(st, cx, t).await;
+    } else if let Some(t) = action.get("tool") {
+        tool(st, cx, t);
+    } else if let Some(r) = action.get("run") {
+        run(st, cx, r).await;
     } else if let Some(e) = action.get("write_silently") {
         let path = e.get("path").and_then(Value::as_str).unwrap_or("");
         let content = e.get("content").and_then(Value::as_str).unwrap_or("");
@@ -632,6 +671,164 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
         st.log(json!({"event": "unknown_action", "action": action}));
     }
     None
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+/// A `tool_call`, or with `update` a `tool_call_update` of only the fields given.
+fn tool(st: &State, cx: &ConnectionTo<Client>, t: &Value) {
+    let id = str_of(t, "id").unwrap_or("tool").to_owned();
+    let kind: Option<ToolKind> = t
+        .get("kind")
+        .and_then(|k| serde_json::from_value(k.clone()).ok());
+    let status: Option<ToolCallStatus> = t
+        .get("status")
+        .and_then(|k| serde_json::from_value(k.clone()).ok());
+    let locations: Option<Vec<ToolCallLocation>> =
+        t.get("paths").and_then(Value::as_array).map(|ps| {
+            ps.iter()
+                .filter_map(Value::as_str)
+                .map(|rel| ToolCallLocation::new(st.path(rel)))
+                .collect()
+        });
+    let raw = t.get("command").map(|c| json!({"command": c}));
+    let content: Option<Vec<ToolCallContent>> = t.get("diff").map(|d| {
+        let mut diff = Diff::new(
+            st.path(str_of(d, "path").unwrap_or("")),
+            str_of(d, "new").unwrap_or(""),
+        );
+        if let Some(old) = str_of(d, "old") {
+            diff = diff.old_text(old.to_owned());
+        }
+        vec![ToolCallContent::Diff(diff)]
+    });
+    let update = if t.get("update").and_then(Value::as_bool) == Some(true) {
+        let mut f = ToolCallUpdateFields::new();
+        if let Some(title) = str_of(t, "title") {
+            f = f.title(title.to_owned());
+        }
+        f = f
+            .kind(kind)
+            .status(status)
+            .locations(locations)
+            .raw_input(raw)
+            .content(content);
+        SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(id.clone(), f))
+    } else {
+        let mut call = ToolCall::new(id.clone(), str_of(t, "title").unwrap_or("a tool"))
+            .kind(kind.unwrap_or(ToolKind::Other))
+            .status(status.unwrap_or(ToolCallStatus::Pending))
+            .locations(locations.unwrap_or_default());
+        if let Some(raw) = raw {
+            call = call.raw_input(raw);
+        }
+        if let Some(content) = content {
+            call = call.content(content);
+        }
+        SessionUpdate::ToolCall(call)
+    };
+    notify(cx, update);
+    st.log(json!({"event": "tool", "id": id}));
+}
+
+/// Runs a command in the agent's own process, as a harness's shell tool does.
+async fn run(st: &State, cx: &ConnectionTo<Client>, r: &Value) {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let command = str_of(r, "command").unwrap_or("true").to_owned();
+    let title = str_of(r, "title").unwrap_or(&command).to_owned();
+    let id = str_of(r, "id")
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("run-{}", RUNS.fetch_add(1, Ordering::SeqCst)));
+    let raw = json!({"command": command});
+    let end = |status: ToolCallStatus| {
+        notify(
+            cx,
+            SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                id.clone(),
+                ToolCallUpdateFields::new().status(status),
+            )),
+        );
+    };
+    notify(
+        cx,
+        SessionUpdate::ToolCall(
+            ToolCall::new(id.clone(), title.clone())
+                .kind(ToolKind::Execute)
+                .status(ToolCallStatus::Pending)
+                .raw_input(raw.clone()),
+        ),
+    );
+    if r.get("ask").and_then(Value::as_bool) == Some(true) {
+        let call = ToolCallUpdate::new(
+            id.clone(),
+            ToolCallUpdateFields::new()
+                .title(title.clone())
+                .kind(ToolKind::Execute)
+                .raw_input(raw),
+        );
+        let options = vec![
+            PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
+            PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
+        ];
+        let answer = cx
+            .send_request(RequestPermissionRequest::new(
+                SessionId::new(SESSION),
+                call,
+                options,
+            ))
+            .block_task()
+            .await;
+        let allowed = matches!(&answer, Ok(a) if matches!(&a.outcome,
+            RequestPermissionOutcome::Selected(s) if s.option_id.0.as_ref() == "allow"));
+        st.log(json!({"event": "permission", "title": title, "outcome": if allowed { "allow" } else { "reject" }}));
+        if !allowed {
+            end(ToolCallStatus::Failed);
+            st.log(json!({"event": "ran", "id": id, "ok": false, "why": "refused"}));
+            return;
+        }
+    }
+    let cwd = st.cwd.lock().map(|c| c.clone()).unwrap_or_default();
+    let mut child = match tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .current_dir(&cwd)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            end(ToolCallStatus::Failed);
+            st.log(json!({"event": "ran", "id": id, "ok": false, "why": e.to_string()}));
+            return;
+        }
+    };
+    notify(
+        cx,
+        SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+            id.clone(),
+            ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
+        )),
+    );
+    st.log(json!({"event": "running", "id": id, "pid": child.id()}));
+    let exit = tokio::select! {
+        exit = child.wait() => exit.ok(),
+        () = st.until(|s| s.cancelled.load(Ordering::SeqCst)) => {
+            let _ = child.kill().await;
+            None
+        }
+    };
+    let ok = exit.is_some_and(|e| e.success());
+    end(if ok {
+        ToolCallStatus::Completed
+    } else {
+        ToolCallStatus::Failed
+    });
+    st.log(json!({"event": "ran", "id": id, "ok": ok, "code": exit.and_then(|e| e.code())}));
 }
 
 /// `terminal/create`; with `poll`, its output until it holds the text (logged as

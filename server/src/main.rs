@@ -354,8 +354,9 @@ impl Run<'_> {
         while let Some(event) = rx.recv().await {
             match event {
                 // A reply may have brought a newer state than a notice still queued.
-                Event::Engine(Notice::State(s)) if s.version <= self.state.version => {}
-                Event::Engine(Notice::State(s)) => {
+                Event::Engine(Notice::State { state: s, .. })
+                    if s.version <= self.state.version => {}
+                Event::Engine(Notice::State { state: s, .. }) => {
                     self.state = s;
                     if let Some(code) = self.on_state()? {
                         return Ok(code);

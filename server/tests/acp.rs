@@ -112,12 +112,7 @@ fn start_spec(root: &Path, spec: Value) -> Run {
     let (notify, notices) = channel();
     let (handle, state) =
         control::start(root, "fix the answer", spec, test_config(), notify).expect("task starts");
-    Run {
-        handle,
-        notices,
-        state,
-        root: root.to_owned(),
-    }
+    Run::new(handle, notices, state, root.to_owned())
 }
 
 /// Like `Run::until`, keeping every live output notice on the way.
@@ -129,7 +124,7 @@ async fn until_collecting_output(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         match tokio::time::timeout_at(deadline, run.notices.recv()).await {
-            Ok(Some(Notice::State(s))) => {
+            Ok(Some(Notice::State { state: s, .. })) => {
                 run.state = *s;
                 if pred(&run.state) {
                     return (run.state.clone(), seen);
@@ -402,6 +397,53 @@ async fn trust_a_harness_asking_to_write_stale_content_is_refused_with_the_reaso
         .find(|st| st.action == "ask permission: Write src/lib.rs")
         .expect("a step");
     assert_eq!(refused.status, StepStatus::Failed, "{:#?}", s.steps);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_a_stale_write_announced_before_its_permission_request_is_refused() {
+    // Codex's way: the tool call carries the diff, the permission request that follows only
+    // the title and the path.
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let announce = |content: &str| {
+        json!({"tool": {"id": "patch", "title": "Edit files", "kind": "edit", "status": "in_progress",
+            "diff": {"path": "src/lib.rs", "new": content}}})
+    };
+    let ask = json!({"permission": {"id": "patch", "title": "Edit files", "kind": "edit", "paths": ["src/lib.rs"]}});
+    let sc = scenario(json!({
+        "steering": true,
+        "turns": [
+            [{"read": "src/lib.rs"}, {"wait_cancel": true}],
+            [announce(STALE_WITH_NEW), ask.clone(), {"wait_steering": true},
+             announce(FIXED_WITH_NEW), ask,
+             {"edit_file": {"path": "src/lib.rs", "content": FIXED_WITH_NEW, "title": "Edit files"}},
+             {"say": "added double"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    take_over_and_fix(&mut run, &sc, root).await;
+    run.until("done", |s| s.status == Status::Done).await;
+    let outcomes: Vec<Value> = sc
+        .of("permission")
+        .iter()
+        .map(|p| p["outcome"].clone())
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![json!("reject"), json!("allow")],
+        "the stale write is refused from its announcement, the current one allowed"
+    );
+    let why = sc
+        .of("steering")
+        .iter()
+        .filter_map(|e| e["text"].as_str().map(str::to_owned))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        why.contains("Rein did not allow Edit files") && why.contains("    42"),
+        "the agent hears why and which lines to keep: {why}"
+    );
+    assert_eq!(read(root, "src/lib.rs"), FIXED_WITH_NEW);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1051,12 +1093,7 @@ async fn the_agent_process_runs_in_its_own_domain_unless_the_sandbox_is_off() {
             cfg.policy.sandbox = sandbox;
             let (handle, st) =
                 control::start(dir.path(), "try", spec, cfg, notify).expect("task starts");
-            let mut run = Run {
-                handle,
-                notices,
-                state: st,
-                root: dir.path().to_owned(),
-            };
+            let mut run = Run::new(handle, notices, st, dir.path().to_owned());
             run.until("done", |s| s.status == Status::Done).await;
             let ok = |event: &str| -> Vec<bool> {
                 sc.of(event).iter().map(|e| e["ok"] == true).collect()
@@ -1306,12 +1343,7 @@ fn start_acp_with(root: &Path, sc: &Scenario, cfg: control::EngineConfig) -> Run
     let spec = json!({"kind": "acp", "command": [agent_bin(), sc.file]});
     let (handle, state) =
         control::start(root, "fix the answer", spec, cfg, notify).expect("task starts");
-    Run {
-        handle,
-        notices,
-        state,
-        root: root.to_owned(),
-    }
+    Run::new(handle, notices, state, root.to_owned())
 }
 
 /// A terminal's command the sandbox denied (the real kernel): the agent reads the hint at
@@ -1342,7 +1374,9 @@ async fn a_terminal_the_sandbox_denied_is_hinted_told_and_run_again_on_approve()
             .expect("the sandbox decision within 30 s")
             .expect("the engine runs");
         match n {
-            control::Notice::State(s) if s.status == Status::AwaitingDecision => break *s,
+            control::Notice::State { state: s, .. } if s.status == Status::AwaitingDecision => {
+                break *s
+            }
             control::Notice::Message { text, .. } => told.push(text.to_string()),
             _ => {}
         }
@@ -1509,7 +1543,7 @@ async fn plan_updates_words_and_tool_diffs_reach_the_state_the_handover_and_the_
     assert_eq!(edit.message.as_deref(), Some("Now fixing the answer."));
     assert_eq!(edit.thought.as_deref(), Some("Change 41 to 42."));
     assert_eq!(edit.plan_item.as_deref(), Some("p2"));
-    let tool = edit.tool.expect("the tool call is kept");
+    let tool = edit.tool.clone().expect("the tool call is kept");
     assert_eq!(tool.kind, "edit");
     assert_eq!(
         tool.locations,
@@ -1602,4 +1636,251 @@ async fn a_refused_request_is_shown_to_the_person_in_the_words_the_agent_got() {
         told.contains(&detail),
         "the agent got {told:?}; the person sees {detail:?}"
     );
+}
+
+/// The agent's step named `action`: by the agent, with `path` (holding `content`) in its
+/// checkpoint; and `path` is neither among the human's changes nor held.
+fn assert_agents_file(
+    root: &Path,
+    s: &rein::state::TaskState,
+    action: &str,
+    path: &str,
+    content: &str,
+) {
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.action == action)
+        .unwrap_or_else(|| panic!("a step of the agent's named {action:?}: {:#?}", s.steps));
+    assert_eq!(step.author, Author::Agent, "{:#?}", s.steps);
+    let ck = step.checkpoint.as_deref().expect("a checkpoint");
+    assert_eq!(git(root, &["show", &format!("{ck}:{path}")]), content);
+    assert!(
+        s.human_changes.iter().all(|h| h.path != path) && !s.held_files.contains(&path.to_owned()),
+        "the agent's {path} is not taken for the human's: {:#?} {:?}",
+        s.human_changes,
+        s.held_files
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_the_agent_reports_failed_is_a_failed_step_titled_from_its_call() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"tool": {"id": "w1", "title": "Write notes.txt", "kind": "edit", "status": "in_progress", "paths": ["notes.txt"]}},
+            {"tool": {"id": "w1", "status": "failed", "update": true}},
+            {"run": {"command": "exit 3", "title": "make check"}},
+            {"say": "could not write"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let step = |action: &str| {
+        s.steps
+            .iter()
+            .find(|st| st.action == action)
+            .unwrap_or_else(|| panic!("a step named {action:?}: {:#?}", s.steps))
+    };
+    for action in ["Write notes.txt (failed)", "run make check (failed)"] {
+        let st = step(action);
+        assert_eq!(
+            (st.author, st.status),
+            (Author::Agent, StepStatus::Failed),
+            "{:#?}",
+            s.steps
+        );
+    }
+    assert!(
+        s.steps.iter().all(|st| st.status != StepStatus::Done
+            || !st.action.contains("Write notes.txt") && !st.action.contains("make check")),
+        "a failed tool is never a done step: {:#?}",
+        s.steps
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_that_comes_late_or_alone_is_titled_from_what_it_says() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [
+            // Announced in this turn, which a steer cancels (no steering extension)...
+            [{"tool": {"id": "late", "title": "Write notes.txt", "kind": "edit", "status": "in_progress", "paths": ["notes.txt"]}},
+             {"wait_cancel": true}],
+            // ...and completed in the next one, after a new prompt.
+            [{"write_silently": {"path": "notes.txt", "content": "agent notes\n"}},
+             {"tool": {"id": "late", "status": "completed", "update": true}},
+             // Tools Rein never heard announced: named by what their update says.
+             {"tool": {"id": "ghost", "status": "completed", "update": true, "kind": "execute", "command": "make docs"}},
+             {"tool": {"id": "bare", "status": "failed", "update": true}},
+             {"say": "done"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    sc.logged("tool", 1).await;
+    run.call(steer("also keep notes")).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_agents_file(root, &s, "Write notes.txt", "notes.txt", "agent notes\n");
+    let actions: Vec<&str> = s.steps.iter().map(|st| st.action.as_str()).collect();
+    assert!(actions.contains(&"run make docs"), "{actions:#?}");
+    assert!(
+        actions.contains(&"tool (tool call bare) (failed)"),
+        "{actions:#?}"
+    );
+    assert!(
+        !actions.iter().any(|a| a.contains("a tool call")),
+        "no step is titled \"a tool call\": {actions:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_queued_before_a_takeover_is_the_agents_step_not_the_humans() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "sessions": [[
+            // While Rein waits on the person's decision about the command (and reads
+            // nothing from the agent), the agent's other tool writes and completes: its
+            // completion waits in the queue when the person takes over.
+            [{"parallel": [
+                [{"permission": {"title": "Run rm -rf build", "kind": "execute", "command": "rm -rf build"}}],
+                [{"sleep_ms": 200},
+                 {"edit_file": {"path": "notes.txt", "content": "agent notes\n", "title": "Write notes.txt"}}]
+            ]}],
+            [{"say": "done"}]
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    run.until("the decision", |s| s.status == Status::AwaitingDecision)
+        .await;
+    sc.logged("edited", 1).await;
+    let s = run
+        .call(Request::Takeover { reason: None })
+        .await
+        .state()
+        .clone();
+    assert_agents_file(root, &s, "Write notes.txt", "notes.txt", "agent notes\n");
+    run.call(Request::Handback { note: None }).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_agents_file(root, &s, "Write notes.txt", "notes.txt", "agent notes\n");
+    let told = sc
+        .of("prompt")
+        .iter()
+        .filter_map(|p| p["text"].as_str().map(str::to_owned))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        !told.contains("notes.txt"),
+        "the agent is not told its own file is the person's change: {told}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_agent_wrote_just_before_a_pause_is_its_own_not_the_humans() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            // Its tool has written the file but not reported yet when the pause comes.
+            {"tool": {"id": "w", "title": "Write notes.txt", "kind": "edit", "status": "in_progress", "paths": ["notes.txt"]}},
+            {"write_silently": {"path": "notes.txt", "content": "agent notes\n"}},
+            {"sleep_ms": 300},
+            {"tool": {"id": "w", "status": "completed", "update": true}},
+            {"say": "done"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    sc.logged("wrote_silently", 1).await;
+    let s = run.call(Request::Pause).await.state().clone();
+    assert_eq!(s.status, Status::Paused);
+    // The resume takes what changed while paused as the person's: the agent's write must
+    // have been taken as its own before.
+    run.call(Request::Resume).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_agents_file(
+        root,
+        &s,
+        "changed files with its own tools",
+        "notes.txt",
+        "agent notes\n",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_takes_back_what_the_agent_wrote_just_before_it() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"write_silently": {"path": "notes.txt", "content": "agent notes\n"}},
+            {"sleep_ms": 30000}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    sc.logged("wrote_silently", 1).await;
+    let s = run
+        .call(Request::Abort {
+            keep_changes: false,
+        })
+        .await
+        .state()
+        .clone();
+    assert_eq!(s.status, Status::Aborted);
+    assert!(
+        !root.join("notes.txt").exists(),
+        "the agent's file is taken back, not kept as the person's: {:#?}",
+        s.steps
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_freezes_a_command_the_agent_runs_itself_and_resume_finishes_it_as_its_step() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"run": {"command": "sh -c 'sleep 1' & setsid sleep 1; wait; echo late > late.txt", "title": "make late.txt"}},
+            {"say": "ran"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let running = sc.logged("running", 1).await;
+    let shell = running[0]["pid"].as_i64().expect("the command's pid") as i32;
+    let members = || -> Vec<i32> {
+        let mut all = vec![shell];
+        all.extend(
+            rein::exec::descendants(shell as u32)
+                .into_iter()
+                .map(|p| p as i32),
+        );
+        all
+    };
+    eventually("the command's sleeps to start", || {
+        members()
+            .iter()
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|c| c.trim() == "sleep")
+            })
+            .count()
+            >= 2
+    })
+    .await;
+    let tree = members();
+    run.call(Request::Pause).await;
+    eventually("every process of the command to stop", || {
+        tree.iter().all(|p| proc_state(*p) == Some('T'))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !root.join("late.txt").exists(),
+        "a paused command runs nothing"
+    );
+    assert!(tree.iter().all(|p| proc_state(*p) == Some('T')));
+    run.call(Request::Resume).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_agents_file(root, &s, "run make late.txt", "late.txt", "late\n");
 }

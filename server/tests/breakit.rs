@@ -30,12 +30,7 @@ fn start_with_plan(root: &Path, plan: &Path, steps: serde_json::Value, cfg: Engi
         notify,
     )
     .expect("task starts");
-    Run {
-        handle,
-        notices,
-        state,
-        root: root.to_owned(),
-    }
+    Run::new(handle, notices, state, root.to_owned())
 }
 
 /// Reopens the repository's task in a new engine, as a restarted server does.
@@ -46,12 +41,7 @@ async fn recover(root: &Path) -> Run {
     let (handle, state) = control::recover(root, test_config(), notify)
         .expect("recovers")
         .expect("a task to recover");
-    let mut run = Run {
-        handle,
-        notices,
-        state,
-        root: root.to_owned(),
-    };
+    let mut run = Run::new(handle, notices, state, root.to_owned());
     run.call(Request::State).await;
     run
 }
@@ -65,7 +55,9 @@ async fn wait_for(run: &mut Run, what: &str, pred: impl Fn(&TaskState) -> bool) 
             return run.state.clone();
         }
         match tokio::time::timeout_at(deadline, run.notices.recv()).await {
-            Ok(Some(Notice::State(s))) if s.version >= run.state.version => run.state = *s,
+            Ok(Some(Notice::State { state: s, .. })) if s.version >= run.state.version => {
+                run.state = *s
+            }
             Ok(Some(_)) => {}
             Ok(None) => panic!("the engine stopped; last state: {:#?}", run.state),
             Err(_) => panic!("timed out waiting for {what}; last state: {:#?}", run.state),
@@ -132,6 +124,7 @@ fn decided(root: &Path, s: &TaskState) -> Vec<String> {
 fn agent_steps(s: &TaskState) -> Vec<&rein::state::Step> {
     s.steps
         .iter()
+        .map(|st| &**st)
         .filter(|st| st.author == Author::Agent)
         .collect()
 }
@@ -764,7 +757,7 @@ fn a_human_file_with_many_distinct_lines_does_not_stall_the_engine() {
     let root = dir.path();
     let (tx, rx) = std::sync::mpsc::channel();
     let notify: control::Notify = std::sync::Arc::new(move |n| {
-        if let Notice::State(s) = n {
+        if let Notice::State { state: s, .. } = n {
             let _ = tx.send(*s);
         }
     });

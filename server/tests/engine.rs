@@ -1040,12 +1040,12 @@ async fn refusals_and_failures_are_kept_on_the_step_with_the_commands_output() {
     let refused = step(1);
     assert_eq!(refused.status, StepStatus::Failed);
     assert_eq!(refused.message.as_deref(), Some("Trying the config."));
-    let why = refused.detail.expect("the refusal is kept");
+    let why = refused.detail.clone().expect("the refusal is kept");
     assert!(why.starts_with("path \".GIT/config\" refused"), "{why}");
     let run_step = step(2);
     assert_eq!(run_step.status, StepStatus::Failed);
     assert_eq!(run_step.detail.as_deref(), Some("exit code 3"));
-    let out = run_step.output.expect("the output is kept");
+    let out = run_step.output.clone().expect("the output is kept");
     assert!(out.contains("out\n") && out.contains("err\n"), "{out:?}");
     assert_eq!(step(3).detail, None, "a read's content is not a detail");
     // The journal has the same, and the transcript reads it back.

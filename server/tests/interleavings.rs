@@ -288,7 +288,7 @@ async fn run_case(agent: Vec<AgentOp>, human: Vec<(usize, HumanOp)>) -> Result<(
 
 fn drain(run: &mut Run, seen: &mut Vec<TaskState>) {
     while let Ok(n) = run.notices.try_recv() {
-        if let Notice::State(s) = n {
+        if let Notice::State { state: s, .. } = n {
             run.state = (*s).clone();
             seen.push(*s);
         }

@@ -61,7 +61,7 @@ async fn kill_9_mid_task_then_recover_resumes_as_paused_with_every_step() {
             .collect();
         assert!(done_before.len() >= kill_after, "trial {trial}");
 
-        let (notify, mut notices) = channel();
+        let (notify, notices) = channel();
         let (handle, s) = control::recover(root, test_config(), notify)
             .unwrap()
             .expect("a task to recover");
@@ -79,17 +79,7 @@ async fn kill_9_mid_task_then_recover_resumes_as_paused_with_every_step() {
             let ck = st.checkpoint.clone().unwrap();
             git(root, &["cat-file", "-e", &format!("{ck}^{{commit}}")]);
         }
-        let mut run = Run {
-            handle,
-            notices: {
-                let (_n, rx) = channel();
-                drop(_n);
-                rx
-            },
-            state: s,
-            root: root.to_owned(),
-        };
-        std::mem::swap(&mut run.notices, &mut notices);
+        let mut run = Run::new(handle, notices, s, root.to_owned());
         run.call(Request::Resume).await;
         let end = run.until("done", |s| s.status == Status::Done).await;
         for i in 0..12 {

@@ -248,12 +248,7 @@ fn start_with(root: &Path, base_url: &str, extra: Value) -> Run {
     let (notify, notices) = channel();
     let (handle, state) =
         control::start(root, GOAL, spec, test_config(), notify).expect("task starts");
-    Run {
-        handle,
-        notices,
-        state,
-        root: root.to_owned(),
-    }
+    Run::new(handle, notices, state, root.to_owned())
 }
 
 fn steer(text: &str) -> Request {
@@ -816,12 +811,7 @@ async fn after_a_restart_the_model_starts_afresh_and_is_told_so() {
     let (handle, state) = control::recover(root, test_config(), notify)
         .expect("recovers")
         .expect("a task");
-    let mut run = Run {
-        handle,
-        notices,
-        state,
-        root: root.to_owned(),
-    };
+    let mut run = Run::new(handle, notices, state, root.to_owned());
     run.call(Request::Resume).await;
     run.until("done", |s| s.status == Status::Done).await;
     assert_eq!(mock.count(), 3);

@@ -25,7 +25,8 @@ use agent_client_protocol::v1::schema::{
     PermissionOptionKind, ReadTextFileResponse, ReleaseTerminalResponse, RequestPermissionOutcome,
     RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId,
     SessionNotification, SessionUpdate, StopReason, TerminalExitStatus, TerminalOutputResponse,
-    ToolCallContent, ToolCallStatus, ToolKind, WaitForTerminalExitResponse, WriteTextFileResponse,
+    ToolCallContent, ToolCallLocation, ToolCallStatus, ToolKind, WaitForTerminalExitResponse,
+    WriteTextFileResponse,
 };
 use tokio::sync::mpsc;
 
@@ -50,6 +51,8 @@ const CRASH_LINES: usize = 6;
 const TOOLS_KEPT: usize = 256;
 /// The most bytes of the agent's words, or of a tool's text output, held for one step.
 const WORDS_KEPT: usize = 64 * 1024;
+/// How long taking what the agent made waits for its connection to pass on all it sent.
+const FLUSH_PATIENCE: Duration = Duration::from_secs(1);
 
 const ABOUT_REIN: &str = "A person supervises you through Rein. They may pause you, correct you, \
 or take over and edit files themselves; when they hand back you get a report of what they \
@@ -64,6 +67,8 @@ pub struct AcpAgent {
     /// Steps already made before a restart of Rein (told to the first session).
     skip: u32,
     link: Option<Link>,
+    /// The current link's commands, for the freezer.
+    current: CurrentCmds,
     /// The open session and whether it takes steering.
     session: Option<(SessionId, bool)>,
     /// What the agent is known to need beyond the protocol.
@@ -112,6 +117,9 @@ pub struct AcpAgent {
     /// Rein refused a permission in the running turn: an agent whose only "no" cancels its
     /// turn (Codex) then ends it `cancelled`, which is the answer, not a failure.
     rejected: bool,
+    /// A take over stopped the agent's commands; they are ended once what the agent sent
+    /// before is taken in (`made`), so taking it in does not wait on their ending.
+    commands_to_end: bool,
     /// Constraints of the current step already passed on.
     delivered: Vec<String>,
     /// The reconcile report of the current step as far as it was passed on.
@@ -122,6 +130,10 @@ struct Link {
     cmds: mpsc::UnboundedSender<Cmd>,
     shared: Arc<Shared>,
 }
+
+/// The command channel of the connection that is up, if any, shared with the engine's
+/// `Freezer` so it reaches whichever connection is current.
+type CurrentCmds = Arc<std::sync::Mutex<Option<mpsc::UnboundedSender<Cmd>>>>;
 
 /// What Rein knows of one of the agent's tool calls.
 struct Tool {
@@ -138,6 +150,9 @@ struct Tool {
     diffs: Vec<(String, Option<String>, String)>,
     /// Its text content (a command's output, as the tool reports it).
     output: String,
+    /// The file changes its announcement carried (Codex puts its patch's diff in the
+    /// `tool_call`, not in the permission request that follows), paths as the agent spelt them.
+    writes: Vec<Intended>,
 }
 
 impl Tool {
@@ -151,6 +166,7 @@ impl Tool {
             locations: Vec::new(),
             diffs: Vec::new(),
             output: String::new(),
+            writes: Vec::new(),
         }
     }
 }
@@ -275,6 +291,7 @@ impl AcpAgent {
             root_canon: root.canonicalize().unwrap_or_else(|_| root.to_owned()),
             skip,
             link: None,
+            current: CurrentCmds::default(),
             session: None,
             quirks: Quirks::default(),
             login: Vec::new(),
@@ -299,6 +316,7 @@ impl AcpAgent {
             reasons_steered: Vec::new(),
             reasons_requeued: Vec::new(),
             rejected: false,
+            commands_to_end: false,
             delivered: Vec::new(),
             delivered_report: None,
         })
@@ -328,6 +346,9 @@ impl AcpAgent {
         }
         let shared = Arc::new(Shared::default());
         let cmds = worker::start(self.launch.clone(), shared.clone());
+        if let Ok(mut current) = self.current.lock() {
+            *current = Some(cmds.clone());
+        }
         self.link = Some(Link {
             cmds,
             shared: shared.clone(),
@@ -342,10 +363,23 @@ impl AcpAgent {
         shared
     }
 
+    /// Ends the commands a take over stopped, if that is still to do.
+    fn end_stopped_commands(&mut self) {
+        if std::mem::take(&mut self.commands_to_end) {
+            if let Some(link) = &self.link {
+                let _ = link.cmds.send(Cmd::EndCommands);
+            }
+        }
+    }
+
     /// Forgets the connection (its thread ends the process when told, or already has).
     fn disconnect(&mut self) {
+        self.end_stopped_commands();
         if let Some(link) = self.link.take() {
             let _ = link.cmds.send(Cmd::Stop);
+        }
+        if let Ok(mut current) = self.current.lock() {
+            *current = None;
         }
         self.session = None;
         self.turn = None;
@@ -877,7 +911,12 @@ impl AcpAgent {
             _ => None,
         };
         self.asked_command = command.clone();
-        let writes = intended(f.raw_input.as_ref(), f.content.as_deref())
+        let mut writes = intended(f.raw_input.as_ref(), f.content.as_deref());
+        if writes.is_empty() {
+            // Announced with the tool call before the request, when the request has none.
+            writes = known.map(|t| t.writes.clone()).unwrap_or_default();
+        }
+        let writes = writes
             .into_iter()
             .map(|w| match w {
                 Intended::Write { path, content } => Intended::Write {
@@ -927,7 +966,7 @@ impl AcpAgent {
         if self.session.as_ref().map(|(s, _)| s) != Some(&n.session_id) {
             return None;
         }
-        let (id, title, kind, status, locations, content) = match n.update {
+        let (id, title, kind, status, locations, content, named, writes) = match n.update {
             SessionUpdate::AgentMessageChunk(c) => {
                 if let ContentBlock::Text(t) = c.content {
                     self.chunks.push_str(&t.text);
@@ -947,37 +986,62 @@ impl AcpAgent {
                 let entries = plan.entries.iter().map(plan_entry).collect();
                 return Some(Ok(Move::Plan(entries).into()));
             }
-            SessionUpdate::ToolCall(tc) => (
-                tc.tool_call_id.0.to_string(),
-                Some(tc.title),
-                Some(tc.kind),
-                Some(tc.status),
-                Some(tc.locations),
-                Some(tc.content),
-            ),
-            SessionUpdate::ToolCallUpdate(u) => (
-                u.tool_call_id.0.to_string(),
-                u.fields.title,
-                u.fields.kind,
-                u.fields.status,
-                u.fields.locations,
-                u.fields.content,
-            ),
+            SessionUpdate::ToolCall(tc) => {
+                let id = tc.tool_call_id.0.to_string();
+                let named = self.untitled(&id, Some(tc.kind), tc.raw_input.as_ref(), &tc.locations);
+                let writes = intended(tc.raw_input.as_ref(), Some(&tc.content));
+                (
+                    id,
+                    Some(tc.title),
+                    Some(tc.kind),
+                    Some(tc.status),
+                    Some(tc.locations),
+                    Some(tc.content),
+                    named,
+                    writes,
+                )
+            }
+            SessionUpdate::ToolCallUpdate(u) => {
+                let id = u.tool_call_id.0.to_string();
+                let f = u.fields;
+                let named = self.untitled(
+                    &id,
+                    f.kind,
+                    f.raw_input.as_ref(),
+                    f.locations.as_deref().unwrap_or_default(),
+                );
+                let writes = intended(f.raw_input.as_ref(), f.content.as_deref());
+                (
+                    id,
+                    f.title,
+                    f.kind,
+                    f.status,
+                    f.locations,
+                    f.content,
+                    named,
+                    writes,
+                )
+            }
             _ => return None,
         };
         let mut tool = match self.tools.remove(&id) {
             Some(t) => t,
             None => {
-                // A new tool call: what the agent said since its last one led to it.
+                // A new tool call: what the agent said since its last one led to it. One first
+                // heard of by its update (a harness that never announced it, or whose
+                // announcement Rein has forgotten) is named by what the update says of it.
                 self.tools_started += 1;
-                let mut t = Tool::new("a tool call".into(), ToolKind::Other, self.tools_started);
+                let mut t = Tool::new(named, ToolKind::Other, self.tools_started);
                 let words = self.take_words();
                 t.words = Some(words);
                 t
             }
         };
-        if let Some(t) = title {
+        if let Some(t) = title.filter(|t| !t.trim().is_empty()) {
             tool.title = t;
+        }
+        if !writes.is_empty() {
+            tool.writes = writes;
         }
         if let Some(k) = kind {
             tool.kind = k;
@@ -1095,6 +1159,27 @@ impl AcpAgent {
         ))))
     }
 
+    /// A title for a tool call whose own title Rein does not have: its command line, else
+    /// its kind and the files it names, else its kind and id.
+    fn untitled(
+        &self,
+        id: &str,
+        kind: Option<ToolKind>,
+        raw: Option<&serde_json::Value>,
+        locations: &[ToolCallLocation],
+    ) -> String {
+        if let Some(cmd) = raw.and_then(command_of) {
+            return format!("run {cmd}");
+        }
+        let kind = kind.map_or_else(|| "tool".to_owned(), kind_name);
+        let paths: Vec<String> = locations.iter().map(|l| self.relative(&l.path)).collect();
+        if paths.is_empty() {
+            format!("{kind} (tool call {id})")
+        } else {
+            format!("{kind} {}", paths.join(", "))
+        }
+    }
+
     /// A path as the engine takes it: relative to the working tree when inside it; anything
     /// else is passed on as it is, for the engine to refuse.
     fn relative(&self, p: &Path) -> String {
@@ -1204,6 +1289,7 @@ impl Agent for AcpAgent {
             // Everything before the wait is synchronous and remembered, so a dropped future
             // loses nothing: the next call carries on from the same state.
             self.terminals = ctx.terminals.clone();
+            self.end_stopped_commands();
             self.answer_inflight(ctx);
             self.take_news(ctx)?;
             loop {
@@ -1245,11 +1331,29 @@ impl Agent for AcpAgent {
             .unwrap_or_default()
     }
 
+    fn freezer(&self) -> Option<super::Freezer> {
+        let current = self.current.clone();
+        Some(Box::new(move || {
+            let cmds = current.lock().ok().and_then(|c| c.clone());
+            if let Some(cmds) = cmds {
+                let _ = cmds.send(Cmd::Freeze);
+            }
+        }))
+    }
+
     fn made(&mut self) -> Vec<Proposal> {
         let Some(link) = &self.link else {
             return Vec::new();
         };
+        // What the agent wrote to its pipe before now (it is stopped, or its turn is ending)
+        // must be in the inbox first; a connection thread that does not answer in time
+        // (stuck, or gone) leaves what is there.
+        let k = link.shared.ask_flush();
+        if link.cmds.send(Cmd::Flush(k)).is_ok() && !link.shared.wait_flushed(k, FLUSH_PATIENCE) {
+            tracing::debug!("the agent connection did not flush within {FLUSH_PATIENCE:?}");
+        }
         let updates = link.shared.take_updates();
+        self.end_stopped_commands();
         updates
             .into_iter()
             .filter_map(|n| self.update(n))
@@ -1258,6 +1362,9 @@ impl Agent for AcpAgent {
     }
 
     fn interrupt(&mut self, what: Interrupt) {
+        if what != Interrupt::Takeover {
+            self.end_stopped_commands();
+        }
         let Some(link) = &self.link else { return };
         match what {
             // The agent and every command it runs stop where they are (SIGSTOP through its
@@ -1273,8 +1380,9 @@ impl Agent for AcpAgent {
             Interrupt::Steer(_) => {}
             // The person holds the files now, so what the agent runs must stop at once and
             // end. A stopped agent could not take session/cancel, so only its commands are
-            // stopped (and the agent continued, after a pause); the cancel is sent; then the
-            // stopped commands are ended. The worker takes the three in this order.
+            // stopped (and the agent continued, after a pause); the cancel is sent; the
+            // stopped commands are ended once what the agent sent before is taken in (`made`,
+            // which the engine calls next), or with whatever comes next.
             Interrupt::Takeover => {
                 let _ = link.cmds.send(Cmd::FreezeCommands);
                 if self.turn.is_some() && !self.cancel_sent {
@@ -1282,9 +1390,7 @@ impl Agent for AcpAgent {
                         tracing::warn!("cannot cancel the agent's turn: {e}");
                     }
                 }
-                if let Some(link) = &self.link {
-                    let _ = link.cmds.send(Cmd::EndCommands);
-                }
+                self.commands_to_end = true;
             }
             Interrupt::Abort => {
                 let _ = link.cmds.send(Cmd::Abort);

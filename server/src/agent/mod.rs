@@ -372,6 +372,9 @@ pub enum Interrupt {
     Abort,
 }
 
+/// Stops an agent's processes where they are; see `Agent::freezer`.
+pub type Freezer = Box<dyn Fn() + Send + Sync>;
+
 /// A boxed future, so agents stay object-safe.
 pub type MoveFuture<'a> = Pin<Box<dyn Future<Output = Result<Proposal, AgentError>> + Send + 'a>>;
 
@@ -390,6 +393,13 @@ pub trait Agent: Send {
     /// Tells the agent that control changed. Must not block: an agent with its own process
     /// queues what it needs to send.
     fn interrupt(&mut self, _what: Interrupt) {}
+
+    /// Something that stops the agent's processes at once (SIGSTOP through its tree), usable
+    /// while the agent is out thinking and borrowed: a pause stops them before it is even
+    /// recorded. `None` for agents with no processes of their own.
+    fn freezer(&self) -> Option<Freezer> {
+        None
+    }
 
     /// Changes the agent already made on its own that the engine has not yet taken (an ACP
     /// tool that completed while the engine was not asking), as `Observe` moves, and plans it

@@ -80,7 +80,7 @@ pub struct Handover {
     /// The plan by status.
     pub plan: HandoverPlan,
     /// Every step so far.
-    pub steps: Vec<Step>,
+    pub steps: Vec<std::sync::Arc<Step>>,
     /// Plan items not done and constraints not yet delivered.
     pub pending: Vec<String>,
     /// Decisions that were open.

@@ -239,7 +239,15 @@ pub enum Level {
 #[derive(Debug, Clone)]
 pub enum Notice {
     /// The state changed (sent after every change).
-    State(Box<TaskState>),
+    State {
+        /// The whole state now (cheap to copy: its steps are shared).
+        state: Box<TaskState>,
+        /// The version of the state the previous notice carried: what changed is relative
+        /// to it.
+        base: u64,
+        /// Of the steps, only `steps[steps_from..]` are new or changed since that notice.
+        steps_from: usize,
+    },
     /// This file changed on disk: the agent wrote it, or a rewind or an abort put it back
     /// (editors reload clean buffers).
     Wrote {
@@ -384,6 +392,8 @@ struct Engine {
     delivering: Vec<String>,
     /// Interrupts for the agent that arrived while it was out thinking.
     agent_signals: Vec<agent::Interrupt>,
+    /// Stops the agent's processes while it is out thinking (see `Agent::freezer`).
+    freezer: Option<agent::Freezer>,
     tip: Option<String>,
     /// Whether the person was told that commands run unconfined, or only partly confined
     /// (said once per task).
@@ -399,6 +409,8 @@ struct Engine {
     said: Words,
     /// What the move being carried out leaves for its step's record.
     extra: StepExtra,
+    /// The version of the state the outside was last told of.
+    told_version: u64,
 }
 
 /// What a move leaves for its step's record beyond its outcome.
@@ -507,6 +519,7 @@ pub fn start(
         plan: Vec::new(),
         plan_progress: false,
         steps: Vec::new(),
+        steps_omitted: 0,
         constraints: Vec::new(),
         decisions: Vec::new(),
         answered: Vec::new(),
@@ -571,7 +584,7 @@ pub fn start(
             serde_json::json!({ "goal": goal, "checkpoint": snap.id }),
         );
         engine.commit(|s| {
-            s.steps.push(Step::new(
+            s.push_step(Step::new(
                 0,
                 "working tree at start",
                 Author::Human,
@@ -611,6 +624,7 @@ fn fail_unopened(mut store: StateStore, notify: &Notify, e: &CheckpointError) {
         level: Level::Error,
         text: Advice::text(why.clone()),
     });
+    let base = store.state().version;
     let done = store.update(|s| {
         s.status = Status::Failed;
         s.control = Control {
@@ -623,7 +637,12 @@ fn fail_unopened(mut store: StateStore, notify: &Notify, e: &CheckpointError) {
     if let Err(e) = done {
         tracing::error!("cannot record the failure: {e}");
     }
-    notify(Notice::State(Box::new(store.state().clone())));
+    let steps_from = store.take_changed_from();
+    notify(Notice::State {
+        state: Box::new(store.state().clone()),
+        base,
+        steps_from,
+    });
 }
 
 /// Removes the finished tasks retention does not keep; a failure only costs disk.
@@ -909,6 +928,8 @@ impl Engine {
         rx: mpsc::UnboundedReceiver<Envelope>,
         notify: Notify,
     ) -> Self {
+        // Whoever started or reopened the task was given the state as it is now.
+        let told_version = store.state().version;
         Engine {
             root,
             store,
@@ -927,6 +948,7 @@ impl Engine {
             reconcile_note: None,
             delivering: Vec::new(),
             agent_signals: Vec::new(),
+            freezer: None,
             tip: None,
             told_unconfined: false,
             scratch: None,
@@ -934,6 +956,7 @@ impl Engine {
             outputs: output::Outputs::default(),
             said: Words::default(),
             extra: StepExtra::default(),
+            told_version,
         }
     }
 
@@ -984,7 +1007,19 @@ impl Engine {
     /// Applies a change to the state, persists it and tells the outside.
     fn commit(&mut self, change: impl FnOnce(&mut TaskState)) {
         self.write_state(change);
-        (self.notify)(Notice::State(self.boxed_state()));
+        self.tell_state();
+    }
+
+    /// Tells the outside the state changed, and what of it since it was last told.
+    fn tell_state(&mut self) {
+        let steps_from = self.store.take_changed_from();
+        let version = self.state().version;
+        let base = std::mem::replace(&mut self.told_version, version);
+        (self.notify)(Notice::State {
+            state: self.boxed_state(),
+            base,
+            steps_from,
+        });
     }
 
     /// Applies a change to the state and persists it. A pending hand edit of the file is
@@ -999,12 +1034,20 @@ impl Engine {
         }
         let ended = self.outputs.take_ended();
         let plan = self.state().plan.clone();
-        let kept = ended.clone();
+        // A terminal's step may lie well back by the time its command ends.
+        let outputs: Vec<(usize, Option<String>)> = ended
+            .iter()
+            .filter_map(|e| {
+                let i = self.state().steps.iter().rposition(|st| st.n == e.step)?;
+                Some((i, state::tail(&e.text, state::OUTPUT_BYTES)))
+            })
+            .collect();
+        for (i, _) in &outputs {
+            self.store.mark_step_changed(*i);
+        }
         let updated = self.store.update(|s| {
-            for e in &kept {
-                if let Some(st) = s.steps.iter_mut().rev().find(|st| st.n == e.step) {
-                    st.output = state::tail(&e.text, state::OUTPUT_BYTES);
-                }
+            for (i, output) in outputs {
+                Arc::make_mut(&mut s.steps[i]).output = output;
             }
             change(s);
         });
@@ -1100,6 +1143,7 @@ impl Engine {
             self.stop_on_error(format!("the agent cannot run: {why}"));
             return Flow::Continue;
         };
+        self.freezer = agent.freezer();
         let got = loop {
             let ctx = self.context();
             let mut think = agent.next_move(&ctx);
@@ -1125,15 +1169,12 @@ impl Engine {
         for signal in self.agent_signals.drain(..) {
             agent.interrupt(signal);
         }
-        // What the agent finished before control left it is its own: checkpointed now,
-        // before the human's time begins (its processes are frozen or ending).
-        let made = if stopped && self.state().status != Status::Running {
-            agent.made()
-        } else {
-            Vec::new()
-        };
         self.agent = Some(agent);
-        self.take_made(made);
+        if stopped && self.state().status != Status::Running {
+            // Paused mid think: what the agent did before control left it is its own,
+            // checkpointed now (its processes are frozen), before the human's time begins.
+            self.settle_agent(true);
+        }
         match got {
             Ok(Ok(Proposal { mv, words })) => {
                 self.reconcile_note = None;
@@ -1213,7 +1254,7 @@ impl Engine {
         match self.store.sync_from_disk() {
             Ok(Some(_)) => {
                 self.say(Level::Info, "your edit of the task state was taken");
-                (self.notify)(Notice::State(self.boxed_state()));
+                self.tell_state();
             }
             Ok(None) => {}
             Err(e) => self.say(Level::Warning, e.to_string()),
@@ -1227,20 +1268,37 @@ impl Engine {
         self.note_moved_head();
     }
 
-    /// With an agent that changes files with its own tools, while it holds control: what its
-    /// tools finished is checkpointed as its steps, and then any other change on disk to a
-    /// file the human did not type in (not held) is its too, through the same backstop that
-    /// puts back the human's lines it removed. A harness can write before it reports the
-    /// tool, so without this its write would be taken for the human's at this boundary.
-    /// What the human typed (held files) is left to the human's checkpoint that follows.
+    /// At a boundary while an agent that acts with its own tools holds control: what it did
+    /// since the last one is its own (`settle_agent`).
     fn absorb_agents_own(&mut self) {
-        let ours =
-            self.state().status == Status::Running && self.state().control.holder == Holder::Agent;
-        let Some(agent) = self.agent.as_mut().filter(|a| ours && a.acts_directly()) else {
+        if self.agent_holds_control() {
+            self.settle_agent(true);
+        }
+    }
+
+    /// Whether the agent holds control and is running (not paused or waiting on a decision).
+    fn agent_holds_control(&self) -> bool {
+        self.state().status == Status::Running && self.state().control.holder == Holder::Agent
+    }
+
+    /// With an agent that changes files with its own tools: what its tools finished (all it
+    /// reported until now, drained from its connection) is checkpointed as its steps; with
+    /// `unreported` (it was acting until now), any other change on disk to a file the human
+    /// did not type in (not held) is its too, through the same backstop that puts back the
+    /// human's lines it removed. A harness can write before it reports the tool, so without
+    /// this its write would be taken for the human's. Called at every boundary while it holds
+    /// control, and when control leaves it (pause, take over, abort) once its processes are
+    /// stopped or ending, so that only what changes after that is the human's. What the
+    /// human typed (held files) is left to the human's checkpoint that follows.
+    fn settle_agent(&mut self, unreported: bool) {
+        let Some(agent) = self.agent.as_mut().filter(|a| a.acts_directly()) else {
             return;
         };
         let made = agent.made();
         self.take_made(made);
+        if !unreported {
+            return;
+        }
         self.absorb_held("changed outside the agent");
         let Some(tip) = self.tip.clone() else { return };
         let unreported = self
@@ -1410,7 +1468,7 @@ impl Engine {
                     .find(|p| p.status == state::PlanStatus::Active)
                     .map(|p| p.id.clone()),
             };
-            s.steps.push(record);
+            s.push_step(record);
             s.last_agent_checkpoint = id.clone();
             s.agent_moves += 1;
             s.remaining_moves = remaining;
@@ -1455,7 +1513,7 @@ impl Engine {
                 serde_json::json!({ "summary": summary }),
             );
         }
-        (self.notify)(Notice::State(self.boxed_state()));
+        self.tell_state();
         self.last_result = Some(outcome);
         Flow::Continue
     }

@@ -1723,7 +1723,7 @@ impl Engine {
         let reported = files.clone();
         self.commit(|s| {
             if ck.is_some() {
-                s.steps.push(Step::new(
+                s.push_step(Step::new(
                     n,
                     format!("{why}: {summary}"),
                     Author::Human,

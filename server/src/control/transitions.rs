@@ -76,7 +76,7 @@ pub(super) fn restore_tree(
 /// before it, so every listed step can be named. Anything else is a checkpoint id.
 pub(super) fn resolve_target(
     ckpt: &Checkpoints,
-    steps: &[state::Step],
+    steps: &[std::sync::Arc<state::Step>],
     spec: &str,
 ) -> Result<String, CheckpointError> {
     let Some(n) = spec.trim().strip_prefix("step:") else {
@@ -86,7 +86,7 @@ pub(super) fn resolve_target(
         .trim()
         .parse()
         .map_err(|_| CheckpointError::UnknownCheckpoint(spec.to_owned()))?;
-    match steps.iter().rev().find(|st| st.n == n) {
+    match steps.iter().rev().find(|st| st.n == n).map(|st| &**st) {
         Some(state::Step {
             checkpoint: Some(id),
             ..
@@ -263,6 +263,7 @@ impl Engine {
             _ => unreachable!("terminal statuses were refused above"),
         }
         let mut reason = "paused by the user".to_owned();
+        let between_steps = matches!(phase, Phase::Idle);
         let flow = match phase {
             Phase::Command { proc, .. } => {
                 if let Err(e) = proc.freeze() {
@@ -275,12 +276,26 @@ impl Engine {
             Phase::Think => Flow::Cut,
             Phase::Idle => Flow::Continue,
         };
+        // The agent's processes stop first; the pause is recorded (two fsyncs) after.
+        self.terminals.freeze_all();
+        match (self.agent.as_mut(), &self.freezer) {
+            (Some(agent), _) => agent.interrupt(crate::agent::Interrupt::Pause),
+            (None, Some(freeze)) => freeze(),
+            (None, None) => {}
+        }
+        let acting = self.agent_holds_control();
         self.commit(|s| {
             s.status = Status::Paused;
             s.stop_reason = Some(reason);
         });
         super::journal(&self.store, "paused", serde_json::json!({}));
         self.signal_agent(crate::agent::Interrupt::Pause);
+        if between_steps {
+            // Between steps: what the agent did until its processes stopped is its own, taken
+            // now, before the person's time begins. (Mid think the step does this once the
+            // think is dropped; the agent is the step's then.)
+            self.settle_agent(acting);
+        }
         (Ok(Reply::State(self.boxed_state())), flow)
     }
 
@@ -410,8 +425,15 @@ impl Engine {
         }
         // Nothing the agent left running may write while its changes are taken back.
         self.terminals.freeze_all();
+        let acting = self.agent_holds_control();
         if let Some(p) = self.pending.take() {
             self.commit(|s| answered(s, p.decision, "abort"));
+        }
+        if let Some(agent) = self.agent.as_mut().filter(|a| a.acts_directly()) {
+            // Stopped where it is first, so what it did until now is taken as its own (and
+            // taken back below), not kept as the person's.
+            agent.interrupt(crate::agent::Interrupt::Pause);
+            self.settle_agent(acting);
         }
         let n = self.next_n();
         // The whole attempt stays recoverable under refs/rein/<task>/aborted.
@@ -596,6 +618,7 @@ impl Engine {
         }
         // Nothing the agent left running may write once the person holds the files.
         self.terminals.freeze_all();
+        let acting = self.agent_holds_control();
         let why = match reason.as_deref().map(str::trim) {
             Some(r) if !r.is_empty() => format!("taken over by the user: {r}"),
             _ => "taken over by the user".to_owned(),
@@ -621,6 +644,10 @@ impl Engine {
                 super::Touched::Nothing,
             );
         }
+        // The agent's commands stop and end now; what it did until then is its own, taken
+        // before what the person changed.
+        self.signal_agent(crate::agent::Interrupt::Takeover);
+        self.settle_agent(acting);
         if let Some(r) = self.absorb(false, "changed outside the agent")? {
             self.add_note(r.markdown());
         }
@@ -638,7 +665,6 @@ impl Engine {
             s.stop_reason = Some(reason_text);
         });
         super::journal(&self.store, "taken_over", serde_json::json!({ "why": why }));
-        self.signal_agent(crate::agent::Interrupt::Takeover);
         Ok(Reply::Handover {
             handover: Box::new(handover),
             state: self.boxed_state(),

@@ -358,7 +358,7 @@ impl Server {
             }
         }
         let task_id = state.task.id.clone();
-        self.on_state(state.clone());
+        self.on_state(state.clone(), None);
         self.respond(id, Ok(json!({ "taskId": task_id, "state": state })));
         Ok(())
     }

@@ -20,6 +20,7 @@ use super::config::{self, Config, Sources};
 use super::documents::{Documents, Encoding};
 use super::editor::Editor;
 use super::log::LogLine;
+use super::sync::{Change, Synced};
 use super::transport::{self, Frame, Incoming};
 use crate::control::{
     self, Advice, ControlError, Handle, Level, Notice, Reply, Request, UserAction,
@@ -87,6 +88,8 @@ pub(super) struct ClientCaps {
     pub steer_selection: bool,
     /// `experimental.rein.output`: the client shows live command output (`rein/output`).
     pub output: bool,
+    /// `experimental.rein.stateDeltas`: the client applies `rein/stateChanged` deltas.
+    pub state_deltas: bool,
 }
 
 /// Where a work-done progress token stands with the client.
@@ -140,6 +143,8 @@ pub(super) struct Server {
     pub(super) docs: Documents,
     pub(super) engine: Option<Handle>,
     pub(super) state: Option<TaskState>,
+    /// What the client was last sent of the state.
+    synced: Synced,
     /// Steer comments sent, by (path, text), to their constraint id.
     pub(super) steer_sent: HashMap<(String, String), String>,
     /// Steer comments, by (path, text), delivered to an earlier task: never sent again on
@@ -202,6 +207,7 @@ pub fn run(
         docs: Documents::new(),
         engine: None,
         state: None,
+        synced: Synced::default(),
         steer_sent: HashMap::new(),
         spent: HashSet::new(),
         dismissed: HashSet::new(),
@@ -446,6 +452,12 @@ impl Server {
                 .and_then(|e| e.pointer("/rein/output"))
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
+            state_deltas: caps
+                .experimental
+                .as_ref()
+                .and_then(|e| e.pointer("/rein/stateDeltas"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
         };
         #[allow(deprecated)]
         let folder = params
@@ -521,7 +533,7 @@ impl Server {
             Ok(Some((handle, state))) => {
                 self.engine = Some(handle);
                 self.remember_comments(&state);
-                self.on_state(state);
+                self.on_state(state, None);
             }
             Ok(None) => {}
             Err(e) => self.show(
@@ -823,7 +835,11 @@ impl Server {
 
     fn on_notice(&mut self, notice: Notice) {
         match notice {
-            Notice::State(s) => self.on_state(*s),
+            Notice::State {
+                state,
+                base,
+                steps_from,
+            } => self.on_state(*state, Some(Change { base, steps_from })),
             Notice::Wrote { path } => {
                 let Some(uri) = self.uri_of(&path) else {
                     return;
@@ -855,7 +871,8 @@ impl Server {
         }
     }
 
-    pub(super) fn on_state(&mut self, s: TaskState) {
+    /// A newer state, from the engine's notice (`change` says what changed) or a reply.
+    pub(super) fn on_state(&mut self, s: TaskState, change: Option<Change>) {
         if self
             .state
             .as_ref()
@@ -863,7 +880,8 @@ impl Server {
         {
             return;
         }
-        self.notify("rein/stateChanged", json!({ "state": s }));
+        let params = self.synced.params(&s, change, self.caps.state_deltas);
+        self.notify("rein/stateChanged", params);
         // The state says what is held now (a release may have ended a hold).
         self.hold_asked.clear();
         self.update_progress(&s);

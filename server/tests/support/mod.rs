@@ -67,10 +67,43 @@ pub struct Run {
     pub root: PathBuf,
 }
 
-/// A notify callback that forwards into a channel.
+/// A notify callback that forwards into a channel. It checks each state notice against the
+/// one before, as an editor applying deltas relies on: relative to that version, and no step
+/// before `steps_from` changed. A violation panics the engine, which the test then reports.
 pub fn channel() -> (control::Notify, mpsc::UnboundedReceiver<Notice>) {
     let (tx, rx) = mpsc::unbounded_channel();
+    let told: std::sync::Mutex<Option<TaskState>> = std::sync::Mutex::new(None);
     let notify: control::Notify = Arc::new(move |n| {
+        if let Notice::State {
+            state,
+            base,
+            steps_from,
+        } = &n
+        {
+            let mut told = told
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(prev) = told.as_ref().filter(|p| p.task.id == state.task.id) {
+                assert_eq!(
+                    *base, prev.version,
+                    "a notice relative to a version never told"
+                );
+                // New steps and changed ones all lie at or after steps_from.
+                let kept = *steps_from;
+                assert!(
+                    kept <= prev.steps.len().min(state.steps.len()),
+                    "steps_from = {kept} leaves out steps added ({} then {})",
+                    prev.steps.len(),
+                    state.steps.len()
+                );
+                assert_eq!(
+                    prev.steps[..kept],
+                    state.steps[..kept],
+                    "a step before steps_from = {steps_from} changed unannounced"
+                );
+            }
+            *told = Some((**state).clone());
+        }
         let _ = tx.send(n);
     });
     (notify, rx)
@@ -95,15 +128,25 @@ pub fn start(root: &Path, steps: serde_json::Value) -> Run {
         notify,
     )
     .expect("task starts");
-    Run {
-        handle,
-        notices,
-        state,
-        root: root.to_owned(),
-    }
+    Run::new(handle, notices, state, root.to_owned())
 }
 
 impl Run {
+    /// A task as `control::start` or `control::recover` gave it.
+    pub fn new(
+        handle: Handle,
+        notices: mpsc::UnboundedReceiver<Notice>,
+        state: TaskState,
+        root: PathBuf,
+    ) -> Run {
+        Run {
+            handle,
+            notices,
+            state,
+            root,
+        }
+    }
+
     /// Waits until the state satisfies `pred` (two minutes at most, for loaded machines; then
     /// panics with the state).
     pub async fn until(&mut self, what: &str, pred: impl Fn(&TaskState) -> bool) -> TaskState {
@@ -113,7 +156,7 @@ impl Run {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         loop {
             match tokio::time::timeout_at(deadline, self.notices.recv()).await {
-                Ok(Some(Notice::State(s))) => {
+                Ok(Some(Notice::State { state: s, .. })) => {
                     self.state = *s;
                     if pred(&self.state) {
                         return self.state.clone();

@@ -7,7 +7,8 @@
 //! `cancelled` itself, so an agent winding down never waits on a person who is not looking.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use agent_client_protocol::v1::schema::{
     CreateTerminalRequest, CreateTerminalResponse, KillTerminalRequest, KillTerminalResponse,
@@ -193,6 +194,9 @@ struct Inbox {
     cancelling: bool,
     /// The request the engine is carrying out as a move, answered with its outcome.
     inflight: Option<Incoming>,
+    /// Flushes asked for, and the last one done (see `ask_flush`).
+    flushes_asked: u64,
+    flushed: u64,
 }
 
 /// The inbox shared by the connection thread and the engine's side.
@@ -200,6 +204,8 @@ struct Inbox {
 pub(super) struct Shared {
     inbox: Mutex<Inbox>,
     notify: Notify,
+    /// Signalled when a flush is done.
+    flush_done: Condvar,
 }
 
 impl Shared {
@@ -301,6 +307,39 @@ impl Shared {
     pub(super) fn take_inflight(&self) -> Option<Incoming> {
         self.lock().inflight.take()
     }
+
+    /// A new flush: once `flushed` says it is done, everything the agent had sent before
+    /// the connection thread took it is in the inbox.
+    pub(super) fn ask_flush(&self) -> u64 {
+        let mut inbox = self.lock();
+        inbox.flushes_asked += 1;
+        inbox.flushes_asked
+    }
+
+    /// Flush `k` (and every earlier one) is done; `u64::MAX` when no more can come.
+    pub(super) fn flushed(&self, k: u64) {
+        let mut inbox = self.lock();
+        inbox.flushed = inbox.flushed.max(k);
+        drop(inbox);
+        self.flush_done.notify_all();
+    }
+
+    /// Blocks until flush `k` is done, for at most `patience`; whether it was.
+    pub(super) fn wait_flushed(&self, k: u64, patience: Duration) -> bool {
+        let deadline = Instant::now() + patience;
+        let mut inbox = self.lock();
+        while inbox.flushed < k {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            inbox = match self.flush_done.wait_timeout(inbox, left) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        true
+    }
 }
 
 #[cfg(test)]
@@ -342,5 +381,20 @@ mod tests {
             panic!("expected the event")
         };
         assert_eq!(x.why, "kept");
+    }
+
+    #[test]
+    fn a_flush_is_waited_for_until_done_or_out_of_patience() {
+        let shared = std::sync::Arc::new(Shared::default());
+        let k = shared.ask_flush();
+        assert!(!shared.wait_flushed(k, Duration::from_millis(5)));
+        let other = shared.clone();
+        let doer = std::thread::spawn(move || other.flushed(k));
+        assert!(shared.wait_flushed(k, Duration::from_secs(30)));
+        doer.join().expect("flusher ran");
+        let later = shared.ask_flush();
+        assert!(later > k);
+        shared.flushed(u64::MAX);
+        assert!(shared.wait_flushed(later, Duration::ZERO));
     }
 }

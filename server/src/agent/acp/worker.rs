@@ -104,7 +104,12 @@ pub(super) enum Cmd {
     EndCommands,
     /// End the process once the running turn (if any) is cancelled.
     Stop,
+    /// Put everything the agent has sent so far into the inbox, then mark flush `k` done.
+    Flush(u64),
 }
+
+/// The marker notification a flush puts after what the agent sent (see `pump_stdout`).
+const FLUSHED: &str = "_rein/flushed";
 
 /// Starts the connection thread; the returned sender drives it.
 pub(super) fn start(launch: Launch, shared: Arc<Shared>) -> mpsc::UnboundedSender<Cmd> {
@@ -186,6 +191,8 @@ struct Worker {
     broken: Option<String>,
     /// The handshake's clock and the request awaiting its answer.
     handshake: Rc<Handshake>,
+    /// Asks the stdout pump for a flush; gone once the connection is closed.
+    flush: Option<mpsc::UnboundedSender<u64>>,
 }
 
 async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
@@ -226,7 +233,8 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
     let (out_tx, out_rx) = futures::channel::mpsc::unbounded::<String>();
     let (in_tx, in_rx) = futures::channel::mpsc::unbounded::<io::Result<String>>();
     tokio::task::spawn_local(pump_stdin(stdin, out_rx));
-    tokio::task::spawn_local(pump_stdout(stdout, in_tx, done_tx.clone()));
+    let (flush_tx, flush_rx) = mpsc::unbounded_channel();
+    tokio::task::spawn_local(pump_stdout(stdout, in_tx, done_tx.clone(), flush_rx));
     let transport = Lines::new(out_tx.sink_map_err(io::Error::other), in_rx);
 
     let (cx_tx, cx_rx) = futures::channel::oneshot::channel::<ConnectionTo<Peer>>();
@@ -263,6 +271,7 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
         failed: None,
         broken: None,
         handshake,
+        flush: Some(flush_tx),
     };
     let mut cmds_open = true;
     let status = loop {
@@ -275,6 +284,9 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
             status = child.wait() => break status,
             r = &mut conn, if conn_open => {
                 conn_open = false;
+                // Nothing more can come in: a flush is done at once from now on.
+                w.flush = None;
+                w.shared.flushed(u64::MAX);
                 // The agent closed its output (or broke the protocol): it should be exiting.
                 if let Err(e) = r {
                     tracing::debug!("agent connection ended: {e}");
@@ -319,6 +331,9 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
         Ok(s) => describe(s),
         Err(e) => format!("its exit status is unknown ({e})"),
     };
+    // Anything still in its tree (the commands it started, wherever they moved) goes with it.
+    w.kill_all();
+    w.shared.flushed(u64::MAX);
     w.shared.end_cancel();
     if w.opened {
         w.shared.push(Event::Exited {
@@ -401,7 +416,8 @@ fn handlers(
     shared: &Arc<Shared>,
 ) -> agent_client_protocol::v1::Builder<Client, impl agent_client_protocol::HandleDispatchFrom<Peer>>
 {
-    let (s1, s2, s3, s4, s5, s6, s7, s8, s9) = (
+    let (s1, s2, s3, s4, s5, s6, s7, s8, s9, s10) = (
+        shared.clone(),
         shared.clone(),
         shared.clone(),
         shared.clone(),
@@ -471,6 +487,19 @@ fn handlers(
     .on_receive_notification(
         async move |n: SessionNotification, _cx| {
             s9.push(Event::Update(Box::new(n)));
+            Ok(())
+        },
+        agent_client_protocol::on_receive_notification!(),
+    )
+    .on_receive_notification(
+        async move |n: UntypedMessage, _cx| {
+            // Only the flush marker is Rein's; other notifications are extensions Rein
+            // does not use.
+            if n.method == FLUSHED {
+                if let Some(k) = n.params.get("k").and_then(serde_json::Value::as_u64) {
+                    s10.flushed(k);
+                }
+            }
             Ok(())
         },
         agent_client_protocol::on_receive_notification!(),
@@ -782,6 +811,12 @@ impl Worker {
                 self.thaw_root();
             }
             Cmd::EndCommands => self.end_commands(),
+            Cmd::Flush(k) => {
+                let asked = self.flush.as_ref().is_some_and(|f| f.send(k).is_ok());
+                if !asked {
+                    self.shared.flushed(k);
+                }
+            }
         }
     }
 
@@ -1096,45 +1131,124 @@ async fn read_line(
     Ok(Some(!ended && buf.len() > cap))
 }
 
-/// Passes the agent's stdout on line by line. A line that is not an ACP message (not UTF-8,
-/// not a JSON object: a log line, a stray print) breaks the protocol: it is reported, naming
-/// the line, and nothing after it is read. Never decoded lossily: a U+FFFD put in place of a
-/// bad byte could end up in a file through `fs/write_text_file`.
+/// Passes the agent's stdout on line by line into `lines`. A line that is not an ACP message
+/// (not UTF-8, not a JSON object: a log line, a stray print) breaks the protocol: it is
+/// reported on `done`, naming the line, and nothing after it is read. Never decoded lossily: a
+/// U+FFFD put in place of a bad byte could end up in a file through `fs/write_text_file`.
+/// A flush (`k` on `flushes`, asked once the agent is stopped) reads whatever the pipe holds
+/// right now without waiting, passes it on, then passes on a `_rein/flushed {k}` notification:
+/// the connection dispatches in order, so when that marker is handled everything the agent
+/// wrote before the flush is in the inbox.
 async fn pump_stdout(
-    stdout: ChildStdout,
+    mut stdout: ChildStdout,
     lines: futures::channel::mpsc::UnboundedSender<io::Result<String>>,
     done: mpsc::UnboundedSender<Done>,
+    mut flushes: mpsc::UnboundedReceiver<u64>,
 ) {
-    let mut reader = BufReader::new(stdout);
-    let mut buf = Vec::new();
+    let mut pending = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut flushing = true;
     loop {
-        match read_line(&mut reader, &mut buf, MAX_LINE).await {
-            Ok(None) => return,
-            Ok(Some(true)) => {
-                let _ = done.send(Done::Broken(
-                    "it sent a message longer than 64 MiB on stdout".into(),
-                ));
-                return;
-            }
-            Ok(Some(false)) => {
-                if buf.iter().all(u8::is_ascii_whitespace) {
+        tokio::select! {
+            biased;
+            k = flushes.recv(), if flushing => {
+                let Some(k) = k else {
+                    flushing = false;
                     continue;
-                }
-                let line = match not_a_message(std::mem::take(&mut buf)) {
-                    Ok(line) => line,
-                    Err(why) => {
-                        let _ = done.send(Done::Broken(why));
-                        return;
-                    }
                 };
-                if lines.unbounded_send(Ok(line)).is_err() {
+                let ended = read_available(&stdout, &mut chunk, &mut pending);
+                if !pass_lines(&mut pending, ended, &lines, &done) {
+                    return;
+                }
+                let marker = serde_json::json!({"jsonrpc": "2.0", "method": FLUSHED, "params": {"k": k}});
+                if lines.unbounded_send(Ok(marker.to_string())).is_err() || ended {
                     return;
                 }
             }
-            Err(e) => {
-                let _ = lines.unbounded_send(Err(e));
-                return;
-            }
+            read = stdout.read(&mut chunk) => match read {
+                Ok(0) => {
+                    pass_lines(&mut pending, true, &lines, &done);
+                    return;
+                }
+                Ok(n) => {
+                    pending.extend_from_slice(&chunk[..n]);
+                    if !pass_lines(&mut pending, false, &lines, &done) {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = lines.unbounded_send(Err(e));
+                    return;
+                }
+            },
+        }
+    }
+}
+
+/// Reads what the (non-blocking) pipe holds now into `pending`; whether it reached its end.
+fn read_available(stdout: &ChildStdout, chunk: &mut [u8], pending: &mut Vec<u8>) -> bool {
+    loop {
+        match nix::unistd::read(stdout, chunk) {
+            Ok(0) => return true,
+            Ok(n) => pending.extend_from_slice(&chunk[..n]),
+            Err(nix::errno::Errno::EINTR) => {}
+            // EAGAIN: nothing more now (anything else is met again by the next async read).
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Passes on every whole line in `pending` (and, at the end of input, the rest), blank ones
+/// skipped; false once the connection is gone or the agent broke the protocol (a message too
+/// long, a line that is not a message: said on `done`).
+fn pass_lines(
+    pending: &mut Vec<u8>,
+    ended: bool,
+    lines: &futures::channel::mpsc::UnboundedSender<io::Result<String>>,
+    done: &mpsc::UnboundedSender<Done>,
+) -> bool {
+    let too_long = || {
+        let _ = done.send(Done::Broken(
+            "it sent a message longer than 64 MiB on stdout".into(),
+        ));
+        false
+    };
+    let mut start = 0;
+    while let Some(i) = pending[start..].iter().position(|&b| b == b'\n') {
+        let line = &pending[start..start + i];
+        start += i + 1;
+        if line.len() > MAX_LINE + 1 {
+            return too_long();
+        }
+        if !send_line(line, lines, done) {
+            return false;
+        }
+    }
+    pending.drain(..start);
+    if pending.len() > MAX_LINE {
+        return too_long();
+    }
+    if ended && !pending.is_empty() {
+        let rest = std::mem::take(pending);
+        return send_line(&rest, lines, done);
+    }
+    true
+}
+
+fn send_line(
+    line: &[u8],
+    lines: &futures::channel::mpsc::UnboundedSender<io::Result<String>>,
+    done: &mpsc::UnboundedSender<Done>,
+) -> bool {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return true;
+    }
+    match not_a_message(line.to_vec()) {
+        Ok(line) => lines.unbounded_send(Ok(line)).is_ok(),
+        Err(why) => {
+            let _ = done.send(Done::Broken(why));
+            false
         }
     }
 }
@@ -1223,6 +1337,37 @@ mod tests {
         );
         let err = pick_mode(&claude, Some("nope")).expect_err("unknown mode");
         assert!(err.contains("default, acceptEdits"), "{err}");
+    }
+
+    #[test]
+    fn a_flush_passes_whole_lines_and_keeps_a_partial_one() {
+        let (tx, mut rx) = futures::channel::mpsc::unbounded();
+        let (done, mut broken) = mpsc::unbounded_channel();
+        let mut pending = b"{\"a\":1}\r\n\n  \n{\"b\":2}\n{\"c\":".to_vec();
+        assert!(pass_lines(&mut pending, false, &tx, &done));
+        let got: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|l| l.expect("a line"))
+            .collect();
+        assert_eq!(got, vec![r#"{"a":1}"#, r#"{"b":2}"#]);
+        assert_eq!(pending, br#"{"c":"#);
+        // At the end of input the rest is passed on as it is.
+        pending.extend_from_slice(b"3}");
+        assert!(pass_lines(&mut pending, true, &tx, &done));
+        assert_eq!(
+            rx.try_recv().ok().map(|l| l.expect("a line")),
+            Some(r#"{"c":3}"#.to_owned())
+        );
+        assert!(pending.is_empty());
+        // A partial line longer than any message ends the connection, said to it.
+        let mut huge = vec![b'x'; MAX_LINE + 1];
+        assert!(!pass_lines(&mut huge, false, &tx, &done));
+        assert!(matches!(broken.try_recv(), Ok(Done::Broken(why)) if why.contains("64 MiB")));
+        // A line that is not a message breaks the protocol, quoted.
+        let mut stray = b"hello from a print\n".to_vec();
+        assert!(!pass_lines(&mut stray, false, &tx, &done));
+        assert!(
+            matches!(broken.try_recv(), Ok(Done::Broken(why)) if why.contains("hello from a print"))
+        );
     }
 
     #[tokio::test]

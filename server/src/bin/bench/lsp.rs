@@ -4,7 +4,9 @@
 //! 1. Control latency: from writing `rein.pause` / `rein.abort` / `rein.takeover` to the
 //!    `rein/stateChanged` that shows the agent stopped, while the agent thinks, while it runs
 //!    a long command, and (when this build has an ACP agent and its test agent is built)
-//!    while an ACP agent waits on a permission; and, in process, how long `exec::Tree::freeze`
+//!    while an ACP agent waits on a permission; from `rein.pause` to every process of a
+//!    command an ACP agent runs itself (as harnesses do) in state `T`; and, in process, how
+//!    long `exec::Tree::freeze`
 //!    takes to bring every process of an agent's running command tree (nested, `setsid`'d and
 //!    double-forked `sleep`s) to state `T`, which is what `rein.pause` does to an ACP agent.
 //! 2. Steer delivery: how many agent steps complete between a steer's reply and the step it
@@ -144,6 +146,23 @@ pub fn run(rein: &Path, scratch: &Path, plan: &Plan) -> Result<LspReport> {
         Err(e) => report
             .notes
             .push(format!("mid ACP permission: not measured: {e:#}")),
+    }
+
+    eprintln!(
+        "bench: rein.pause on an ACP agent's own command ({} trials)",
+        plan.tree_reps
+    );
+    match acp_command_case(&mut lsp, rein, scratch, plan.tree_reps, &mut mix) {
+        Ok(Acp::Measured(rows, note)) => {
+            report.control.extend(rows);
+            report.notes.push(note);
+        }
+        Ok(Acp::NotMeasured(why)) => report
+            .notes
+            .push(format!("ACP agent's own command: not measured: {why}")),
+        Err(e) => report
+            .notes
+            .push(format!("ACP agent's own command: not measured: {e:#}")),
     }
 
     eprintln!(
@@ -657,6 +676,146 @@ enum Acp {
     NotMeasured(String),
 }
 
+/// The ACP test agent next to this rein binary, or why it cannot be used (this bench never
+/// builds it).
+fn test_agent(rein: &Path) -> Result<std::result::Result<PathBuf, String>> {
+    let target = rein
+        .parent()
+        .and_then(Path::parent)
+        .context("the rein binary is not in a target directory")?;
+    let agent = target.join("debug/examples/acp_test_agent");
+    if agent.is_file() {
+        Ok(Ok(agent))
+    } else {
+        Ok(Err(format!(
+            "{} is not built (`cargo build --example acp_test_agent` builds it)",
+            agent.display()
+        )))
+    }
+}
+
+/// The environment variable that marks every process of the command in the own-command case,
+/// so the bench finds them all, the double-forked ones Rein (a subreaper) adopts included.
+const RUN_TAG: &str = "REIN_BENCH_RUN";
+
+/// The processes (not zombies) whose environment holds `RUN_TAG=tag`.
+fn tagged(tag: &str) -> Vec<u32> {
+    let want = format!("{RUN_TAG}={tag}");
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()))
+                && !matches!(rein::exec::process_state(*pid), None | Some('Z'))
+        })
+        .collect()
+}
+
+/// `rein.pause` over LSP while an ACP agent runs a command itself, as a harness does (the test
+/// agent's `run`: `sh -c` in its own process, announced as an `execute` tool call, not through
+/// Rein): from writing the request to every process of that command in state `T` in `/proc`.
+fn acp_command_case(
+    lsp: &mut Client,
+    rein: &Path,
+    scratch: &Path,
+    trials: usize,
+    mix: &mut Mix,
+) -> Result<Acp> {
+    let agent = match test_agent(rein)? {
+        Ok(a) => a,
+        Err(why) => return Ok(Acp::NotMeasured(why)),
+    };
+    let (mut state, mut reply) = (Vec::new(), Vec::new());
+    let mut processes = 0;
+    for trial in 0..trials {
+        let tag = format!("{}-{trial}", std::process::id());
+        let scenario = scratch.join(format!("acp-run-{trial}.json"));
+        let command = format!("exec env {RUN_TAG}={tag} sh -c \"{TREE_SCRIPT}\"");
+        let doc = json!({
+            "log": scratch.join(format!("acp-run-{trial}.log.jsonl")),
+            "turns": [[{"run": {"command": command, "title": "bench tree"}}]]
+        });
+        fs::write(&scenario, doc.to_string())
+            .with_context(|| format!("writing {}", scenario.display()))?;
+        start_task(lsp, json!({"kind": "acp", "command": [agent, scenario]}))
+            .context("starting a task with the ACP test agent")?;
+        let measured = pause_own_command(lsp, &tag, mix);
+        // Aborted whatever the trial found: abort ends the agent and its command.
+        finish_task(lsp)?;
+        let until = Instant::now() + PATIENCE;
+        while !tagged(&tag).is_empty() {
+            if Instant::now() > until {
+                bail!("the agent's command outlived the abort: {:?}", tagged(&tag));
+            }
+            sleep_ms(5);
+        }
+        let (stopped, replied, n) = measured?;
+        state.push(stopped);
+        reply.push(replied);
+        processes = n;
+    }
+    let to_state = Pct::of(state);
+    Ok(Acp::Measured(
+        vec![ControlRow {
+            case: format!("ACP agent's own command ({processes} processes, 2-file repo)"),
+            command: "rein.pause → all in T",
+            met: to_state.p99_ms < CONTROL_TARGET_MS,
+            to_state,
+            to_reply: Pct::of(reply),
+            target_p99_ms: CONTROL_TARGET_MS,
+        }],
+        "ACP agent's own command: the ACP test agent itself runs a shell with nested, \
+         `setsid`'d and double-forked sleeps (not through Rein), as a harness's shell tool \
+         does; its p50/p99 are from writing `rein.pause` to every process of that command in \
+         state T in /proc."
+            .to_owned(),
+    ))
+}
+
+/// Waits for the agent's command (tagged `tag`) to be up, pauses, and times it: (to every
+/// process in state `T`, to the reply) in ms, and how many processes the command has.
+fn pause_own_command(lsp: &mut Client, tag: &str, mix: &mut Mix) -> Result<(f64, f64, usize)> {
+    let until = Instant::now() + PATIENCE;
+    let sleeps = |pids: &[u32]| {
+        pids.iter()
+            .filter(|p| {
+                fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep")
+            })
+            .count()
+    };
+    while sleeps(&tagged(tag)) < TREE_SLEEPS {
+        lsp.drain()?;
+        if lsp.state["status"] != "running" || Instant::now() > until {
+            bail!(
+                "the agent's command never started its {TREE_SLEEPS} sleeps ({:?}); {}",
+                tagged(tag),
+                client::brief(&lsp.state)
+            );
+        }
+        sleep_ms(2);
+    }
+    sleep_ms(10 + mix.below(20));
+    let members = tagged(tag);
+    let (id, sent) = lsp.command_at("rein.pause", json!({}))?;
+    while !members
+        .iter()
+        .all(|p| rein::exec::process_state(*p) == Some('T'))
+    {
+        if Instant::now() > sent + PATIENCE {
+            bail!("not every process of the agent's command stopped: {members:?}");
+        }
+        std::hint::spin_loop();
+    }
+    let stopped = ms(sent.elapsed());
+    let answer = lsp.response(id, Instant::now() + PATIENCE)?;
+    result_of(&answer, "rein.pause")?;
+    Ok((stopped, ms(answer.at.duration_since(sent)), members.len()))
+}
+
 /// The ACP case, only when this rein build has an ACP agent and the test agent is built (this
 /// bench never builds it).
 fn acp_case(
@@ -666,17 +825,10 @@ fn acp_case(
     reps: usize,
     mix: &mut Mix,
 ) -> Result<Acp> {
-    let target = rein
-        .parent()
-        .and_then(Path::parent)
-        .context("the rein binary is not in a target directory")?;
-    let agent = target.join("debug/examples/acp_test_agent");
-    if !agent.is_file() {
-        return Ok(Acp::NotMeasured(format!(
-            "{} is not built (`cargo build --example acp_test_agent` builds it)",
-            agent.display()
-        )));
-    }
+    let agent = match test_agent(rein)? {
+        Ok(a) => a,
+        Err(why) => return Ok(Acp::NotMeasured(why)),
+    };
     let scenario = scratch.join("acp-scenario.json");
     let doc = json!({
         "log": scratch.join("acp-agent.log.jsonl"),

@@ -1,24 +1,19 @@
 //! The shared task state: the one object both the agent side and the human side read and write.
 //!
-//! It lives in `<git dir>/rein/tasks/<id>/state.json` (the per-worktree git dir, so it is never
+//! This module holds its types and their JSON Schema; `store` holds the files. The state lives
+//! in `<git dir>/rein/tasks/<id>/state.json` (the per-worktree git dir, so it is never
 //! committed and never shows in `git status`), beside an append-only `events.jsonl` journal;
-//! `<git dir>/rein/current` names the active task. Writes are atomic (temp file, fsync,
-//! rename). A human may edit `plan` and `constraints` in the file by hand: the edit is taken
-//! only if it parses, validates and was made against the current `version` (an optimistic
-//! lock); otherwise it is refused with a message, the last good state is put back and the
-//! refused text is kept beside it as `state.rejected.json`, so nothing is lost.
-//!
-//! While an agent write is in flight, `intent.json` beside the state names it (step, path,
-//! blob id of the content): a crash between the write and its checkpoint would otherwise
-//! leave a file no record explains, and recovery would take it for the human's.
+//! `<git dir>/rein/current` names the active task.
 
-use std::collections::{BTreeMap, HashSet};
-use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+mod store;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+pub use store::{check_hand_edit, write_atomic, HandEdit, StateError, StateStore, WriteIntent};
 
 /// Who made a change or holds control of a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -62,9 +57,15 @@ pub struct TaskState {
     /// works on). While false, the statuses say nothing of progress: the agent reports none.
     #[serde(default)]
     pub plan_progress: bool,
-    /// Every step taken so far, by either side.
+    /// Every step taken so far, by either side. `state.json` lists the last 100; the earlier
+    /// ones are in `steps.jsonl` beside it (see `stepsOmitted`).
     #[serde(default)]
-    pub steps: Vec<Step>,
+    #[schemars(with = "Vec<Step>")]
+    pub steps: Vec<Arc<Step>>,
+    /// How many steps before the first one listed `state.json` leaves out (they are in
+    /// `steps.jsonl`, one JSON object per line); absent for a task of at most 100 steps.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub steps_omitted: u64,
     /// Corrections for the agent; the human may add to them by hand.
     #[serde(default)]
     pub constraints: Vec<Constraint>,
@@ -112,6 +113,13 @@ pub struct TaskState {
     /// the moment that command ends, which is never frozen or killed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_stop: Option<QueuedStop>,
+}
+
+impl TaskState {
+    /// Adds a step at the end.
+    pub fn push_step(&mut self, step: Step) {
+        self.steps.push(Arc::new(step));
+    }
 }
 
 /// A pause, abort or takeover waiting for an irreversible command to end.
@@ -323,6 +331,16 @@ pub struct PlanItem {
     #[serde(default, skip_serializing_if = "is_false")]
     pub edited_by_human: bool,
 }
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// How many of the newest steps `state.json` lists (the field docs say 100 too); the whole
+/// history is in `steps.jsonl`, so writing the state costs the same at step 10 and at step
+/// 10,000. Steps are shared (`Arc`), so a copy of the state costs their number, not their
+/// text.
+pub const STEPS_KEPT: usize = 100;
 
 fn is_false(b: &bool) -> bool {
     !b
@@ -653,74 +671,6 @@ pub struct HumanChange {
     pub removed: usize,
 }
 
-/// Why reading, writing or editing the state file failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StateError {
-    /// The file system refused.
-    #[error("cannot {action} {path}: {source}")]
-    Io {
-        /// What was being done.
-        action: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// A state file on disk does not parse.
-    #[error("{path} is not a valid Rein state file: {why}")]
-    Corrupt {
-        /// The file.
-        path: PathBuf,
-        /// The parser's words.
-        why: String,
-    },
-    /// A hand edit was refused; the last good state was put back.
-    #[error("your edit of {path} was not taken: {why}. The last good state is back in place and your text is saved in {rejected}; edit the current file again (keep its \"version\").")]
-    RejectedEdit {
-        /// The state file.
-        path: PathBuf,
-        /// What was wrong.
-        why: String,
-        /// Where the refused text was saved.
-        rejected: PathBuf,
-    },
-    /// No task with that id.
-    #[error("no Rein task {0} in this repository")]
-    NoSuchTask(String),
-}
-
-/// An agent write about to land, recorded before it does so recovery can tell it apart
-/// from a change the human made while Rein was down.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WriteIntent {
-    /// The step the write will be recorded as.
-    pub step: u32,
-    /// The step's action, as it will be recorded.
-    pub action: String,
-    /// Repo-relative path of the file written.
-    pub path: String,
-    /// Git blob id (hex) of the content being written.
-    pub blob: String,
-}
-
-/// What a hand edit changed, once taken.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HandEdit {
-    /// True if the plan changed.
-    pub plan: bool,
-    /// Ids of constraints added by the edit.
-    pub new_constraints: Vec<String>,
-}
-
-/// The state of one task together with the files that hold it.
-#[derive(Debug)]
-pub struct StateStore {
-    dir: PathBuf,
-    state: TaskState,
-    written: Vec<u8>,
-}
-
 /// The current time as RFC 3339, for `since` and journal entries.
 pub fn now() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
@@ -729,326 +679,6 @@ pub fn now() -> String {
 /// The JSON Schema of `state.json`.
 pub fn schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(TaskState)).expect("a schema always serializes")
-}
-
-fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StateError + 'a {
-    move |source| StateError::Io {
-        action,
-        path: path.to_owned(),
-        source,
-    }
-}
-
-/// Writes `bytes` to `path` atomically: a crash of Rein (kill -9 included) leaves either the
-/// old or the new file. It is not synced to the disk: every stop and step writes the state
-/// before the editor hears of it, and two fsyncs each (milliseconds, tens under load) were
-/// most of a pause's latency. After a power loss the state can be a moment older than the
-/// checkpoints, like the checkpoints themselves (libgit2 does not sync its objects either).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
-    let tmp = path.with_extension("tmp");
-    let mut f = fs::File::create(&tmp).map_err(io("create", &tmp))?;
-    f.write_all(bytes).map_err(io("write", &tmp))?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(io("rename into", path))?;
-    Ok(())
-}
-
-impl StateStore {
-    /// The directory that holds every task of a repository.
-    pub fn rein_dir(git_dir: &Path) -> PathBuf {
-        git_dir.join("rein")
-    }
-
-    /// Writes a new task's files and makes it the current task.
-    pub fn create(git_dir: &Path, state: TaskState) -> Result<Self, StateError> {
-        let dir = Self::rein_dir(git_dir).join("tasks").join(&state.task.id);
-        fs::create_dir_all(&dir).map_err(io("create", &dir))?;
-        let mut store = StateStore {
-            dir,
-            state,
-            written: Vec::new(),
-        };
-        store.write()?;
-        let current = Self::rein_dir(git_dir).join("current");
-        write_atomic(&current, store.state.task.id.as_bytes())?;
-        Ok(store)
-    }
-
-    /// Opens an existing task.
-    pub fn open(git_dir: &Path, id: &str) -> Result<Self, StateError> {
-        if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') {
-            return Err(StateError::NoSuchTask(id.to_owned()));
-        }
-        let dir = Self::rein_dir(git_dir).join("tasks").join(id);
-        let path = dir.join("state.json");
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(StateError::NoSuchTask(id.to_owned()))
-            }
-            Err(e) => return Err(io("read", &path)(e)),
-        };
-        let state: TaskState = serde_json::from_slice(&bytes).map_err(|e| StateError::Corrupt {
-            path: path.clone(),
-            why: e.to_string(),
-        })?;
-        Ok(StateStore {
-            dir,
-            state,
-            written: bytes,
-        })
-    }
-
-    /// The id of the current task, if any.
-    pub fn current(git_dir: &Path) -> Result<Option<String>, StateError> {
-        let path = Self::rein_dir(git_dir).join("current");
-        match fs::read_to_string(&path) {
-            Ok(s) if !s.trim().is_empty() => Ok(Some(s.trim().to_owned())),
-            Ok(_) => Ok(None),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io("read", &path)(e)),
-        }
-    }
-
-    /// The state as last written or taken.
-    pub fn state(&self) -> &TaskState {
-        &self.state
-    }
-
-    /// The path of `state.json`.
-    pub fn path(&self) -> PathBuf {
-        self.dir.join("state.json")
-    }
-
-    /// The task's directory (state, journal, private index).
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// Applies `change`, bumps the version and writes the file. A pending hand edit is taken
-    /// (or refused) first, so the engine never writes over what the human typed.
-    pub fn update(
-        &mut self,
-        change: impl FnOnce(&mut TaskState),
-    ) -> Result<Option<HandEdit>, StateError> {
-        let taken = self.sync_from_disk();
-        change(&mut self.state);
-        self.state.version += 1;
-        self.write()?;
-        taken
-    }
-
-    /// Takes a hand edit of the file, if there is one. Returns what it changed, or an error
-    /// naming why it was refused (the last good state is then back on disk).
-    pub fn sync_from_disk(&mut self) -> Result<Option<HandEdit>, StateError> {
-        let path = self.path();
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                self.write()?;
-                return Ok(None);
-            }
-            Err(e) => return Err(io("read", &path)(e)),
-        };
-        if bytes == self.written {
-            return Ok(None);
-        }
-        match check_hand_edit(&self.state, &bytes) {
-            Ok((next, edit)) => {
-                self.state = next;
-                self.state.version += 1;
-                self.write()?;
-                let mut detail =
-                    serde_json::json!({"plan": edit.plan, "newConstraints": edit.new_constraints});
-                if edit.plan {
-                    detail["items"] = serde_json::json!(self.state.plan);
-                    detail["progress"] = serde_json::json!(self.state.plan_progress);
-                }
-                self.journal("hand_edit", detail)?;
-                Ok(Some(edit))
-            }
-            Err(why) => {
-                let rejected = self.dir.join("state.rejected.json");
-                write_atomic(&rejected, &bytes)?;
-                self.write()?;
-                self.journal("hand_edit_rejected", serde_json::json!({ "why": why }))?;
-                Err(StateError::RejectedEdit {
-                    path,
-                    why,
-                    rejected,
-                })
-            }
-        }
-    }
-
-    /// Records an agent write about to land, durably, before it lands.
-    pub fn record_intent(&self, intent: &WriteIntent) -> Result<(), StateError> {
-        let bytes = serde_json::to_vec(intent).expect("an intent always serializes");
-        write_atomic(&self.dir.join("intent.json"), &bytes)
-    }
-
-    /// The agent write last recorded as about to land, if its record is still there.
-    pub fn intent(&self) -> Result<Option<WriteIntent>, StateError> {
-        let path = self.dir.join("intent.json");
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io("read", &path)(e)),
-        };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| StateError::Corrupt {
-                path,
-                why: e.to_string(),
-            })
-    }
-
-    /// Forgets the intent once its step is in the state (or came to nothing).
-    pub fn clear_intent(&self) -> Result<(), StateError> {
-        let path = self.dir.join("intent.json");
-        match fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("remove", &path)(e)),
-            _ => Ok(()),
-        }
-    }
-
-    /// Every entry of `events.jsonl`, oldest first. A line that does not parse (one cut by a
-    /// crash while it was written) is skipped.
-    pub fn read_journal(&self) -> Result<Vec<serde_json::Value>, StateError> {
-        let path = self.dir.join("events.jsonl");
-        let text = match fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io("read", &path)(e)),
-        };
-        Ok(text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect())
-    }
-
-    /// Appends one entry to `events.jsonl`.
-    pub fn journal(&self, event: &str, detail: serde_json::Value) -> Result<(), StateError> {
-        let path = self.dir.join("events.jsonl");
-        let line = serde_json::json!({
-            "at": now(),
-            "version": self.state.version,
-            "event": event,
-            "detail": detail,
-        });
-        let mut f = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(io("open", &path))?;
-        let mut text = line.to_string();
-        text.push('\n');
-        f.write_all(text.as_bytes()).map_err(io("append to", &path))
-    }
-
-    fn write(&mut self) -> Result<(), StateError> {
-        let mut bytes =
-            serde_json::to_vec_pretty(&self.state).expect("the state always serializes");
-        bytes.push(b'\n');
-        write_atomic(&self.path(), &bytes)?;
-        self.written = bytes;
-        Ok(())
-    }
-}
-
-/// Checks a hand-edited file against the current state: only `plan` and `constraints` may
-/// change, and only against the current version. Returns the state to take and what changed,
-/// or why the edit is refused.
-pub fn check_hand_edit(current: &TaskState, bytes: &[u8]) -> Result<(TaskState, HandEdit), String> {
-    let mut edited: TaskState = serde_json::from_slice(bytes)
-        .map_err(|e| format!("it is not valid JSON for a Rein state ({e})"))?;
-    if edited.version != current.version {
-        return Err(format!(
-            "it was made against version {} but the state is at version {} (a stale copy); \
-             changes are never merged blindly",
-            edited.version, current.version
-        ));
-    }
-    let mut expected = edited.clone();
-    expected.plan = current.plan.clone();
-    expected.constraints = current.constraints.clone();
-    if &expected != current {
-        return Err(
-            "only \"plan\" and \"constraints\" may be edited by hand; the engine owns the rest"
-                .to_owned(),
-        );
-    }
-    let known: BTreeMap<&str, &Constraint> = current
-        .constraints
-        .iter()
-        .map(|c| (c.id.as_str(), c))
-        .collect();
-    let mut seen = HashSet::new();
-    let mut next_c = next_number(current.constraints.iter().map(|c| c.id.as_str()), 'c');
-    let mut new_constraints = Vec::new();
-    for c in &mut edited.constraints {
-        if c.text.trim().is_empty() {
-            return Err("a constraint has empty \"text\"".to_owned());
-        }
-        if c.id.is_empty() {
-            c.id = format!("c{next_c}");
-            next_c += 1;
-        }
-        if !seen.insert(c.id.clone()) {
-            return Err(format!("constraint id {} appears twice", c.id));
-        }
-        match known.get(c.id.as_str()) {
-            Some(old) if old.status == ConstraintStatus::Delivered && *old != c => {
-                return Err(format!(
-                    "constraint {} was already delivered to the agent at step {}; add a new one instead of changing it",
-                    c.id,
-                    old.delivered_at_step.unwrap_or(0)
-                ));
-            }
-            Some(_) => {}
-            None => {
-                if c.status != ConstraintStatus::Queued || c.delivered_at_step.is_some() {
-                    return Err(format!(
-                        "new constraint {} must be \"queued\": only the engine delivers constraints",
-                        c.id
-                    ));
-                }
-                new_constraints.push(c.id.clone());
-            }
-        }
-    }
-    for old in &current.constraints {
-        if old.status == ConstraintStatus::Delivered && !seen.contains(&old.id) {
-            return Err(format!(
-                "constraint {} was already delivered and cannot be removed",
-                old.id
-            ));
-        }
-    }
-    let mut seen = HashSet::new();
-    let mut next_p = next_number(current.plan.iter().map(|p| p.id.as_str()), 'p');
-    for p in &mut edited.plan {
-        if p.text.trim().is_empty() {
-            return Err("a plan item has empty \"text\"".to_owned());
-        }
-        if p.id.is_empty() {
-            p.id = format!("p{next_p}");
-            next_p += 1;
-        }
-        if !seen.insert(p.id.clone()) {
-            return Err(format!("plan item id {} appears twice", p.id));
-        }
-        // Once the human changed an item, the agent's plan updates leave it alone.
-        let old = current.plan.iter().find(|o| o.id == p.id);
-        let same = old
-            .is_some_and(|o| o.text == p.text && o.status == p.status && o.priority == p.priority);
-        p.edited_by_human |= !same || old.is_some_and(|o| o.edited_by_human);
-    }
-    let edit = HandEdit {
-        plan: edited.plan != current.plan,
-        new_constraints,
-    };
-    Ok((edited, edit))
 }
 
 /// The next free number for ids like `c3` or `p7`.
@@ -1062,211 +692,9 @@ pub fn next_number<'a>(ids: impl Iterator<Item = &'a str>, prefix: char) -> u32 
 mod tests {
     use super::*;
 
-    fn sample() -> TaskState {
-        TaskState {
-            version: 1,
-            task: TaskInfo {
-                id: "t1".into(),
-                goal: "fix it".into(),
-                base: None,
-                agent: serde_json::Value::Null,
-                started: now(),
-            },
-            status: Status::Running,
-            control: Control {
-                holder: Holder::Agent,
-                since: now(),
-                reason: "started".into(),
-            },
-            held_files: vec![],
-            plan: vec![PlanItem {
-                id: "p1".into(),
-                ..PlanItem::new("read", PlanStatus::Pending)
-            }],
-            plan_progress: false,
-            steps: vec![],
-            constraints: vec![],
-            decisions: vec![],
-            answered: vec![],
-            last_agent_checkpoint: None,
-            human_changes: vec![],
-            stop_reason: None,
-            agent_moves: 0,
-            decisions_asked: 0,
-            remaining_moves: None,
-            head: None,
-            protected_lines: BTreeMap::new(),
-            summary: None,
-            kept_agent_lines: Vec::new(),
-            sandbox: None,
-            queued_stop: None,
-        }
-    }
-
-    fn edit_file(store: &StateStore, f: impl FnOnce(&mut serde_json::Value)) {
-        let mut v: serde_json::Value =
-            serde_json::from_slice(&fs::read(store.path()).unwrap()).unwrap();
-        f(&mut v);
-        fs::write(store.path(), serde_json::to_vec_pretty(&v).unwrap()).unwrap();
-    }
-
-    #[test]
-    fn a_write_intent_round_trips_and_is_forgotten() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::create(dir.path(), sample()).unwrap();
-        assert_eq!(store.intent().unwrap(), None);
-        let intent = WriteIntent {
-            step: 3,
-            action: "write a.txt".into(),
-            path: "a.txt".into(),
-            blob: "0123".into(),
-        };
-        store.record_intent(&intent).unwrap();
-        assert_eq!(store.intent().unwrap(), Some(intent));
-        store.clear_intent().unwrap();
-        assert_eq!(store.intent().unwrap(), None);
-        store.clear_intent().unwrap();
-        fs::write(store.dir().join("intent.json"), "{not json").unwrap();
-        assert!(matches!(store.intent(), Err(StateError::Corrupt { .. })));
-    }
-
-    #[test]
-    fn create_open_round_trip_and_current() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::create(dir.path(), sample()).unwrap();
-        assert_eq!(
-            StateStore::current(dir.path()).unwrap().as_deref(),
-            Some("t1")
-        );
-        let again = StateStore::open(dir.path(), "t1").unwrap();
-        assert_eq!(again.state(), store.state());
-        assert!(matches!(
-            StateStore::open(dir.path(), "../x"),
-            Err(StateError::NoSuchTask(_))
-        ));
-    }
-
-    #[test]
-    fn update_bumps_version_and_journals() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = StateStore::create(dir.path(), sample()).unwrap();
-        store.update(|s| s.status = Status::Paused).unwrap();
-        assert_eq!(store.state().version, 2);
-        store.journal("paused", serde_json::json!({})).unwrap();
-        let on_disk = StateStore::open(dir.path(), "t1").unwrap();
-        assert_eq!(on_disk.state().status, Status::Paused);
-        let journal = fs::read_to_string(store.dir().join("events.jsonl")).unwrap();
-        assert!(journal.contains("\"paused\""));
-    }
-
-    #[test]
-    fn hand_edit_of_plan_and_constraints_is_taken_with_ids_filled_in() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = StateStore::create(dir.path(), sample()).unwrap();
-        edit_file(&store, |v| {
-            v["plan"]
-                .as_array_mut()
-                .unwrap()
-                .push(serde_json::json!({"text": "write tests"}));
-            v["constraints"] = serde_json::json!([{"text": "use tabs"}]);
-        });
-        let edit = store.sync_from_disk().unwrap().unwrap();
-        assert!(edit.plan);
-        assert_eq!(edit.new_constraints, vec!["c1".to_owned()]);
-        let s = store.state();
-        assert_eq!(s.version, 2);
-        assert_eq!(s.plan[1].id, "p2");
-        assert_eq!(s.constraints[0].source, ConstraintSource::Human);
-        assert_eq!(s.constraints[0].status, ConstraintStatus::Queued);
-    }
-
-    #[test]
-    fn refused_edits_keep_the_last_good_state_and_the_text() {
-        type Edit = Box<dyn Fn(&mut serde_json::Value)>;
-        let cases: Vec<(&str, Edit)> = vec![
-            ("stale", Box::new(|v| v["version"] = 0.into())),
-            ("status", Box::new(|v| v["status"] = "done".into())),
-            (
-                "holder",
-                Box::new(|v| v["control"]["holder"] = "none".into()),
-            ),
-            ("empty text", Box::new(|v| v["plan"][0]["text"] = "".into())),
-            (
-                "dup ids",
-                Box::new(|v| {
-                    v["plan"] = serde_json::json!([{"id":"p1","text":"a"},{"id":"p1","text":"b"}])
-                }),
-            ),
-            (
-                "delivered",
-                Box::new(|v| {
-                    v["constraints"] =
-                        serde_json::json!([{"text":"x","status":"delivered","deliveredAtStep":1}])
-                }),
-            ),
-            (
-                "bad enum",
-                Box::new(|v| v["plan"][0]["status"] = "half".into()),
-            ),
-        ];
-        for (name, f) in cases {
-            let dir = tempfile::tempdir().unwrap();
-            let mut store = StateStore::create(dir.path(), sample()).unwrap();
-            let before = store.state().clone();
-            edit_file(&store, f);
-            let err = store.sync_from_disk().unwrap_err();
-            assert!(
-                matches!(err, StateError::RejectedEdit { .. }),
-                "{name}: {err}"
-            );
-            assert_eq!(store.state(), &before, "{name}");
-            let back = StateStore::open(dir.path(), "t1").unwrap();
-            assert_eq!(back.state(), &before, "{name}: file restored");
-            assert!(store.dir().join("state.rejected.json").exists(), "{name}");
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = StateStore::create(dir.path(), sample()).unwrap();
-        fs::write(store.path(), b"{ not json").unwrap();
-        let err = store.sync_from_disk().unwrap_err().to_string();
-        assert!(err.contains("not valid JSON"), "{err}");
-    }
-
-    #[test]
-    fn delivered_constraints_cannot_be_rewritten_or_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = sample();
-        s.constraints.push(Constraint {
-            id: "c1".into(),
-            text: "a".into(),
-            source: ConstraintSource::Command,
-            location: None,
-            status: ConstraintStatus::Delivered,
-            delivered_at_step: Some(2),
-        });
-        let mut store = StateStore::create(dir.path(), s).unwrap();
-        edit_file(&store, |v| v["constraints"] = serde_json::json!([]));
-        assert!(store.sync_from_disk().is_err());
-        edit_file(&store, |v| v["constraints"][0]["text"] = "b".into());
-        assert!(store.sync_from_disk().is_err());
-    }
-
-    #[test]
-    fn engine_update_takes_a_pending_hand_edit_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = StateStore::create(dir.path(), sample()).unwrap();
-        edit_file(&store, |v| {
-            v["constraints"] = serde_json::json!([{"text": "no unsafe"}]);
-        });
-        let taken = store.update(|s| s.status = Status::Paused).unwrap();
-        assert!(taken.is_some());
-        assert_eq!(store.state().constraints.len(), 1);
-        assert_eq!(store.state().status, Status::Paused);
-        assert_eq!(store.state().version, 3);
-    }
-
     #[test]
     fn committed_schema_is_current() {
-        let committed = include_str!("../../docs/state.schema.json");
+        let committed = include_str!("../../../docs/state.schema.json");
         let committed: serde_json::Value = serde_json::from_str(committed).unwrap();
         assert_eq!(
             committed,
