@@ -37,6 +37,7 @@ import {
 import { ReinTree, Node } from './view';
 import { LiveOutput } from './output';
 import { TranscriptPanel } from './transcriptPanel';
+import { StateChanged, applyStateChanged, firstDifference, SyncCounts } from './sync';
 import { Transcript } from './transcript';
 import * as git from './git';
 
@@ -47,6 +48,12 @@ let client: LanguageClient | undefined;
 /** Why the server could not be started (no binary, a failed start), until the next start. */
 let serverProblem: { notFound: boolean; text: string } | undefined;
 let state: TaskState | null = null;
+/** How the current task's state arrived (deltas, whole states, gaps), for the log. */
+const syncCounts = new SyncCounts();
+/** A `rein.state` fetch after a gap is on its way (one at a time). */
+let fetchingAfterGap = false;
+/** The task whose end was logged with its counts. */
+let endLogged: string | undefined;
 let output: vscode.OutputChannel;
 let statusItem: vscode.StatusBarItem;
 let tree: ReinTree;
@@ -297,7 +304,8 @@ async function startClient(): Promise<void> {
     fillClientCapabilities(caps) {
       const experimental = (caps.experimental ?? {}) as Record<string, unknown>;
       // output: the server sends rein/output, the live output of the agent's commands.
-      caps.experimental = { ...experimental, rein: { steerSelection: true, output: true } };
+      // stateDeltas: rein/stateChanged carries only what changed (sync.ts applies it).
+      caps.experimental = { ...experimental, rein: { steerSelection: true, output: true, stateDeltas: true } };
     },
     initialize() {},
     getState() {
@@ -311,7 +319,7 @@ async function startClient(): Promise<void> {
     // After an automatic restart the state may have moved on without us.
     if (e.oldState === ClientState.Starting && e.newState === ClientState.Running) void refresh();
   });
-  client.onNotification('rein/stateChanged', (p: { state: TaskState | null }) => setState(p?.state ?? null));
+  client.onNotification('rein/stateChanged', (p: StateChanged) => onStateChanged(p));
   client.onNotification('rein/filesChanged', (p: { uris: string[] }) => void reloadClean(p?.uris ?? []));
   client.onNotification('rein/output', (c: OutputChunk) => onOutput(c));
   try {
@@ -485,6 +493,35 @@ function setState(next: TaskState | null, fromReply = false): void {
   render();
   // The transcript asks for the entries after the ones it has (docs/protocol.md, Transcript).
   transcript.onState(state);
+  if (state && isTerminal(state.status) && endLogged !== state.task.id && syncCounts.task === state.task.id) {
+    endLogged = state.task.id;
+    log(`state: task ${state.task.id} ${state.status} at version ${state.version} (${state.steps?.length ?? 0} steps): ${syncCounts.text()}`);
+  }
+}
+
+/**
+ * `rein/stateChanged`: a whole state replaces; a delta applies to the version held; a delta
+ * that cannot apply (a notification missed, another task) fetches the whole state.
+ */
+function onStateChanged(p: StateChanged): void {
+  const r = applyStateChanged(state, p);
+  const task = r.kind === 'whole' || r.kind === 'delta' ? r.state?.task.id : 'taskId' in p ? p.taskId : undefined;
+  syncCounts.count(task, r.kind);
+  switch (r.kind) {
+    case 'whole':
+    case 'delta':
+      setState(r.state);
+      break;
+    case 'stale':
+      break;
+    case 'gap':
+      log(`state: ${r.why}; fetching the whole state`);
+      if (!fetchingAfterGap) {
+        fetchingAfterGap = true;
+        void refresh().finally(() => (fetchingAfterGap = false));
+      }
+      break;
+  }
 }
 
 /** `rein/output`: the terminal follows the command, the transcript shows it live. */
@@ -513,7 +550,20 @@ async function refresh(): Promise<void> {
   }
   try {
     const res = (await client!.sendRequest(ExecuteCommandRequest.type, { command: 'rein.state', arguments: [{}] })) as any;
-    setState(res?.state ?? null);
+    const theirs: TaskState | null = res?.state ?? null;
+    // What the extension held, checked against the server's when both are at one version: a
+    // difference is a bug in keeping it in step (deltas), said in the log.
+    if (state && theirs && state.task.id === theirs.task.id) {
+      const d = state.version === theirs.version ? firstDifference(state, theirs) : null;
+      log(
+        state.version !== theirs.version
+          ? `state: behind the server: version ${state.version} held, the server's is ${theirs.version}`
+          : d
+            ? `state: OUT OF STEP with the server at version ${theirs.version}: first difference at ${d}; taking the server's`
+            : `state: in step with the server at version ${theirs.version} (${theirs.steps?.length ?? 0} steps)`,
+      );
+    }
+    setState(theirs);
   } catch (e) {
     log(`rein.state failed: ${(e as Error)?.message ?? e}`);
     render();
@@ -552,11 +602,22 @@ function render(): void {
   void vscode.commands.executeCommand('setContext', 'rein.status', state?.status ?? 'none');
   void vscode.commands.executeCommand('setContext', 'rein.holder', state?.control.holder ?? 'none');
 
-  const stateUri = vscode.Uri.from({ scheme: REPORT_SCHEME, path: '/Rein state.json' });
-  if (reports.has(stateUri.path)) {
-    reports.set(stateUri.path, JSON.stringify(state, null, 2) + '\n');
-    reportChanged.fire(stateUri);
+  if (reports.has(STATE_DOC.path) && !stateDocTimer) {
+    // The whole state as text costs its size: written at most once a second, not per step.
+    stateDocTimer = setTimeout(() => {
+      stateDocTimer = undefined;
+      writeStateDoc();
+    }, 1000);
   }
+}
+
+const STATE_DOC = vscode.Uri.from({ scheme: REPORT_SCHEME, path: '/Rein state.json' });
+let stateDocTimer: ReturnType<typeof setTimeout> | undefined;
+
+/** The "Rein state.json" document (Show State) shows the state held now. */
+function writeStateDoc(): void {
+  reports.set(STATE_DOC.path, JSON.stringify(state, null, 2) + '\n');
+  reportChanged.fire(STATE_DOC);
 }
 
 /** The agent wrote these files: make sure open, clean buffers show the new content. */
@@ -821,10 +882,8 @@ async function handback(): Promise<void> {
 
 async function showState(): Promise<void> {
   await refresh();
-  const uri = vscode.Uri.from({ scheme: REPORT_SCHEME, path: '/Rein state.json' });
-  reports.set(uri.path, JSON.stringify(state, null, 2) + '\n');
-  reportChanged.fire(uri);
-  const doc = await vscode.workspace.openTextDocument(uri);
+  writeStateDoc();
+  const doc = await vscode.workspace.openTextDocument(STATE_DOC);
   await vscode.window.showTextDocument(doc, { preview: true });
 }
 
