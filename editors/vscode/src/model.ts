@@ -615,7 +615,38 @@ export function wrapRows(text: string, width = 80): string[] {
 
 /** The agent's latest words: the newest agent step that carries a message. */
 export function latestWords(state: TaskState): Step | undefined {
-  return [...(state.steps ?? [])].sort((a, b) => b.n - a.n).find((s) => s.author === 'agent' && !!s.message?.trim());
+  let best: Step | undefined;
+  for (const s of state.steps ?? []) {
+    if (s.author === 'agent' && s.message?.trim() && (!best || s.n > best.n)) best = s;
+  }
+  return best;
+}
+
+/** How many steps one page of the Rein view lists. */
+export const STEP_PAGE = 100;
+
+/** A page of older steps: `steps[start..end)`, numbered `first`..`last`. */
+export interface StepPage {
+  start: number;
+  end: number;
+  first: number;
+  last: number;
+}
+
+/**
+ * A long task's steps as the view lists them: the newest (up to two pages) at once, newest
+ * first, and the older ones in pages under "Earlier steps", newest page first. So a change
+ * redraws at most two pages, not the whole history. Pages are cut from the first step (the
+ * state lists steps in order), so a page keeps its steps while new ones are added.
+ */
+export function stepPages(steps: Step[], size = STEP_PAGE): { recent: Step[]; earlier: StepPage[] } {
+  const cut = steps.length > 2 * size ? (Math.ceil(steps.length / size) - 2) * size : 0;
+  const earlier: StepPage[] = [];
+  for (let start = cut - size; start >= 0; start -= size) {
+    const end = start + size;
+    earlier.push({ start, end, first: steps[start].n, last: steps[end - 1].n });
+  }
+  return { recent: steps.slice(cut).sort((a, b) => b.n - a.n), earlier };
 }
 
 /** How a command ended, in words: "exit 0", "exit 101", "killed (signal 9)". */

@@ -31,6 +31,7 @@ import {
   statusText,
   tooltipLines,
   lastStep,
+  stepPages,
 } from './model';
 
 type Group = 'plan' | 'steps' | 'constraints' | 'decisions' | 'held' | 'kept';
@@ -40,6 +41,8 @@ export type Node =
   | { kind: 'group'; group: Group }
   | { kind: 'plan'; index: number }
   | { kind: 'step'; step: Step }
+  | { kind: 'earlier' }
+  | { kind: 'page'; start: number; end: number; first: number; last: number }
   | { kind: 'part'; step: Step; part: StepPart; index: number }
   | { kind: 'row'; id: string; text: string }
   | { kind: 'kept'; path: string; line: number; text: string }
@@ -129,6 +132,10 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
     if (node.kind === 'part' && node.part.kind === 'thought') {
       return wrapRows(node.part.text).map((text, i) => ({ kind: 'row', id: `thought:${s.task.id}:${node.step.n}:${i}`, text }));
     }
+    if (node.kind === 'earlier') return stepPages(s.steps ?? []).earlier.map((p) => ({ kind: 'page', ...p }));
+    if (node.kind === 'page') {
+      return (s.steps ?? []).slice(node.start, node.end).sort((a, b) => b.n - a.n).map((step) => ({ kind: 'step', step }));
+    }
     if (node.kind !== 'group') return [];
     switch (node.group) {
       case 'plan': {
@@ -141,9 +148,14 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
       }
       case 'kept':
         return (s.keptAgentLines ?? []).flatMap((k) => k.lines.map((l) => ({ kind: 'kept' as const, path: k.path, line: l.line, text: l.text })));
-      case 'steps':
-        // Newest first: the step being watched is at the top.
-        return [...(s.steps ?? [])].sort((a, b) => b.n - a.n).map((step) => ({ kind: 'step', step }));
+      case 'steps': {
+        // Newest first: the step being watched is at the top. A long task's older steps are in
+        // pages, so each change redraws the newest ones only.
+        const { recent, earlier } = stepPages(s.steps ?? []);
+        const rows: Node[] = recent.map((step) => ({ kind: 'step', step }));
+        if (earlier.length) rows.push({ kind: 'earlier' });
+        return rows;
+      }
       case 'constraints':
         return (s.constraints ?? []).map((constraint, index) => ({ kind: 'constraint', constraint, index }));
       case 'decisions': {
@@ -209,6 +221,24 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
       }
       case 'part':
         return this.partItem(node.step, node.part, node.index);
+      case 'earlier': {
+        const pages = stepPages(s?.steps ?? []).earlier;
+        const first = pages[pages.length - 1]?.first ?? 0;
+        const last = pages[0]?.last ?? 0;
+        const item = new vscode.TreeItem('Earlier steps', vscode.TreeItemCollapsibleState.Collapsed);
+        item.id = `earlier:${s?.task.id}`;
+        item.description = `${first}–${last}`;
+        item.tooltip = `Steps ${first} to ${last}, in pages of ${pages.length ? pages[0].end - pages[0].start : 0}.`;
+        item.iconPath = new vscode.ThemeIcon('history');
+        return item;
+      }
+      case 'page': {
+        const item = new vscode.TreeItem(`Steps ${node.first}–${node.last}`, vscode.TreeItemCollapsibleState.Collapsed);
+        item.id = `page:${s?.task.id}:${node.start}`;
+        item.description = `${node.end - node.start}`;
+        item.iconPath = new vscode.ThemeIcon('list-ordered');
+        return item;
+      }
       case 'row': {
         const item = new vscode.TreeItem(node.text, vscode.TreeItemCollapsibleState.None);
         item.id = node.id;

@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import {
   TaskState,
+  Step,
   statusText,
   legalControls,
   checkpointChoices,
@@ -31,6 +32,7 @@ import {
   stepParts,
   wrapRows,
   latestWords,
+  stepPages,
   exitText,
   OutputFollower,
   OutputChunk,
@@ -399,4 +401,26 @@ test('live output follows the running command: header, chunks, paused/resumed, e
     more,
     '\n── step 9 · cargo test (terminal term-1) ──\n[… 100 bytes not shown …]\nx\n\n── step 10 · ls ──\na\n\n── step 9 · cargo test (terminal term-1) (continued) ──\ny\n',
   );
+});
+
+test('a long task\'s steps in pages: the newest at once, the older pages stay put as steps are added', () => {
+  const steps = (k: number) => Array.from({ length: k }, (_, n) => ({ n, action: `a${n}`, author: 'agent', status: 'done' }) as Step);
+  assert.deepEqual(stepPages(steps(3), 100), { recent: steps(3).reverse(), earlier: [] });
+  assert.equal(stepPages(steps(200), 100).recent.length, 200);
+  const at201 = stepPages(steps(201), 100);
+  assert.deepEqual(at201.recent.map((s) => s.n).slice(0, 2), [200, 199]);
+  assert.equal(at201.recent.length, 101);
+  assert.deepEqual(at201.earlier, [{ start: 0, end: 100, first: 0, last: 99 }]);
+  // 10,000 steps: at most two pages redrawn, 98 pages of older ones, newest page first.
+  const big = stepPages(steps(10_000), 100);
+  assert.equal(big.recent.length, 200);
+  assert.equal(big.recent[0].n, 9999);
+  assert.equal(big.earlier.length, 98);
+  assert.deepEqual(big.earlier[0], { start: 9700, end: 9800, first: 9700, last: 9799 });
+  assert.deepEqual(big.earlier[97], { start: 0, end: 100, first: 0, last: 99 });
+  // One step more: the pages there were stay as they were, one more page comes first.
+  const more = stepPages(steps(10_001), 100);
+  assert.equal(more.recent.length, 101);
+  assert.deepEqual(more.earlier.slice(1), big.earlier);
+  assert.deepEqual(more.earlier[0], { start: 9800, end: 9900, first: 9800, last: 9899 });
 });
