@@ -981,9 +981,60 @@ async function scenario() {
   }
   await shot('aborted');
 
+  await longTask();
+
   if (SHOT && midShot) {
     copyFileSync(midShot, SHOT);
   }
+}
+
+// 15. A long task: the extension declares experimental.rein.stateDeltas, so after the first
+// whole state it gets only what changed; at the end what it holds is the server's state
+// (`rein.state`, compared by the extension when Show State fetches it), and the view lists the
+// newest steps with the older ones in pages.
+const LONG = 400;
+async function longTask() {
+  const longPlan = {
+    steps: [
+      { plan: [{ text: 'Write the numbers', status: 'active' }, 'Read one back'], say: 'One number per step, into ten files.' },
+      ...Array.from({ length: LONG }, (_, i) => ({ write: { path: `nums/n${i % 10}.txt`, content: `${i}\n` }, item: 1, say: `Writing ${i}.` })),
+      { read: 'nums/n0.txt', item: 2, say: 'Reading one back.' },
+      { finish: `Wrote ${LONG} numbers.` },
+    ],
+  };
+  writeFileSync(join(repo, '.rein', 'plan.json'), JSON.stringify(longPlan, null, 2) + '\n');
+  const mark = existsSync(EXT_LOG) ? statSync(EXT_LOG).size : 0;
+  const logSince = () => (existsSync(EXT_LOG) ? readFileSync(EXT_LOG, 'utf8').slice(mark) : '');
+  const t0 = Date.now();
+  await palette('Rein: Start Task');
+  await answer('Rein: Start Task', 'a long task');
+  const done = await waitStatus(/Agent done/, 900_000).catch((e) => e.message);
+  check(`a long task (${LONG} steps) runs to its end`, /Agent done/.test(done), done);
+  console.log(`   (the long task took ${Math.round((Date.now() - t0) / 1000)}s)`);
+  const disk = diskState();
+  const total = (disk?.stepsOmitted ?? 0) + (disk?.steps ?? []).length;
+  // How the state came: logged by the extension when the task ended.
+  const ended = await waitFor('the counts of the long task in the extension log', () => /state: task \S+ done at version \d+ \(\d+ steps\): .*/.exec(logSince())?.[0], 15_000).catch((e) => e.message);
+  const m = /done at version (\d+) \((\d+) steps\): (\d+) deltas?, (\d+) whole states?, (\d+) gaps?, (\d+) stale/.exec(String(ended));
+  check('the long task reached the extension as deltas (one whole state at the start, no gap)', !!m && Number(m[3]) >= LONG && Number(m[4]) <= 2 && Number(m[5]) === 0 && Number(m[2]) === total, `${ended}; ${total} steps on disk`);
+  // Show State fetches rein.state; the extension compares it with what it holds first.
+  await palette('Rein: Show State');
+  const compared = await waitFor('the comparison with rein.state in the log', () => /state: (in step|OUT OF STEP|behind)[^\n]*/.exec(logSince())?.[0], 15_000).catch((e) => e.message);
+  check('at the end the state the extension holds is rein.state\'s (same version, every field and step)', new RegExp(`^state: in step with the server at version ${disk?.version} \\(${total} steps\\)$`).test(String(compared)), `${compared}; disk version ${disk?.version}, ${total} steps`);
+  // The view: the newest step first, the count, and the older steps in pages at the end.
+  await showReinView();
+  const top = await waitTree('the newest of the long task\'s steps', (r) => r.some((x) => new RegExp(`^Steps\\s*${total - 1}$`).test(x)) && r.some((x) => x.startsWith(`${total - 1}. `))).catch((e) => e.message);
+  check('the view lists the long task\'s newest step first, with the count', Array.isArray(top), Array.isArray(top) ? '' : String(top));
+  await page.locator('#workbench\\.parts\\.sidebar .monaco-list').first().focus();
+  await page.keyboard.press('End');
+  const earlier = await waitTree('Earlier steps at the end of the steps', (r) => r.some((x) => /^Earlier steps\s*\d+–\d+$/.test(x)), 15_000).catch((e) => e.message);
+  check('older steps are in pages under "Earlier steps"', Array.isArray(earlier), Array.isArray(earlier) ? '' : String(earlier));
+  if (Array.isArray(earlier)) {
+    await page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: 'Earlier steps' }).first().click();
+    const pages = await waitTree('a page of older steps', (r) => r.some((x) => /^Steps \d+–\d+\s*100$/.test(x)), 15_000).catch((e) => e.message);
+    check('"Earlier steps" opens on pages of 100 steps', Array.isArray(pages), Array.isArray(pages) ? '' : String(pages));
+  }
+  await shot('long-task');
 }
 
 const started = Date.now();
