@@ -14,7 +14,7 @@
 //! ```text
 //! cargo build --release --bin bench --bin rein
 //! target/release/bench [--quick] [--huge] [--sizes 1000,10000] [--json FILE] [--keep]
-//!                      [--no-lsp | --lsp-only | --sandbox-only]
+//!                      [--no-lsp | --lsp-only | --long-only | --sandbox-only]
 //! ```
 
 // bench.rs is a crate root, so its modules would be looked up next to it, in src/bin/, where
@@ -23,6 +23,8 @@
 mod client;
 #[path = "bench/confine.rs"]
 mod confine;
+#[path = "bench/long.rs"]
+mod long;
 #[path = "bench/lsp.rs"]
 mod lsp;
 
@@ -51,8 +53,9 @@ usage: bench [--quick] [--huge] [--sizes N,N,...] [--json FILE] [--keep]
   --json FILE    also write machine-readable results to FILE
   --keep         keep the generated repositories (their path is printed)
   --no-lsp       skip the measurements over `rein lsp` (control latency, steer delivery,
-                 didChange throughput, memory)
+                 didChange throughput, memory, long tasks, queued stops, what a task leaves)
   --lsp-only     run only those (they need the rein binary built next to bench)
+  --long-only    run only the long tasks, queued stops and what a task leaves
   --sandbox-only run only the command sandbox's start-up cost (confined against unconfined
                  `true`; every other run measures it too, unless Landlock is missing)
 ";
@@ -98,6 +101,8 @@ struct Args {
     git: bool,
     /// Run the measurements over `rein lsp`.
     lsp: bool,
+    /// Of those, only the long tasks, queued stops and leftovers.
+    long_only: bool,
 }
 
 /// `sh -c true` pairs for the sandbox start-up cost.
@@ -118,6 +123,7 @@ fn parse_args() -> Result<Args> {
     let mut no_lsp = false;
     let mut lsp_only = false;
     let mut sandbox_only = false;
+    let mut long_only = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -127,6 +133,7 @@ fn parse_args() -> Result<Args> {
             "--no-lsp" => no_lsp = true,
             "--lsp-only" => lsp_only = true,
             "--sandbox-only" => sandbox_only = true,
+            "--long-only" => long_only = true,
             "--json" => json = Some(PathBuf::from(args.next().context("--json needs a FILE")?)),
             "--sizes" => {
                 let list = args
@@ -154,6 +161,9 @@ fn parse_args() -> Result<Args> {
     if no_lsp && lsp_only {
         bail!("--no-lsp and --lsp-only leave nothing to run\n{USAGE}");
     }
+    if long_only && (no_lsp || sandbox_only) {
+        bail!("--long-only runs over `rein lsp`; it cannot go with --no-lsp or --sandbox-only\n{USAGE}");
+    }
     if sandbox_only && lsp_only {
         bail!("--sandbox-only and --lsp-only cannot both be the only thing run\n{USAGE}");
     }
@@ -168,8 +178,9 @@ fn parse_args() -> Result<Args> {
         sizes,
         json,
         keep,
-        git: !lsp_only && !sandbox_only,
+        git: !lsp_only && !sandbox_only && !long_only,
         lsp: !no_lsp && !sandbox_only,
+        long_only,
     })
 }
 
@@ -217,6 +228,7 @@ fn run() -> Result<()> {
         load_at_end: String::new(),
         generation_ms: BTreeMap::new(),
         lsp: None,
+        long: None,
         sandbox: None,
     };
     if args.git {
@@ -227,11 +239,27 @@ fn run() -> Result<()> {
     report.scaling = report.scaling();
     if let Some(rein) = &rein {
         let plan = lsp::Plan::new(args.quick);
-        report.lsp = Some(lsp::run(rein, &scratch.path, &plan)?);
+        if !args.long_only {
+            report.lsp = Some(lsp::run(rein, &scratch.path, &plan)?);
+        }
+        report.long = Some(if args.quick {
+            long::run(rein, &scratch.path, &[100, 1_000], None, 2, &[1_000])?
+        } else {
+            long::run(
+                rein,
+                &scratch.path,
+                &[100, 1_000, 10_000],
+                Some(1_000),
+                10,
+                &[1_000, plan.memory_files],
+            )?
+        });
     }
-    match confine::run(&scratch.path.join("sandbox"), sandbox_runs(args.quick)) {
-        Ok(s) => report.sandbox = Some(s),
-        Err(e) => eprintln!("bench: command sandbox start-up not measured: {e:#}"),
+    if !args.long_only {
+        match confine::run(&scratch.path.join("sandbox"), sandbox_runs(args.quick)) {
+            Ok(s) => report.sandbox = Some(s),
+            Err(e) => eprintln!("bench: command sandbox start-up not measured: {e:#}"),
+        }
     }
     report.load_at_end = load_average();
 
@@ -1035,6 +1063,8 @@ struct Report {
     generation_ms: BTreeMap<usize, f64>,
     /// The measurements over `rein lsp`, unless skipped.
     lsp: Option<lsp::LspReport>,
+    /// Long tasks, queued stops and leftovers over `rein lsp`, unless skipped.
+    long: Option<long::LongReport>,
     /// The command sandbox's start-up cost, where Landlock is.
     sandbox: Option<confine::SandboxReport>,
 }
@@ -1106,6 +1136,9 @@ impl Report {
         }
         if let Some(lsp) = &self.lsp {
             out.push_str(&lsp.markdown());
+        }
+        if let Some(long) = &self.long {
+            out.push_str(&long.markdown());
         }
         if let Some(s) = &self.sandbox {
             out.push_str(&s.markdown());

@@ -24,13 +24,27 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 pub struct Msg {
     pub at: Instant,
     pub value: Value,
+    /// The size of its JSON body on the wire.
+    pub bytes: usize,
 }
 
 impl Msg {
-    /// The task state of a `rein/stateChanged` notification.
+    /// The task state of a `rein/stateChanged` notification that carries it whole.
     pub fn state(&self) -> Option<&Value> {
         (self.value.get("method")?.as_str()? == "rein/stateChanged")
-            .then(|| &self.value["params"]["state"])
+            .then(|| self.value["params"].get("state"))
+            .flatten()
+    }
+
+    /// The delta of a `rein/stateChanged` notification that carries one.
+    pub fn delta(&self) -> Option<&Value> {
+        (self.value.get("method")?.as_str()? == "rein/stateChanged")
+            .then(|| {
+                self.value["params"]
+                    .get("base")
+                    .map(|_| &self.value["params"])
+            })
+            .flatten()
     }
 }
 
@@ -57,7 +71,8 @@ fn read_frames(out: impl Read, tx: mpsc::Sender<Msg>) {
         let Ok(value) = serde_json::from_slice(&body) else {
             return;
         };
-        if tx.send(Msg { at, value }).is_err() {
+        let bytes = body.len();
+        if tx.send(Msg { at, value, bytes }).is_err() {
             return;
         }
     }
@@ -95,8 +110,21 @@ impl Client {
     }
 
     /// Starts and initializes a server on `root`, as a minimal editor would: UTF-8
-    /// positions, no progress, no configuration requests, no message prompts.
+    /// positions, no progress, no configuration requests, no message prompts, the whole
+    /// state in every `rein/stateChanged`.
     pub fn start(rein: &Path, root: &Path, log: &Path, options: Value) -> Result<Client> {
+        Client::start_with(rein, root, log, options, json!({}))
+    }
+
+    /// As [`Client::start`], with these `experimental` client capabilities (say, state
+    /// deltas, which the client then applies to its `state`).
+    pub fn start_with(
+        rein: &Path,
+        root: &Path,
+        log: &Path,
+        options: Value,
+        experimental: Value,
+    ) -> Result<Client> {
         let mut client = Client::spawn(rein, root, log)?;
         let uri = file_uri(root)?;
         client
@@ -106,7 +134,10 @@ impl Client {
                     "processId": std::process::id(),
                     "rootUri": uri,
                     "workspaceFolders": [{"uri": uri, "name": "bench"}],
-                    "capabilities": {"general": {"positionEncodings": ["utf-8", "utf-16"]}},
+                    "capabilities": {
+                        "general": {"positionEncodings": ["utf-8", "utf-16"]},
+                        "experimental": experimental,
+                    },
                     "initializationOptions": options,
                 }),
             )
@@ -249,6 +280,11 @@ impl Client {
         Ok(())
     }
 
+    /// The next message, with the state it carries (whole or as a delta) applied.
+    pub fn recv(&mut self, deadline: Instant) -> Result<Msg> {
+        self.next(deadline)
+    }
+
     /// The next message, after answering it if it is a request of the server's and recording
     /// it if it is a state.
     fn next(&mut self, deadline: Instant) -> Result<Msg> {
@@ -272,10 +308,45 @@ impl Client {
             // This client advertises no capability that needs an answer; null is polite.
             let id = id.clone();
             self.send(&json!({"jsonrpc": "2.0", "id": id, "result": null}))?;
+        } else if let Some(delta) = msg.delta() {
+            self.apply(delta)?;
         } else if let Some(s) = msg.state() {
             let s = s.clone();
             self.take_state(&json!({ "state": s }));
         }
+        Ok(())
+    }
+
+    /// Applies a state delta as docs/protocol.md says. The bench reads every message in
+    /// order, so a delta it cannot apply is the server's fault: an error, not a refetch.
+    fn apply(&mut self, d: &Value) -> Result<()> {
+        let same_task = d["taskId"] == self.state["task"]["id"];
+        if !same_task || d["base"] != self.state["version"] {
+            bail!(
+                "a state delta from version {} of task {} does not follow the state held ({} of {})",
+                d["base"], d["taskId"], self.state["version"], self.state["task"]["id"]
+            );
+        }
+        let Some(state) = self.state.as_object_mut() else {
+            bail!("the state held is not an object");
+        };
+        if let Some(changed) = d["changed"].as_object() {
+            for (k, v) in changed {
+                if v.is_null() {
+                    state.remove(k);
+                } else {
+                    state.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        let from = d["steps"]["from"].as_u64().unwrap_or(0) as usize;
+        if let Some(Value::Array(steps)) = state.get_mut("steps") {
+            steps.truncate(from);
+            if let Some(items) = d["steps"]["items"].as_array() {
+                steps.extend(items.iter().cloned());
+            }
+        }
+        state.insert("version".into(), d["version"].clone());
         Ok(())
     }
 
