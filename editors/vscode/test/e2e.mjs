@@ -7,8 +7,9 @@
 // copy one mid-run screenshot, optional), TRANSCRIPT_SCREENSHOT (where to copy the screenshot of
 // what a person back after ten minutes looks at, optional), KEEP=1 to keep the scratch repo.
 
-import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, copyFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, copyFileSync, writeFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { tmpdir } from 'node:os';
 import { execFileSync } from 'node:child_process';
 import { makeRepo, startCodeServer, launchBrowser, waitFor, sleep, git, cleanup } from './harness.mjs';
 
@@ -61,7 +62,10 @@ const plainPlan = {
     { finish: 'never reached: the task is aborted' },
   ],
 };
-const TEST_SH = '#!/bin/sh\nfor i in 1 2 3 4 5 6 7 8 9 10; do echo "test $i ... ok"; sleep 1; done\necho "10 passed"\n';
+// It prints once the test watches its output (GO exists; at most two minutes later), so a
+// loaded machine cannot make the test look after the command ended.
+const GO = join(tmpdir(), `rein-vscode-e2e-go-${process.pid}`);
+const TEST_SH = `#!/bin/sh\ni=0\nwhile [ ! -e '${GO}' ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i+1)); done\nfor i in 1 2 3 4 5 6 7 8 9 10; do echo "test $i ... ok"; sleep 1; done\necho "10 passed"\n`;
 
 let passed = 0;
 let failed = 0;
@@ -678,6 +682,7 @@ async function scenario() {
   check('the transcript starts with the goal and has the agent\'s words and tool calls so far', early[0]?.includes(GOAL) && early.some((x) => x.includes(SAY_READ)) && early.some((x) => /Step \d+ read src\/greet\.py/.test(x)), JSON.stringify(early.slice(0, 6)));
 
   // 9c. The long command's output arrives in chunks in the output terminal before it ends.
+  writeFileSync(GO, '');
   const ranYet = () => (diskState()?.steps ?? []).some((st) => st.action === 'run ./test.sh');
   const partial = new Set();
   let firstSeen = '';
@@ -1048,6 +1053,7 @@ try {
 } finally {
   await browser?.close().catch(() => {});
   await cs?.stop().catch(() => {});
+  rmSync(GO, { force: true });
   if (!process.env.KEEP) cleanup(dir);
   else console.log(`kept ${dir}`);
 }
