@@ -6,6 +6,7 @@
 //! Nothing else changes the task state: callers get snapshots through `Notice`s and replies.
 
 mod advice;
+mod gate;
 mod handover;
 mod moves;
 mod output;
@@ -411,6 +412,9 @@ struct Engine {
     extra: StepExtra,
     /// The version of the state the outside was last told of.
     told_version: u64,
+    /// The agent's own tool calls running commands approved as irreversible, and the stops
+    /// queued behind them.
+    gate: gate::Gate,
 }
 
 /// What a move leaves for its step's record beyond its outcome.
@@ -957,6 +961,7 @@ impl Engine {
             said: Words::default(),
             extra: StepExtra::default(),
             told_version,
+            gate: gate::Gate::default(),
         }
     }
 
@@ -1097,6 +1102,7 @@ impl Engine {
                 self.ckpt.release();
                 self.remove_scratch();
             }
+            self.check_gate();
             while let Some(env) = self
                 .deferred
                 .pop_front()
@@ -1112,7 +1118,19 @@ impl Engine {
                 }
                 continue;
             }
-            match self.rx.recv().await {
+            // Not reading the agent (a decision is open): a gated command's end still lets
+            // the stops queued behind it land.
+            let next = match self.gate_arrival() {
+                Some(arrival) => tokio::select! {
+                    env = self.rx.recv() => env,
+                    (id, reported) = arrival => {
+                        self.tool_arrived(&id, reported);
+                        continue;
+                    }
+                },
+                None => self.rx.recv().await,
+            };
+            match next {
                 Some(env) => {
                     if self.dispatch(env, Phase::Idle) == Flow::Shutdown {
                         return;
@@ -1132,7 +1150,11 @@ impl Engine {
             return self.continue_pending(p).await;
         }
         self.boundary();
-        if self.state().status != Status::Running || self.ask_denied_terminals() {
+        // A stop the boundary let go of (a gated command's end it took) lands first.
+        if self.state().status != Status::Running
+            || !self.deferred.is_empty()
+            || self.ask_denied_terminals()
+        {
             return Flow::Continue;
         }
         let Some(mut agent) = self.agent.take() else {
@@ -1245,6 +1267,7 @@ impl Engine {
             reconcile: self.reconcile_note.clone(),
             last_result: self.last_result.clone(),
             terminals: self.terminals.clone(),
+            guarded: self.gate.ids(),
         }
     }
 
