@@ -688,13 +688,22 @@ pub fn recover(
     let sandbox = Sandbox::new(&root)?;
     if matches!(s.status, Status::Running | Status::AwaitingDecision) {
         let last = s.steps.last().map_or(0, |st| st.n);
+        // A stop queued behind an approved irreversible command cannot land any more: the
+        // task is stopped anyway. Rein's own command was ended just above; one the agent ran
+        // in its own process may have outlived Rein and be running still, or have been cut by
+        // the agent's end. Either way the person is told to look before going on.
+        let queued = s.queued_stop.as_ref().map_or(String::new(), |q| {
+            format!(
+                " Your {} was queued behind `{}`, which had been approved and was still running: it may have been cut short, or (run by the agent itself) still be running; check what it did before you resume.",
+                q.intent, q.behind
+            )
+        });
         store.update(|st| {
             st.status = Status::Paused;
             st.decisions.clear();
-            // The command it waited for died with Rein; the task is stopped anyway.
             st.queued_stop = None;
             st.stop_reason = Some(format!(
-                "interrupted: Rein stopped while the task was {}; every step up to {last} is kept. Resume to continue.",
+                "interrupted: Rein stopped while the task was {}; every step up to {last} is kept. Resume to continue.{queued}",
                 s.status.as_str()
             ));
         })?;
