@@ -2039,7 +2039,10 @@ async fn a_take_over_chosen_in_a_decision_waits_for_the_irreversible_command_too
     let root = dir.path();
     write(root, "notes.txt", "mine\n");
     let (go, next) = (flags.path().join("go"), flags.path().join("next"));
-    let wait = format!("while [ ! -e {} ]; do sleep 0.02; done", next.display());
+    let wait = format!(
+        "while [ ! -e {0} ] && [ $((n += 1)) -lt 15000 ]; do sleep 0.02; done",
+        next.display()
+    );
     let sc = scenario(json!({
         "turns": [
             [{"parallel": [

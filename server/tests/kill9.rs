@@ -109,6 +109,7 @@ async fn kill_9_with_a_stop_queued_behind_an_agents_irreversible_command_recover
     let (dir, flags) = waiting_script("deploy.sh");
     let root = dir.path();
     let go = flags.path().join("go");
+    let _release = Release(go.clone());
     let log = flags.path().join("log.jsonl");
     let scenario = flags.path().join("scenario.json");
     let deploy = format!("./deploy.sh {}", go.display());
@@ -169,18 +170,31 @@ async fn kill_9_with_a_stop_queued_behind_an_agents_irreversible_command_recover
     let mut run = Run::new(handle, notices, s, root.to_owned());
     run.call(Request::Resume).await;
     run.until("done", |s| s.status == Status::Done).await;
-    // The command may have outlived Rein and its agent: it ends before the test does.
-    std::fs::write(&go, "").unwrap();
-    let flag = go.display().to_string();
-    let running = || {
-        std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| {
-                std::fs::read(e.path().join("cmdline"))
-                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&flag))
-            })
-    };
-    eventually("the first command to end", || !running()).await;
+}
+
+/// Lets the command that waits for its path end (it may outlive Rein and its agent) and
+/// waits for it, also when the test fails.
+struct Release(std::path::PathBuf);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, "");
+        let flag = self.0.display().to_string();
+        let running = || {
+            std::fs::read_dir("/proc")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| {
+                    std::fs::read(e.path().join("cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&flag))
+                })
+        };
+        for _ in 0..3000 {
+            if !running() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }

@@ -288,11 +288,12 @@ pub fn agent_bin() -> PathBuf {
 }
 
 /// A repository with an executable `NAME` that waits until the file its argument names
-/// exists, then writes `shipped.txt`; and the directory (outside the tree) where the test
+/// exists (giving up after 15,000 looks, so a failed test leaves nothing running for long),
+/// then writes `shipped.txt`; and the directory (outside the tree) where the test
 /// creates that file, so the command ends exactly when the test says.
 pub fn waiting_script(name: &str) -> (tempfile::TempDir, tempfile::TempDir) {
     let script =
-        "#!/bin/sh\nwhile [ ! -e \"$1\" ]; do sleep 0.02; done\necho shipped > shipped.txt\n";
+        "#!/bin/sh\nwhile [ ! -e \"$1\" ] && [ $((n += 1)) -lt 15000 ]; do sleep 0.02; done\n[ -e \"$1\" ] || exit 1\necho shipped > shipped.txt\n";
     let dir = repo(&[("a.txt", "a\n"), (name, script)]);
     let path = dir.path().join(name);
     let mut perms = std::fs::metadata(&path).expect("script").permissions();
