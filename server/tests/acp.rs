@@ -1870,6 +1870,13 @@ async fn approve_and_run(run: &mut Run, sc: &Scenario) -> (i32, i32) {
         })
         .await;
     assert_eq!(s.decisions[0].kind, DecisionKind::ApproveCommand);
+    // The person is told when deciding that an irreversible one will not be interrupted.
+    let q = &s.decisions[0].question;
+    assert_eq!(
+        q.contains("once approved it runs to its end before any pause, abort or take over lands"),
+        q.contains("deploy.sh"),
+        "{q}"
+    );
     run.call(Request::Decide {
         decision_id: s.decisions[0].id.clone(),
         choice: "approve".into(),

@@ -287,6 +287,11 @@ impl Engine {
             "read" | "search" | "think" | "edit" | "delete" | "move" => None,
             "execute" => match command.as_deref().map(|c| self.cfg.policy.classify(c)) {
                 Some(exec::Verdict::Run) => None,
+                // Said when asking: once approved, it runs to its end before any stop lands.
+                Some(exec::Verdict::Ask {
+                    reason,
+                    irreversible: true,
+                }) => Some(format!("{reason}, so once approved it runs to its end before any pause, abort or take over lands")),
                 Some(exec::Verdict::Ask { reason, .. }) => Some(reason),
                 None => Some("the command line is not known".to_owned()),
             },
