@@ -15,6 +15,8 @@ import {
 import {
   TaskState,
   Decision,
+  OutputChunk,
+  exitText,
   statusText,
   legalControls,
   CONTROLS,
@@ -22,6 +24,7 @@ import {
   stepRange,
   inlineChoice,
   isActive,
+  isTerminal,
   steerPrompt,
   serverSettings,
   resolveServerPath,
@@ -32,6 +35,10 @@ import {
   ServerPhase,
 } from './model';
 import { ReinTree, Node } from './view';
+import { LiveOutput } from './output';
+import { TranscriptPanel } from './transcriptPanel';
+import { StateChanged, applyStateChanged, firstDifference, SyncCounts } from './sync';
+import { Transcript } from './transcript';
 import * as git from './git';
 
 const REPORT_SCHEME = 'rein-report';
@@ -41,10 +48,20 @@ let client: LanguageClient | undefined;
 /** Why the server could not be started (no binary, a failed start), until the next start. */
 let serverProblem: { notFound: boolean; text: string } | undefined;
 let state: TaskState | null = null;
+/** How the current task's state arrived (deltas, whole states, gaps), for the log. */
+const syncCounts = new SyncCounts();
+/** A `rein.state` fetch after a gap is on its way (one at a time). */
+let fetchingAfterGap = false;
+/** The task whose end was logged with its counts. */
+let endLogged: string | undefined;
 let output: vscode.OutputChannel;
 let statusItem: vscode.StatusBarItem;
 let tree: ReinTree;
 let treeView: vscode.TreeView<Node>;
+let liveOutput: LiveOutput;
+let transcript: TranscriptPanel;
+/** The running command's id and state as the view last drew it (redrawn when it changes). */
+let drawnRun = '';
 let workspaceRoot: vscode.Uri | undefined;
 let repoRoot: vscode.Uri | undefined;
 let extensionPath = '';
@@ -78,6 +95,18 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
   statusItem.name = 'Rein';
   statusItem.command = 'rein.ui.menu';
   context.subscriptions.push(statusItem, output);
+
+  liveOutput = new LiveOutput(() => vscode.workspace.getConfiguration('rein').get<boolean>('output.reveal', true));
+  context.subscriptions.push(liveOutput);
+  transcript = new TranscriptPanel({
+    fetch: (since) => fetchTranscript(since),
+    state: () => state,
+    running: () => liveOutput.running(),
+    openStep: (n, p) => void openStep(n, p),
+    openFile: (p, line) => void openRepoFile(p, line),
+    log,
+    icon: vscode.Uri.joinPath(context.extensionUri, 'media', 'rein.svg'),
+  });
 
   tree = new ReinTree(() => repoRoot);
   treeView = vscode.window.createTreeView('rein.task', { treeDataProvider: tree, showCollapseAll: false });
@@ -120,7 +149,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
   cmd('rein.ui.approve', (node?: Node) => decideInline(node, 'approve'));
   cmd('rein.ui.deny', (node?: Node) => decideInline(node, 'deny'));
   cmd('rein.ui.release', (arg?: Node | vscode.Uri) => release(arg));
-  cmd('rein.ui.openStep', (n: number) => openStep(n));
+  // From a row's click: the step number; from the row's context menu: the row (then the diff,
+  // even of a command step).
+  cmd('rein.ui.openStep', (arg: number | Node, p?: string) =>
+    typeof arg === 'number' ? openStep(arg, p) : arg?.kind === 'step' ? openStep(arg.step.n, undefined, true) : undefined,
+  );
+  cmd('rein.ui.stepOutput', (n: number) => showStepOutput(n));
+  cmd('rein.ui.transcript', () => showTranscript());
+  cmd('rein.ui.output', () => liveOutput.show());
   cmd('rein.ui.refresh', refresh);
   cmd('rein.ui.restartServer', restartServer);
 
@@ -267,7 +303,9 @@ async function startClient(): Promise<void> {
   client.registerFeature({
     fillClientCapabilities(caps) {
       const experimental = (caps.experimental ?? {}) as Record<string, unknown>;
-      caps.experimental = { ...experimental, rein: { steerSelection: true } };
+      // output: the server sends rein/output, the live output of the agent's commands.
+      // stateDeltas: rein/stateChanged carries only what changed (sync.ts applies it).
+      caps.experimental = { ...experimental, rein: { steerSelection: true, output: true, stateDeltas: true } };
     },
     initialize() {},
     getState() {
@@ -281,8 +319,9 @@ async function startClient(): Promise<void> {
     // After an automatic restart the state may have moved on without us.
     if (e.oldState === ClientState.Starting && e.newState === ClientState.Running) void refresh();
   });
-  client.onNotification('rein/stateChanged', (p: { state: TaskState | null }) => setState(p?.state ?? null));
+  client.onNotification('rein/stateChanged', (p: StateChanged) => onStateChanged(p));
   client.onNotification('rein/filesChanged', (p: { uris: string[] }) => void reloadClean(p?.uris ?? []));
+  client.onNotification('rein/output', (c: OutputChunk) => onOutput(c));
   try {
     await client.start();
   } catch (e) {
@@ -431,11 +470,18 @@ async function showReport(name: string, markdown: string): Promise<void> {
   }
 }
 
+/**
+ * The one place the task state changes (server notifications, command replies, refreshes):
+ * everything that shows it follows from here.
+ */
 function setState(next: TaskState | null, fromReply = false): void {
   // Replies and notifications interleave; never step back to an older version of one task.
   if (next && state && next.task?.id === state.task?.id && next.version < state.version) return;
   if (!next && fromReply && state) return;
   state = next;
+  // A command runs only while its task does (a paused one is frozen, still there).
+  const run = liveOutput.running();
+  if (run && (!state || state.task.id !== run.taskId || isTerminal(state.status))) liveOutput.clearRunning();
   // "steer cN queued" stays only while it is: gone once delivered (or the task moved on).
   if (steerNotice) {
     const c = state?.constraints?.find((k) => k.id === steerNotice!.id);
@@ -445,6 +491,48 @@ function setState(next: TaskState | null, fromReply = false): void {
     }
   }
   render();
+  // The transcript asks for the entries after the ones it has (docs/protocol.md, Transcript).
+  transcript.onState(state);
+  if (state && isTerminal(state.status) && endLogged !== state.task.id && syncCounts.task === state.task.id) {
+    endLogged = state.task.id;
+    log(`state: task ${state.task.id} ${state.status} at version ${state.version} (${state.steps?.length ?? 0} steps): ${syncCounts.text()}`);
+  }
+}
+
+/**
+ * `rein/stateChanged`: a whole state replaces; a delta applies to the version held; a delta
+ * that cannot apply (a notification missed, another task) fetches the whole state.
+ */
+function onStateChanged(p: StateChanged): void {
+  const r = applyStateChanged(state, p);
+  const task = r.kind === 'whole' || r.kind === 'delta' ? r.state?.task.id : 'taskId' in p ? p.taskId : undefined;
+  syncCounts.count(task, r.kind);
+  switch (r.kind) {
+    case 'whole':
+    case 'delta':
+      setState(r.state);
+      break;
+    case 'stale':
+      break;
+    case 'gap':
+      log(`state: ${r.why}; fetching the whole state`);
+      if (!fetchingAfterGap) {
+        fetchingAfterGap = true;
+        void refresh().finally(() => (fetchingAfterGap = false));
+      }
+      break;
+  }
+}
+
+/** `rein/output`: the terminal follows the command, the transcript shows it live. */
+function onOutput(c: OutputChunk): void {
+  if (state && c.taskId !== state.task.id) return;
+  liveOutput.add(c);
+  transcript.onOutput(c);
+  // The view's "Running …" row changes when a command starts, pauses, resumes or ends.
+  const run = liveOutput.running();
+  const key = run ? `${run.id}:${run.state}` : '';
+  if (key !== drawnRun) render();
 }
 
 /** Shows "steer cN queued" in the status bar until the state says it was delivered. */
@@ -462,11 +550,24 @@ async function refresh(): Promise<void> {
   }
   try {
     const res = (await client!.sendRequest(ExecuteCommandRequest.type, { command: 'rein.state', arguments: [{}] })) as any;
-    state = res?.state ?? null;
+    const theirs: TaskState | null = res?.state ?? null;
+    // What the extension held, checked against the server's when both are at one version: a
+    // difference is a bug in keeping it in step (deltas), said in the log.
+    if (state && theirs && state.task.id === theirs.task.id) {
+      const d = state.version === theirs.version ? firstDifference(state, theirs) : null;
+      log(
+        state.version !== theirs.version
+          ? `state: behind the server: version ${state.version} held, the server's is ${theirs.version}`
+          : d
+            ? `state: OUT OF STEP with the server at version ${theirs.version}: first difference at ${d}; taking the server's`
+            : `state: in step with the server at version ${theirs.version} (${theirs.steps?.length ?? 0} steps)`,
+      );
+    }
+    setState(theirs);
   } catch (e) {
     log(`rein.state failed: ${(e as Error)?.message ?? e}`);
+    render();
   }
-  render();
 }
 
 function render(): void {
@@ -490,7 +591,9 @@ function render(): void {
   statusItem.accessibilityInformation = { label: plain.startsWith('Rein') ? plain : `Rein: ${plain}` };
   statusItem.show();
 
-  tree.update(state);
+  const run = liveOutput.running();
+  drawnRun = run ? `${run.id}:${run.state}` : '';
+  tree.update(state, run);
   const decisions = state?.decisions ?? [];
   treeView.badge = decisions.length ? { value: decisions.length, tooltip: `${decisions.length} open decision(s)` } : undefined;
   treeView.description = state ? st.text.replace(/\$\([^)]*\)\s*/g, '') : undefined;
@@ -499,11 +602,22 @@ function render(): void {
   void vscode.commands.executeCommand('setContext', 'rein.status', state?.status ?? 'none');
   void vscode.commands.executeCommand('setContext', 'rein.holder', state?.control.holder ?? 'none');
 
-  const stateUri = vscode.Uri.from({ scheme: REPORT_SCHEME, path: '/Rein state.json' });
-  if (reports.has(stateUri.path)) {
-    reports.set(stateUri.path, JSON.stringify(state, null, 2) + '\n');
-    reportChanged.fire(stateUri);
+  if (reports.has(STATE_DOC.path) && !stateDocTimer) {
+    // The whole state as text costs its size: written at most once a second, not per step.
+    stateDocTimer = setTimeout(() => {
+      stateDocTimer = undefined;
+      writeStateDoc();
+    }, 1000);
   }
+}
+
+const STATE_DOC = vscode.Uri.from({ scheme: REPORT_SCHEME, path: '/Rein state.json' });
+let stateDocTimer: ReturnType<typeof setTimeout> | undefined;
+
+/** The "Rein state.json" document (Show State) shows the state held now. */
+function writeStateDoc(): void {
+  reports.set(STATE_DOC.path, JSON.stringify(state, null, 2) + '\n');
+  reportChanged.fire(STATE_DOC);
 }
 
 /** The agent wrote these files: make sure open, clean buffers show the new content. */
@@ -768,10 +882,8 @@ async function handback(): Promise<void> {
 
 async function showState(): Promise<void> {
   await refresh();
-  const uri = vscode.Uri.from({ scheme: REPORT_SCHEME, path: '/Rein state.json' });
-  reports.set(uri.path, JSON.stringify(state, null, 2) + '\n');
-  reportChanged.fire(uri);
-  const doc = await vscode.workspace.openTextDocument(uri);
+  writeStateDoc();
+  const doc = await vscode.workspace.openTextDocument(STATE_DOC);
   await vscode.window.showTextDocument(doc, { preview: true });
 }
 
@@ -880,10 +992,15 @@ async function release(arg?: Node | vscode.Uri): Promise<void> {
   await call('rein.release', { uri: client ? client.code2ProtocolConverter.asUri(uri) : uri.toString() });
 }
 
-async function openStep(n: number): Promise<void> {
+/**
+ * Opens what step `n` changed (its checkpoint against the one before; `only` narrows it to one
+ * file). A command step that changed no files opens its output instead.
+ */
+async function openStep(n: number, only?: string, diff = false): Promise<void> {
   if (!state || !repoRoot) return;
   const step = state.steps?.find((s) => s.n === n);
   const range = stepRange(state, n);
+  if (step && step.output != null && !only && !diff && (!range || range.same)) return showStepOutput(n);
   if (!step || !range) {
     void vscode.window.showInformationMessage(`Rein: step ${n} has no checkpoint to show.`);
     return;
@@ -901,8 +1018,9 @@ async function openStep(n: number): Promise<void> {
     void vscode.window.showErrorMessage(`Rein: cannot read the diff of step ${n}: ${(e as Error).message}`);
     return;
   }
+  if (only) files = files.filter((f) => f.path === only);
   if (!files.length) {
-    void vscode.window.showInformationMessage(`Rein: step ${n} (${step.action}) changed no files.`);
+    void vscode.window.showInformationMessage(`Rein: step ${n} (${step.action}) changed ${only ? `nothing in ${only}` : 'no files'}.`);
     return;
   }
   const side = (ref: string, p: string) => vscode.Uri.from({ scheme: GIT_SCHEME, path: `/${p}`, query: ref });
@@ -922,4 +1040,62 @@ async function openStep(n: number): Promise<void> {
     const [, l, r] = triple(p.f);
     await vscode.commands.executeCommand('vscode.diff', l, r, `${p.f.path} (${title})`);
   }
+}
+
+/** Opens a repository file, at a line when given (0-based). */
+async function openRepoFile(rel: string, line?: number): Promise<void> {
+  if (!repoRoot) return;
+  const uri = vscode.Uri.joinPath(repoRoot, rel);
+  const selection = line != null ? new vscode.Range(line, 0, line, 0) : undefined;
+  try {
+    await vscode.window.showTextDocument(uri, { selection, preview: true });
+  } catch (e) {
+    void vscode.window.showWarningMessage(`Rein: cannot open ${rel}: ${(e as Error).message}`);
+  }
+}
+
+/** `rein.transcript {since}`, or undefined when the server cannot answer now. */
+async function fetchTranscript(since: number): Promise<Transcript | undefined> {
+  if (!client || !serverUp()) return undefined;
+  try {
+    return (await client.sendRequest(ExecuteCommandRequest.type, { command: 'rein.transcript', arguments: [{ since }] })) as Transcript;
+  } catch (e) {
+    log(`rein.transcript failed: ${(e as Error)?.message ?? e}`);
+    return undefined;
+  }
+}
+
+async function showTranscript(): Promise<void> {
+  if (!repoRoot) {
+    await ensureRepository();
+    return;
+  }
+  await transcript.show();
+}
+
+/**
+ * Opens the output of step `n` as a read-only document: the transcript's (up to 64 KiB)
+ * when it has it, else the end the state keeps with the step (4 KiB).
+ */
+async function showStepOutput(n: number): Promise<void> {
+  const step = state?.steps?.find((s) => s.n === n);
+  let entry = transcript.entries.find((e) => e.kind === 'output' && e.step === n);
+  if (!entry) {
+    const all = await fetchTranscript(0);
+    entry = all?.entries.find((e) => e.kind === 'output' && e.step === n);
+  }
+  const text = entry?.kind === 'output' ? entry.text : step?.output;
+  if (text == null) {
+    void vscode.window.showInformationMessage(`Rein: step ${n} ran no command, so it has no output.`);
+    return;
+  }
+  const cut = entry?.kind === 'output' ? entry.truncated : text.length >= 4000;
+  const how = entry?.kind === 'output' && entry.exit ? exitText(entry.exit) : step?.detail?.split('\n')[0] ?? '';
+  const head = [`# Step ${n}: ${step?.action ?? (entry?.kind === 'output' ? entry.command : '')}`, how ? `# ${how}` : '', cut ? '# (the start of the output is cut: this is its end)' : ''].filter(Boolean).join('\n');
+  const name = `/Step ${n} output.log`;
+  const uri = vscode.Uri.from({ scheme: REPORT_SCHEME, path: name });
+  reports.set(uri.path, `${head}\n\n${text}`);
+  reportChanged.fire(uri);
+  const doc = await vscode.workspace.openTextDocument(uri);
+  await vscode.window.showTextDocument(doc, { preview: true });
 }

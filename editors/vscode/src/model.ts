@@ -33,6 +33,7 @@ export interface PlanItem {
 export interface ToolCall {
   id: string;
   kind: string;
+  /** Where it acted (`line` 1-based). */
   locations?: { path: string; line?: number | null }[];
   diffs?: { path: string; added: number; removed: number }[];
 }
@@ -124,7 +125,7 @@ export interface TaskState {
   head?: string | null;
   protectedLines?: Record<string, string[]>;
   summary?: string | null;
-  /** After an abort: agent lines that stayed where you edited inside their block. */
+  /** After an abort: agent lines that stayed where you edited inside their block (`line` 1-based). */
   keptAgentLines?: { path: string; lines: { line: number; text: string }[] }[];
   sandbox?: SandboxInfo | null;
   /** A stop waiting for an approved irreversible command to end. */
@@ -296,11 +297,8 @@ export function tooltipLines(state: TaskState, here?: Landlock | null): string[]
   if (state.queuedStop) {
     lines.push(`Your ${state.queuedStop.intent} lands when \`${state.queuedStop.behind}\` ends: it was approved and cannot be undone, so it is never interrupted.`);
   }
-  const plan = state.plan ?? [];
-  if (plan.length) {
-    const done = plan.filter((p) => p.status === 'done' || p.status === 'skipped').length;
-    lines.push(`Plan: ${done}/${plan.length} done`);
-  }
+  const plan = planSummary(state);
+  if (plan.total) lines.push(`Plan: ${plan.description}${plan.active ? ` — now: ${plan.active.text}` : ''}`);
   const queued = (state.constraints ?? []).filter((c) => c.status !== 'delivered').length;
   if (queued) lines.push(`Steers queued: ${queued}`);
   const held = state.heldFiles ?? [];
@@ -325,6 +323,7 @@ export type Control =
   | 'release'
   | 'rewind'
   | 'abort'
+  | 'transcript'
   | 'state';
 
 /** The controls that are legal now, most useful first (the server stays the authority). */
@@ -332,19 +331,19 @@ export function legalControls(state: TaskState | null | undefined): Control[] {
   if (!state || isTerminal(state.status)) {
     const c: Control[] = ['start'];
     if (state && checkpointChoices(state).length) c.push('rewind');
-    if (state) c.push('state');
+    if (state) c.push('transcript', 'state');
     return c;
   }
   const held: Control[] = (state.heldFiles ?? []).length ? ['release'] : [];
   switch (state.status) {
     case 'running':
-      return ['pause', 'steer', 'takeover', ...held, 'abort', 'state'];
+      return ['pause', 'steer', 'takeover', ...held, 'abort', 'transcript', 'state'];
     case 'paused':
-      return ['resume', 'steer', 'takeover', ...held, 'rewind', 'abort', 'state'];
+      return ['resume', 'steer', 'takeover', ...held, 'rewind', 'abort', 'transcript', 'state'];
     case 'awaiting_decision':
-      return ['decide', 'steer', 'takeover', ...held, 'abort', 'state'];
+      return ['decide', 'steer', 'takeover', ...held, 'abort', 'transcript', 'state'];
     case 'human':
-      return ['handback', 'steer', ...held, 'rewind', 'abort', 'state'];
+      return ['handback', 'steer', ...held, 'rewind', 'abort', 'transcript', 'state'];
     default:
       return ['state'];
   }
@@ -367,6 +366,7 @@ export const CONTROLS: Record<Control, ControlInfo> = {
   release: { label: '$(unlock) Hand a file back…', detail: 'Let the agent write a file you hold', command: 'rein.ui.release' },
   rewind: { label: '$(history) Rewind…', detail: 'Put the tree back to a checkpoint', command: 'rein.ui.rewind' },
   abort: { label: '$(debug-stop) Abort…', detail: 'Stop the task, keep or discard its changes', command: 'rein.ui.abort' },
+  transcript: { label: '$(comment-discussion) Show transcript', detail: 'The task as a conversation: what the agent said and did, your steers and answers', command: 'rein.ui.transcript' },
   state: { label: '$(json) Show state', detail: 'The task state as JSON', command: 'rein.ui.state' },
 };
 
@@ -431,6 +431,48 @@ export function parseNameStatus(out: string): NameStatus[] {
   return res;
 }
 
+/** Whether the plan's statuses are progress the agent reported (else they are not facts). */
+export function planReported(state: TaskState): boolean {
+  // A finished task's items are done whether or not the agent reported along the way.
+  return state.planProgress === true || state.status === 'done';
+}
+
+export interface PlanSummary {
+  /** The statuses are reported progress. */
+  progress: boolean;
+  total: number;
+  done: number;
+  skipped: number;
+  /** The item being worked on, when the agent says. */
+  active?: PlanItem;
+  /** "2/5 done", "2/4 done · 1 skipped", "5 items · no progress reported", "none yet". */
+  description: string;
+}
+
+/** The plan at a glance: done out of the items not skipped, or that no progress is reported. */
+export function planSummary(state: TaskState): PlanSummary {
+  const plan = state.plan ?? [];
+  const progress = planReported(state);
+  const done = plan.filter((p) => p.status === 'done').length;
+  const skipped = plan.filter((p) => p.status === 'skipped').length;
+  const active = progress ? plan.find((p) => p.status === 'active') : undefined;
+  let description: string;
+  if (!plan.length) description = 'none yet';
+  else if (!progress) description = `${plan.length} item${plan.length === 1 ? '' : 's'} · no progress reported`;
+  else description = `${done}/${plan.length - skipped} done${skipped ? ` · ${skipped} skipped` : ''}`;
+  return { progress, total: plan.length, done, skipped, active, description };
+}
+
+/** Said where the plan's statuses would be when the agent reports none. */
+export const NO_PLAN_PROGRESS = 'The agent reports no plan progress';
+
+const PLAN_STATUS_WORDS: Record<NonNullable<PlanItem['status']>, string> = {
+  pending: 'pending',
+  active: 'in progress',
+  done: 'done',
+  skipped: 'skipped',
+};
+
 export function planIcon(status: PlanItem['status']): string {
   switch (status) {
     case 'done':
@@ -444,6 +486,24 @@ export function planIcon(status: PlanItem['status']): string {
   }
 }
 
+/**
+ * A plan item's row. Without reported progress its status is not shown at all (a stale
+ * "pending" would mislead): a plain bullet, and the tooltip says why.
+ */
+export function planRow(item: PlanItem, progress: boolean): { label: string; description: string; icon: string; tooltip: string } {
+  const status = item.status ?? 'pending';
+  const parts: string[] = [];
+  if (progress && status !== 'pending') parts.push(PLAN_STATUS_WORDS[status]);
+  if (item.editedByHuman) parts.push('edited by you');
+  if (item.priority && item.priority !== 'medium') parts.push(`${item.priority} priority`);
+  const tip = [item.text, ''];
+  tip.push(progress ? `Status: ${PLAN_STATUS_WORDS[status]}.` : `${NO_PLAN_PROGRESS}, so whether this is done is not known.`);
+  if (item.priority) tip.push(`Priority: ${item.priority}.`);
+  if (item.editedByHuman) tip.push('You edited this item by hand: the agent\'s plan updates leave it as you left it.');
+  if (item.id) tip.push(`Plan item ${item.id}.`);
+  return { label: item.text, description: parts.join(' · '), icon: progress ? planIcon(status) : 'circle-small-filled', tooltip: tip.join('\n') };
+}
+
 export function stepIcon(step: Step): string {
   if (step.status === 'failed') return 'error';
   if (step.status === 'rolled_back') return 'discard';
@@ -451,11 +511,23 @@ export function stepIcon(step: Step): string {
   return step.author === 'human' ? 'person' : 'hubot';
 }
 
+/** The first line of a text, whitespace collapsed, cut to `max` characters. */
+export function firstLine(text: string, max = 200): string {
+  const line = (text.split('\n').find((l) => l.trim()) ?? '').replace(/\s+/g, ' ').trim();
+  return line.length > max ? `${line.slice(0, max - 1)}…` : line;
+}
+
+/** A step that did not do what the agent asked: its `detail` is what the agent was told. */
+export function stepFailed(step: Step): boolean {
+  return step.status !== 'done';
+}
+
 /**
  * A step's row. The side bar cuts a row at its default width, so the label keeps what means
  * most (what was run, the files a human step changed) and the rest goes to the description:
  * "9. run git tag v1" + "not done: the human chose deny", "5. src/greet.py" + "your changes
- * while holding control". The icon says who; the tooltip has the whole action.
+ * while holding control", "4. write .GIT/config" + "failed: path \".GIT/config\" refused: …".
+ * The icon says who; the tooltip has the whole action and what the agent said.
  */
 export function stepRow(step: Step): { label: string; description: string } {
   let head = step.action;
@@ -473,9 +545,178 @@ export function stepRow(step: Step): { label: string; description: string } {
   }
   const parts: string[] = [];
   if (tail) parts.push(tail);
-  else if (step.status !== 'done') parts.push(step.status.replace('_', ' '));
+  else if (step.status !== 'done') {
+    const why = step.detail ? firstLine(step.detail, 120) : '';
+    parts.push(`${step.status.replace('_', ' ')}${why ? `: ${why}` : ''}`);
+  }
   if (step.checkpoint) parts.push(step.checkpoint.slice(0, 7));
   return { label: `${step.n}. ${head}`, description: parts.join(' · ') };
+}
+
+/**
+ * A step's tooltip: the whole action, how it ended, the plan item, what the agent said on its
+ * way to it, and for a step that did not do what was asked the very text the agent was told.
+ * The thought stays out (it is shown collapsed under the step).
+ */
+export function stepTooltip(step: Step, plan: PlanItem[] = []): string {
+  const lines = [`Step ${step.n} by ${step.author}: ${step.action}`, `status: ${step.status.replace('_', ' ')}`];
+  const item = step.planItem ? plan.find((p) => p.id === step.planItem) : undefined;
+  if (item) lines.push(`for plan item ${item.id}: ${item.text}`);
+  if (step.message) lines.push('', 'The agent said:', step.message);
+  if (step.detail) lines.push('', stepFailed(step) ? 'What the agent was told:' : 'Outcome:', step.detail);
+  if (step.tool) lines.push('', `Tool call ${step.tool.id} (${step.tool.kind})`);
+  if (step.checkpoint) lines.push('', `checkpoint: ${step.checkpoint}`);
+  const clicks: string[] = [];
+  if (step.output != null) clicks.push('Click to see its output');
+  else if (step.checkpoint) clicks.push('Click to see what this step changed');
+  if (step.thought) clicks.push('expand it for the agent\'s thought');
+  if (clicks.length) lines.push(`${clicks.join('; ')}.`);
+  return lines.join('\n');
+}
+
+/** What a step's children show: the agent's words, thought, outcome, output, where it acted. */
+export type StepPart =
+  | { kind: 'message'; text: string }
+  | { kind: 'thought'; text: string }
+  | { kind: 'detail'; text: string; failed: boolean }
+  | { kind: 'output'; text: string; exit: string }
+  | { kind: 'location'; path: string; line: number | null }
+  | { kind: 'diff'; path: string; added: number; removed: number };
+
+export function stepParts(step: Step): StepPart[] {
+  const out: StepPart[] = [];
+  if (step.message?.trim()) out.push({ kind: 'message', text: step.message });
+  if (step.thought?.trim()) out.push({ kind: 'thought', text: step.thought });
+  if (step.detail?.trim()) out.push({ kind: 'detail', text: step.detail, failed: stepFailed(step) });
+  if (step.output != null) out.push({ kind: 'output', text: step.output, exit: step.detail ? firstLine(step.detail, 60) : '' });
+  for (const d of step.tool?.diffs ?? []) out.push({ kind: 'diff', ...d });
+  for (const l of step.tool?.locations ?? []) {
+    if (!(step.tool?.diffs ?? []).some((d) => d.path === l.path)) out.push({ kind: 'location', path: l.path, line: l.line ?? null });
+  }
+  return out;
+}
+
+/** Splits a long text into rows of at most `width` characters, at spaces where it can. */
+export function wrapRows(text: string, width = 80): string[] {
+  const rows: string[] = [];
+  for (const raw of text.replace(/\r/g, '').split('\n')) {
+    let line = raw.trimEnd();
+    if (!line.trim()) continue;
+    while (line.length > width) {
+      let cut = line.lastIndexOf(' ', width);
+      if (cut < width / 2) cut = width;
+      rows.push(line.slice(0, cut).trimEnd());
+      line = line.slice(cut).trimStart();
+    }
+    rows.push(line);
+  }
+  return rows;
+}
+
+/** The agent's latest words: the newest agent step that carries a message. */
+export function latestWords(state: TaskState): Step | undefined {
+  let best: Step | undefined;
+  for (const s of state.steps ?? []) {
+    if (s.author === 'agent' && s.message?.trim() && (!best || s.n > best.n)) best = s;
+  }
+  return best;
+}
+
+/** How many steps one page of the Rein view lists. */
+export const STEP_PAGE = 100;
+
+/** A page of older steps: `steps[start..end)`, numbered `first`..`last`. */
+export interface StepPage {
+  start: number;
+  end: number;
+  first: number;
+  last: number;
+}
+
+/**
+ * A long task's steps as the view lists them: the newest (up to two pages) at once, newest
+ * first, and the older ones in pages under "Earlier steps", newest page first. So a change
+ * redraws at most two pages, not the whole history. Pages are cut from the first step (the
+ * state lists steps in order), so a page keeps its steps while new ones are added.
+ */
+export function stepPages(steps: Step[], size = STEP_PAGE): { recent: Step[]; earlier: StepPage[] } {
+  const cut = steps.length > 2 * size ? (Math.ceil(steps.length / size) - 2) * size : 0;
+  const earlier: StepPage[] = [];
+  for (let start = cut - size; start >= 0; start -= size) {
+    const end = start + size;
+    earlier.push({ start, end, first: steps[start].n, last: steps[end - 1].n });
+  }
+  return { recent: steps.slice(cut).sort((a, b) => b.n - a.n), earlier };
+}
+
+/** How a command ended, in words: "exit 0", "exit 101", "killed (signal 9)". */
+export function exitText(exit: { code: number | null; signal: number | null } | null | undefined): string {
+  if (!exit) return 'ended';
+  if (exit.code != null) return `exit ${exit.code}`;
+  if (exit.signal != null) return `killed (signal ${exit.signal})`;
+  return 'ended';
+}
+
+/**
+ * Turns `rein/output` notifications into the text of a terminal that follows the
+ * running command: a header when a command starts (or another one speaks), the chunks as they
+ * come, "paused" / "resumed" on their own lines, and how it ended.
+ */
+export class OutputFollower {
+  /** `decorate` styles Rein's own lines (a terminal makes them bold or dim); plain by default. */
+  constructor(private readonly decorate: (kind: 'header' | 'marker' | 'exit', line: string) => string = (_k, l) => l) {}
+
+  private current: string | undefined;
+  private atLineStart = true;
+  private shown = 0;
+  /** The commands that have not ended, and whether each is paused. */
+  private readonly open = new Map<string, { paused: boolean }>();
+
+  /** The text to append for this notification. */
+  append(c: OutputChunk): string {
+    let out = '';
+    const nl = () => {
+      if (!this.atLineStart) out += '\n';
+      this.atLineStart = true;
+    };
+    let me = this.open.get(c.id);
+    if (this.current !== c.id) {
+      nl();
+      const where = c.terminal ? ` (terminal ${c.terminal})` : '';
+      out += `${this.shown ? '\n' : ''}${this.decorate('header', `── step ${c.step} · ${c.command}${where}${me ? ' (continued)' : ''} ──`)}\n`;
+      this.current = c.id;
+      this.shown++;
+    }
+    if (!me) {
+      me = { paused: false };
+      this.open.set(c.id, me);
+    }
+    // A resume is said before what the command printed since; a pause after what it printed.
+    if (c.state !== 'paused' && me.paused) {
+      me.paused = false;
+      nl();
+      out += `${this.decorate('marker', '── resumed ──')}\n`;
+    }
+    if (c.skipped > 0) {
+      nl();
+      out += `${this.decorate('marker', `[… ${c.skipped} bytes not shown …]`)}\n`;
+    }
+    if (c.chunk) {
+      out += c.chunk;
+      this.atLineStart = c.chunk.endsWith('\n');
+    }
+    if (c.state === 'paused' && !me.paused) {
+      me.paused = true;
+      nl();
+      out += `${this.decorate('marker', '── paused: the command is frozen until the agent is resumed ──')}\n`;
+    } else if (c.state === 'ended') {
+      nl();
+      out += `${this.decorate('exit', `── ${exitText(c.exit)} (step ${c.step}) ──`)}\n`;
+      this.open.delete(c.id);
+      this.current = undefined;
+    }
+    return out;
+  }
 }
 
 /** A steer's icon: its status survives a row cut before the description. */

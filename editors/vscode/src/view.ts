@@ -1,15 +1,28 @@
-// The Rein view: goal and control, plan, steps, steers, open decisions, files you hold.
+// The Rein view: goal and control, what the agent last said and is running, plan progress,
+// steps with the agent's words and outcomes, steers, decisions, files you hold, and after an
+// abort the agent's lines it kept.
 
 import * as vscode from 'vscode';
 import {
   TaskState,
   Step,
+  StepPart,
+  OutputChunk,
+  planRow,
+  planSummary,
+  stepTooltip,
+  stepParts,
+  stepFailed,
+  firstLine,
+  wrapRows,
+  latestWords,
+  NO_PLAN_PROGRESS,
+  isActive,
   Decision,
   Constraint,
   AnsweredDecision,
   answeredLabel,
   constraintTooltip,
-  planIcon,
   stepIcon,
   stepRow,
   constraintIcon,
@@ -18,15 +31,21 @@ import {
   statusText,
   tooltipLines,
   lastStep,
+  stepPages,
 } from './model';
 
-type Group = 'plan' | 'steps' | 'constraints' | 'decisions' | 'held';
+type Group = 'plan' | 'steps' | 'constraints' | 'decisions' | 'held' | 'kept';
 
 export type Node =
   | { kind: 'info'; id: string; label: string; description?: string; icon?: string; tooltip?: string }
   | { kind: 'group'; group: Group }
   | { kind: 'plan'; index: number }
   | { kind: 'step'; step: Step }
+  | { kind: 'earlier' }
+  | { kind: 'page'; start: number; end: number; first: number; last: number }
+  | { kind: 'part'; step: Step; part: StepPart; index: number }
+  | { kind: 'row'; id: string; text: string }
+  | { kind: 'kept'; path: string; line: number; text: string }
   | { kind: 'constraint'; constraint: Constraint; index: number }
   | { kind: 'decision'; decision: Decision }
   | { kind: 'answered'; answered: AnsweredDecision; index: number }
@@ -36,11 +55,14 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
   private readonly changed = new vscode.EventEmitter<Node | undefined>();
   readonly onDidChangeTreeData = this.changed.event;
   private state: TaskState | null = null;
+  private running: OutputChunk | undefined;
 
   constructor(private readonly root: () => vscode.Uri | undefined) {}
 
-  update(state: TaskState | null): void {
+  /** Redraws for this state and the command running now (from `rein/output`). */
+  update(state: TaskState | null, running?: OutputChunk): void {
     this.state = state;
+    this.running = running;
     this.changed.fire(undefined);
   }
 
@@ -67,28 +89,73 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         icon: holder === 'human' ? 'person' : holder === 'agent' ? 'hubot' : 'circle-slash',
         tooltip: `${s.control.reason}\nsince ${s.control.since}`,
       });
+      const run = this.running;
+      if (run && run.taskId === s.task.id) {
+        out.push({
+          kind: 'info',
+          id: 'now',
+          label: `Running ${run.command}`,
+          description: `step ${run.step}${run.state === 'paused' ? ' · paused' : ''}`,
+          icon: run.state === 'paused' ? 'debug-pause' : 'terminal',
+          tooltip: `The agent is running \`${run.command}\` (step ${run.step})${run.state === 'paused' ? ', paused' : ''}.\nClick to follow its output.`,
+        });
+      }
+      const said = latestWords(s);
+      if (said?.message) {
+        out.push({
+          kind: 'info',
+          id: 'said',
+          label: firstLine(said.message),
+          description: `the agent, before step ${said.n}`,
+          icon: 'comment',
+          tooltip: `The agent said, on its way to step ${said.n} (${said.action}):\n\n${said.message}\n\nClick for the whole transcript.`,
+        });
+      }
       // The control row already says why when control changed hands (taken over: the reason).
-      const said = s.stopReason === s.control.reason;
-      if (s.stopReason && !said && s.status !== 'running' && !(s.decisions ?? []).length && !(s.status === 'done' && s.summary)) {
+      const saidAlready = s.stopReason === s.control.reason;
+      if (s.stopReason && !saidAlready && s.status !== 'running' && !(s.decisions ?? []).length && !(s.status === 'done' && s.summary)) {
         out.push({ kind: 'info', id: 'stop', label: s.stopReason, icon: 'info', tooltip: s.stopReason });
       }
       if (s.summary) {
         out.push({ kind: 'info', id: 'summary', label: s.summary, icon: 'note', tooltip: s.summary });
       }
       if ((s.decisions ?? []).length || (s.answered ?? []).length) out.push({ kind: 'group', group: 'decisions' });
-      if ((s.heldFiles ?? []).length) out.push({ kind: 'group', group: 'held' });
+      // Holding a file means something only while the task runs.
+      if ((s.heldFiles ?? []).length && isActive(s)) out.push({ kind: 'group', group: 'held' });
+      if ((s.keptAgentLines ?? []).some((k) => k.lines.length)) out.push({ kind: 'group', group: 'kept' });
       out.push({ kind: 'group', group: 'plan' });
       out.push({ kind: 'group', group: 'steps' });
       out.push({ kind: 'group', group: 'constraints' });
       return out;
     }
+    if (node.kind === 'step') return stepParts(node.step).map((part, index) => ({ kind: 'part', step: node.step, part, index }));
+    if (node.kind === 'part' && node.part.kind === 'thought') {
+      return wrapRows(node.part.text).map((text, i) => ({ kind: 'row', id: `thought:${s.task.id}:${node.step.n}:${i}`, text }));
+    }
+    if (node.kind === 'earlier') return stepPages(s.steps ?? []).earlier.map((p) => ({ kind: 'page', ...p }));
+    if (node.kind === 'page') {
+      return (s.steps ?? []).slice(node.start, node.end).sort((a, b) => b.n - a.n).map((step) => ({ kind: 'step', step }));
+    }
     if (node.kind !== 'group') return [];
     switch (node.group) {
-      case 'plan':
-        return (s.plan ?? []).map((_, index) => ({ kind: 'plan', index }));
-      case 'steps':
-        // Newest first: the step being watched is at the top.
-        return [...(s.steps ?? [])].sort((a, b) => b.n - a.n).map((step) => ({ kind: 'step', step }));
+      case 'plan': {
+        const items: Node[] = (s.plan ?? []).map((_, index) => ({ kind: 'plan', index }));
+        // Said instead of showing every item as pending when nothing says they are.
+        if (items.length && !planSummary(s).progress) {
+          items.unshift({ kind: 'info', id: 'noPlanProgress', label: NO_PLAN_PROGRESS, icon: 'info', tooltip: `${NO_PLAN_PROGRESS}: it gave a plan but does not say which items are done, so none is shown as done or pending.` });
+        }
+        return items;
+      }
+      case 'kept':
+        return (s.keptAgentLines ?? []).flatMap((k) => k.lines.map((l) => ({ kind: 'kept' as const, path: k.path, line: l.line, text: l.text })));
+      case 'steps': {
+        // Newest first: the step being watched is at the top. A long task's older steps are in
+        // pages, so each change redraws the newest ones only.
+        const { recent, earlier } = stepPages(s.steps ?? []);
+        const rows: Node[] = recent.map((step) => ({ kind: 'step', step }));
+        if (earlier.length) rows.push({ kind: 'earlier' });
+        return rows;
+      }
       case 'constraints':
         return (s.constraints ?? []).map((constraint, index) => ({ kind: 'constraint', constraint, index }));
       case 'decisions': {
@@ -115,30 +182,85 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         if (node.id === 'goal' || node.id === 'control') {
           item.command = { command: 'rein.ui.menu', title: 'Controls' };
         }
+        if (node.id === 'now') item.command = { command: 'rein.ui.output', title: 'Show the command output' };
+        if (node.id === 'said') item.command = { command: 'rein.ui.transcript', title: 'Show the transcript' };
         return item;
       }
       case 'group':
         return this.groupItem(node.group, s);
       case 'plan': {
-        const p = s?.plan?.[node.index];
-        const item = new vscode.TreeItem(p?.text ?? '', vscode.TreeItemCollapsibleState.None);
-        item.id = `plan:${p?.id || node.index}`;
-        item.description = p?.status && p.status !== 'pending' ? p.status : undefined;
-        item.tooltip = `${p?.text ?? ''}${p?.status ? `\n${p.status}` : ''}`;
-        item.iconPath = new vscode.ThemeIcon(planIcon(p?.status), p?.status === 'active' ? new vscode.ThemeColor('charts.blue') : undefined);
-        item.contextValue = 'plan';
+        const p = s?.plan?.[node.index] ?? { text: '' };
+        const progress = s ? planSummary(s).progress : false;
+        const row = planRow(p, progress);
+        const item = new vscode.TreeItem(row.label, vscode.TreeItemCollapsibleState.None);
+        item.id = `plan:${p.id || node.index}`;
+        item.description = row.description || undefined;
+        item.tooltip = row.tooltip;
+        item.iconPath = new vscode.ThemeIcon(row.icon, progress && p.status === 'active' ? new vscode.ThemeColor('charts.blue') : progress && p.status === 'done' ? new vscode.ThemeColor('charts.green') : undefined);
+        item.contextValue = p.editedByHuman ? 'plan:human' : 'plan';
         return item;
       }
       case 'step': {
         const st = node.step;
         const row = stepRow(st);
-        const item = new vscode.TreeItem(row.label, vscode.TreeItemCollapsibleState.None);
-        item.id = `step:${st.n}`;
+        const parts = stepParts(st);
+        // A step that did not do what was asked opens on what the agent was told.
+        const state = !parts.length
+          ? vscode.TreeItemCollapsibleState.None
+          : stepFailed(st) && st.detail
+            ? vscode.TreeItemCollapsibleState.Expanded
+            : vscode.TreeItemCollapsibleState.Collapsed;
+        const item = new vscode.TreeItem(row.label, state);
+        item.id = `step:${s?.task.id}:${st.n}`;
         item.description = row.description;
-        item.iconPath = new vscode.ThemeIcon(stepIcon(st));
-        item.tooltip = `Step ${st.n} by ${st.author}: ${st.action}\nstatus: ${st.status}${st.checkpoint ? `\ncheckpoint: ${st.checkpoint}\nClick to see what this step changed.` : ''}`;
+        item.iconPath = new vscode.ThemeIcon(stepIcon(st), stepFailed(st) && st.status !== 'skipped' ? new vscode.ThemeColor('errorForeground') : undefined);
+        item.tooltip = stepTooltip(st, s?.plan ?? []);
         item.contextValue = st.checkpoint ? 'step:checkpoint' : 'step';
-        if (st.checkpoint) item.command = { command: 'rein.ui.openStep', title: 'Open step diff', arguments: [st.n] };
+        if (st.checkpoint || st.output != null) item.command = { command: 'rein.ui.openStep', title: 'Open step', arguments: [st.n] };
+        return item;
+      }
+      case 'part':
+        return this.partItem(node.step, node.part, node.index);
+      case 'earlier': {
+        const pages = stepPages(s?.steps ?? []).earlier;
+        const first = pages[pages.length - 1]?.first ?? 0;
+        const last = pages[0]?.last ?? 0;
+        const item = new vscode.TreeItem('Earlier steps', vscode.TreeItemCollapsibleState.Collapsed);
+        item.id = `earlier:${s?.task.id}`;
+        item.description = `${first}–${last}`;
+        item.tooltip = `Steps ${first} to ${last}, in pages of ${pages.length ? pages[0].end - pages[0].start : 0}.`;
+        item.iconPath = new vscode.ThemeIcon('history');
+        return item;
+      }
+      case 'page': {
+        const item = new vscode.TreeItem(`Steps ${node.first}–${node.last}`, vscode.TreeItemCollapsibleState.Collapsed);
+        item.id = `page:${s?.task.id}:${node.start}`;
+        item.description = `${node.end - node.start}`;
+        item.iconPath = new vscode.ThemeIcon('list-ordered');
+        return item;
+      }
+      case 'row': {
+        const item = new vscode.TreeItem(node.text, vscode.TreeItemCollapsibleState.None);
+        item.id = node.id;
+        item.tooltip = node.text;
+        return item;
+      }
+      case 'kept': {
+        const item = new vscode.TreeItem(node.text.trim() || '(blank line)', vscode.TreeItemCollapsibleState.None);
+        // `line` is 1-based (state.keptAgentLines).
+        item.id = `kept:${node.path}:${node.line}`;
+        item.description = `${node.path}:${node.line}`;
+        item.iconPath = new vscode.ThemeIcon('warning', new vscode.ThemeColor('list.warningForeground'));
+        item.tooltip = `${node.path}:${node.line}: ${node.text}\n\nThe agent wrote this line. The abort kept it because you edited inside the block it belongs to. Open it: the quick fix removes it.`;
+        item.contextValue = 'kept';
+        const root = this.root();
+        if (root) {
+          item.command = {
+            command: 'vscode.open',
+            title: 'Open',
+            arguments: [vscode.Uri.joinPath(root, node.path), { selection: new vscode.Range(node.line - 1, 0, node.line - 1, 0) }],
+          };
+        }
         return item;
       }
       case 'constraint': {
@@ -199,16 +321,82 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
     }
   }
 
+  private partItem(st: Step, part: StepPart, index: number): vscode.TreeItem {
+    const None = vscode.TreeItemCollapsibleState.None;
+    let item: vscode.TreeItem;
+    switch (part.kind) {
+      case 'message':
+        item = new vscode.TreeItem(firstLine(part.text, 300), None);
+        item.description = 'the agent said';
+        item.iconPath = new vscode.ThemeIcon('comment');
+        item.tooltip = part.text;
+        item.command = { command: 'rein.ui.transcript', title: 'Show the transcript' };
+        break;
+      case 'thought':
+        // Collapsed: the agent's reasoning is there to read, not in the way.
+        item = new vscode.TreeItem('Thought', vscode.TreeItemCollapsibleState.Collapsed);
+        item.description = `${wrapRows(part.text).length} line(s), expand to read`;
+        item.iconPath = new vscode.ThemeIcon('lightbulb');
+        item.tooltip = part.text;
+        break;
+      case 'detail':
+        item = new vscode.TreeItem(firstLine(part.text, 300), None);
+        item.description = part.failed ? 'what the agent was told' : undefined;
+        item.iconPath = new vscode.ThemeIcon(part.failed ? 'error' : 'info', part.failed ? new vscode.ThemeColor('errorForeground') : undefined);
+        item.tooltip = part.failed ? `What the agent was told:\n\n${part.text}` : part.text;
+        break;
+      case 'output': {
+        const lines = part.text ? part.text.split('\n').length - (part.text.endsWith('\n') ? 1 : 0) : 0;
+        item = new vscode.TreeItem('Output', None);
+        item.description = [part.exit, `${lines} line${lines === 1 ? '' : 's'}`].filter(Boolean).join(' · ');
+        item.iconPath = new vscode.ThemeIcon('terminal');
+        item.tooltip = `The end of the command's output. Click to open it.\n\n${part.text.slice(-1500)}`;
+        item.command = { command: 'rein.ui.stepOutput', title: 'Show the output', arguments: [st.n] };
+        break;
+      }
+      case 'diff':
+        item = new vscode.TreeItem(part.path, None);
+        item.description = `+${part.added} −${part.removed}`;
+        item.iconPath = new vscode.ThemeIcon('diff');
+        item.tooltip = `The agent said it changed ${part.path} (+${part.added} −${part.removed}). Click for what step ${st.n} changed there.`;
+        item.command = { command: 'rein.ui.openStep', title: 'Open step diff', arguments: [st.n, part.path] };
+        break;
+      case 'location': {
+        // An ACP tool location's line is 1-based.
+        item = new vscode.TreeItem(`${part.path}${part.line != null ? `:${part.line}` : ''}`, None);
+        item.description = 'where it acted';
+        item.iconPath = new vscode.ThemeIcon('location');
+        const root = this.root();
+        if (root) {
+          const line = Math.max(0, (part.line ?? 1) - 1);
+          item.command = { command: 'vscode.open', title: 'Open', arguments: [vscode.Uri.joinPath(root, part.path), { selection: new vscode.Range(line, 0, line, 0) }] };
+        }
+        break;
+      }
+    }
+    item.id = `step:${this.state?.task.id}:${st.n}:${part.kind}:${index}`;
+    item.contextValue = `stepPart:${part.kind}`;
+    return item;
+  }
+
   private groupItem(group: Group, s: TaskState | null): vscode.TreeItem {
     const E = vscode.TreeItemCollapsibleState.Expanded;
     let item: vscode.TreeItem;
     switch (group) {
       case 'plan': {
-        const plan = s?.plan ?? [];
-        const done = plan.filter((p) => p.status === 'done' || p.status === 'skipped').length;
+        const sum = s ? planSummary(s) : undefined;
         item = new vscode.TreeItem('Plan', E);
-        item.description = plan.length ? `${done}/${plan.length}` : 'none yet';
+        item.description = sum?.description ?? 'none yet';
+        item.tooltip = sum?.total ? `Plan: ${sum.description}${sum.active ? `\nNow: ${sum.active.text}` : ''}${sum.progress ? '' : `\n${NO_PLAN_PROGRESS}.`}` : 'The agent gave no plan yet.';
         item.iconPath = new vscode.ThemeIcon('checklist');
+        break;
+      }
+      case 'kept': {
+        const n = (s?.keptAgentLines ?? []).reduce((m, k) => m + k.lines.length, 0);
+        item = new vscode.TreeItem('Agent lines the abort kept', E);
+        item.description = `${n}`;
+        item.tooltip = 'Lines the agent wrote that stayed because you edited inside their block. Each has a quick fix that removes it.';
+        item.iconPath = new vscode.ThemeIcon('warning');
         break;
       }
       case 'steps': {

@@ -4,10 +4,12 @@
 // status bar, the view and the files on disk at each point. Run through test/e2e.sh.
 //
 // Env: CODE_SERVER (binary), VSIX, REIN_BIN, ARTIFACTS (screenshot dir), SCREENSHOT (where to
-// copy one mid-run screenshot, optional), KEEP=1 to keep the scratch repo.
+// copy one mid-run screenshot, optional), TRANSCRIPT_SCREENSHOT (where to copy the screenshot of
+// what a person back after ten minutes looks at, optional), KEEP=1 to keep the scratch repo.
 
-import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, copyFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, copyFileSync, writeFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { tmpdir } from 'node:os';
 import { execFileSync } from 'node:child_process';
 import { makeRepo, startCodeServer, launchBrowser, waitFor, sleep, git, cleanup } from './harness.mjs';
 
@@ -17,6 +19,7 @@ const VSIX = env('VSIX');
 const REIN_BIN = env('REIN_BIN', '/work/main/target/debug/rein');
 const ART = env('ARTIFACTS', join(process.cwd(), 'e2e-artifacts'));
 const SHOT = env('SCREENSHOT', '');
+const TRANSCRIPT_SHOT = env('TRANSCRIPT_SCREENSHOT', '');
 const ONLY = env('ONLY', '');
 mkdirSync(ART, { recursive: true });
 
@@ -26,19 +29,43 @@ const HUMAN_LINE = 'def shout(name):';
 const COMMENT = '# rein: say which check ran';
 const COMMENT2 = '# rein: keep it POSIX sh';
 const COMMENT3 = '# rein: print the name of the check';
-const plan = {
+// The agent's words, as a scripted agent says them (`say`), and the plan items it works on
+// (`item`): the plan moves step by step and the agent's text reaches the view and transcript.
+const SAY_READ = 'First I read how greet() is written.';
+const SAY_FAREWELL = 'Now the farewell, next to the greeting.';
+const SAY_TESTS = 'Running the tests; they take a few seconds.';
+const PLAN_ITEMS = ['Read the greeter', 'Adjust the greeting', 'Write notes', 'Add a farewell', 'Document it', 'Run the tests and the check'];
+const steps = [
+  { plan: [{ text: PLAN_ITEMS[0], status: 'active' }, ...PLAN_ITEMS.slice(1)], think_ms: 1200, say: 'I will read the greeter, then add a farewell beside it.' },
+  { read: 'src/greet.py', item: 1, say: SAY_READ, think_ms: 2000 },
+  // Refused by Rein (the repository's own .git): the person sees what the agent was told.
+  { write: { path: '.GIT/config', content: '[core]\n' }, item: 1, say: 'Setting up the repository config first.', think_ms: 1500 },
+  { edit: { path: 'src/greet.py', old: 'return "hi " + name', new: 'return "hello " + name' }, item: 2, say: 'The greeting should say hello rather than hi.', think_ms: 2500 },
+  { write: { path: 'NOTES.md', content: '# Notes\n\nThe greeter says hello.\n' }, item: 3, say: 'Notes first, so the change is written down.', think_ms: 4000 },
+  { write: { path: 'src/farewell.py', content: 'def farewell(name):\n    return "bye " + name\n' }, item: 4, say: SAY_FAREWELL, think_ms: 4000 },
+  { edit: { path: 'README.md', old: 'Says hello.', new: 'Says hello and goodbye.' }, item: 5, say: 'The README should mention the farewell.', think_ms: 5000 },
+  // A long command, allowed by the policy: its output streams while it runs.
+  { run: './test.sh', item: 6, say: SAY_TESTS, think_ms: 3000 },
+  { run: { cmd: 'git tag v1', timeout_s: 30 }, say: 'Tagging this as v1.', think_ms: 1000 },
+  { run: { cmd: './check.sh', timeout_s: 30 }, item: 6, think_ms: 2000 },
+  { finish: 'Added farewell() and documented it.', think_ms: 1000 },
+];
+const plan = { steps };
+// A second task, from an agent that reports no plan progress (plain items, none named): it
+// adds a block to NOTES.md, then thinks long enough for you to edit inside it and abort.
+const plainPlan = {
   steps: [
-    { plan: ['Read the greeter', 'Adjust the greeting', 'Add a farewell', 'Document it', 'Run the check'], think_ms: 1200 },
+    { plan: PLAN_ITEMS, think_ms: 1200, say: 'Same plan as before.' },
     { read: 'src/greet.py', think_ms: 2000 },
-    { edit: { path: 'src/greet.py', old: 'return "hi " + name', new: 'return "hello " + name' }, think_ms: 2500 },
-    { write: { path: 'NOTES.md', content: '# Notes\n\nThe greeter says hello.\n' }, think_ms: 4000 },
-    { write: { path: 'src/farewell.py', content: 'def farewell(name):\n    return "bye " + name\n' }, think_ms: 4000 },
-    { edit: { path: 'README.md', old: 'Says hello.', new: 'Says hello and goodbye.' }, think_ms: 5000 },
-    { run: { cmd: 'git tag v1', timeout_s: 30 }, think_ms: 1000 },
-    { run: { cmd: './check.sh', timeout_s: 30 }, think_ms: 2000 },
-    { finish: 'Added farewell() and documented it.', think_ms: 1000 },
+    { edit: { path: 'NOTES.md', old: 'The greeter says hello.\n', new: 'The greeter says hello.\nAGENT one\nAGENT two\nAGENT three\n' }, think_ms: 2000, say: 'Three more notes.' },
+    { read: 'README.md', think_ms: 120000 },
+    { finish: 'never reached: the task is aborted' },
   ],
 };
+// It prints once the test watches its output (GO exists; at most two minutes later), so a
+// loaded machine cannot make the test look after the command ended.
+const GO = join(tmpdir(), `rein-vscode-e2e-go-${process.pid}`);
+const TEST_SH = `#!/bin/sh\ni=0\nwhile [ ! -e '${GO}' ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i+1)); done\nfor i in 1 2 3 4 5 6 7 8 9 10; do echo "test $i ... ok"; sleep 1; done\necho "10 passed"\n`;
 
 let passed = 0;
 let failed = 0;
@@ -50,7 +77,7 @@ function check(name, ok, detail = '') {
   console.log(`${ok ? 'ok  ' : 'FAIL'} ${name}${!ok && detail ? ` — ${detail}` : ''}`);
 }
 
-const { dir, repo } = makeRepo(REIN_BIN, plan);
+const { dir, repo } = makeRepo(REIN_BIN, plan, { files: { 'test.sh': TEST_SH }, settings: { 'rein.policy': { allow: ['./test.sh'] } } });
 const headBefore = git(repo, 'rev-parse', 'HEAD').trim();
 let cs;
 let browser;
@@ -200,19 +227,23 @@ async function tabTitles() {
 }
 async function openFile(rel) {
   const name = rel.split('/').pop();
-  const active = async () => (await page.locator('.tabs-container .tab.active').allInnerTexts()).some((t) => t.includes(name));
+  // Active in the active group: with the transcript beside, another group may show it too.
+  const active = async () => (await page.locator('.editor-group-container.active .tabs-container .tab.active').allInnerTexts()).some((t) => t.includes(name));
   // Quick Open can swallow the first Enter while a webview (the handover preview) still holds
-  // focus; a user would simply try again, and so does the test, at most three times.
+  // focus, and it closes when focus moves (a preview or the output terminal opening just then);
+  // a user would simply try again, and so does the test, at most three times.
   for (let attempt = 1; ; attempt++) {
-    await closeQuickInput();
-    await page.keyboard.press('Control+P');
-    const input = quickInput().locator('input[type="text"]').first();
-    await input.waitFor({ state: 'visible', timeout: 15_000 });
-    await input.fill(rel);
-    await quickInput().locator('.monaco-list-row', { hasText: name }).first().waitFor({ timeout: 15_000 });
-    await sleep(200);
-    await page.keyboard.press('Enter');
-    const opened = await waitFor(`${rel} active in an editor`, active, 5_000).then(() => true, (e) => (attempt >= 3 ? Promise.reject(e) : false));
+    const opened = await (async () => {
+      await closeQuickInput();
+      await page.keyboard.press('Control+P');
+      const input = quickInput().locator('input[type="text"]').first();
+      await input.waitFor({ state: 'visible', timeout: 15_000 });
+      await input.fill(rel, { timeout: 5_000 });
+      await quickInput().locator('.monaco-list-row', { hasText: name }).first().waitFor({ timeout: 15_000 });
+      await sleep(200);
+      await page.keyboard.press('Enter');
+      await waitFor(`${rel} active in an editor`, active, 5_000);
+    })().then(() => true, (e) => (attempt >= 3 ? Promise.reject(e) : false));
     if (opened) break;
   }
   await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().waitFor({ state: 'visible', timeout: 15_000 });
@@ -220,6 +251,28 @@ async function openFile(rel) {
 async function editorText() {
   // Monaco renders spaces as U+00A0.
   return (await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().innerText()).replace(/\u00a0/g, ' ');
+}
+
+/** The rows of the terminal on screen in the panel (Rein: Agent Output once it is shown). */
+async function outputText() {
+  const rows = page.locator('#workbench\\.parts\\.panel .xterm-rows').first();
+  return ((await rows.innerText({ timeout: 2000 }).catch(() => '')) ?? '').replace(/\u00a0/g, ' ');
+}
+/** The frame of a webview whose document has `selector` (the transcript, a Markdown preview). */
+async function webviewFrame(what, selector, timeout = 20_000) {
+  return waitFor(what, async () => {
+    for (const f of page.frames()) {
+      if (f === page.mainFrame()) continue;
+      if (await f.locator(selector).count().catch(() => 0)) return f;
+    }
+    return false;
+  }, timeout);
+}
+/** The open transcript's frame. */
+const transcriptFrame = () => webviewFrame('the transcript webview', '#entries');
+/** The transcript's entries as text, one per entry. */
+async function transcriptEntries(f) {
+  return (await f.locator('#entries > li.entry').allInnerTexts()).map((t) => t.replace(/\s+/g, ' ').trim());
 }
 
 // ---- the scenario ----------------------------------------------------------------------
@@ -432,6 +485,21 @@ async function scenario() {
   check('the agent keeps running after a steer (no stop)', typeof moved === 'object', typeof moved === 'object' ? '' : moved);
   const delivered = await waitTree('the steer delivered', (r) => r.some((x) => x.includes(STEER) && /✓ step \d+/.test(x))).catch((e) => e.message);
   check('the steer shows as delivered in the Rein view', Array.isArray(delivered), Array.isArray(delivered) ? '' : delivered);
+  // 4b. The plan moves as the agent names its items; its words and a refusal show.
+  const moving = await waitTree('plan items done and in progress', (r) =>
+    r.some((x) => /^Plan\s*\d\/6 done/.test(x) && !/^Plan\s*0\//.test(x)) && r.some((x) => new RegExp(`^${PLAN_ITEMS[0]}\\s*done$`).test(x)) && r.some((x) => /in progress$/.test(x)),
+  ).catch((e) => e.message);
+  check('plan items move: the first is done, one is in progress, "Plan N/6 done" counts them', Array.isArray(moving), Array.isArray(moving) ? '' : moving);
+  const stMoving = diskState();
+  const doneNow = (stMoving?.plan ?? []).filter((p) => p.status === 'done').length;
+  check('the state agrees: planProgress is reported and items are done', stMoving?.planProgress === true && doneNow >= 1, JSON.stringify(stMoving?.plan));
+  const said = await waitTree('the agent\'s latest words', (r) => r.some((x) => /the agent, before step \d+$/.test(x))).catch((e) => e.message);
+  check('the agent\'s latest words show at the top of the Rein view', Array.isArray(said), Array.isArray(said) ? '' : said);
+  const refused = (diskState()?.steps ?? []).find((st) => st.action.includes('.GIT/config'));
+  const toldLine = (refused?.detail ?? '').split('\n')[0];
+  check('the refused write is a failed step with the text the agent was told', refused?.status === 'failed' && /refused/.test(toldLine), JSON.stringify(refused));
+  const refusedRows = await waitTree('the refusal in the view', (r) => r.some((x) => /^\d+\. write \.GIT\/config\s*failed: /.test(x)) && r.some((x) => x.startsWith(toldLine.slice(0, 60)) && /what the agent was told$/.test(x))).catch((e) => e.message);
+  check('the Rein view shows the refusal with the same text the agent got (row and its detail)', !!toldLine && Array.isArray(refusedRows), Array.isArray(refusedRows) ? '' : refusedRows);
   const notices = (await page.locator('#workbench\\.parts\\.statusbar').innerText()).replace(/\s+/g, ' ');
   check('the status bar no longer says the steer is queued once it is delivered', !/queued for the next step/.test(notices), notices);
   // At the default side bar width a long row is cut: its hover says it all.
@@ -439,7 +507,7 @@ async function scenario() {
   const steerHover = await hoverRow(STEER);
   check('hovering a steer row at the default width shows its whole text and status', steerHover.includes(STEER) && /Delivered to the agent before step \d+/.test(steerHover), steerHover);
   const stepHover = await hoverRow('read src/greet.py');
-  check('hovering a step row shows the whole step', /Step \d+ by agent: read src\/greet\.py/.test(stepHover), stepHover);
+  check('hovering a step row shows the whole step and what the agent said', /Step \d+ by agent: read src\/greet\.py/.test(stepHover) && stepHover.includes(SAY_READ), stepHover);
   const planHover = await hoverRow('Adjust the greeting');
   check('hovering a plan row shows the whole item', planHover.includes('Adjust the greeting'), planHover);
   await page.mouse.move(0, 0);
@@ -545,6 +613,24 @@ async function scenario() {
   check('the handover opens as a Markdown preview', /Preview/.test(String(handoverTab)) || /handover/.test(String(handoverTab)), String(handoverTab));
   const previewText = await page.locator('iframe.webview').first().isVisible().catch(() => false);
   check('the handover preview is rendered (webview)', previewText === true);
+  // It opens with the agent's own words, then the plan as Done / In progress / Pending.
+  const handover = await waitFor('the handover text', async () => {
+    for (const f of page.frames()) {
+      const t = await f.evaluate(() => document.body?.innerText ?? '').catch(() => '');
+      if (/Handover:/.test(t) && /Why the agent stopped/.test(t)) return t;
+    }
+    return false;
+  }, 20_000).catch((e) => e.message);
+  const hv = String(handover);
+  const stTaken = diskState();
+  const lastWords = [...(stTaken?.steps ?? [])].reverse().find((st) => st.author === 'agent' && st.message)?.message ?? '(none)';
+  check('the handover opens with what the agent was doing, in its words', /What it was doing:/.test(hv) && hv.indexOf('What it was doing') < hv.indexOf('Why the agent stopped') && hv.includes(lastWords), hv.slice(0, 600));
+  // Each item of the state's plan is listed under its status, in that order of sections.
+  const planPart = hv.slice(hv.indexOf('Done:'), hv.indexOf('Steps taken') > 0 ? hv.indexOf('Steps taken') : undefined);
+  const sections = { done: planPart.split('In progress:')[0], active: planPart.split('In progress:')[1]?.split('Pending:')[0] ?? '', pending: planPart.split('Pending:')[1] ?? '' };
+  const misplaced = (stTaken?.plan ?? []).filter((p) => p.status !== 'skipped' && !(sections[p.status] ?? '').includes(p.text));
+  const doneItems = (stTaken?.plan ?? []).filter((p) => p.status === 'done');
+  check('the handover lists the plan as Done / In progress / Pending, truly', doneItems.length > 0 && /In progress:/.test(hv) && /Pending:/.test(hv) && misplaced.length === 0, `misplaced ${JSON.stringify(misplaced)}; ${planPart.slice(0, 400)}`);
   await waitTree('control row says you hold it', (r) => r.some((x) => x.startsWith('You hold control'))).then(
     () => check('Rein view shows that you hold control', true),
     (e) => check('Rein view shows that you hold control', false, e.message),
@@ -588,12 +674,92 @@ async function scenario() {
   check('an open clean buffer shows the agent\'s write (reloaded from disk)', reloaded === true, String(reloaded));
   check('the reloaded README.md is not human-held', !(diskState()?.heldFiles ?? []).includes('README.md'), JSON.stringify(diskState()?.heldFiles));
 
+  // 9b. The transcript, opened while the agent runs, follows it live.
+  await palette('Rein: Show Transcript');
+  const tf = await transcriptFrame().catch(() => null);
+  check('Rein: Show Transcript opens the transcript (a webview)', !!tf);
+  const early = tf ? await transcriptEntries(tf) : [];
+  check('the transcript starts with the goal and has the agent\'s words and tool calls so far', early[0]?.includes(GOAL) && early.some((x) => x.includes(SAY_READ)) && early.some((x) => /Step \d+ read src\/greet\.py/.test(x)), JSON.stringify(early.slice(0, 6)));
+
+  // 9c. The long command's output arrives in chunks in the output terminal before it ends.
+  writeFileSync(GO, '');
+  const ranYet = () => (diskState()?.steps ?? []).some((st) => st.action === 'run ./test.sh');
+  const partial = new Set();
+  let firstSeen = '';
+  await waitFor('./test.sh output in the output terminal', async () => {
+    const t = await outputText();
+    const n = (t.match(/test \d+ \.\.\. ok/g) ?? []).length;
+    if (n > 0 && !ranYet() && !/10 passed/.test(t)) {
+      partial.add(n);
+      if (!firstSeen) firstSeen = t;
+    }
+    return partial.size >= 2 && n >= 2;
+  }, 90_000, 150).catch(() => {});
+  check('a long command\'s output arrives in the output terminal in chunks before it ends', partial.size >= 2 && !ranYet(), `seen line counts ${JSON.stringify([...partial])}; ${firstSeen.slice(0, 300)}`);
+  check('the output terminal names the step and the command', /── step \d+ · \.\/test\.sh ──/.test(firstSeen), firstSeen.slice(0, 300));
+  const runRow = await waitTree('the running command in the view', (r) => r.some((x) => /^Running \.\/test\.sh\s*step \d+/.test(x)), 10_000).catch((e) => e.message);
+  check('the Rein view shows "Running ./test.sh" while it runs', Array.isArray(runRow) || ranYet(), Array.isArray(runRow) ? '' : runRow);
+  const liveBox = tf ? await waitFor('the live output in the transcript', async () => {
+    const t = await tf.locator('#live').innerText().catch(() => '');
+    return /test 1 \.\.\. ok/.test(t) ? t : false;
+  }, 10_000).catch((e) => e.message) : 'no transcript';
+  check('the transcript shows the running command\'s output live', /Running \.\/test\.sh/.test(String(liveBox)) || ranYet(), String(liveBox).slice(0, 300));
+  await shot('output-live');
+  // Paused, the command is frozen and the output says so; resumed, it goes on to its end.
+  await palette('Rein: Pause the Agent');
+  const pausedOut = await waitFor('"paused" in the output', async () => {
+    const t = await outputText();
+    return t.includes('── paused: the command is frozen') ? t : false;
+  }, 20_000).catch((e) => e.message);
+  check('pausing mid-command says "paused" in the output terminal, before the command ended', /── paused: the command is frozen/.test(pausedOut) && !ranYet() && !/10 passed/.test(pausedOut), String(pausedOut).slice(-300));
+  await palette('Rein: Resume the Agent');
+  // The terminal shows its last rows: remember what scrolled past.
+  const seen = { resumed: false, passed: false, exit: false };
+  const resumedOut = await waitFor('the command to end after the resume', async () => {
+    const t = await outputText();
+    seen.resumed ||= /── resumed ──/.test(t);
+    seen.passed ||= /10 passed/.test(t);
+    seen.exit ||= /── exit 0 \(step \d+\) ──/.test(t);
+    return seen.exit ? t : false;
+  }, 60_000, 150).catch((e) => e.message);
+  check('resumed, the output says so and ends with the exit', seen.resumed && seen.passed && seen.exit, `${JSON.stringify(seen)} ${String(resumedOut).slice(-400)}`);
+  const testStep = await waitFor('the test step in the state', () => (diskState()?.steps ?? []).find((st) => st.action === 'run ./test.sh'), 30_000).catch(() => null);
+  check('the step keeps the output\'s end and the exit', /test 10 \.\.\. ok/.test(testStep?.output ?? '') && /exit code 0/.test(testStep?.detail ?? ''), JSON.stringify(testStep));
+  const liveEntries = tf ? await waitFor('the command\'s step in the open transcript', async () => {
+    const e = await transcriptEntries(tf);
+    return e.some((x) => /Step \d+ run \.\/test\.sh/.test(x)) && e.some((x) => /^Output of \.\/test\.sh/.test(x)) ? e : false;
+  }, 30_000).catch((e) => e.message) : 'no transcript';
+  check('the open transcript grew by itself: the command\'s tool row and its output (collapsed)', Array.isArray(liveEntries) && (await tf.locator('li.output details[open]').count()) === 0, Array.isArray(liveEntries) ? '' : String(liveEntries));
+
   // 10. The gated commands stop for approval: deny the first, approve the second, inline.
   const gate = await waitStatus(/Paused: needs approval/, 90_000).catch((e) => e.message);
   check('a gated command shows "Paused: needs approval"', /needs approval/.test(gate), gate);
   await showReinView();
   await waitTree('the open decision', (r) => r.some((x) => x.startsWith('Decisions')));
   await shot('needs-approval');
+  // What a person back after ten minutes looks at: the view (plan progress, the agent's words,
+  // each step), the transcript (the story so far, ending on the decision waiting for them) and
+  // the output of the last command. The README shows this screenshot.
+  const tfGate = await transcriptFrame().catch(() => null);
+  const gateEntries = tfGate ? await waitFor('the decision in the open transcript', async () => {
+    const e = await transcriptEntries(tfGate);
+    return e.some((x) => /Rein stopped for you/.test(x) && x.includes('git tag v1')) ? e : false;
+  }, 20_000).catch((e) => e.message) : 'no transcript';
+  check('the open transcript shows the decision waiting for you, live', Array.isArray(gateEntries), Array.isArray(gateEntries) ? '' : String(gateEntries));
+  check('its head says what waits for you', tfGate ? /Waiting for you:/.test(await tfGate.locator('#head').innerText().catch(() => '')) : false);
+  const atEnd = tfGate ? await waitFor('the transcript scrolled to its end', () => tfGate.evaluate(() => {
+    const r = document.scrollingElement;
+    return r.scrollTop + window.innerHeight >= r.scrollHeight - 40 && r.scrollHeight > window.innerHeight;
+  }), 10_000).catch(() => false) : false;
+  check('the open transcript follows its end (the newest entry in view)', atEnd === true);
+  // The transcript's group takes the editor area for the screenshot, then gives it back.
+  const maximized = await palette('View: Toggle Maximize Editor Group').then(() => true, () => false);
+  await closeQuickInput();
+  await page.mouse.move(0, 0);
+  await sleep(800);
+  const awayShot = await shot('away-ten-minutes');
+  if (TRANSCRIPT_SHOT) copyFileSync(awayShot, TRANSCRIPT_SHOT);
+  if (maximized) await palette('View: Toggle Maximize Editor Group').catch(() => {});
   // The comment steer was delivered when the agent ran on: its quick fix takes it out.
   const commentSteers = (diskState()?.constraints ?? []).filter((c) => c.source === 'comment');
   check('both rein: comment steers were delivered', commentSteers.length === 2 && commentSteers.every((c) => c.status === 'delivered'), JSON.stringify(commentSteers));
@@ -671,7 +837,53 @@ async function scenario() {
   check('the step diff is a diff editor', diffEditor === true);
   await shot('step-diff');
   await showReinView();
+  // A command step opens its output (the end the step keeps, or the transcript's).
+  const testRow = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: 'run ./test.sh' }).first();
+  let outTab = '';
+  for (let i = 0; i < 4 && !/Step \d+ output\.log/.test(outTab); i++) {
+    await testRow.click();
+    outTab = await waitFor('the step output tab', async () => (await tabTitles()).find((t) => /Step \d+ output\.log/.test(t)), 8_000).catch((e) => e.message);
+  }
+  const outDoc = /output\.log/.test(outTab) ? await editorText() : '';
+  check('clicking a command step opens its output after it ended (with the step and the exit)', /# Step \d+: run \.\/test\.sh/.test(outDoc) && /exit code 0/.test(outDoc) && /test 10 \.\.\. ok/.test(outDoc), `${outTab} ${outDoc.slice(0, 300)}`);
   await shotAtDefaultWidth('done-default-width');
+  const planDone = await waitTree('the whole plan done', (r) => r.some((x) => /^Plan\s*6\/6 done$/.test(x))).catch((e) => e.message);
+  check('at the end the plan reads "Plan 6/6 done"', Array.isArray(planDone), Array.isArray(planDone) ? '' : planDone);
+
+  // 12b. The transcript after the task ended: the whole story, readable, each file a link.
+  await palette('Rein: Show Transcript');
+  const tfEnd = await transcriptFrame().catch(() => null);
+  const story = tfEnd ? await waitFor('the end in the transcript', async () => {
+    const e = await transcriptEntries(tfEnd);
+    return e.some((x) => /^Done /.test(x)) ? e : false;
+  }, 20_000).catch((e) => e.message) : 'no transcript';
+  const all = Array.isArray(story) ? story : [];
+  const has = (re) => all.some((x) => re.test(x));
+  check('transcript: the goal first', all[0]?.startsWith('You gave the goal') && all[0].includes(GOAL), all[0]);
+  check('transcript: the agent\'s messages, each before its step', has(new RegExp(`^Agent before step \\d+ .*${SAY_FAREWELL.replace(/[.()]/g, '\\$&')}`)) && has(new RegExp(SAY_TESTS.replace(/[.;]/g, '\\$&'))), JSON.stringify(all.filter((x) => x.startsWith('Agent')).slice(0, 3)));
+  check('transcript: tool rows with status and files', has(/^✓ Step \d+ write src\/farewell\.py done .*src\/farewell\.py \+2 −0 added/), JSON.stringify(all.filter((x) => /farewell\.py/.test(x))));
+  check('transcript: the refusal, with what the agent was told', has(/^✗ Step \d+ write \.GIT\/config failed .*What the agent was told: .*refused/), JSON.stringify(all.filter((x) => /\.GIT/.test(x))));
+  check('transcript: the plan moving', has(/^Plan .*done: Read the greeter/), JSON.stringify(all.filter((x) => x.startsWith('Plan')).slice(0, 3)));
+  check('transcript: your steers (palette, selection, rein: comments)', has(new RegExp(`^You steered .*${STEER.replace(/[()]/g, '\\$&')}`)) && has(/^You steered about src\/greet\.py:1/) && has(/^You steered about check\.sh:\d+ \(a rein: comment\)/), JSON.stringify(all.filter((x) => x.startsWith('You steered'))));
+  check('transcript: take over and hand back', has(/^Taken over by .*I want to add a helper myself/) && has(/^Handed back to the agent, with the note: added shout\(\); carry on/), JSON.stringify(all.filter((x) => /taken over|handed back/i.test(x))));
+  check('transcript: your changes as a step', has(/^You Step \d+ your changes while holding control.*src\/greet\.py/), JSON.stringify(all.filter((x) => /^You Step/.test(x))));
+  check('transcript: the decisions and your answers', has(/^Rein stopped for you .*git tag v1/) && has(/^You answered .*deny — `git tag v1` is not run/) && has(/^You answered .*approve — `\.\/check\.sh` may run/), JSON.stringify(all.filter((x) => /stopped for you|answered/.test(x))));
+  check('transcript: pause, resume and the end', has(/^Paused by you/) && has(/^Resumed by you/) && has(/^Done .*Added farewell\(\) and documented it\./), JSON.stringify(all.slice(-3)));
+  const outputs = tfEnd ? await tfEnd.locator('li.output details').count() : 0;
+  const openOutputs = tfEnd ? await tfEnd.locator('li.output details[open]').count() : 1;
+  check('transcript: command output is there, collapsed', outputs >= 2 && openOutputs === 0, `${outputs} outputs, ${openOutputs} open`);
+  if (tfEnd) {
+    // Expanding a command's output shows it whole.
+    await tfEnd.locator('li.output summary', { hasText: './test.sh' }).first().click();
+    const shown = await tfEnd.locator('li.output details[open] pre').first().innerText().catch(() => '');
+    check('transcript: expanding an output shows the command\'s output', /test 1 \.\.\. ok[\s\S]*10 passed/.test(shown), shown.slice(0, 200));
+  }
+  await shot('transcript-done');
+  if (tfEnd) {
+    await tfEnd.locator('button.file', { hasText: 'src/farewell.py' }).first().click();
+    const fileDiff = await waitFor('the diff of the file clicked in the transcript', async () => (await tabTitles()).find((t) => /farewell\.py \(Step \d+: write src\/farewell\.py\)/.test(t)), 15_000).catch((e) => e.message);
+    check('clicking a file in the transcript opens that step\'s diff of it', /farewell\.py \(Step/.test(String(fileDiff)), String(fileDiff));
+  }
 
   // The status bar menu offers the controls that are legal now.
   await statusLocator().click();
@@ -708,11 +920,16 @@ async function scenario() {
   const followed = await waitFor('the open README.md to follow rein restore', async () => (await editorText()).includes('Says hello and goodbye.'), 30_000).catch((e) => e.message);
   check('the open clean README.md follows a rein restore run outside VS Code (its file watcher)', followed === true, String(followed));
 
-  // 14. A second task, aborted from the palette with "discard".
+  // 14. A second task, from an agent that reports no plan progress, aborted with "discard".
+  writeFileSync(join(repo, '.rein', 'plan.json'), JSON.stringify(plainPlan, null, 2) + '\n');
   await palette('Rein: Start Task');
   await answer('Rein: Start Task', 'second task to abort');
   const run2 = await waitStatus(/Agent running/).catch((e) => e.message);
   check('a second task starts once the first is done', /Agent running/.test(run2), run2);
+  await showReinView();
+  const noProgress = await waitTree('the plan without progress', (r) => r.some((x) => /^Plan\s*6 items · no progress reported$/.test(x)) && r.some((x) => x === 'The agent reports no plan progress')).catch((e) => e.message);
+  const planRows = (await treeRows()).map((x) => x.replace(/\s+/g, ' ').trim()).filter((x) => PLAN_ITEMS.includes(x.replace(/\s*(pending|done|in progress)$/, '')));
+  check('an agent that reports no plan progress: the view says so and shows no item as pending or done', Array.isArray(noProgress) && planRows.length === 6 && planRows.every((x) => PLAN_ITEMS.includes(x)), Array.isArray(noProgress) ? JSON.stringify(planRows) : noProgress);
   // The comments the first task got are still in check.sh; saving the file in the second task
   // sends only the new one.
   const task1 = new Set((finalState?.constraints ?? []).filter((c) => c.source === 'comment').map((c) => c.text));
@@ -731,17 +948,98 @@ async function scenario() {
   }, 60_000).catch((e) => e.message);
   const again = typeof task2 === 'object' ? (task2.constraints ?? []).filter((c) => c.source === 'comment' && task1.has(c.text)) : null;
   check('a comment delivered to the first task is not sent to the second (only the new one is)', Array.isArray(again) && again.length === 0, typeof task2 === 'object' ? JSON.stringify(task2.constraints) : String(task2));
+  // You edit inside a block the agent wrote, then abort: the agent's lines of that block stay
+  // (your version of it is kept whole), and the view says which.
+  const wrote = await waitFor('the second task\'s notes', () => readFileSync(join(repo, 'NOTES.md'), 'utf8').includes('AGENT three'), 90_000).catch(() => false);
+  check('the second task wrote its block into NOTES.md', wrote === true);
+  await openFile('NOTES.md');
+  await page.locator('.editor-group-container.active .monaco-editor .view-line', { hasText: 'AGENT two' }).first().click();
+  await page.keyboard.press('End');
+  await page.keyboard.type(' fixed by HUMAN', { delay: 10 });
+  await page.keyboard.press('Control+S');
+  await waitFor('your edit on disk', () => readFileSync(join(repo, 'NOTES.md'), 'utf8').includes('fixed by HUMAN'), 10_000).catch(() => {});
   await palette('Rein: Abort the Task');
   await quickInput().locator('.monaco-list-row', { hasText: 'Discard' }).first().waitFor({ timeout: 15_000 });
   await quickInput().locator('.monaco-list-row', { hasText: 'Discard' }).first().click();
   const aborted = await waitStatus(/Task aborted/).catch((e) => e.message);
   check('Abort (discard) from the palette: status bar says aborted', /Task aborted/.test(aborted), aborted);
   check('task state on disk is aborted', diskState()?.status === 'aborted', diskState()?.status);
+  const keptByAbort = diskState()?.keptAgentLines ?? [];
+  const keptLines = keptByAbort.find((k) => k.path === 'NOTES.md')?.lines ?? [];
+  const notesAfter = readFileSync(join(repo, 'NOTES.md'), 'utf8');
+  check('the abort keeps your edit and says exactly which agent lines stayed (keptAgentLines)', notesAfter.includes('AGENT two fixed by HUMAN') && JSON.stringify(keptLines.map((l) => l.text)) === '["AGENT one","AGENT three"]', `${JSON.stringify(keptByAbort)} ${notesAfter}`);
+  await showReinView();
+  const keptRows = keptLines.length ? await waitTree('the kept agent lines', (r) => r.some((x) => /^Agent lines the abort kept\s*2$/.test(x)) && keptLines.every((l) => r.some((x) => x.includes(l.text) && x.includes(`NOTES.md:${l.line}`)))).catch((e) => e.message) : 'no kept lines';
+  check('the Rein view lists the agent lines the abort kept, with file and line', Array.isArray(keptRows), Array.isArray(keptRows) ? '' : String(keptRows));
+  // The stop reason above names the kept lines too: the row is the one with file and line.
+  const keptRow = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: 'AGENT three' }).filter({ hasText: `NOTES.md:${keptLines[1]?.line}` }).first();
+  if (keptLines.length) {
+    await keptRow.click();
+    // The cursor was on the line you edited (5): it moves to the kept line.
+    let at = '';
+    await waitFor('NOTES.md open on the kept line', async () => {
+      const st = (await page.locator('#workbench\\.parts\\.statusbar').innerText()).replace(/\s+/g, ' ');
+      at = /Ln (\d+),/.exec(st)?.[1] ?? '';
+      return Number(at) === keptLines[1].line;
+    }, 10_000).catch(() => {});
+    check('clicking a kept line opens its file on that line', Number(at) === keptLines[1].line, `Ln ${at}, kept at ${keptLines[1].line}`);
+  }
   await shot('aborted');
+
+  await longTask();
 
   if (SHOT && midShot) {
     copyFileSync(midShot, SHOT);
   }
+}
+
+// 15. A long task: the extension declares experimental.rein.stateDeltas, so after the first
+// whole state it gets only what changed; at the end what it holds is the server's state
+// (`rein.state`, compared by the extension when Show State fetches it), and the view lists the
+// newest steps with the older ones in pages.
+const LONG = 400;
+async function longTask() {
+  const longPlan = {
+    steps: [
+      { plan: [{ text: 'Write the numbers', status: 'active' }, 'Read one back'], say: 'One number per step, into ten files.' },
+      ...Array.from({ length: LONG }, (_, i) => ({ write: { path: `nums/n${i % 10}.txt`, content: `${i}\n` }, item: 1, say: `Writing ${i}.` })),
+      { read: 'nums/n0.txt', item: 2, say: 'Reading one back.' },
+      { finish: `Wrote ${LONG} numbers.` },
+    ],
+  };
+  writeFileSync(join(repo, '.rein', 'plan.json'), JSON.stringify(longPlan, null, 2) + '\n');
+  const mark = existsSync(EXT_LOG) ? statSync(EXT_LOG).size : 0;
+  const logSince = () => (existsSync(EXT_LOG) ? readFileSync(EXT_LOG, 'utf8').slice(mark) : '');
+  const t0 = Date.now();
+  await palette('Rein: Start Task');
+  await answer('Rein: Start Task', 'a long task');
+  const done = await waitStatus(/Agent done/, 900_000).catch((e) => e.message);
+  check(`a long task (${LONG} steps) runs to its end`, /Agent done/.test(done), done);
+  console.log(`   (the long task took ${Math.round((Date.now() - t0) / 1000)}s)`);
+  const disk = diskState();
+  const total = (disk?.stepsOmitted ?? 0) + (disk?.steps ?? []).length;
+  // How the state came: logged by the extension when the task ended.
+  const ended = await waitFor('the counts of the long task in the extension log', () => /state: task \S+ done at version \d+ \(\d+ steps\): .*/.exec(logSince())?.[0], 15_000).catch((e) => e.message);
+  const m = /done at version (\d+) \((\d+) steps\): (\d+) deltas?, (\d+) whole states?, (\d+) gaps?, (\d+) stale/.exec(String(ended));
+  check('the long task reached the extension as deltas (one whole state at the start, no gap)', !!m && Number(m[3]) >= LONG && Number(m[4]) <= 2 && Number(m[5]) === 0 && Number(m[2]) === total, `${ended}; ${total} steps on disk`);
+  // Show State fetches rein.state; the extension compares it with what it holds first.
+  await palette('Rein: Show State');
+  const compared = await waitFor('the comparison with rein.state in the log', () => /state: (in step|OUT OF STEP|behind)[^\n]*/.exec(logSince())?.[0], 15_000).catch((e) => e.message);
+  check('at the end the state the extension holds is rein.state\'s (same version, every field and step)', new RegExp(`^state: in step with the server at version ${disk?.version} \\(${total} steps\\)$`).test(String(compared)), `${compared}; disk version ${disk?.version}, ${total} steps`);
+  // The view: the newest step first, the count, and the older steps in pages at the end.
+  await showReinView();
+  const top = await waitTree('the newest of the long task\'s steps', (r) => r.some((x) => new RegExp(`^Steps\\s*${total - 1}$`).test(x)) && r.some((x) => x.startsWith(`${total - 1}. `))).catch((e) => e.message);
+  check('the view lists the long task\'s newest step first, with the count', Array.isArray(top), Array.isArray(top) ? '' : String(top));
+  await page.locator('#workbench\\.parts\\.sidebar .monaco-list').first().focus();
+  await page.keyboard.press('End');
+  const earlier = await waitTree('Earlier steps at the end of the steps', (r) => r.some((x) => /^Earlier steps\s*\d+–\d+$/.test(x)), 15_000).catch((e) => e.message);
+  check('older steps are in pages under "Earlier steps"', Array.isArray(earlier), Array.isArray(earlier) ? '' : String(earlier));
+  if (Array.isArray(earlier)) {
+    await page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: 'Earlier steps' }).first().click();
+    const pages = await waitTree('a page of older steps', (r) => r.some((x) => /^Steps \d+–\d+\s*100$/.test(x)), 15_000).catch((e) => e.message);
+    check('"Earlier steps" opens on pages of 100 steps', Array.isArray(pages), Array.isArray(pages) ? '' : String(pages));
+  }
+  await shot('long-task');
 }
 
 const started = Date.now();
@@ -755,6 +1053,7 @@ try {
 } finally {
   await browser?.close().catch(() => {});
   await cs?.stop().catch(() => {});
+  rmSync(GO, { force: true });
   if (!process.env.KEEP) cleanup(dir);
   else console.log(`kept ${dir}`);
 }

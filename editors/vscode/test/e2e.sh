@@ -13,6 +13,7 @@ ROOT=$(git -C "$HERE" rev-parse --show-toplevel)
 export REIN_BIN=${REIN_BIN:-$ROOT/target/debug/rein}
 export ARTIFACTS=${ARTIFACTS:-$ROOT/tests/artifacts/vscode}
 export SCREENSHOT=${SCREENSHOT:-$ARTIFACTS/vscode.png}
+export TRANSCRIPT_SCREENSHOT=${TRANSCRIPT_SCREENSHOT:-$ARTIFACTS/vscode-transcript.png}
 cd "$HERE"
 
 fail() { echo "vscode-e2e: setup failed: $*" >&2; echo "vscode-e2e: 0 passed, 1 failed"; exit 1; }

@@ -14,8 +14,11 @@ export function git(cwd, ...args) {
   return execFileSync('git', args, { cwd, encoding: 'utf8' });
 }
 
-/** A git repository with a few files, a check script and a slow scripted plan. */
-export function makeRepo(reinBin, plan) {
+/**
+ * A git repository with a few files, a check script and a slow scripted plan; `files` are more
+ * files (path → content; a `.sh` is made executable), `settings` more workspace settings.
+ */
+export function makeRepo(reinBin, plan, { files = {}, settings = {} } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'rein-vscode-e2e-'));
   const repo = join(dir, 'repo');
   mkdirSync(join(repo, 'src'), { recursive: true });
@@ -26,6 +29,11 @@ export function makeRepo(reinBin, plan) {
   writeFileSync(join(repo, 'check.sh'), '#!/bin/sh\ngrep -q farewell src/farewell.py && echo checked\n');
   chmodSync(join(repo, 'check.sh'), 0o755);
   writeFileSync(join(repo, '.rein', 'plan.json'), JSON.stringify(plan, null, 2) + '\n');
+  for (const [rel, content] of Object.entries(files)) {
+    mkdirSync(join(repo, rel, '..'), { recursive: true });
+    writeFileSync(join(repo, rel), content);
+    if (rel.endsWith('.sh')) chmodSync(join(repo, rel), 0o755);
+  }
   writeFileSync(
     join(repo, '.vscode', 'settings.json'),
     JSON.stringify(
@@ -33,6 +41,7 @@ export function makeRepo(reinBin, plan) {
         'rein.serverPath': reinBin,
         'rein.agent': { kind: 'script', plan: '.rein/plan.json' },
         'rein.steer.onSave': true,
+        ...settings,
       },
       null,
       2,
@@ -88,6 +97,8 @@ export async function startCodeServer({ bin, vsix, folder, dataDir, logFile, ext
           'workbench.colorTheme': 'Default Dark Modern',
           'window.restoreWindows': 'none',
           'editor.minimap.enabled': false,
+          // The DOM renderer: the terminal's text is in the page for the test to read.
+          'terminal.integrated.gpuAcceleration': 'off',
           ...extra,
         },
         null,

@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import {
   TaskState,
+  Step,
   statusText,
   legalControls,
   checkpointChoices,
@@ -25,6 +26,17 @@ import {
   isActive,
   tooltipLines,
   sandboxLine,
+  planSummary,
+  planRow,
+  stepTooltip,
+  stepParts,
+  wrapRows,
+  latestWords,
+  stepPages,
+  exitText,
+  OutputFollower,
+  OutputChunk,
+  NO_PLAN_PROGRESS,
 } from '../src/model';
 
 function mk(over: Partial<TaskState> = {}): TaskState {
@@ -101,25 +113,28 @@ test('tooltip names control, plan progress, queued steers and held files', () =>
   const lines = tooltipLines(
     mk({
       plan: [{ text: 'a', status: 'done' }, { text: 'b', status: 'active' }, { text: 'c' }],
+      planProgress: true,
       constraints: [{ text: 'x', status: 'queued' }, { text: 'y', status: 'delivered', deliveredAtStep: 2 }],
       heldFiles: ['src/a.rs'],
     }),
   );
   assert.ok(lines.includes('Task: add a greeting'));
   assert.ok(lines.includes('Control: the agent — started'));
-  assert.ok(lines.includes('Plan: 1/3 done'));
+  assert.ok(lines.includes('Plan: 1/3 done — now: b'), lines.join('\n'));
+  const stale = tooltipLines(mk({ plan: [{ text: 'a', status: 'pending' }, { text: 'b', status: 'pending' }] }));
+  assert.ok(stale.includes('Plan: 2 items · no progress reported'), stale.join('\n'));
   assert.ok(lines.includes('Steers queued: 1'));
   assert.ok(lines.includes('You hold: src/a.rs'));
 });
 
 test('legal controls follow the status', () => {
   assert.deepEqual(legalControls(null), ['start']);
-  assert.deepEqual(legalControls(mk()), ['pause', 'steer', 'takeover', 'abort', 'state']);
-  assert.deepEqual(legalControls(mk({ status: 'paused' })), ['resume', 'steer', 'takeover', 'rewind', 'abort', 'state']);
-  assert.deepEqual(legalControls(mk({ status: 'awaiting_decision' })), ['decide', 'steer', 'takeover', 'abort', 'state']);
-  assert.deepEqual(legalControls(mk({ status: 'human', heldFiles: ['a'] })), ['handback', 'steer', 'release', 'rewind', 'abort', 'state']);
-  assert.deepEqual(legalControls(mk({ status: 'done' })), ['start', 'state']);
-  assert.deepEqual(legalControls(mk({ status: 'done', steps })), ['start', 'rewind', 'state']);
+  assert.deepEqual(legalControls(mk()), ['pause', 'steer', 'takeover', 'abort', 'transcript', 'state']);
+  assert.deepEqual(legalControls(mk({ status: 'paused' })), ['resume', 'steer', 'takeover', 'rewind', 'abort', 'transcript', 'state']);
+  assert.deepEqual(legalControls(mk({ status: 'awaiting_decision' })), ['decide', 'steer', 'takeover', 'abort', 'transcript', 'state']);
+  assert.deepEqual(legalControls(mk({ status: 'human', heldFiles: ['a'] })), ['handback', 'steer', 'release', 'rewind', 'abort', 'transcript', 'state']);
+  assert.deepEqual(legalControls(mk({ status: 'done' })), ['start', 'transcript', 'state']);
+  assert.deepEqual(legalControls(mk({ status: 'done', steps })), ['start', 'rewind', 'transcript', 'state']);
   assert.ok(!isActive(mk({ status: 'aborted' })));
   assert.ok(isActive(mk({ status: 'human' })));
 });
@@ -252,7 +267,7 @@ test('the sandbox shows in the tooltip, and an unconfined task in the status tex
   assert.equal(statusText(partial).tone, 'warning');
   assert.match(sandboxLine(partial.sandbox) ?? '', /ABI 3\) — NOT enforced here: network: TCP/);
   assert.doesNotMatch(statusText(confined).text, /partly/);
-  assert.match(statusText(null, true, { abi: 3, notEnforced: ['signals'] }).tooltip.join('\n'), /ABI 3 available — NOT enforced here: signals/);
+  assert.match(statusText(null, 'up', { abi: 3, notEnforced: ['signals'] }).tooltip.join('\n'), /ABI 3 available — NOT enforced here: signals/);
 });
 
 test('the steer prompt says what happens next in each state', () => {
@@ -272,4 +287,140 @@ test('answered decisions say who answered what', () => {
   assert.equal(answeredLabel({ ...base, choice: 'take over' }), 'you took over instead (`git tag v1`)');
   assert.equal(answeredLabel({ ...base, kind: 'question', detail: null, question: 'Which name?', options: [], choice: 'shout' }), 'you answered: shout');
   assert.equal(answeredLabel({ ...base, kind: 'merge_conflict', detail: null, path: 'a.rs', options: ['keep mine', "take agent's"], choice: 'keep mine' }), 'you chose "keep mine" (a.rs)');
+});
+
+const plan5 = [
+  { id: 'p1', text: 'Read the greeter', status: 'done' as const },
+  { id: 'p2', text: 'Adjust the greeting', status: 'done' as const },
+  { id: 'p3', text: 'Add a farewell', status: 'active' as const },
+  { id: 'p4', text: 'Document it', status: 'pending' as const },
+  { id: 'p5', text: 'Run the check', status: 'pending' as const, editedByHuman: true },
+];
+
+test('plan progress counts done items truly and names the one in progress', () => {
+  const s = planSummary(mk({ plan: plan5, planProgress: true }));
+  assert.equal(s.description, '2/5 done');
+  assert.equal(s.active?.text, 'Add a farewell');
+  const skipped = planSummary(mk({ plan: [...plan5.slice(0, 4), { ...plan5[4], status: 'skipped' }], planProgress: true }));
+  assert.equal(skipped.description, '2/4 done · 1 skipped');
+  assert.equal(planSummary(mk()).description, 'none yet');
+});
+
+test('without reported progress the plan says so instead of showing items pending', () => {
+  const stale = mk({ plan: plan5.map((p) => ({ ...p, status: 'pending' as const })), planProgress: false });
+  const s = planSummary(stale);
+  assert.equal(s.progress, false);
+  assert.equal(s.description, '5 items · no progress reported');
+  assert.equal(s.active, undefined);
+  const row = planRow(stale.plan![3], false);
+  assert.equal(row.description, '');
+  assert.notEqual(row.icon, 'circle-large-outline');
+  assert.match(row.tooltip, new RegExp(NO_PLAN_PROGRESS));
+  assert.doesNotMatch(row.tooltip, /pending/);
+  // A finished task's items are done, reported or not.
+  assert.equal(planSummary({ ...stale, status: 'done', plan: plan5.map((p) => ({ ...p, status: 'done' as const })) }).description, '5/5 done');
+});
+
+test('plan rows: status, the human\'s edits, priority', () => {
+  assert.deepEqual(planRow(plan5[2], true).description, 'in progress');
+  assert.equal(planRow(plan5[2], true).icon, 'arrow-right');
+  assert.equal(planRow(plan5[0], true).icon, 'pass');
+  assert.equal(planRow(plan5[3], true).description, '');
+  assert.equal(planRow(plan5[4], true).description, 'edited by you');
+  assert.match(planRow(plan5[4], true).tooltip, /You edited this item by hand/);
+  assert.equal(planRow({ text: 'x', status: 'pending', priority: 'high' }, true).description, 'high priority');
+});
+
+test('a step shows what the agent said, what it was told, and where its thought is', () => {
+  const refused = {
+    n: 4,
+    action: 'write .GIT/config',
+    author: 'agent' as const,
+    status: 'failed' as const,
+    checkpoint: 'abcdef123',
+    planItem: 'p3',
+    message: 'I will configure git.\nThen carry on.',
+    thought: 'maybe the config needs a user',
+    detail: 'path ".GIT/config" refused: it names the repository\'s .git directory',
+  };
+  const row = stepRow(refused);
+  assert.equal(row.label, '4. write .GIT/config');
+  assert.equal(row.description, 'failed: path ".GIT/config" refused: it names the repository\'s .git directory · abcdef1');
+  const tip = stepTooltip(refused, plan5);
+  assert.match(tip, /for plan item p3: Add a farewell/);
+  assert.match(tip, /The agent said:\nI will configure git\.\nThen carry on\./);
+  assert.match(tip, /What the agent was told:\npath "\.GIT\/config" refused: it names/);
+  assert.doesNotMatch(tip, /maybe the config/, 'the thought stays collapsed, out of the tooltip');
+  assert.deepEqual(stepParts(refused).map((p) => p.kind), ['message', 'thought', 'detail']);
+  assert.equal((stepParts(refused)[2] as { failed: boolean }).failed, true);
+  const ran = { n: 8, action: 'run ./test.sh', author: 'agent' as const, status: 'done' as const, checkpoint: 'c', detail: 'exit code 0', output: 'test 1 ok\n' };
+  const parts = stepParts(ran);
+  assert.deepEqual(parts.map((p) => p.kind), ['detail', 'output']);
+  assert.equal((parts[1] as { exit: string }).exit, 'exit code 0');
+  assert.match(stepTooltip(ran), /Click to see its output/);
+  const acp = { n: 3, action: 'edit a.rs', author: 'agent' as const, status: 'done' as const, tool: { id: 't1', kind: 'edit', locations: [{ path: 'a.rs', line: 4 }, { path: 'b.rs' }], diffs: [{ path: 'a.rs', added: 2, removed: 1 }] } };
+  assert.deepEqual(stepParts(acp), [
+    { kind: 'diff', path: 'a.rs', added: 2, removed: 1 },
+    { kind: 'location', path: 'b.rs', line: null },
+  ]);
+});
+
+test('latest words, wrapped rows, exits', () => {
+  const s = mk({
+    steps: [
+      { n: 1, action: 'read a', author: 'agent', status: 'done', message: 'first' },
+      { n: 2, action: 'your edits', author: 'human', status: 'done' },
+      { n: 3, action: 'read b', author: 'agent', status: 'done', message: 'second' },
+      { n: 4, action: 'read c', author: 'agent', status: 'done' },
+    ],
+  });
+  assert.equal(latestWords(s)?.n, 3);
+  assert.deepEqual(wrapRows('one two three four', 9), ['one two', 'three', 'four']);
+  assert.deepEqual(wrapRows('a\n\n  \nb'), ['a', 'b']);
+  assert.equal(exitText({ code: 0, signal: null }), 'exit 0');
+  assert.equal(exitText({ code: null, signal: 9 }), 'killed (signal 9)');
+});
+
+test('live output follows the running command: header, chunks, paused/resumed, exit', () => {
+  const f = new OutputFollower();
+  const c = (over: Partial<OutputChunk>): OutputChunk => ({ taskId: 't', id: '8-1', step: 8, command: './test.sh', terminal: null, seq: 1, chunk: '', skipped: 0, state: 'running', ...over });
+  let out = f.append(c({ seq: 1 }));
+  out += f.append(c({ seq: 2, chunk: 'test 1 ok\ntest 2' }));
+  out += f.append(c({ seq: 3, state: 'paused' }));
+  out += f.append(c({ seq: 4, state: 'running', chunk: ' ok\n' }));
+  out += f.append(c({ seq: 5, state: 'ended', exit: { code: 0, signal: null }, step: 8 }));
+  assert.equal(
+    out,
+    '── step 8 · ./test.sh ──\ntest 1 ok\ntest 2\n── paused: the command is frozen until the agent is resumed ──\n── resumed ──\n ok\n── exit 0 (step 8) ──\n',
+  );
+  // Another command, a terminal, skipped bytes; then the first one speaks again.
+  let more = f.append(c({ id: '9-1', step: 9, command: 'cargo test', terminal: 'term-1', chunk: 'x', skipped: 100 }));
+  more += f.append(c({ id: '10-1', step: 10, command: 'ls', chunk: 'a\n' }));
+  more += f.append(c({ id: '9-1', step: 9, command: 'cargo test', terminal: 'term-1', chunk: 'y\n', seq: 2 }));
+  assert.equal(
+    more,
+    '\n── step 9 · cargo test (terminal term-1) ──\n[… 100 bytes not shown …]\nx\n\n── step 10 · ls ──\na\n\n── step 9 · cargo test (terminal term-1) (continued) ──\ny\n',
+  );
+});
+
+test('a long task\'s steps in pages: the newest at once, the older pages stay put as steps are added', () => {
+  const steps = (k: number) => Array.from({ length: k }, (_, n) => ({ n, action: `a${n}`, author: 'agent', status: 'done' }) as Step);
+  assert.deepEqual(stepPages(steps(3), 100), { recent: steps(3).reverse(), earlier: [] });
+  assert.equal(stepPages(steps(200), 100).recent.length, 200);
+  const at201 = stepPages(steps(201), 100);
+  assert.deepEqual(at201.recent.map((s) => s.n).slice(0, 2), [200, 199]);
+  assert.equal(at201.recent.length, 101);
+  assert.deepEqual(at201.earlier, [{ start: 0, end: 100, first: 0, last: 99 }]);
+  // 10,000 steps: at most two pages redrawn, 98 pages of older ones, newest page first.
+  const big = stepPages(steps(10_000), 100);
+  assert.equal(big.recent.length, 200);
+  assert.equal(big.recent[0].n, 9999);
+  assert.equal(big.earlier.length, 98);
+  assert.deepEqual(big.earlier[0], { start: 9700, end: 9800, first: 9700, last: 9799 });
+  assert.deepEqual(big.earlier[97], { start: 0, end: 100, first: 0, last: 99 });
+  // One step more: the pages there were stay as they were, one more page comes first.
+  const more = stepPages(steps(10_001), 100);
+  assert.equal(more.recent.length, 101);
+  assert.deepEqual(more.earlier.slice(1), big.earlier);
+  assert.deepEqual(more.earlier[0], { start: 9800, end: 9900, first: 9800, last: 9899 });
 });
