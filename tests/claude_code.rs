@@ -815,3 +815,80 @@ fn l_web_tools_are_asked_about_and_a_deny_goes_on() {
         model.summary()
     );
 }
+
+// (m) a pause while an approved irreversible Bash command runs --------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn m_a_pause_during_an_approved_irreversible_bash_waits_for_its_end() {
+    // `./deploy.sh` is irreversible by the default policy ("looks like a deployment"). It
+    // waits for a file the test makes only after the pause was answered, then writes.
+    let script = "#!/bin/sh\nwhile [ ! -e \"$1\" ] && [ $((n += 1)) -lt 15000 ]; do sleep 0.02; done\n[ -e \"$1\" ] || exit 1\necho shipped > shipped.txt\n";
+    let dir = repo(&[("README.md", "hi\n"), ("deploy.sh", script)]);
+    let root = dir.path();
+    let mut perms = std::fs::metadata(root.join("deploy.sh"))
+        .unwrap()
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(root.join("deploy.sh"), perms).unwrap();
+    rein_e2e::git(root, &["commit", "-q", "-am", "executable"]);
+    let flags = tempfile::tempdir().expect("flag dir");
+    let go = flags.path().join("go");
+    let cmd = format!("./deploy.sh {}", go.display());
+    let model = Model::start(json!({"turns": [
+        {"blocks": [tool("Bash", json!({"command": cmd, "description": "deploy"}))]},
+        {"when": "[tool_result", "blocks": [text("Deployed.")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "deploy");
+    let s = lsp.wait_state("the decision", stopped);
+    assert_eq!(status(&s), "awaiting_decision", "{s:#}");
+    let id = s["decisions"][0]["id"].as_str().unwrap().to_owned();
+    assert!(
+        s["decisions"][0]["question"]
+            .as_str()
+            .is_some_and(|q| q.contains("runs to its end before any pause")),
+        "{:#}",
+        s["decisions"]
+    );
+    lsp.ok(
+        "rein.decide",
+        json!({"decisionId": id, "choice": "approve"}),
+    );
+    let rein = lsp.pid();
+    wait_for(&mut lsp, "Claude Code to run the command", |_| {
+        !command_procs(rein, "deploy.sh").is_empty()
+    });
+    let r = lsp.ok("rein.pause", json!({}));
+    assert_eq!(status(&r["state"]), "running", "{r:#}");
+    assert_eq!(r["state"]["queuedStop"]["intent"], "pause", "{r:#}");
+    assert!(
+        r["state"]["queuedStop"]["behind"]
+            .as_str()
+            .is_some_and(|b| b.starts_with("./deploy.sh")),
+        "{r:#}"
+    );
+    assert!(!root.join("shipped.txt").exists());
+    let mut ps = command_procs(rein, "deploy.sh");
+    ps.extend(harness_proc(rein, "claude-agent-acp"));
+    assert!(
+        ps.iter().all(|p| p.state != 'T'),
+        "nothing is stopped while the pause waits:{}",
+        show(&ps)
+    );
+    std::fs::write(&go, "").unwrap();
+    // Only a command that runs can write it.
+    let s = lsp.wait_state("the pause to land", |s| status(s) == "paused");
+    assert!(s["queuedStop"].is_null(), "{s:#}");
+    assert_eq!(read(root, "shipped.txt"), "shipped\n");
+    assert_eq!(
+        first_author_of(root, &s, "shipped.txt").as_deref(),
+        Some("agent"),
+        "{:#?}",
+        actions(&s)
+    );
+    lsp.ok("rein.resume", json!({}));
+    let s = wait_status(&mut lsp, "done");
+    assert!(s["humanChanges"]
+        .as_array()
+        .is_none_or(|h| h.iter().all(|c| c["path"] != "shipped.txt")));
+}

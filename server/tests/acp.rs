@@ -24,30 +24,6 @@ const STALE_WITH_NEW: &str =
 const FIXED_WITH_NEW: &str =
     "pub fn answer() -> u32 {\n    42\n}\n\npub fn double(x: u32) -> u32 {\n    x * 2\n}\n";
 
-/// The test agent, built by `cargo test` (which builds examples) next to the test binary.
-fn agent_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let debug = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test binary lives in target/<profile>/deps");
-    let bin = debug.join("examples").join("acp_test_agent");
-    let rebuild = "run the whole `cargo test` (it builds examples) or `cargo build --example acp_test_agent` first";
-    let built = std::fs::metadata(&bin)
-        .and_then(|m| m.modified())
-        .unwrap_or_else(|_| panic!("{} is missing: {rebuild}", bin.display()));
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/acp_test_agent.rs");
-    if let Ok(changed) = std::fs::metadata(&source).and_then(|m| m.modified()) {
-        // `cargo test --test acp` does not rebuild examples: refuse to test a stale agent.
-        assert!(
-            changed <= built,
-            "{} is older than its source: {rebuild}",
-            bin.display()
-        );
-    }
-    bin
-}
-
 /// A scenario file and its log, outside the repository (the engine would see them there).
 struct Scenario {
     _dir: tempfile::TempDir,
@@ -1883,4 +1859,312 @@ async fn pause_freezes_a_command_the_agent_runs_itself_and_resume_finishes_it_as
     run.call(Request::Resume).await;
     let s = run.until("done", |s| s.status == Status::Done).await;
     assert_agents_file(root, &s, "run make late.txt", "late.txt", "late\n");
+}
+
+/// Approves the open decision (the agent's command), then waits until the agent runs it;
+/// returns the pids of the agent and of the command's shell.
+async fn approve_and_run(run: &mut Run, sc: &Scenario) -> (i32, i32) {
+    let s = run
+        .until("the command's approval", |s| {
+            s.status == Status::AwaitingDecision
+        })
+        .await;
+    assert_eq!(s.decisions[0].kind, DecisionKind::ApproveCommand);
+    // The person is told when deciding that an irreversible one will not be interrupted.
+    let q = &s.decisions[0].question;
+    assert_eq!(
+        q.contains("once approved it runs to its end before any pause, abort or take over lands"),
+        q.contains("deploy.sh"),
+        "{q}"
+    );
+    run.call(Request::Decide {
+        decision_id: s.decisions[0].id.clone(),
+        choice: "approve".into(),
+    })
+    .await;
+    let running = sc.logged("running", 1).await;
+    let shell = running[0]["pid"].as_i64().expect("the command's pid") as i32;
+    (pid_of(&sc.of("start")[0]), shell)
+}
+
+/// Reads notices until a message containing `needle` (keeping the state up to date).
+async fn told(run: &mut Run, needle: &str) -> String {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), run.notices.recv()).await {
+            Ok(Some(Notice::State { state, .. })) => run.state = *state,
+            Ok(Some(Notice::Message { text, .. })) if text.to_string().contains(needle) => {
+                return text.to_string()
+            }
+            Ok(Some(_)) => {}
+            other => panic!("no message saying {needle:?}: {other:?}"),
+        }
+    }
+}
+
+/// The stop is answered at once as queued behind `./deploy.sh`, and the agent and the
+/// command it runs are not stopped.
+fn assert_queued(reply: &control::Reply, intent: &str, pids: &[i32]) {
+    let s = reply.state();
+    let q = s
+        .queued_stop
+        .as_ref()
+        .unwrap_or_else(|| panic!("the {intent} is queued: {:?} {:?}", s.status, s.stop_reason));
+    assert_eq!(q.intent, intent);
+    assert!(q.behind.starts_with("./deploy.sh"), "{q:?}");
+    for pid in pids {
+        assert_ne!(
+            proc_state(*pid),
+            Some('T'),
+            "process {pid} is never stopped while the {intent} waits"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_during_an_approved_irreversible_command_the_agent_runs_waits_for_its_end() {
+    let (dir, flags) = waiting_script("deploy.sh");
+    let root = dir.path();
+    let go = flags.path().join("go");
+    let sc = scenario(json!({
+        "turns": [[
+            {"run": {"command": format!("./deploy.sh {}", go.display()), "title": "deploy", "ask": true}},
+            {"say": "deployed"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let (agent, shell) = approve_and_run(&mut run, &sc).await;
+    let reply = run.call(Request::Pause).await;
+    // The command cannot have ended: it waits for the file the test has not made yet.
+    assert!(!root.join("shipped.txt").exists());
+    assert_queued(&reply, "pause", &[agent, shell]);
+    assert_eq!(reply.state().status, Status::Running);
+    let said = told(&mut run, "pause queued").await;
+    assert!(said.contains("./deploy.sh"), "{said}");
+    // As for a command Rein runs: a resume meanwhile is refused, the pause still lands.
+    assert!(run
+        .refused(Request::Resume)
+        .await
+        .contains("already running"));
+    assert!([agent, shell].iter().all(|p| proc_state(*p) != Some('T')));
+    std::fs::write(&go, "").expect("go");
+    // Only a command that runs can write it.
+    eventually("the command to finish", || {
+        root.join("shipped.txt").exists()
+    })
+    .await;
+    let s = run
+        .until("the pause to land", |s| s.status == Status::Paused)
+        .await;
+    assert_eq!(s.queued_stop, None);
+    assert_agents_file(root, &s, "run deploy", "shipped.txt", "shipped\n");
+    let ran = sc.logged("ran", 1).await;
+    assert_eq!(ran[0]["ok"], true, "it ran to its end: {ran:?}");
+    run.call(Request::Resume).await;
+    run.until("done", |s| s.status == Status::Done).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_during_an_approved_irreversible_command_the_agent_runs_lands_after_it() {
+    let (dir, flags) = waiting_script("deploy.sh");
+    let root = dir.path();
+    let go = flags.path().join("go");
+    let sc = scenario(json!({
+        "turns": [[
+            {"run": {"command": format!("./deploy.sh {}", go.display()), "title": "deploy", "ask": true}},
+            {"say": "deployed"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let (agent, shell) = approve_and_run(&mut run, &sc).await;
+    // A pause, then an abort while it waits: both queue and land in order.
+    let paused = run.call(Request::Pause).await;
+    assert_queued(&paused, "pause", &[agent, shell]);
+    let aborted = run
+        .call(Request::Abort {
+            keep_changes: false,
+        })
+        .await;
+    assert_queued(&aborted, "abort", &[agent, shell]);
+    assert!(!root.join("shipped.txt").exists());
+    std::fs::write(&go, "").expect("go");
+    let s = run
+        .until("the abort to land", |s| s.status == Status::Aborted)
+        .await;
+    assert_eq!(s.queued_stop, None);
+    let ran = sc.logged("ran", 1).await;
+    assert_eq!(ran[0]["ok"], true, "it ran to its end: {ran:?}");
+    // Its step is the agent's and done, before the abort; the abort takes the agent's
+    // changes in the tree back, that one too, and keeps them in the attempt.
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.action == "run deploy")
+        .unwrap_or_else(|| panic!("the command's step: {:#?}", s.steps));
+    assert_eq!(
+        (step.author, step.status),
+        (Author::Agent, StepStatus::Done)
+    );
+    assert!(!root.join("shipped.txt").exists(), "{:#?}", s.steps);
+    let attempt = format!("refs/rein/{}/aborted:shipped.txt", s.task.id);
+    assert_eq!(git(root, &["show", &attempt]), "shipped\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_over_during_an_approved_irreversible_command_the_agent_runs_lands_after_it() {
+    let (dir, flags) = waiting_script("deploy.sh");
+    let root = dir.path();
+    let go = flags.path().join("go");
+    let sc = scenario(json!({
+        "turns": [
+            [{"run": {"command": format!("./deploy.sh {}", go.display()), "title": "deploy", "ask": true}},
+             {"wait_cancel": true}],
+            [{"say": "done"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    let (agent, shell) = approve_and_run(&mut run, &sc).await;
+    let reply = run.call(Request::Takeover { reason: None }).await;
+    assert_queued(&reply, "take over", &[agent, shell]);
+    assert_eq!(reply.state().control.holder, rein::state::Holder::Agent);
+    std::fs::write(&go, "").expect("go");
+    let s = run
+        .until("the take over to land", |s| s.status == Status::Human)
+        .await;
+    assert_eq!(s.queued_stop, None);
+    assert_agents_file(root, &s, "run deploy", "shipped.txt", "shipped\n");
+    let ran = sc.logged("ran", 1).await;
+    assert_eq!(ran[0]["ok"], true, "it ran to its end: {ran:?}");
+    run.call(Request::Handback { note: None }).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(read(root, "shipped.txt"), "shipped\n");
+    assert!(s.human_changes.iter().all(|h| h.path != "shipped.txt"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_over_chosen_in_a_decision_waits_for_the_irreversible_command_too() {
+    let (dir, flags) = waiting_script("deploy.sh");
+    let root = dir.path();
+    write(root, "notes.txt", "mine\n");
+    let (go, next) = (flags.path().join("go"), flags.path().join("next"));
+    let wait = format!(
+        "while [ ! -e {0} ] && [ $((n += 1)) -lt 15000 ]; do sleep 0.02; done",
+        next.display()
+    );
+    let sc = scenario(json!({
+        "turns": [
+            [{"parallel": [
+                [{"run": {"command": format!("./deploy.sh {}", go.display()), "title": "deploy", "ask": true}}],
+                // While it runs, the agent asks to edit a file the person holds.
+                [{"run": {"command": wait, "title": "wait"}},
+                 {"permission": {"title": "Edit notes.txt", "kind": "edit", "paths": ["notes.txt"]}}]
+            ]}],
+            [{"say": "done"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    run.call(Request::Hold {
+        path: "notes.txt".into(),
+    })
+    .await;
+    let running = async {
+        let (agent, shell) = approve_and_run(&mut run, &sc).await;
+        std::fs::write(&next, "").expect("next");
+        (agent, shell)
+    };
+    let (agent, shell) = running.await;
+    let s = run
+        .until("the held file's decision", |s| {
+            s.decisions
+                .first()
+                .is_some_and(|d| d.kind == DecisionKind::HeldFile)
+        })
+        .await;
+    let reply = run
+        .call(Request::Decide {
+            decision_id: s.decisions[0].id.clone(),
+            choice: "take over".into(),
+        })
+        .await;
+    assert_queued(&reply, "take over", &[agent, shell]);
+    assert_eq!(reply.state().status, Status::AwaitingDecision);
+    // Rein is not reading the agent while the decision is open; the command's end still
+    // lets the take over land.
+    std::fs::write(&go, "").expect("go");
+    let s = run
+        .until("the take over to land", |s| s.status == Status::Human)
+        .await;
+    assert_eq!(s.queued_stop, None);
+    assert!(s.decisions.is_empty());
+    assert_agents_file(root, &s, "run deploy", "shipped.txt", "shipped\n");
+    let ran = sc.logged("ran", 2).await;
+    assert!(
+        ran.iter().all(|r| r["ok"] == true),
+        "both ran to their end: {ran:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_still_freezes_at_once_an_approved_command_that_is_not_irreversible() {
+    let (dir, flags) = waiting_script("build.sh");
+    let root = dir.path();
+    let go = flags.path().join("go");
+    let sc = scenario(json!({
+        "turns": [[
+            {"run": {"command": format!("./build.sh {}", go.display()), "title": "build", "ask": true}},
+            {"say": "built"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let (agent, shell) = approve_and_run(&mut run, &sc).await;
+    let s = run.call(Request::Pause).await.state().clone();
+    assert_eq!((s.status, s.queued_stop), (Status::Paused, None));
+    eventually("the agent and its command to stop", || {
+        [agent, shell].iter().all(|p| proc_state(*p) == Some('T'))
+    })
+    .await;
+    std::fs::write(&go, "").expect("go");
+    run.call(Request::Resume).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_agents_file(root, &s, "run build", "shipped.txt", "shipped\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_waits_for_the_irreversible_command_instead_of_cancelling_its_turn() {
+    // Without the steering extension a steer cancels the turn, and a harness ends what it
+    // runs on a cancel: the correction must wait for the command's end instead.
+    let (dir, flags) = waiting_script("deploy.sh");
+    let root = dir.path();
+    let go = flags.path().join("go");
+    let sc = scenario(json!({
+        "turns": [
+            [{"run": {"command": format!("./deploy.sh {}", go.display()), "title": "deploy", "ask": true}},
+             {"wait_cancel": true}],
+            [{"say": "done"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    let (agent, shell) = approve_and_run(&mut run, &sc).await;
+    run.call(steer("deploy to staging instead")).await;
+    // The steer is taken in by the agent's side at its next think; give it every chance to
+    // cancel before the command may end.
+    run.call(Request::State).await;
+    assert!(sc.of("cancel").is_empty(), "{:#?}", sc.events());
+    assert!([agent, shell].iter().all(|p| proc_state(*p) != Some('T')));
+    std::fs::write(&go, "").expect("go");
+    run.until("done", |s| s.status == Status::Done).await;
+    let ran = sc.logged("ran", 1).await;
+    assert_eq!(ran[0]["ok"], true, "it ran to its end: {ran:?}");
+    let events = sc.events();
+    let at = |e: &str| events.iter().position(|x| x["event"] == e);
+    assert!(
+        at("ran") < at("cancel"),
+        "the turn is cancelled only once the command ended: {events:#?}"
+    );
+    let prompts = sc.of("prompt");
+    assert!(
+        prompts[1]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("deploy to staging instead")),
+        "{prompts:#?}"
+    );
 }

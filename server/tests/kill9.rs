@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -99,5 +100,101 @@ async fn kill_9_mid_task_then_recover_resumes_as_paused_with_every_step() {
             "trial {trial}: every move made once more at most ({agent})"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_with_a_stop_queued_behind_an_agents_irreversible_command_recovers_paused_saying_so()
+{
+    let (dir, flags) = waiting_script("deploy.sh");
+    let root = dir.path();
+    let go = flags.path().join("go");
+    let _release = Release(go.clone());
+    let log = flags.path().join("log.jsonl");
+    let scenario = flags.path().join("scenario.json");
+    let deploy = format!("./deploy.sh {}", go.display());
+    std::fs::write(
+        &scenario,
+        json!({
+            "log": log,
+            "sessions": [
+                [[{"run": {"command": deploy, "title": "deploy", "ask": true}}, {"say": "deployed"}]],
+                [[{"say": "done"}]]
+            ]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let logged = |event: &str| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["event"] == event)
+            .collect()
+    };
+    let spec = json!({"kind": "acp", "command": [agent_bin(), scenario]});
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(["run", "--wait", "--agent", &spec.to_string()])
+        .arg(root)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let status = || control::load(root).ok().flatten();
+    eventually("the command's approval", || {
+        status().is_some_and(|s| s.status == Status::AwaitingDecision)
+    })
+    .await;
+    writeln!(stdin, "approve").unwrap();
+    eventually("the agent to run it", || !logged("running").is_empty()).await;
+    writeln!(stdin, "abort").unwrap();
+    eventually("the abort to be queued", || {
+        status().is_some_and(|s| s.queued_stop.is_some())
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (notify, notices) = channel();
+    let (handle, s) = control::recover(root, test_config(), notify)
+        .unwrap()
+        .expect("a task to recover");
+    assert_eq!((s.status, &s.queued_stop), (Status::Paused, &None));
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.starts_with("interrupted") && why.contains("abort was queued behind `./deploy.sh"),
+        "{why}"
+    );
+    let mut run = Run::new(handle, notices, s, root.to_owned());
+    run.call(Request::Resume).await;
+    run.until("done", |s| s.status == Status::Done).await;
+}
+
+/// Lets the command that waits for its path end (it may outlive Rein and its agent) and
+/// waits for it, also when the test fails.
+struct Release(std::path::PathBuf);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, "");
+        let flag = self.0.display().to_string();
+        let running = || {
+            std::fs::read_dir("/proc")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| {
+                    std::fs::read(e.path().join("cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&flag))
+                })
+        };
+        for _ in 0..3000 {
+            if !running() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }

@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 
 use super::{
     Agent, AgentError, Context, Intended, Interrupt, ItemStatus, Move, MoveFuture, Outcome,
-    PlanEntry, Proposal, Upcoming, Words,
+    PlanEntry, Proposal, ToolProgress, Upcoming, Words,
 };
 use crate::exec::SandboxMode;
 use link::{error, Event, Failure, Incoming, Quirks, Shared, TurnError};
@@ -124,6 +124,12 @@ pub struct AcpAgent {
     delivered: Vec<String>,
     /// The reconcile report of the current step as far as it was passed on.
     delivered_report: Option<String>,
+    /// Tool calls approved as irreversible that may still run (from the context): their turn
+    /// is not cancelled to pass on news, which waits until they end.
+    guarded: Vec<String>,
+    /// News is queued for the next prompt that would have cancelled the turn, had a guarded
+    /// tool not been running: the turn is cancelled once it is over.
+    news_held: bool,
 }
 
 struct Link {
@@ -319,6 +325,8 @@ impl AcpAgent {
             commands_to_end: false,
             delivered: Vec::new(),
             delivered_report: None,
+            guarded: Vec::new(),
+            news_held: false,
         })
     }
 
@@ -464,6 +472,11 @@ impl AcpAgent {
     /// steered into the running turn when the agent takes that, else queued for the next
     /// prompt (cancelling the running turn so it comes at once).
     fn take_news(&mut self, ctx: &Context) -> Result<(), AgentError> {
+        self.guarded = ctx.guarded.clone();
+        if self.news_held && self.turn.is_some() && !self.cancel_sent {
+            // The guarded tool may be over now: what waited for it goes out.
+            self.cancel_for_news()?;
+        }
         if ctx.new_constraints.is_empty() {
             self.delivered.clear();
         }
@@ -520,9 +533,26 @@ impl AcpAgent {
         self.queued.push(text);
         self.queued_constraints.extend(fresh);
         if running {
-            self.cancel_turn()?;
+            self.cancel_for_news()?;
         }
         Ok(())
+    }
+
+    /// Cancels the running turn so that queued news goes out with a new prompt at once,
+    /// unless an approved irreversible tool is running in it: cancelling would cut that
+    /// short (a harness ends its commands on `session/cancel`), so the news waits until the
+    /// tool is over.
+    fn cancel_for_news(&mut self) -> Result<(), AgentError> {
+        let guarded = self
+            .guarded
+            .iter()
+            .any(|id| self.tools.get(id).is_some_and(|t| !t.done));
+        if guarded {
+            self.news_held = true;
+            return Ok(());
+        }
+        self.news_held = false;
+        self.cancel_turn()
     }
 
     /// Cancels the running turn: its requests are refused from now on, and `session/cancel`
@@ -549,6 +579,7 @@ impl AcpAgent {
         self.introduced = true;
         self.queued.clear();
         self.queued_constraints.clear();
+        self.news_held = false;
         self.restarted = None;
         self.skip = 0;
         self.turns += 1;
@@ -653,7 +684,7 @@ impl AcpAgent {
                     // Not taken into the turn: it goes with the next prompt, at once.
                     self.queued.push(text);
                     if self.turn.is_some() && !self.cancel_sent {
-                        if let Err(e) = self.cancel_turn() {
+                        if let Err(e) = self.cancel_for_news() {
                             return Some(Err(e));
                         }
                     }
@@ -1305,6 +1336,20 @@ impl Agent for AcpAgent {
 
     fn acts_directly(&self) -> bool {
         true
+    }
+
+    fn tool_progress(&self, id: &str) -> ToolProgress {
+        let (Some(link), Some(turn)) = (&self.link, self.turn) else {
+            return ToolProgress::Cut;
+        };
+        match self.tools.get(id) {
+            Some(t) if t.done => ToolProgress::Reported,
+            Some(_) => {
+                let (shared, id) = (link.shared.clone(), id.to_owned());
+                ToolProgress::Running(Box::pin(async move { shared.ended(&id, turn).await }))
+            }
+            None => ToolProgress::Cut,
+        }
     }
 
     fn upcoming(&self) -> Upcoming {

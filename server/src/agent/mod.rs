@@ -312,6 +312,10 @@ pub struct Context {
     pub last_result: Option<Outcome>,
     /// The task's terminals, for an agent to read the ones it started.
     pub terminals: crate::exec::Terminals,
+    /// The agent's own tool calls approved as irreversible that have not ended (their ids):
+    /// nothing may cut their turn short meanwhile, so news for the agent waits (see
+    /// `Agent::tool_progress`).
+    pub guarded: Vec<String>,
 }
 
 /// The outcome of a move, as the agent sees it.
@@ -375,6 +379,18 @@ pub enum Interrupt {
 /// Stops an agent's processes where they are; see `Agent::freezer`.
 pub type Freezer = Box<dyn Fn() + Send + Sync>;
 
+/// Where one of an agent's own tool calls is; see `Agent::tool_progress`.
+pub enum ToolProgress {
+    /// Still running, as far as the agent has read. The future resolves once its end has
+    /// arrived from the agent but is not yet taken: `true` when the tool reported it, `false`
+    /// when its turn or its process ended first.
+    Running(Pin<Box<dyn Future<Output = bool> + Send>>),
+    /// It reported its end (completed or failed).
+    Reported,
+    /// Its turn or its process ended without it reporting one, or the agent never knew it.
+    Cut,
+}
+
 /// A boxed future, so agents stay object-safe.
 pub type MoveFuture<'a> = Pin<Box<dyn Future<Output = Result<Proposal, AgentError>> + Send + 'a>>;
 
@@ -413,6 +429,12 @@ pub trait Agent: Send {
     /// (for a handover).
     fn upcoming(&self) -> Upcoming {
         Upcoming::default()
+    }
+
+    /// Where the agent's own tool call `id` is: an ACP agent runs an approved command in its
+    /// own process, so only the agent can say when it is over.
+    fn tool_progress(&self, _id: &str) -> ToolProgress {
+        ToolProgress::Cut
     }
 
     /// Whether the agent changes files with its own tools, not only through Rein's moves

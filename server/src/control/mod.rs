@@ -6,6 +6,7 @@
 //! Nothing else changes the task state: callers get snapshots through `Notice`s and replies.
 
 mod advice;
+mod gate;
 mod handover;
 mod moves;
 mod output;
@@ -411,6 +412,9 @@ struct Engine {
     extra: StepExtra,
     /// The version of the state the outside was last told of.
     told_version: u64,
+    /// The agent's own tool calls running commands approved as irreversible, and the stops
+    /// queued behind them.
+    gate: gate::Gate,
 }
 
 /// What a move leaves for its step's record beyond its outcome.
@@ -684,13 +688,22 @@ pub fn recover(
     let sandbox = Sandbox::new(&root)?;
     if matches!(s.status, Status::Running | Status::AwaitingDecision) {
         let last = s.steps.last().map_or(0, |st| st.n);
+        // A stop queued behind an approved irreversible command cannot land any more: the
+        // task is stopped anyway. Rein's own command was ended just above; one the agent ran
+        // in its own process may have outlived Rein and be running still, or have been cut by
+        // the agent's end. Either way the person is told to look before going on.
+        let queued = s.queued_stop.as_ref().map_or(String::new(), |q| {
+            format!(
+                " Your {} was queued behind `{}`, which had been approved and was still running: it may have been cut short, or (run by the agent itself) still be running; check what it did before you resume.",
+                q.intent, q.behind
+            )
+        });
         store.update(|st| {
             st.status = Status::Paused;
             st.decisions.clear();
-            // The command it waited for died with Rein; the task is stopped anyway.
             st.queued_stop = None;
             st.stop_reason = Some(format!(
-                "interrupted: Rein stopped while the task was {}; every step up to {last} is kept. Resume to continue.",
+                "interrupted: Rein stopped while the task was {}; every step up to {last} is kept. Resume to continue.{queued}",
                 s.status.as_str()
             ));
         })?;
@@ -957,6 +970,7 @@ impl Engine {
             said: Words::default(),
             extra: StepExtra::default(),
             told_version,
+            gate: gate::Gate::default(),
         }
     }
 
@@ -1097,6 +1111,7 @@ impl Engine {
                 self.ckpt.release();
                 self.remove_scratch();
             }
+            self.check_gate();
             while let Some(env) = self
                 .deferred
                 .pop_front()
@@ -1112,7 +1127,19 @@ impl Engine {
                 }
                 continue;
             }
-            match self.rx.recv().await {
+            // Not reading the agent (a decision is open): a gated command's end still lets
+            // the stops queued behind it land.
+            let next = match self.gate_arrival() {
+                Some(arrival) => tokio::select! {
+                    env = self.rx.recv() => env,
+                    (id, reported) = arrival => {
+                        self.tool_arrived(&id, reported);
+                        continue;
+                    }
+                },
+                None => self.rx.recv().await,
+            };
+            match next {
                 Some(env) => {
                     if self.dispatch(env, Phase::Idle) == Flow::Shutdown {
                         return;
@@ -1132,7 +1159,11 @@ impl Engine {
             return self.continue_pending(p).await;
         }
         self.boundary();
-        if self.state().status != Status::Running || self.ask_denied_terminals() {
+        // A stop the boundary let go of (a gated command's end it took) lands first.
+        if self.state().status != Status::Running
+            || !self.deferred.is_empty()
+            || self.ask_denied_terminals()
+        {
             return Flow::Continue;
         }
         let Some(mut agent) = self.agent.take() else {
@@ -1245,6 +1276,7 @@ impl Engine {
             reconcile: self.reconcile_note.clone(),
             last_result: self.last_result.clone(),
             terminals: self.terminals.clone(),
+            guarded: self.gate.ids(),
         }
     }
 

@@ -287,6 +287,11 @@ impl Engine {
             "read" | "search" | "think" | "edit" | "delete" | "move" => None,
             "execute" => match command.as_deref().map(|c| self.cfg.policy.classify(c)) {
                 Some(exec::Verdict::Run) => None,
+                // Said when asking: once approved, it runs to its end before any stop lands.
+                Some(exec::Verdict::Ask {
+                    reason,
+                    irreversible: true,
+                }) => Some(format!("{reason}, so once approved it runs to its end before any pause, abort or take over lands")),
                 Some(exec::Verdict::Ask { reason, .. }) => Some(reason),
                 None => Some("the command line is not known".to_owned()),
             },
@@ -494,8 +499,13 @@ impl Engine {
         // Nothing the agent asked waits on this outcome, while a request it made may still
         // wait on the last one (a terminal whose command changed files before it was answered).
         let answer = self.last_result.take();
+        let tool = self.said.tool.as_ref().map(|t| t.id.clone());
         let flow = self.complete(action, status, outcome, Touched::Anything);
         self.last_result = answer;
+        if let Some(id) = tool {
+            // Its end is its step now: stops queued behind it land next.
+            self.tool_ended(&id);
+        }
         for (path, lost, merged, theirs) in repairs {
             let (bytes, overlap) = match merged {
                 Merge::Clean(m) => (m, None),
@@ -972,6 +982,7 @@ impl Engine {
             (DecisionKind::ApproveCommand | DecisionKind::ProtectedLines, "approve")
                 if matches!(p.mv, Move::Permission { .. }) =>
             {
+                self.guard(&p.mv, &p.words);
                 self.complete(
                     action,
                     StepStatus::Done,
@@ -979,13 +990,15 @@ impl Engine {
                     Touched::Nothing,
                 )
             }
-            (DecisionKind::HeldFile, "release") if matches!(p.mv, Move::Permission { .. }) => self
-                .complete(
+            (DecisionKind::HeldFile, "release") if matches!(p.mv, Move::Permission { .. }) => {
+                self.guard(&p.mv, &p.words);
+                self.complete(
                     action,
                     StepStatus::Done,
                     ok("allowed: the human released the file"),
                     Touched::Nothing,
-                ),
+                )
+            }
             (DecisionKind::ApproveCommand, "approve") => match &p.mv {
                 Move::Run { cmd, timeout, .. } => {
                     let cmd = cmd.clone();

@@ -45,7 +45,7 @@ impl Request {
     }
 
     /// The stop this request asks for, in the person's words.
-    fn stop_intent(&self) -> Option<&'static str> {
+    pub(super) fn stop_intent(&self) -> Option<&'static str> {
         match self {
             Request::Pause => Some("pause"),
             Request::Abort { .. } => Some("abort"),
@@ -108,21 +108,7 @@ impl Engine {
             // An approved command finishes before any stop takes effect: the stop is queued
             // behind it and said so at once; it lands the moment the command ends.
             if let Some(intent) = req.stop_intent() {
-                let cmd = cmd.to_owned();
-                self.say(
-                    Level::Info,
-                    format!("{intent} queued: `{cmd}` was approved and runs to its end first; the {intent} lands the moment it ends"),
-                );
-                self.commit(|s| {
-                    s.queued_stop = Some(state::QueuedStop {
-                        intent: intent.to_owned(),
-                        behind: cmd,
-                        since: state::now(),
-                    });
-                });
-                if let Some(reply) = reply {
-                    let _ = reply.send(Ok(Reply::State(self.boxed_state())));
-                }
+                self.queue_stop(intent, cmd.to_owned(), reply, true);
                 self.deferred.push_back(Envelope { req, reply: None });
                 return Flow::Continue;
             }
@@ -143,6 +129,11 @@ impl Engine {
                 return self.dispatch(Envelope { req, reply }, phase);
             }
         }
+        // The same behind an approved irreversible command the agent runs itself.
+        let (req, reply) = match self.hold_stop(req, reply) {
+            Ok(()) => return Flow::Continue,
+            Err(given_back) => given_back,
+        };
         // A stop that was queued behind an approved command lands now; its reply went out
         // when it was queued, so a refusal (say, a decision came first) is told instead.
         let landing = match (req.stop_intent(), &self.state().queued_stop) {

@@ -262,3 +262,44 @@ pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
     }
     panic!("timed out waiting for {what}");
 }
+
+/// The test agent, built by `cargo test` (which builds examples) next to the test binary.
+pub fn agent_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let debug = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lives in target/<profile>/deps");
+    let bin = debug.join("examples").join("acp_test_agent");
+    let rebuild = "run the whole `cargo test` (it builds examples) or `cargo build --example acp_test_agent` first";
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| panic!("{} is missing: {rebuild}", bin.display()));
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/acp_test_agent.rs");
+    if let Ok(changed) = std::fs::metadata(&source).and_then(|m| m.modified()) {
+        // `cargo test --test acp` does not rebuild examples: refuse to test a stale agent.
+        assert!(
+            changed <= built,
+            "{} is older than its source: {rebuild}",
+            bin.display()
+        );
+    }
+    bin
+}
+
+/// A repository with an executable `NAME` that waits until the file its argument names
+/// exists (giving up after 15,000 looks, so a failed test leaves nothing running for long),
+/// then writes `shipped.txt`; and the directory (outside the tree) where the test
+/// creates that file, so the command ends exactly when the test says.
+pub fn waiting_script(name: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+    let script =
+        "#!/bin/sh\nwhile [ ! -e \"$1\" ] && [ $((n += 1)) -lt 15000 ]; do sleep 0.02; done\n[ -e \"$1\" ] || exit 1\necho shipped > shipped.txt\n";
+    let dir = repo(&[("a.txt", "a\n"), (name, script)]);
+    let path = dir.path().join(name);
+    let mut perms = std::fs::metadata(&path).expect("script").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&path, perms).expect("chmod");
+    git(dir.path(), &["add", "-A"]);
+    git(dir.path(), &["commit", "-q", "-m", "executable"]);
+    (dir, tempfile::tempdir().expect("flag dir"))
+}

@@ -14,8 +14,8 @@ use agent_client_protocol::v1::schema::{
     CreateTerminalRequest, CreateTerminalResponse, KillTerminalRequest, KillTerminalResponse,
     ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest, ReleaseTerminalResponse,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SessionId,
-    SessionNotification, StopReason, TerminalOutputRequest, TerminalOutputResponse,
-    WaitForTerminalExitRequest, WaitForTerminalExitResponse, WriteTextFileRequest,
+    SessionNotification, SessionUpdate, StopReason, TerminalOutputRequest, TerminalOutputResponse,
+    ToolCallStatus, WaitForTerminalExitRequest, WaitForTerminalExitResponse, WriteTextFileRequest,
     WriteTextFileResponse,
 };
 use agent_client_protocol::v1::Responder;
@@ -185,6 +185,20 @@ pub(super) struct TurnError {
     pub text: String,
 }
 
+/// Whether a session update reports the end (completed or failed) of tool call `id`.
+fn tool_end(n: &SessionNotification, id: &str) -> bool {
+    let (call, status) = match &n.update {
+        SessionUpdate::ToolCall(tc) => (&tc.tool_call_id, Some(tc.status)),
+        SessionUpdate::ToolCallUpdate(u) => (&u.tool_call_id, u.fields.status),
+        _ => return false,
+    };
+    call.0.as_ref() == id
+        && matches!(
+            status,
+            Some(ToolCallStatus::Completed | ToolCallStatus::Failed)
+        )
+}
+
 const STOPPED: &str = "cancelled: the person supervising you stopped this turn";
 
 #[derive(Default)]
@@ -204,6 +218,8 @@ struct Inbox {
 pub(super) struct Shared {
     inbox: Mutex<Inbox>,
     notify: Notify,
+    /// Woken (all waiters) whenever an event is queued, for `ended`.
+    queued: Notify,
     /// Signalled when a flush is done.
     flush_done: Condvar,
 }
@@ -218,6 +234,7 @@ impl Shared {
     pub(super) fn push(&self, ev: Event) {
         self.lock().events.push_back(ev);
         self.notify.notify_one();
+        self.queued.notify_waiters();
     }
 
     /// Queues a request from the agent, or refuses it at once while a turn is cancelled.
@@ -278,6 +295,26 @@ impl Shared {
         inbox.events.push_back(ev);
         drop(inbox);
         self.notify.notify_one();
+        self.queued.notify_waiters();
+    }
+
+    /// Waits, without taking anything, until the inbox holds the end of tool call `id`
+    /// (`true`), or of turn `turn` or of the process (`false`).
+    pub(super) async fn ended(&self, id: &str, turn: u64) -> bool {
+        loop {
+            // Made before looking, so an event queued after the look still wakes it.
+            let queued = self.queued.notified();
+            let found = self.lock().events.iter().find_map(|ev| match ev {
+                Event::Update(n) => tool_end(n, id).then_some(true),
+                Event::PromptDone { turn: t, .. } if *t == turn => Some(false),
+                Event::Exited { .. } | Event::Failed(_) => Some(false),
+                _ => None,
+            });
+            if let Some(reported) = found {
+                return reported;
+            }
+            queued.await;
+        }
     }
 
     /// Takes every queued session update out of the inbox (the rest keeps its order).
