@@ -412,6 +412,8 @@ struct Engine {
     extra: StepExtra,
     /// The version of the state the outside was last told of.
     told_version: u64,
+    /// The task ended and the memory it freed was given back (once: it is a walk of the heap).
+    released: bool,
     /// The agent's own tool calls running commands approved as irreversible, and the stops
     /// queued behind them.
     gate: gate::Gate,
@@ -597,8 +599,20 @@ pub fn start(
             ))
         });
         engine.run().await;
+        give_back_memory();
     });
     Ok((Handle { tx }, state))
+}
+
+/// Hands back to the kernel what a finished task freed. glibc keeps freed pages in its arenas
+/// (one per thread that allocated: the scan's threads, the runtime's workers), so without
+/// this a server's memory only grows with the tasks it ran.
+fn give_back_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointers; it only walks glibc's own free lists.
+    unsafe {
+        nix::libc::malloc_trim(0);
+    }
 }
 
 /// Opens the task's checkpoints, follows the tree, and records it as step 0 (the tree as the
@@ -722,7 +736,10 @@ pub fn recover(
         let reopening =
             tokio::task::spawn_blocking(move || reopen(root, store, sandbox, cfg, rx, notify));
         match reopening.await {
-            Ok(Ok(engine)) => engine.run().await,
+            Ok(Ok(engine)) => {
+                engine.run().await;
+                give_back_memory();
+            }
             Ok(Err(e)) => {
                 let why = format!("cannot reopen this repository's Rein task: {e}");
                 tracing::error!("{why}");
@@ -970,6 +987,7 @@ impl Engine {
             said: Words::default(),
             extra: StepExtra::default(),
             told_version,
+            released: false,
             gate: gate::Gate::default(),
         }
     }
@@ -1109,6 +1127,10 @@ impl Engine {
                 // Nothing will step again: give back the kernel's watches, the private
                 // index (memory and disk) and the commands' scratch dir.
                 self.ckpt.release();
+                if !self.released {
+                    self.released = true;
+                    give_back_memory();
+                }
                 self.remove_scratch();
             }
             self.check_gate();
