@@ -9,7 +9,6 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -17,8 +16,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::client::{self, result_of, Client, PATIENCE};
-use super::lsp::{init_and_commit, Pct};
-use super::{git_env, ms, BenchRepo};
+use super::lsp::{git, init_and_commit, Pct};
+use super::{ms, BenchRepo};
 
 /// The longest a stop sent during an approved irreversible command may take to be answered.
 const QUEUED_TARGET_MS: f64 = 10.0;
@@ -368,24 +367,6 @@ fn leftover(rein: &Path, scratch: &Path, files: usize) -> Result<LeftRow> {
         objects,
         objects_bytes,
     })
-}
-
-fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .envs(git_env())
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running git {}", args.join(" ")))?;
-    if !out.status.success() {
-        bail!(
-            "git {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The bytes of the files under `dir`.

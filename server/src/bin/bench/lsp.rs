@@ -329,22 +329,28 @@ pub fn init_and_commit(dir: &Path) -> Result<()> {
         &["add", "-A"],
         &["commit", "-q", "--no-verify", "-m", "bench: initial"],
     ] {
-        let out = Command::new("git")
-            .current_dir(dir)
-            .args(args)
-            .envs(git_env())
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("running git {}", args.join(" ")))?;
-        if !out.status.success() {
-            bail!(
-                "git {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
+        git(dir, args)?;
     }
     Ok(())
+}
+
+/// Runs git in `dir` with the bench's environment; its stdout, or its stderr as the error.
+pub fn git(dir: &Path, args: &[&str]) -> Result<String> {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .envs(git_env())
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running git {}", args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Starts a task with this scripted agent; returns its id.
