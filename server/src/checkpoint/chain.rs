@@ -34,6 +34,7 @@ pub(super) fn commit_message(task_id: &str, meta: &SnapshotMeta<'_>) -> String {
 
 impl Checkpoints {
     pub(super) fn commit_tree(&mut self, tree_id: Oid, meta: SnapshotMeta<'_>) -> Result<Snapshot> {
+        self.writable()?;
         let tip = self.tip_commit()?;
         if let Some(tip) = &tip {
             if tip.tree_id() == tree_id {
@@ -100,6 +101,7 @@ impl Checkpoints {
 
     /// Points `refs/rein/<task>/<name>` (e.g. "aborted") at `commit`, replacing any old value.
     pub fn set_ref(&self, name: &str, commit: &str) -> Result<()> {
+        self.writable()?;
         let full = self.checked_ref_name(name)?;
         let id = self.find_commit(commit)?.id();
         self.repo

@@ -46,6 +46,7 @@ impl Checkpoints {
         checkpoint: &str,
         overlay: &Overlay,
     ) -> Result<Vec<FileChange>> {
+        self.writable()?;
         for path in overlay.keys() {
             validate_rel_path(path)?;
         }

@@ -83,6 +83,10 @@ impl Checkpoints {
     /// `.git/index`, its scans full ones.
     pub fn release(&mut self) {
         self.live = None;
+        if self.read_only {
+            // The private index is the running engine's, not this reader's.
+            return;
+        }
         let attached = self
             .repo
             .index()
@@ -123,6 +127,7 @@ impl Checkpoints {
     /// Loads the private index (seeding it from `.git/index` when missing or corrupt) and makes
     /// it the index of `self.repo`, so that `.git/index` is never loaded for writing.
     pub(super) fn attach_private_index(&self) -> Result<()> {
+        self.writable()?;
         let mut index = load_private_index(&self.repo, &self.index_path)?;
         // A seed taken mid-merge carries conflict stages, which would block write_tree; the
         // working-tree scan re-adds those paths from disk.

@@ -163,6 +163,9 @@ pub enum CheckpointError {
     /// The commit exists but is not a checkpoint of this task.
     #[error("commit {0} is not a Rein checkpoint of this task")]
     NotACheckpoint(String),
+    /// The chain was opened with [`Checkpoints::open_read_only`], which never writes.
+    #[error("the checkpoints of this task were opened read-only")]
+    ReadOnly,
     /// A tracked directory became a repository of its own, which only a full scan records
     /// the way git would; the watched scan gives way to it.
     #[error("{} became a repository of its own", .0.display())]
@@ -195,6 +198,17 @@ pub struct Checkpoints {
     live: Option<Live>,
     /// The in-memory index holds stat data newer than its file (watched scans skip the write).
     index_unsaved: bool,
+    /// Opened by [`Checkpoints::open_read_only`]: nothing is written, not even the private index.
+    read_only: bool,
+}
+
+/// The commit `spec` names, for the base of a chain.
+fn resolve_base(repo: &Repository, base: Option<&str>) -> Result<Option<Oid>> {
+    base.map(|spec| -> Result<Oid> {
+        let object = repo.revparse_single(spec).map_err(|e| unknown(e, spec))?;
+        Ok(object.peel_to_commit().map_err(|e| unknown(e, spec))?.id())
+    })
+    .transpose()
 }
 
 /// The user's HEAD commit, or `None` when HEAD is unborn.
@@ -282,12 +296,7 @@ impl Checkpoints {
         // each one's header again (strict creation) was 7% of a snapshot's time.
         git2::opts::strict_object_creation(false);
         let repo = open_repo(workdir)?;
-        let base = base
-            .map(|spec| -> Result<Oid> {
-                let object = repo.revparse_single(spec).map_err(|e| unknown(e, spec))?;
-                Ok(object.peel_to_commit().map_err(|e| unknown(e, spec))?.id())
-            })
-            .transpose()?;
+        let base = resolve_base(&repo, base)?;
         let dir = repo.path().join("rein").join("tasks").join(task_id);
         fs::create_dir_all(&dir).map_err(|source| CheckpointError::Io {
             context: format!("creating {}", dir.display()),
@@ -311,9 +320,40 @@ impl Checkpoints {
             index_path,
             live: None,
             index_unsaved: false,
+            read_only: false,
         };
         this.attach_private_index()?;
         Ok(this)
+    }
+
+    /// Opens the checkpoint chain of task `task_id` only to read it (`rein log`, a transcript):
+    /// while an engine runs the task, this must not reseed its private index, clear its locks or
+    /// create its directory. Every method that would write fails with
+    /// [`CheckpointError::ReadOnly`]; [`Checkpoints::watch`] declines.
+    pub fn open_read_only(workdir: &Path, task_id: &str, base: Option<&str>) -> Result<Self> {
+        validate_task_id(task_id)?;
+        let repo = open_repo(workdir)?;
+        let base = resolve_base(&repo, base)?;
+        let index_path = repo.path().join("rein/tasks").join(task_id).join("index");
+        // An index of its own in memory, so not even `.git/index` is loaded through this repo.
+        repo.set_index(&mut git2::Index::new()?)?;
+        Ok(Checkpoints {
+            repo,
+            task_id: task_id.to_owned(),
+            base,
+            index_path,
+            live: None,
+            index_unsaved: false,
+            read_only: true,
+        })
+    }
+
+    /// Fails with [`CheckpointError::ReadOnly`] when the chain was opened read-only.
+    fn writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(CheckpointError::ReadOnly);
+        }
+        Ok(())
     }
 
     /// The working tree's root.
@@ -397,5 +437,68 @@ mod tests {
     fn checkpoints_can_move_between_threads() {
         fn assert_send<T: Send>() {}
         assert_send::<Checkpoints>();
+    }
+
+    #[test]
+    fn read_only_opens_never_write_the_engines_files() {
+        let repo = new_repo();
+        let dir = repo.path();
+        write(dir, "a", b"1\n");
+        let base = commit_all(dir, "base");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
+        let first = cps.snapshot(meta(0, "start")).expect("snapshot");
+        write(dir, "a", b"2\n");
+        let second = cps.snapshot(meta(1, "edit")).expect("snapshot");
+
+        // What a running engine holds and a reader must leave alone, made awkward on purpose:
+        // an index libgit2 cannot read (a writer would reseed it) and locks (a writer clears them).
+        let tasks = git_dir(dir).expect("git dir").join("rein/tasks");
+        let private = tasks.join("t/index");
+        fs::write(&private, b"DIRC mid-write").expect("index");
+        fs::write(private.with_extension("lock"), b"").expect("lock");
+        let ref_lock = dir.join(".git/refs/rein/t/checkpoints.lock");
+        fs::write(&ref_lock, b"").expect("ref lock");
+        let user = user_state(dir);
+
+        let mut reader = Checkpoints::open_read_only(dir, "t", Some(&base)).expect("read-only");
+        let steps: Vec<u32> = reader
+            .list()
+            .expect("list")
+            .iter()
+            .map(|c| c.step)
+            .collect();
+        assert_eq!(steps, [1, 0]);
+        assert_eq!(reader.resolve("step:1").expect("resolve"), second.id);
+        assert_eq!(reader.diff(&first.id, &second.id).expect("diff").len(), 1);
+        assert_eq!(
+            reader.file_at(&second.id, "a").expect("file_at"),
+            Some(b"2\n".to_vec())
+        );
+        assert!(!reader.watch());
+        for refused in [
+            reader.snapshot(meta(2, "no")).err(),
+            reader.snapshot_paths(meta(2, "no"), &["a".into()]).err(),
+            reader.snapshot_content(meta(2, "no"), "a", b"x").err(),
+            reader.diff_worktree(&second.id, &Overlay::new()).err(),
+            reader.set_ref("aborted", &second.id).err(),
+        ] {
+            assert!(
+                matches!(refused, Some(CheckpointError::ReadOnly)),
+                "{refused:?}"
+            );
+        }
+        reader.release();
+        drop(reader);
+        // A task that has no directory yet gets none from a reader.
+        let other = Checkpoints::open_read_only(dir, "other", None).expect("read-only");
+        assert!(other.list().expect("list").is_empty());
+        drop(other);
+
+        assert_eq!(fs::read(&private).expect("index"), b"DIRC mid-write");
+        assert!(private.with_extension("lock").exists());
+        assert!(ref_lock.exists());
+        assert!(!tasks.join("other").exists());
+        assert_eq!(user_state(dir), user);
+        assert_eq!(cps.tip().expect("tip"), Some(second.id));
     }
 }

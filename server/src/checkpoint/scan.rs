@@ -86,6 +86,7 @@ impl Checkpoints {
     ///
     /// The first checkpoint of a chain is always created, even when it equals the base.
     pub fn snapshot(&mut self, meta: SnapshotMeta<'_>) -> Result<Snapshot> {
+        self.writable()?;
         let tree_id = self.refresh()?;
         self.commit_tree(tree_id, meta)
     }
@@ -96,6 +97,9 @@ impl Checkpoints {
     pub fn watch(&mut self) -> bool {
         if self.live.is_some() {
             return true;
+        }
+        if self.read_only {
+            return false;
         }
         match self.new_watcher() {
             Ok(watcher) => {

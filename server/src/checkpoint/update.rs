@@ -74,6 +74,7 @@ impl Checkpoints {
     /// change, for the next full snapshot to record under its own author). Ignored paths are
     /// left out, as a full snapshot would.
     pub fn snapshot_paths(&mut self, meta: SnapshotMeta<'_>, paths: &[String]) -> Result<Snapshot> {
+        self.writable()?;
         for p in paths {
             validate_rel_path(p)?;
         }
@@ -118,6 +119,7 @@ impl Checkpoints {
         path: &str,
         content: &[u8],
     ) -> Result<Snapshot> {
+        self.writable()?;
         validate_rel_path(path)?;
         let tree_id = {
             let tip = self.tip_tree()?;
