@@ -835,7 +835,8 @@ pub fn log(workdir: &Path) -> Result<Vec<CheckpointInfo>, ControlError> {
         ));
     };
     let root = checkpoint::workdir_root(workdir)?;
-    let ckpt = Checkpoints::open(&root, &s.task.id, s.task.base.as_deref())?;
+    // An engine may be running this task: a reader must not touch its private index.
+    let ckpt = Checkpoints::open_read_only(&root, &s.task.id, s.task.base.as_deref())?;
     Ok(ckpt.list()?)
 }
 

@@ -212,7 +212,8 @@ pub fn transcript(workdir: &Path, since: usize) -> Result<Transcript, ControlErr
     };
     let store = StateStore::open(&git_dir, &id)?;
     let s = store.state();
-    let ckpt = Checkpoints::open(&root, &s.task.id, s.task.base.as_deref())?;
+    // An engine may be running this task: a reader must not touch its private index.
+    let ckpt = Checkpoints::open_read_only(&root, &s.task.id, s.task.base.as_deref())?;
     let lines = store.read_journal()?;
     Ok(build(s, &lines, since, |n| step_files(&ckpt, s, n)))
 }

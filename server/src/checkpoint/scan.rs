@@ -1,0 +1,732 @@
+//! Scans of the working tree into a tree: full stat-driven ones through the private index, and
+//! watched ones that look only at the paths the kernel reported changed.
+//!
+//! Owns the watcher's state ([`Live`]) and when a scan must be full. Must never trust the
+//! watcher after it may have lost events, nor write anything but objects and the private index.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use git2::{Delta, DiffOptions, ErrorCode, Index, Oid, Repository};
+
+use crate::watch::{Drained, Watcher};
+
+use super::index::remove_if_exists;
+use super::objects::{bytes_path, path_bytes};
+use super::update::apply;
+use super::walk::{is_repository, Hasher};
+use super::{Checkpoints, Result, Snapshot, SnapshotMeta};
+
+/// The working tree followed through change notifications.
+pub(super) struct Live {
+    pub(super) watcher: Watcher,
+    /// The working tree's tree as of the last scan (what the private index would write); None
+    /// until a full scan after the watcher started.
+    pub(super) tree: Option<Oid>,
+    /// Submodules in `tree`: their HEAD moves without an event in this tree.
+    pub(super) gitlinks: Vec<PathBuf>,
+    /// Paths drained from the watcher but not yet applied to `tree` (a diff against `tree`
+    /// read them without writing objects).
+    pub(super) pending: BTreeSet<PathBuf>,
+    /// No attribute, `core.autocrlf` or `core.filemode` setting changes what git stores for a
+    /// file, so its bytes on disk are its blob: a diff may hash in memory.
+    pub(super) plain: bool,
+}
+
+/// Whether the watcher should follow directory `rel`: not a repository of its own, and not
+/// ignored unless files in it are tracked.
+pub(super) fn follows(repo: &Repository, index: &Index, workdir: &Path, rel: &Path) -> bool {
+    if is_repository(&workdir.join(rel)) {
+        return false;
+    }
+    if !repo.is_path_ignored(rel).unwrap_or(false) {
+        return true;
+    }
+    let mut prefix = path_bytes(rel).to_vec();
+    prefix.push(b'/');
+    index.find_prefix(prefix).is_ok()
+}
+
+/// Whether git stores every file's bytes as they are on disk: no attributes (which may ask
+/// for end-of-line conversion or `ident`), no `core.autocrlf`, modes and links taken as they
+/// are. Then a file can be hashed in memory and match what the index would write.
+pub(super) fn plain_content(repo: &Repository, index: &Index) -> bool {
+    let Ok(config) = repo.config() else {
+        return false;
+    };
+    let flag = |key: &str, default: bool| match config.get_entry(key) {
+        Ok(_) => config.get_bool(key).unwrap_or(!default),
+        Err(_) => default,
+    };
+    let autocrlf_off = match config.get_string("core.autocrlf") {
+        Ok(v) => v.eq_ignore_ascii_case("false"),
+        Err(_) => true,
+    };
+    autocrlf_off
+        && flag("core.filemode", true)
+        && flag("core.symlinks", true)
+        && config.get_entry("core.attributesfile").is_err()
+        && !repo.path().join("info/attributes").exists()
+        && !index
+            .iter()
+            .any(|e| e.path == b".gitattributes" || e.path.ends_with(b"/.gitattributes"))
+}
+
+/// Submodule paths in `index`.
+pub(super) fn gitlinks(index: &Index) -> Vec<PathBuf> {
+    index
+        .iter()
+        .filter(|e| e.mode == 0o160000)
+        .map(|e| bytes_path(&e.path))
+        .collect()
+}
+
+impl Checkpoints {
+    /// Records the working tree as a new checkpoint, unless it equals the current tip.
+    ///
+    /// The first checkpoint of a chain is always created, even when it equals the base.
+    pub fn snapshot(&mut self, meta: SnapshotMeta<'_>) -> Result<Snapshot> {
+        self.writable()?;
+        let tree_id = self.refresh()?;
+        self.commit_tree(tree_id, meta)
+    }
+
+    /// Follows the working tree through file change notifications from now on, so that later
+    /// snapshots and diffs look only at what changed. Returns false (and logs why) when the
+    /// platform or the kernel's watch limit does not allow it; scans then stay full.
+    pub fn watch(&mut self) -> bool {
+        if self.live.is_some() {
+            return true;
+        }
+        if self.read_only {
+            return false;
+        }
+        match self.new_watcher() {
+            Ok(watcher) => {
+                tracing::debug!(directories = watcher.watched(), "watching the working tree");
+                self.live = Some(Live {
+                    watcher,
+                    tree: None,
+                    gitlinks: Vec::new(),
+                    pending: BTreeSet::new(),
+                    plain: false,
+                });
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "not watching the working tree; every scan will be a full one");
+                false
+            }
+        }
+    }
+
+    /// Moves the watcher's queued paths into `Live::pending`; false when events were lost
+    /// (the watcher is restarted and the next scan is full).
+    pub(super) fn drain_into_pending(&mut self) -> Result<bool> {
+        let index = self.private_index()?;
+        let workdir = self.workdir().to_path_buf();
+        let Some(live) = self.live.as_mut() else {
+            return Ok(false);
+        };
+        let follow = |rel: &Path| follows(&self.repo, &index, &workdir, rel);
+        match live.watcher.drain(&follow) {
+            Drained::Paths(paths) => {
+                live.pending.extend(paths);
+                Ok(true)
+            }
+            Drained::Lost(why) => {
+                tracing::info!(%why, "file change events may be lost; scanning the whole tree");
+                live.tree = None;
+                live.pending.clear();
+                match Watcher::new(&workdir, &follow) {
+                    Ok(watcher) => live.watcher = watcher,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot watch the working tree again; every scan will be a full one");
+                        self.live = None;
+                    }
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    /// Brings the private index up to date with the working tree and returns its tree id:
+    /// from the watcher's paths when it has them, else by a full scan.
+    pub(super) fn refresh(&mut self) -> Result<Oid> {
+        if self.live.is_some() {
+            match self.refresh_watched() {
+                Ok(Some(tree)) => return Ok(tree),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::info!(error = %e, "a watched scan failed; scanning the whole tree")
+                }
+            }
+        }
+        let tree = self.refresh_full()?;
+        if self.live.is_some() {
+            let index = self.repo.index()?;
+            let plain = plain_content(&self.repo, &index);
+            let gitlinks = gitlinks(&index);
+            if let Some(live) = &mut self.live {
+                live.tree = Some(tree);
+                live.gitlinks = gitlinks;
+                live.plain = plain;
+                live.pending.clear();
+            }
+        }
+        Ok(tree)
+    }
+
+    /// The tree brought up to date from the paths the watcher reported, or None when a full
+    /// scan is needed (the first one, or events were lost: the watcher is then restarted
+    /// first, so nothing between it and the scan goes unseen).
+    pub(super) fn refresh_watched(&mut self) -> Result<Option<Oid>> {
+        if !self.drain_into_pending()? {
+            return Ok(None);
+        }
+        let Some(live) = self.live.as_mut() else {
+            return Ok(None);
+        };
+        let Some(base) = live.tree else {
+            live.pending.clear();
+            return Ok(None);
+        };
+        let paths = crate::watch::outermost(std::mem::take(&mut live.pending));
+        let gitlinks = live.gitlinks.clone();
+        let mut index = self.private_index()?;
+        let base = self.repo.find_tree(base)?;
+        let mut updates = Vec::new();
+        for p in &paths {
+            self.updates_for(&mut Hasher::Index(&mut index), &base, p, &mut updates)?;
+        }
+        for g in gitlinks
+            .iter()
+            .filter(|g| !paths.iter().any(|p| g.starts_with(p)))
+        {
+            self.updates_for(&mut Hasher::Index(&mut index), &base, g, &mut updates)?;
+        }
+        if updates.is_empty() {
+            return Ok(Some(base.id()));
+        }
+        self.index_unsaved = true;
+        let tree = apply(&self.repo, &base, &updates)?;
+        if let Some(live) = &mut self.live {
+            live.tree = Some(tree);
+        }
+        Ok(Some(tree))
+    }
+
+    /// One stat-driven scan of the whole working tree: only files whose stat data changed are
+    /// hashed, and files found unchanged get their stat data refreshed so they are not hashed
+    /// again next time.
+    pub(super) fn refresh_full(&mut self) -> Result<Oid> {
+        let mut index = self.private_index()?;
+        if let Err(e) = index.read(false) {
+            tracing::warn!(error = %e, "private index unreadable; rebuilding it");
+            remove_if_exists(&self.index_path);
+            self.attach_private_index()?;
+            index = self.private_index()?;
+        }
+        let deltas = match self.workdir_deltas(&index, true) {
+            Ok(deltas) => deltas,
+            // Refreshing stat data writes the index; if that write fails, the scan is still
+            // worth having without it.
+            Err(e) => {
+                tracing::warn!(error = %e, "could not refresh the private index stat cache");
+                self.workdir_deltas(&index, false)?
+            }
+        };
+        let changed = !deltas.is_empty() || self.index_unsaved;
+        for (path, exists) in deltas {
+            if exists {
+                match index.add_path(&path) {
+                    Ok(()) => {}
+                    // Deleted between the scan and the add.
+                    Err(e) if e.code() == ErrorCode::NotFound => index.remove_path(&path)?,
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                index.remove_path(&path)?;
+            }
+        }
+        // Rewriting (and checksumming) a 50k-entry index when nothing changed costs more than
+        // the scan saves; the stat cache refreshed in memory is simply kept for next time.
+        if !changed {
+            return Ok(index.write_tree()?);
+        }
+        self.save_index(&mut index);
+        Ok(index.write_tree()?)
+    }
+
+    pub(super) fn new_watcher(&self) -> std::result::Result<Watcher, crate::watch::WatchError> {
+        let index = self.repo.index().ok();
+        let workdir = self.workdir();
+        let follow = |rel: &Path| match &index {
+            Some(index) => follows(&self.repo, index, workdir, rel),
+            None => true,
+        };
+        Watcher::new(workdir, &follow)
+    }
+
+    pub(super) fn workdir_deltas(
+        &self,
+        index: &Index,
+        update_index: bool,
+    ) -> Result<Vec<(PathBuf, bool)>> {
+        let mut opts = DiffOptions::new();
+        opts.include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .include_typechange(true)
+            .update_index(update_index);
+        let diff = self
+            .repo
+            .diff_index_to_workdir(Some(index), Some(&mut opts))?;
+        Ok(diff
+            .deltas()
+            .filter_map(|d| {
+                let new = d.new_file();
+                // An untracked nested repository comes as one "dir/" entry. Git would record
+                // it as a gitlink, which carries none of its files, and fails outright when
+                // it has no commit yet; leaving it out keeps snapshots working.
+                if d.status() == Delta::Untracked && new.path_bytes()?.ends_with(b"/") {
+                    return None;
+                }
+                let path = new.path().or_else(|| d.old_file().path())?;
+                Some((path.to_path_buf(), new.exists()))
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::testutil::*;
+    use crate::checkpoint::*;
+    use std::fs;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::path::Path;
+
+    use git2::Index;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn snapshot_tree_matches_git_and_leaves_user_state_alone() {
+        let repo = new_repo();
+        let dir = repo.path();
+        populate(dir);
+        let base = commit_all(dir, "base");
+        // Make the user's index differ from both HEAD and the working tree.
+        write(dir, "a.txt", b"alpha staged\n");
+        git(dir, &["add", "a.txt"]);
+        write(dir, "a.txt", b"alpha on disk\n");
+        fs::remove_file(dir.join("dir/sub/b.txt")).expect("rm");
+        fs::rename(dir.join("bin.dat"), dir.join("bin2.dat")).expect("mv");
+        write(dir, "new dir/n.txt", b"untracked\n");
+        write(dir, "dir/sub/deep.log", b"ignored by root rule\n");
+        let before = user_state(dir);
+
+        let mut cps = open(dir, "t1", Some(&base)).expect("open");
+        let snap = cps.snapshot(meta(1, "edit")).expect("snapshot");
+
+        assert!(snap.created);
+        assert_eq!(tree_of(dir, &snap.id), git_worktree_tree(dir));
+        assert_eq!(user_state(dir), before);
+        assert!(!dir.join(".git/index.lock").exists());
+        assert!(git_dir(dir)
+            .expect("git dir")
+            .join("rein/tasks/t1/index")
+            .is_file());
+        for ignored in ["x.log", "build/out.o", "dir/secret.txt", "dir/sub/deep.log"] {
+            assert_eq!(cps.file_at(&snap.id, ignored).expect("file_at"), None);
+        }
+        assert_eq!(
+            cps.file_at(&snap.id, "a.txt").expect("file_at"),
+            Some(b"alpha on disk\n".to_vec())
+        );
+        assert_eq!(
+            cps.file_at(&snap.id, "dir/sub/b.txt").expect("file_at"),
+            None
+        );
+        assert_eq!(
+            cps.mode_at(&snap.id, "run.sh").expect("mode"),
+            Some(EntryMode::Executable)
+        );
+        assert_eq!(
+            cps.mode_at(&snap.id, "link").expect("mode"),
+            Some(EntryMode::Symlink)
+        );
+        assert_eq!(
+            cps.file_at(&snap.id, "link").expect("file_at"),
+            Some(b"a.txt".to_vec())
+        );
+        assert_eq!(
+            cps.mode_at(&snap.id, "a.txt").expect("mode"),
+            Some(EntryMode::Regular)
+        );
+    }
+
+    #[test]
+    fn user_git_use_between_snapshots_keeps_working() {
+        let repo = new_repo();
+        let dir = repo.path();
+        write(dir, "a", b"1\n");
+        write(dir, "b", b"1\n");
+        let base = commit_all(dir, "base");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
+        let mut step = 0;
+        let mut check = |cps: &mut Checkpoints| {
+            let before = user_state(dir);
+            step += 1;
+            let snap = cps.snapshot(meta(step, "check")).expect("snapshot");
+            assert_eq!(tree_of(dir, &snap.id), git_worktree_tree(dir));
+            assert_eq!(user_state(dir), before);
+        };
+
+        write(dir, "a", b"2\n");
+        check(&mut cps);
+        commit_all(dir, "user commit");
+        check(&mut cps);
+        git(dir, &["checkout", "-q", "-b", "side"]);
+        write(dir, "b", b"side\n");
+        commit_all(dir, "side commit");
+        check(&mut cps);
+        git(dir, &["checkout", "-q", "main"]);
+        check(&mut cps);
+        write(dir, "a", b"3\n");
+        write(dir, "c", b"new\n");
+        git(dir, &["add", "c"]);
+        check(&mut cps);
+        git(dir, &["stash", "-q"]);
+        check(&mut cps);
+        git(dir, &["stash", "pop", "-q"]);
+        check(&mut cps);
+        commit_all(dir, "main commit");
+        git(dir, &["checkout", "-q", "side"]);
+        git(dir, &["rebase", "-q", "main"]);
+        check(&mut cps);
+        // Eight snapshots, but the first user commit left the working tree as it was.
+        assert_eq!(cps.list().expect("list").len(), 7);
+    }
+
+    /// Rewrites `path` in place with same-length content and puts its mtime back, so its stat
+    /// data (with `core.trustctime=false`) is unchanged: a file hashed again would show the new
+    /// content, a file trusted from the stat cache keeps the old one.
+    fn rewrite_behind_stat_cache(path: &Path, content: &[u8]) {
+        let mtime = fs::metadata(path).expect("stat").modified().expect("mtime");
+        assert_eq!(
+            fs::metadata(path).expect("stat").len(),
+            content.len() as u64
+        );
+        fs::write(path, content).expect("rewrite");
+        fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .expect("open")
+            .set_modified(mtime)
+            .expect("set mtime");
+    }
+
+    #[test]
+    fn large_repo_snapshots_hash_only_changed_files() {
+        let repo = new_repo();
+        let dir = repo.path();
+        git(dir, &["config", "core.trustctime", "false"]);
+        // Far in the past, so no entry is "racily clean" and stat data is trusted.
+        let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
+        for i in 0..2000 {
+            let rel = format!("d{}/f{i:04}.txt", i % 20);
+            write(dir, &rel, format!("file {i:04}\n").as_bytes());
+            fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join(&rel))
+                .expect("open")
+                .set_modified(old)
+                .expect("set mtime");
+        }
+        let base = commit_all(dir, "base");
+
+        // The first snapshot seeds from .git/index, whose stat data vouches for this file.
+        rewrite_behind_stat_cache(&dir.join("d1/f0001.txt"), b"FOOL 0001\n");
+        let mut cps = Checkpoints::open(dir, "big", Some(&base)).expect("open");
+        let first = cps.snapshot(meta(0, "start")).expect("snapshot");
+        assert!(first.created);
+        assert_eq!(tree_of(dir, &first.id), tree_of(dir, &base));
+
+        write(dir, "d2/f0002.txt", b"changed 0002\n");
+        rewrite_behind_stat_cache(&dir.join("d3/f0003.txt"), b"FOOL 0003\n");
+        let second = cps.snapshot(meta(1, "edit")).expect("snapshot");
+        assert!(second.created);
+        let changes = cps.diff(&first.id, &second.id).expect("diff");
+        assert_eq!(
+            changes,
+            [FileChange {
+                path: "d2/f0002.txt".into(),
+                raw_path: None,
+                kind: ChangeKind::Modified,
+                before: Some(b"file 0002\n".to_vec()),
+                after: Some(b"changed 0002\n".to_vec()),
+            }]
+        );
+
+        // A new instance picks up the stat cache the last one saved.
+        drop(cps);
+        rewrite_behind_stat_cache(&dir.join("d4/f0004.txt"), b"FOOL 0004\n");
+        let mut cps = Checkpoints::open(dir, "big", Some(&base)).expect("reopen");
+        let third = cps.snapshot(meta(2, "nothing")).expect("snapshot");
+        assert_eq!(third.id, second.id);
+        assert!(!third.created);
+
+        let private = Index::open(&git_dir(dir).expect("git dir").join("rein/tasks/big/index"))
+            .expect("private index");
+        assert_eq!(private.len(), 2000);
+        let entry = private
+            .get_path(Path::new("d5/f0005.txt"), 0)
+            .expect("entry");
+        assert_eq!(i64::from(entry.mtime.seconds()), 1_600_000_000);
+    }
+
+    #[test]
+    fn same_size_rewrites_right_after_a_snapshot_are_seen() {
+        let repo = new_repo();
+        let dir = repo.path();
+        write(dir, "f", b"v00");
+        let base = commit_all(dir, "base");
+        let mut cps = Checkpoints::open(dir, "t", Some(&base)).expect("open");
+        // Same size, same second as the index write: only racy-git handling can tell.
+        for i in 1..40 {
+            let content = format!("v{i:02}");
+            write(dir, "f", content.as_bytes());
+            let snap = cps.snapshot(meta(i, "rewrite")).expect("snapshot");
+            assert!(snap.created, "iteration {i}");
+            assert_eq!(
+                cps.file_at(&snap.id, "f").expect("read"),
+                Some(content.into_bytes())
+            );
+        }
+    }
+
+    /// What the property test below does to a working tree between two snapshots.
+    #[derive(Debug, Clone)]
+    enum TreeOp {
+        Write(usize, u8),
+        Remove(usize),
+        Chmod(usize),
+        Symlink(usize, usize),
+        Rename(usize, usize),
+        Ignore(bool),
+    }
+
+    /// Paths the operations pick from: files and directories that overlap, an ignored pattern,
+    /// an ignored directory with a tracked file, spaces and non-ASCII.
+    const POOL: [&str; 12] = [
+        "a/x",
+        "a/y",
+        "a/b/x",
+        "a/b/z.log",
+        "c/x",
+        "c",
+        "a/b",
+        "top",
+        "build/out",
+        "build/keep.txt",
+        "d e/ü",
+        "link",
+    ];
+
+    fn tree_op() -> impl proptest::strategy::Strategy<Value = TreeOp> {
+        use proptest::prelude::*;
+        let i = 0..POOL.len();
+        prop_oneof![
+
+            4 => (i.clone(), 0u8..4).prop_map(|(p, c)| TreeOp::Write(p, c)),
+            2 => i.clone().prop_map(TreeOp::Remove),
+            1 => i.clone().prop_map(TreeOp::Chmod),
+            1 => (i.clone(), i.clone()).prop_map(|(p, t)| TreeOp::Symlink(p, t)),
+            2 => (i.clone(), i).prop_map(|(f, t)| TreeOp::Rename(f, t)),
+            1 => proptest::bool::ANY.prop_map(TreeOp::Ignore),
+        ]
+    }
+    /// Removes whatever is at `path`, file, link or directory.
+    fn clear(path: &Path) {
+        match fs::symlink_metadata(path) {
+            Ok(m) if m.is_dir() => fs::remove_dir_all(path).expect("rm -r"),
+            Ok(_) => fs::remove_file(path).expect("rm"),
+            Err(_) => {}
+        }
+    }
+
+    /// Makes the parents of `rel` directories, clearing files or links in the way.
+    fn make_parents(dir: &Path, rel: &str) {
+        let mut at = dir.to_path_buf();
+        let parent = Path::new(rel).parent().expect("relative path");
+        for c in parent.components() {
+            at.push(c);
+            if !fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
+                clear(&at);
+                fs::create_dir(&at).expect("mkdir");
+            }
+        }
+    }
+
+    fn run_op(dir: &Path, op: &TreeOp) {
+        match op {
+            TreeOp::Write(p, c) => {
+                make_parents(dir, POOL[*p]);
+                let path = dir.join(POOL[*p]);
+                if fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file()) {
+                    clear(&path);
+                }
+                let content = match c {
+                    0 => b"one\n".to_vec(),
+                    1 => b"two\n".to_vec(),
+                    2 => vec![0u8, 159, 146, 150],
+                    _ => "line\r\n".repeat(200).into_bytes(),
+                };
+                fs::write(path, content).expect("write");
+            }
+            TreeOp::Remove(p) => clear(&dir.join(POOL[*p])),
+            TreeOp::Chmod(p) => {
+                let path = dir.join(POOL[*p]);
+                if let Ok(m) = fs::symlink_metadata(&path) {
+                    if m.is_file() {
+                        let mode = if m.permissions().mode() & 0o100 == 0 {
+                            0o755
+                        } else {
+                            0o644
+                        };
+                        fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+                            .expect("chmod");
+                    }
+                }
+            }
+            TreeOp::Symlink(p, t) => {
+                make_parents(dir, POOL[*p]);
+                let path = dir.join(POOL[*p]);
+                clear(&path);
+                symlink(POOL[*t], path).expect("symlink");
+            }
+            TreeOp::Rename(f, t) => {
+                let (from, to) = (dir.join(POOL[*f]), dir.join(POOL[*t]));
+                if f == t || to.starts_with(&from) || fs::symlink_metadata(&from).is_err() {
+                    return;
+                }
+                if from.starts_with(&to) {
+                    return;
+                }
+                make_parents(dir, POOL[*t]);
+                if fs::symlink_metadata(&from).is_err() {
+                    return;
+                }
+                clear(&to);
+                fs::rename(from, to).expect("rename");
+            }
+            TreeOp::Ignore(more) => {
+                let rules = if *more {
+                    "*.log\nbuild/\nc/\n"
+                } else {
+                    "*.log\nbuild/\n"
+                };
+                fs::write(dir.join(".gitignore"), rules).expect("write .gitignore");
+            }
+        }
+    }
+
+    /// The tree `git add -A` makes of the working tree into an index of its own that started
+    /// as a copy of the user's and lives on between calls, as Rein's private index does (so a
+    /// file tracked despite an ignore rule stays tracked until it is deleted).
+    fn git_tree_from_user_index(dir: &Path, scratch: &Path) -> String {
+        let index = scratch.join("index");
+        if !index.exists() {
+            fs::copy(dir.join(".git/index"), &index).expect("copy index");
+        }
+        let env = [("GIT_INDEX_FILE", index.as_path())];
+        git_env(dir, &env, &["add", "-A"]);
+        git_env(dir, &env, &["write-tree"]).trim().to_owned()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: std::env::var("REIN_CHECKPOINT_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48),
+            max_shrink_iters: 100,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Watched snapshots (only the paths the kernel reported) build exactly the tree git
+        /// builds from the whole working tree, through any mix of file and directory changes;
+        /// and snapshots that only take some paths never take anything else.
+        #[test]
+        fn watched_snapshots_equal_full_scans(
+            rounds in proptest::collection::vec(proptest::collection::vec(tree_op(), 1..6), 1..6),
+            partial in proptest::collection::vec(0..POOL.len(), 0..3),
+        ) {
+            let repo = new_repo();
+            let dir = repo.path();
+            let scratch = tempfile::tempdir().expect("tempdir");
+            fs::write(dir.join(".gitignore"), "*.log\nbuild/\n").expect("write");
+            for f in ["a/x", "a/b/x", "c/x", "top", "d e/ü"] {
+                write(dir, f, f.as_bytes());
+            }
+            write(dir, "build/keep.txt", b"kept\n");
+            git(dir, &["add", "-A"]);
+            git(dir, &["add", "-f", "build/keep.txt"]);
+            git(dir, &["commit", "-q", "-m", "base"]);
+            let base = git(dir, &["rev-parse", "HEAD"]).trim().to_owned();
+            let mut cps = open(dir, "t", Some(&base)).expect("open");
+            cps.snapshot(meta(0, "start")).expect("snapshot");
+            for (n, ops) in rounds.iter().enumerate() {
+                for op in ops {
+                    run_op(dir, op);
+                }
+                let step = n as u32 + 1;
+                // Some rounds first take a few paths on their own, as an agent step would.
+                if n % 2 == 1 {
+                    let before = cps.tip().expect("tip").expect("begun");
+                    let paths: Vec<String> = partial.iter().map(|i| POOL[*i].to_owned()).collect();
+                    let snap = cps.snapshot_paths(meta(step, "paths"), &paths).expect("paths");
+                    for c in cps.diff(&before, &snap.id).expect("diff") {
+                        proptest::prop_assert!(
+                            paths.iter().any(|p| c.path == *p
+                                || c.path.starts_with(&format!("{p}/"))
+                                || p.starts_with(&format!("{}/", c.path))),
+                            "snapshot_paths({paths:?}) took {}", c.path
+                        );
+                    }
+                }
+                let prev = cps.tip().expect("tip").expect("begun");
+                // Read before the snapshot (in memory where it can), compared with the diff of
+                // the snapshot after it.
+                let before_scan = cps.diff_worktree(&prev, &Overlay::new()).expect("diff_worktree");
+                let snap = cps.snapshot(meta(step, "round")).expect("snapshot");
+                let after_scan = cps.diff(&prev, &snap.id).expect("diff");
+                proptest::prop_assert_eq!(&before_scan, &after_scan);
+                // The tree walk that skips equal subtrees reports what git itself reports.
+                let ours: Vec<String> = cps
+                    .diff(&prev, &snap.id)
+                    .expect("diff")
+                    .iter()
+                    .map(|c| format!("{:?} {}", c.kind, c.path))
+                    .collect();
+                let theirs: Vec<String> = git(dir, &["-c", "core.quotePath=false", "diff-tree", "-r", "--no-renames", "--name-status", &prev, &snap.id])
+                    .lines()
+                    .map(|l| {
+                        let (status, path) = l.split_once('\t').expect("status\tpath");
+                        let kind = match status {
+                            "A" => ChangeKind::Added,
+                            "D" => ChangeKind::Deleted,
+                            _ => ChangeKind::Modified,
+                        };
+                        format!("{kind:?} {path}")
+                    })
+                    .collect();
+                proptest::prop_assert_eq!(ours, theirs);
+                proptest::prop_assert_eq!(
+                    tree_of(dir, &snap.id),
+                    git_tree_from_user_index(dir, scratch.path()),
+                    "after round {} ({:?})", n, ops
+                );
+                proptest::prop_assert!(cps.diff_worktree(&snap.id, &Overlay::new()).expect("diff").is_empty());
+            }
+        }
+    }
+}

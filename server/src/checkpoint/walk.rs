@@ -1,0 +1,344 @@
+//! What a path on disk (a file, a directory, or a path now gone) changes in a base tree, by the
+//! rules of a full scan: ignored files out unless tracked, nested repositories out, submodules
+//! at their HEAD.
+//!
+//! Must never follow a symlink (a path reached through one is not in the tree), nor descend
+//! into a new ignored directory or a repository of its own.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use git2::{ErrorCode, FileMode, Index, ObjectType, Oid, Tree, TreeWalkMode, TreeWalkResult};
+
+use super::objects::{bytes_path, file_mode};
+use super::update::Update;
+use super::{CheckpointError, Checkpoints, Result};
+
+/// How [`Checkpoints::updates_for`] learns what a file's entry would be.
+pub(super) enum Hasher<'a> {
+    /// Through the private index: the file is hashed into the object store (with git's
+    /// filters) and its stat data kept.
+    Index(&'a mut Index),
+    /// Its bytes hashed in memory, nothing written: only where `Live::plain` holds.
+    Memory,
+}
+
+impl Hasher<'_> {
+    fn forget(&mut self, rel: &Path, dir: bool) -> Result<()> {
+        if let Hasher::Index(index) = self {
+            if dir {
+                index.remove_dir(rel, 0)?;
+            } else {
+                index.remove_path(rel)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The entry `rel` would have; None when it vanished meanwhile.
+    fn entry(
+        &mut self,
+        full: &Path,
+        rel: &Path,
+        meta: &fs::Metadata,
+    ) -> Result<Option<(Oid, FileMode)>> {
+        match self {
+            Hasher::Index(index) => {
+                match index.add_path(rel) {
+                    Ok(()) => {}
+                    Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
+                    Err(e) => return Err(e.into()),
+                }
+                Ok(index
+                    .get_path(rel, 0)
+                    .map(|e| (e.id, file_mode(e.mode as i32))))
+            }
+            Hasher::Memory => {
+                let (bytes, mode) = match disk_content(full, meta) {
+                    Ok(found) => found,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                    Err(source) => {
+                        return Err(CheckpointError::Io {
+                            context: format!("reading {}", full.display()),
+                            source,
+                        })
+                    }
+                };
+                Ok(Some((Oid::hash_object(ObjectType::Blob, &bytes)?, mode)))
+            }
+        }
+    }
+}
+
+/// Whether `dir` holds a repository of its own (a nested repository or a submodule).
+pub(super) fn is_repository(dir: &Path) -> bool {
+    fs::symlink_metadata(dir.join(".git")).is_ok()
+}
+
+/// Whether every directory on the way to `rel` is a real directory, not a symlink: a path
+/// reached through a link is not in the tree, whatever it points at.
+pub(super) fn inside(workdir: &Path, rel: &Path) -> bool {
+    let mut dir = workdir.to_path_buf();
+    let Some(parent) = rel.parent() else {
+        return true;
+    };
+    parent.components().all(|c| {
+        dir.push(c);
+        fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir())
+    })
+}
+
+/// A file's bytes as git would store them when `plain_content` holds, and its mode.
+pub(super) fn disk_content(full: &Path, meta: &fs::Metadata) -> io::Result<(Vec<u8>, FileMode)> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    if meta.file_type().is_symlink() {
+        let target = fs::read_link(full)?;
+        return Ok((target.as_os_str().as_bytes().to_vec(), FileMode::Link));
+    }
+    let mode = if meta.permissions().mode() & 0o100 != 0 {
+        FileMode::BlobExecutable
+    } else {
+        FileMode::Blob
+    };
+    Ok((fs::read(full)?, mode))
+}
+
+impl Checkpoints {
+    /// What `rel` (a file, a directory or a path now gone) changes in `base`, read from disk;
+    /// the private index is updated along the way (it hashes the files and keeps their stat
+    /// data). Follows the rules of a full scan: ignored files are left out unless `base` has
+    /// them, nested repositories are left out, submodules are recorded at their HEAD.
+    pub(super) fn updates_for(
+        &self,
+        hasher: &mut Hasher<'_>,
+        base: &Tree<'_>,
+        rel: &Path,
+        out: &mut Vec<Update>,
+    ) -> Result<()> {
+        let workdir = self.workdir();
+        let in_base = base.get_path(rel).ok();
+        let base_kind = in_base.as_ref().and_then(|e| e.kind());
+        let meta = if inside(workdir, rel) {
+            fs::symlink_metadata(workdir.join(rel)).ok()
+        } else {
+            None
+        };
+        let Some(meta) = meta else {
+            if in_base.is_some() {
+                out.push(Update::Remove(rel.to_path_buf()));
+                hasher.forget(rel, base_kind == Some(ObjectType::Tree))?;
+            }
+            return Ok(());
+        };
+        if in_base.is_none() {
+            // Where `base` has a file on the way (it became a directory since), that file goes.
+            for a in rel.ancestors().skip(1) {
+                if base
+                    .get_path(a)
+                    .is_ok_and(|e| e.kind() != Some(ObjectType::Tree))
+                {
+                    hasher.forget(a, false)?;
+                    out.push(Update::Remove(a.to_path_buf()));
+                }
+            }
+        }
+        if meta.is_dir() && !is_repository(&workdir.join(rel)) {
+            if in_base.is_none() && self.repo.is_path_ignored(rel)? {
+                // A new ignored directory (build output, dependencies): nothing in it counts,
+                // and it may hold many thousands of files.
+                return Ok(());
+            }
+            if in_base.is_some() && base_kind != Some(ObjectType::Tree) {
+                // A file (or link) became a directory.
+                hasher.forget(rel, false)?;
+                out.push(Update::Remove(rel.to_path_buf()));
+            }
+            let mut seen = BTreeSet::new();
+            self.walk_dir(hasher, base, rel, &mut seen, out)?;
+            if base_kind == Some(ObjectType::Tree) {
+                let subtree = self
+                    .repo
+                    .find_tree(in_base.as_ref().expect("kind is Some").id())?;
+                let mut gone = Vec::new();
+                subtree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+                    if entry.kind() != Some(ObjectType::Tree) {
+                        let path = rel.join(dir).join(bytes_path(entry.name_bytes()));
+                        if !seen.contains(&path) {
+                            gone.push(path);
+                        }
+                    }
+                    TreeWalkResult::Ok
+                })?;
+                for path in gone {
+                    hasher.forget(&path, false)?;
+                    out.push(Update::Remove(path));
+                }
+            }
+            return Ok(());
+        }
+        if meta.is_dir() {
+            // A repository of its own: recorded only where it already is a submodule.
+            if base_kind != Some(ObjectType::Commit) {
+                if in_base.is_some() {
+                    return Err(CheckpointError::Reshaped(rel.to_path_buf()));
+                }
+                return Ok(());
+            }
+        } else if !meta.is_file() && !meta.file_type().is_symlink() {
+            // Sockets and fifos are not content; a full scan leaves them out too.
+            return Ok(());
+        }
+        if in_base.is_none() && self.repo.is_path_ignored(rel)? {
+            return Ok(());
+        }
+        if base_kind == Some(ObjectType::Tree) {
+            // A directory became a file (or link).
+            hasher.forget(rel, true)?;
+            out.push(Update::Remove(rel.to_path_buf()));
+        }
+        if meta.is_dir() && matches!(hasher, Hasher::Memory) {
+            // A submodule: diffs leave them out, and only the index reads their HEAD.
+            return Ok(());
+        }
+        let Some((id, mode)) = hasher.entry(&workdir.join(rel), rel, &meta)? else {
+            if in_base.is_some() {
+                hasher.forget(rel, false)?;
+                out.push(Update::Remove(rel.to_path_buf()));
+            }
+            return Ok(());
+        };
+        if in_base
+            .as_ref()
+            .is_some_and(|b| b.id() == id && file_mode(b.filemode()) == mode)
+        {
+            return Ok(());
+        }
+        out.push(Update::Upsert(rel.to_path_buf(), id, mode));
+        Ok(())
+    }
+
+    /// Everything under the directory `rel`, for [`Self::updates_for`]; `seen` collects the
+    /// paths found so the caller can tell what went away.
+    pub(super) fn walk_dir(
+        &self,
+        hasher: &mut Hasher<'_>,
+        base: &Tree<'_>,
+        rel: &Path,
+        seen: &mut BTreeSet<PathBuf>,
+        out: &mut Vec<Update>,
+    ) -> Result<()> {
+        let full = self.workdir().join(rel);
+        let entries = match fs::read_dir(&full) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(CheckpointError::Io {
+                    context: format!("listing {}", full.display()),
+                    source,
+                })
+            }
+        };
+        for entry in entries {
+            let entry = entry.map_err(|source| CheckpointError::Io {
+                context: format!("listing {}", full.display()),
+                source,
+            })?;
+            if entry.file_name() == ".git" {
+                continue;
+            }
+            let path = rel.join(entry.file_name());
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if is_dir && !is_repository(&entry.path()) {
+                let tracked = base
+                    .get_path(&path)
+                    .is_ok_and(|e| e.kind() == Some(ObjectType::Tree));
+                if tracked || !self.repo.is_path_ignored(&path)? {
+                    self.walk_dir(hasher, base, &path, seen, out)?;
+                }
+                continue;
+            }
+            self.updates_for(hasher, base, &path, out)?;
+            seen.insert(path);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+
+    use crate::checkpoint::testutil::*;
+
+    use std::fs;
+
+    #[test]
+    fn nested_repositories_are_left_out_and_submodules_follow_their_head() {
+        let repo = new_repo();
+        let dir = repo.path();
+        write(dir, "f", b"x");
+        let registered = dir.join("registered");
+        fs::create_dir_all(&registered).expect("mkdir");
+        git(&registered, &["init", "-q"]);
+        write(&registered, "r.c", b"int r;\n");
+        let first_sub = commit_all(&registered, "one");
+        // Recorded as a gitlink in the user's index, as `git submodule add` would.
+        let base = commit_all(dir, "base");
+        fs::create_dir_all(dir.join("empty/dir")).expect("mkdir");
+        let nested = dir.join("vendor/lib");
+        fs::create_dir_all(&nested).expect("mkdir");
+        git(&nested, &["init", "-q"]);
+        write(&nested, "x.c", b"int x;\n");
+
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
+        let unborn = cps.snapshot(meta(0, "start")).expect("unborn nested repo");
+        commit_all(&nested, "nested");
+        write(&registered, "r.c", b"int r2;\n");
+        let second_sub = commit_all(&registered, "two");
+        let born = cps
+            .snapshot(meta(1, "again"))
+            .expect("nested repo with a commit");
+
+        let listing = |id: &str| git(dir, &["ls-tree", "-r", id]);
+        assert_eq!(
+            listing(&unborn.id),
+            format!("100644 blob c1b0730e0133447badcfd47fd144e254807b06e1\tf\n160000 commit {first_sub}\tregistered\n")
+        );
+        assert_eq!(
+            listing(&born.id),
+            format!("100644 blob c1b0730e0133447badcfd47fd144e254807b06e1\tf\n160000 commit {second_sub}\tregistered\n")
+        );
+        assert_eq!(cps.diff(&unborn.id, &born.id).expect("diff"), []);
+    }
+
+    #[test]
+    fn new_ignored_directories_are_left_out_while_watching() {
+        let repo = new_repo();
+        let dir = repo.path();
+        write(dir, ".gitignore", b"target/\nnode_modules\n");
+        write(dir, "src/lib.rs", b"fn f() {}\n");
+        let base = commit_all(dir, "base");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
+        cps.snapshot(meta(0, "start")).expect("snapshot");
+        for i in 0..50 {
+            write(dir, &format!("target/debug/deps/f{i}.o"), b"obj");
+            write(dir, &format!("node_modules/p{i}/index.js"), b"js");
+        }
+        write(dir, "src/lib.rs", b"fn g() {}\n");
+        // A directory-only pattern matches the directory itself, so neither the watcher nor a
+        // scan goes into it.
+        assert!(cps.repo.is_path_ignored("target").expect("ignore rules"));
+        let watched = cps.live.as_ref().map(|l| l.watcher.watched());
+        assert_eq!(watched, Some(2), "the root and src/ only");
+        let snap = cps.snapshot(meta(1, "build")).expect("snapshot");
+        assert_eq!(tree_of(dir, &snap.id), git_worktree_tree(dir));
+        let changes = cps.diff(&base, &snap.id).expect("diff");
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        // Not followed: writes inside raise no events at all.
+        write(dir, "target/debug/deps/f0.o", b"changed");
+        let again = cps.snapshot(meta(2, "nothing")).expect("snapshot");
+        assert!(!again.created);
+    }
+}
