@@ -30,6 +30,7 @@ fn filter() -> EnvFilter {
 
 fn main() {
     one_malloc_arena();
+    bound_object_cache();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -64,6 +65,18 @@ fn one_malloc_arena() {
         unsafe {
             nix::libc::mallopt(nix::libc::M_ARENA_MAX, 1);
         }
+    }
+}
+
+/// Caps libgit2's object cache (per repository; 256 MiB by default). Every step's commit
+/// and trees are looked up once and then stay cached, never needed again: 6.3 MB after
+/// 10,000 steps, growing with the task. The trees a snapshot reads again (the tip's, along
+/// the changed paths) fit well within the cap.
+fn bound_object_cache() {
+    const CACHE_BYTES: nix::libc::ssize_t = 4 << 20;
+    // SAFETY: sets one of libgit2's global options before any repository is opened.
+    if let Err(e) = unsafe { git2::opts::set_cache_max_size(CACHE_BYTES) } {
+        eprintln!("rein: could not cap libgit2's object cache: {e}");
     }
 }
 
