@@ -33,7 +33,10 @@
 //! announces an `execute` tool call, logs `running` with the shell's pid, and reports the tool
 //! `completed` or `failed` by its exit status; a cancel of the turn kills it), and
 //! `{"parallel": [[ACTION…]…]}` (the lists play at the same time; the first stop reason
-//! wins). A turn ends with `end_turn` after its actions.
+//! wins), and `{"timed": {"updates": M, "reads": N, "path"}}` (for the bench: M message
+//! chunks then one read of `path`, whose answer shows the client took them all, then N reads
+//! of `path` one after another; it logs the microseconds of both, each read's separately).
+//! A turn ends with `end_turn` after its actions.
 //! At start: `"crash_at_start": CODE` exits before reading anything, `"crash_on_initialize":
 //! CODE` on receiving `initialize` (both saying so on stderr first), `"silent": true` never
 //! answers `initialize`; `"initialize_ms": N` answers it only after N ms.
@@ -579,6 +582,8 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
                 st.log(json!({"event": "write", "path": path, "ok": false, "error": e.to_string()}))
             }
         }
+    } else if let Some(t) = action.get("timed") {
+        timed(st, cx, t).await;
     } else if let Some(t) = action.get("terminal") {
         terminal(st, cx, t).await;
     } else if let Some(t) = action.get("tool") {
@@ -671,6 +676,38 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
         st.log(json!({"event": "unknown_action", "action": action}));
     }
     None
+}
+
+/// The bench's `timed` action: how fast the client takes session updates, and each read's
+/// round trip, by this process's clock (the same for a client run directly and for Rein).
+async fn timed(st: &State, cx: &ConnectionTo<Client>, t: &Value) {
+    let count = |k: &str| t.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let path = st.path(str_of(t, "path").unwrap_or(""));
+    let read = || async {
+        let q = ReadTextFileRequest::new(SessionId::new(SESSION), path.clone());
+        let started = std::time::Instant::now();
+        let ok = cx.send_request(q).block_task().await.is_ok();
+        (ok, started.elapsed().as_micros())
+    };
+    let started = std::time::Instant::now();
+    for i in 0..count("updates") {
+        notify(
+            cx,
+            SessionUpdate::AgentMessageChunk(ContentChunk::new(text(format!("chunk {i} ")))),
+        );
+    }
+    let (barrier_ok, _) = read().await;
+    let updates_us = started.elapsed().as_micros();
+    let (mut read_us, mut failed) = (Vec::new(), usize::from(!barrier_ok));
+    for _ in 0..count("reads") {
+        let (ok, us) = read().await;
+        failed += usize::from(!ok);
+        read_us.push(us);
+    }
+    st.log(
+        json!({"event": "timed", "updates": count("updates"), "updates_us": updates_us,
+        "read_us": read_us, "failed": failed}),
+    );
 }
 
 fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {

@@ -29,6 +29,8 @@ fn filter() -> EnvFilter {
 }
 
 fn main() {
+    one_malloc_arena();
+    bound_object_cache();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -47,6 +49,35 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// Makes every thread allocate from glibc's one main arena, before any thread starts. By
+/// default each thread that allocates (the first scan's, the runtime's workers, the blocking
+/// pool's) gets an arena of its own, and a few live objects left in one pin the pages freed
+/// around them: `malloc_trim` then gives little back, and after 15 tasks on a 50k-file tree
+/// the server held 11 MiB of such pages (3.9 MiB of heap in all with one arena). Rein's
+/// threads seldom allocate at the same time, so sharing one arena costs nothing measurable.
+/// `MALLOC_ARENA_MAX` in the environment still wins.
+fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt takes no pointers and is called before any other thread exists.
+        unsafe {
+            nix::libc::mallopt(nix::libc::M_ARENA_MAX, 1);
+        }
+    }
+}
+
+/// Caps libgit2's object cache (per repository; 256 MiB by default). Every step's commit
+/// and trees are looked up once and then stay cached, never needed again: 6.3 MB after
+/// 10,000 steps, growing with the task. The trees a snapshot reads again (the tip's, along
+/// the changed paths) fit well within the cap.
+fn bound_object_cache() {
+    const CACHE_BYTES: nix::libc::ssize_t = 4 << 20;
+    // SAFETY: sets one of libgit2's global options before any repository is opened.
+    if let Err(e) = unsafe { git2::opts::set_cache_max_size(CACHE_BYTES) } {
+        eprintln!("rein: could not cap libgit2's object cache: {e}");
+    }
 }
 
 /// True when the error is a write to a closed standard output.

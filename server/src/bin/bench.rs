@@ -19,6 +19,8 @@
 
 // bench.rs is a crate root, so its modules would be looked up next to it, in src/bin/, where
 // cargo would take them for binaries of their own.
+#[path = "bench/acp.rs"]
+mod acp;
 #[path = "bench/client.rs"]
 mod client;
 #[path = "bench/confine.rs"]

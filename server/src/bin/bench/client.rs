@@ -454,6 +454,21 @@ pub fn rss_kib(pid: u32) -> Result<(u64, u64)> {
     Ok((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// What a process's resident memory is made of: `RssAnon` and `RssFile` (mapped files, the
+/// packs libgit2 maps among them) in KiB, and its `Threads`.
+pub fn rss_parts(pid: u32) -> Result<(u64, u64, u64)> {
+    let path = format!("/proc/{pid}/status");
+    let status = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .with_context(|| format!("{path} has no {name}"))
+    };
+    Ok((field("RssAnon:")?, field("RssFile:")?, field("Threads:")?))
+}
+
 /// User plus system CPU time of a process so far, in clock ticks.
 pub fn cpu_ticks(pid: u32) -> Result<u64> {
     let path = format!("/proc/{pid}/stat");

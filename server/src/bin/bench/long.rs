@@ -41,6 +41,9 @@ pub struct LongRow {
     largest_bytes: usize,
     /// The server's peak resident memory (VmHWM) at the end.
     peak_rss_kib: u64,
+    /// Its peak (VmHWM) when the task had finished, before the client fetched the whole
+    /// state: the task's own, without that reply's.
+    run_peak_rss_kib: u64,
     /// `state.json` and `steps.jsonl` at the end.
     state_file_bytes: u64,
     history_bytes: u64,
@@ -199,6 +202,7 @@ fn long_task(rein: &Path, scratch: &Path, n: usize, deltas: bool) -> Result<Long
             ),
         }
     }
+    let (_, run_peak) = client::rss_kib(pid)?;
     let full = lsp.command("rein.state", json!({}))?;
     if deltas && full["state"] != lsp.state {
         bail!("the deltas of the {n}-step task do not add up to rein.state");
@@ -235,6 +239,7 @@ fn long_task(rein: &Path, scratch: &Path, n: usize, deltas: bool) -> Result<Long
         bytes_per_step: bytes as f64 / n as f64,
         largest_bytes: largest,
         peak_rss_kib: peak,
+        run_peak_rss_kib: run_peak,
         state_file_bytes: size("state.json"),
         history_bytes: size("steps.jsonl"),
     })
@@ -399,13 +404,13 @@ impl LongReport {
         );
         let _ = writeln!(
             out,
-            "| steps | client | steps/s | first fifth | last fifth | KiB sent per step | largest KiB | peak RSS MiB | state.json KiB | steps.jsonl KiB |"
+            "| steps | client | steps/s | first fifth | last fifth | KiB sent per step | largest KiB | peak RSS MiB (before the final rein.state) | state.json KiB | steps.jsonl KiB |"
         );
         let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for r in &self.rows {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                "| {} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} ({:.1}) | {:.1} | {:.1} |",
                 r.steps,
                 r.client,
                 r.steps_per_s,
@@ -414,6 +419,7 @@ impl LongReport {
                 kib(r.bytes_per_step),
                 kib(r.largest_bytes as f64),
                 r.peak_rss_kib as f64 / 1024.0,
+                r.run_peak_rss_kib as f64 / 1024.0,
                 kib(r.state_file_bytes as f64),
                 kib(r.history_bytes as f64),
             );

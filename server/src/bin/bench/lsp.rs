@@ -28,6 +28,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::acp::{AcpPlan, AcpProxyReport};
 use super::client::{self, last_step, result_of, Client, PATIENCE};
 use super::{git_env, ms, BenchRepo, Mix};
 
@@ -58,6 +59,8 @@ pub struct Plan {
     pub memory_files: usize,
     /// Trials of freezing a synthetic agent command tree.
     pub tree_reps: usize,
+    /// The ACP proxy overhead measurement.
+    pub acp: AcpPlan,
 }
 
 impl Plan {
@@ -71,6 +74,11 @@ impl Plan {
                 full_edits: 5,
                 memory_files: 10_000,
                 tree_reps: 20,
+                acp: AcpPlan {
+                    trials: 2,
+                    updates: 1_000,
+                    reads: 100,
+                },
             }
         } else {
             Plan {
@@ -81,6 +89,11 @@ impl Plan {
                 full_edits: 30,
                 memory_files: 50_000,
                 tree_reps: 50,
+                acp: AcpPlan {
+                    trials: 5,
+                    updates: 5_000,
+                    reads: 500,
+                },
             }
         }
     }
@@ -112,6 +125,7 @@ pub fn run(rein: &Path, scratch: &Path, plan: &Plan) -> Result<LspReport> {
         steer: None,
         did_change: Vec::new(),
         memory: None,
+        acp_proxy: None,
     };
 
     eprintln!(
@@ -163,6 +177,20 @@ pub fn run(rein: &Path, scratch: &Path, plan: &Plan) -> Result<LspReport> {
         Err(e) => report
             .notes
             .push(format!("ACP agent's own command: not measured: {e:#}")),
+    }
+
+    eprintln!(
+        "bench: ACP proxy overhead ({} trials of {} updates and {} reads, direct and through rein)",
+        plan.acp.trials, plan.acp.updates, plan.acp.reads
+    );
+    match super::acp::run(&mut lsp, rein, &small, scratch, &plan.acp) {
+        Ok(Ok(r)) => report.acp_proxy = Some(r),
+        Ok(Err(why)) => report
+            .notes
+            .push(format!("ACP proxy overhead: not measured: {why}")),
+        Err(e) => report
+            .notes
+            .push(format!("ACP proxy overhead: not measured: {e:#}")),
     }
 
     eprintln!(
@@ -354,7 +382,7 @@ pub fn git(dir: &Path, args: &[&str]) -> Result<String> {
 }
 
 /// Starts a task with this scripted agent; returns its id.
-fn start_task(lsp: &mut Client, agent: Value) -> Result<String> {
+pub(super) fn start_task(lsp: &mut Client, agent: Value) -> Result<String> {
     let r = lsp.command("rein.start", json!({"goal": "bench", "agent": agent}))?;
     r["taskId"]
         .as_str()
@@ -373,7 +401,7 @@ fn finish_task(lsp: &mut Client) -> Result<()> {
     Ok(())
 }
 
-fn sleep_ms(ms: u64) {
+pub(super) fn sleep_ms(ms: u64) {
     std::thread::sleep(Duration::from_millis(ms));
 }
 
@@ -684,7 +712,7 @@ enum Acp {
 
 /// The ACP test agent next to this rein binary, or why it cannot be used (this bench never
 /// builds it).
-fn test_agent(rein: &Path) -> Result<std::result::Result<PathBuf, String>> {
+pub(super) fn test_agent(rein: &Path) -> Result<std::result::Result<PathBuf, String>> {
     let target = rein
         .parent()
         .and_then(Path::parent)
@@ -1264,6 +1292,10 @@ pub struct MemoryReport {
     /// VmRSS and VmHWM after the control rounds on this repository, KiB.
     end_rss_kib: u64,
     end_hwm_kib: u64,
+    /// Of `end_rss_kib`: anonymous memory and mapped files, KiB, and the threads then.
+    end_anon_kib: u64,
+    end_file_kib: u64,
+    end_threads: u64,
     /// Peak RSS of `git status --porcelain` on the same tree, KiB, one per run.
     git_status_maxrss_kib: Vec<u64>,
     method: &'static str,
@@ -1316,7 +1348,10 @@ fn memory(
         );
         rows = control_case(&mut lsp, Case::Thinking, plan.big_control_reps, files, mix)?;
     }
+    // Measured once the last task has wound down, as the first task was.
+    client::wait_idle(pid, Duration::from_millis(500), Duration::from_secs(60))?;
     let (end_rss, end_hwm) = client::rss_kib(pid)?;
+    let (end_anon, end_file, end_threads) = client::rss_parts(pid)?;
     lsp.shutdown()?;
 
     let mut git_status = Vec::new();
@@ -1333,6 +1368,9 @@ fn memory(
             task_hwm_kib: task_hwm,
             end_rss_kib: end_rss,
             end_hwm_kib: end_hwm,
+            end_anon_kib: end_anon,
+            end_file_kib: end_file,
+            end_threads,
             git_status_maxrss_kib: git_status,
             method: "rein: VmRSS/VmHWM from /proc/<pid>/status; git: ru_maxrss of \
                      getrusage(RUSAGE_CHILDREN) in a child bench process whose only child is \
@@ -1421,6 +1459,7 @@ pub struct LspReport {
     steer: Option<SteerReport>,
     did_change: Vec<EditRow>,
     memory: Option<MemoryReport>,
+    acp_proxy: Option<AcpProxyReport>,
 }
 
 impl LspReport {
@@ -1456,6 +1495,9 @@ impl LspReport {
         }
         for note in &self.notes {
             let _ = writeln!(out, "\n{note}");
+        }
+        if let Some(a) = &self.acp_proxy {
+            out += &a.markdown();
         }
 
         if let Some(s) = &self.steer {
@@ -1539,6 +1581,13 @@ impl LspReport {
             );
             let _ = writeln!(
                 out,
+                "| of which anonymous / mapped files ({} threads) | {:.1} / {:.1} |",
+                m.end_threads,
+                mib(m.end_anon_kib),
+                mib(m.end_file_kib)
+            );
+            let _ = writeln!(
+                out,
                 "| git status --porcelain, peak (median of {}) | {:.1} |",
                 git.len(),
                 mib(git_median)
@@ -1556,7 +1605,7 @@ impl LspReport {
 
 /// A ratio for the tables: whole below 10 would round a server faster than the baseline to
 /// "0x", so small ratios keep two decimals.
-fn ratio(x: f64) -> String {
+pub(super) fn ratio(x: f64) -> String {
     if x >= 10.0 {
         format!("{x:.0}x")
     } else {
