@@ -1056,3 +1056,116 @@ async fn refusals_and_failures_are_kept_on_the_step_with_the_commands_output() {
         "{text}"
     );
 }
+
+/// A decision about a write is answered after the human changed the file again: each
+/// answer is carried out on the file as it is then, never on the one it was asked about.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_an_answer_after_the_human_changed_the_file_again_keeps_that_change() {
+    const LINES: &str = "l0\nl1\nl2\nl3\nl4\nl5\n";
+    // (the human's second change, the answer, the file after, asked again)
+    let cases = [
+        (
+            "l0\nhuman1\nl2\nl3\nl4\nhuman5\n",
+            "keep mine",
+            "l0\nhuman1\nl2\nl3\nl4\nhuman5\n",
+            false,
+        ),
+        (
+            "l0\nhuman1\nl2\nl3\nl4\nhuman5\n",
+            "take agent's",
+            "l0\nhuman1\nl2\nl3\nl4\nagent5\n",
+            false,
+        ),
+        (
+            "l0\nl1\nl2\nl3\nl4\nhuman5 again\n",
+            "keep mine",
+            "l0\nl1\nl2\nl3\nl4\nhuman5 again\n",
+            false,
+        ),
+        (
+            "l0\nl1\nl2\nl3\nl4\nhuman5 again\n",
+            "take agent's",
+            "l0\nl1\nl2\nl3\nl4\nhuman5 again\n",
+            true,
+        ),
+    ];
+    for (second, answer, want, asked_again) in cases {
+        let dir = repo(&[("f.txt", LINES)]);
+        let root = dir.path();
+        let mut run = start(
+            root,
+            json!([
+                {"read": "f.txt"},
+                {"write": {"path": "f.txt", "content": "l0\nl1\nl2\nl3\nl4\nagent5\n"}, "think_ms": 300},
+                {"finish": "f"}
+            ]),
+        );
+        run.until("read", |s| s.steps.iter().any(|st| st.n == 1))
+            .await;
+        run.call(Request::Takeover { reason: None }).await;
+        write(root, "f.txt", "l0\nl1\nl2\nl3\nl4\nhuman5\n");
+        run.call(Request::Handback { note: None }).await;
+        let s = run
+            .until("decision", |s| s.status == Status::AwaitingDecision)
+            .await;
+        assert_eq!(s.decisions[0].kind, DecisionKind::MergeConflict);
+        // The person goes on editing while the question is open, as an editor does it.
+        run.call(Request::Hold {
+            path: "f.txt".into(),
+        })
+        .await;
+        write(root, "f.txt", second);
+        let id = s.decisions[0].id.clone();
+        let v = run.state.version;
+        run.call(Request::Decide {
+            decision_id: id,
+            choice: answer.into(),
+        })
+        .await;
+        let mut s = run
+            .until("answered", |s| {
+                s.version > v && matches!(s.status, Status::Done | Status::AwaitingDecision)
+            })
+            .await;
+        // Taking the agent's lines over ones the person wrote is confirmed once more.
+        if s.status == Status::AwaitingDecision
+            && s.decisions[0].kind == DecisionKind::ProtectedLines
+        {
+            let v = s.version;
+            run.call(Request::Decide {
+                decision_id: s.decisions[0].id.clone(),
+                choice: "approve".into(),
+            })
+            .await;
+            s = run
+                .until("approved", |s| {
+                    s.version > v && matches!(s.status, Status::Done | Status::AwaitingDecision)
+                })
+                .await;
+        }
+        assert_eq!(read(root, "f.txt"), want, "{answer} after {second:?}");
+        if asked_again {
+            assert_eq!(
+                s.status,
+                Status::AwaitingDecision,
+                "{answer} after {second:?}"
+            );
+            assert!(
+                s.decisions[0].question.contains("after answering"),
+                "{}",
+                s.decisions[0].question
+            );
+        } else {
+            assert_eq!(s.status, Status::Done, "{answer} after {second:?}");
+        }
+        let human = s
+            .steps
+            .iter()
+            .filter(|st| st.author == Author::Human && st.n > 0)
+            .count();
+        assert_eq!(
+            human, 2,
+            "the takeover's change and the one made while asked"
+        );
+    }
+}

@@ -250,8 +250,33 @@ async fn run_case(agent: Vec<AgentOp>, human: Vec<(usize, HumanOp)>) -> Result<(
     for ((f, _), mine) in &human_lines {
         let now = read(dir.path(), &file(*f));
         if !now.lines().any(|l| l == mine) {
+            let steps: Vec<String> = end
+                .steps
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} {:?} {:?} {:?} {:?}",
+                        s.n, s.author, s.action, s.status, s.detail
+                    )
+                })
+                .collect();
+            let hist: Vec<String> = seen
+                .iter()
+                .map(|s| {
+                    format!(
+                        "v{} {:?} held={:?} dec={:?}",
+                        s.version,
+                        s.status,
+                        s.held_files,
+                        s.decisions
+                            .iter()
+                            .map(|d| d.question.clone())
+                            .collect::<Vec<_>>()
+                    )
+                })
+                .collect();
             return Err(format!(
-                "the human's {mine:?} was lost from {}:\n{now}",
+                "the human's {mine:?} was lost from {}:\n{now}\n{steps:#?}\n{hist:#?}",
                 file(*f)
             ));
         }

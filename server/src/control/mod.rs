@@ -345,6 +345,10 @@ struct Pending {
     /// own last move, put back once decided so it answers what the agent asked; what was
     /// decided reaches it as news.
     aside: Option<Option<Outcome>>,
+    /// The file of a decision with a proposal, as the human saw it when asked (`None`: the
+    /// decision is about no file's content): a proposal is made from this, so what the
+    /// human changed since must be brought into it, never written over.
+    seen: Option<Option<Vec<u8>>>,
 }
 
 /// Where the engine is when a request arrives.

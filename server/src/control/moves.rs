@@ -868,10 +868,7 @@ impl Engine {
     /// which case the human approves that first.
     fn write_guarded(&mut self, action: String, path: String, bytes: Vec<u8>, mv: Move) -> Flow {
         let protected = self.protected(&path);
-        let now = self
-            .buffers
-            .get(&path)
-            .or_else(|| self.sandbox.read(&path).ok().flatten());
+        let now = self.view(&path);
         let dropped = match (
             now.as_deref().map(std::str::from_utf8),
             std::str::from_utf8(&bytes),
@@ -895,6 +892,86 @@ impl Engine {
             mv,
             Some(bytes),
             None,
+        )
+    }
+
+    /// The file as the human sees it: the unsaved buffer if there is one, else the disk.
+    fn view(&self, path: &str) -> Option<Vec<u8>> {
+        self.buffers
+            .get(path)
+            .or_else(|| self.sandbox.read(path).ok().flatten())
+    }
+
+    /// Brings a decision's `resolution`, made from the file as it was when asked (`seen`),
+    /// onto the file as it is now. What the human changed while the question was open is
+    /// first recorded as theirs (so the guard for their lines knows it), then merged with
+    /// the resolution's own changes.
+    fn rebase(
+        &mut self,
+        path: &str,
+        seen: Option<Option<Vec<u8>>>,
+        resolution: Vec<u8>,
+    ) -> Rebased {
+        let Some(seen) = seen else {
+            return Rebased::Clean(resolution);
+        };
+        let now = self.view(path);
+        if now == seen {
+            return Rebased::Clean(resolution);
+        }
+        match self.absorb(false, "your changes while Rein waited for your answer") {
+            Ok(Some(report)) => self.add_note(report.markdown()),
+            Ok(None) => {}
+            Err(e) => self.say(Level::Error, format!("cannot checkpoint your changes: {e}")),
+        }
+        let (Some(Ok(base)), Some(Ok(ours)), Ok(theirs)) = (
+            seen.as_deref().map(std::str::from_utf8),
+            now.as_deref().map(std::str::from_utf8),
+            std::str::from_utf8(&resolution),
+        ) else {
+            // Not text, or created or deleted meanwhile: nothing to merge line by line, and
+            // the human's file as it is now is what must not be lost.
+            return Rebased::Overlap {
+                mine: now.unwrap_or_default(),
+                agents: resolution,
+                hunks: Vec::new(),
+            };
+        };
+        match crate::reconcile::merge::merge3(base, ours, theirs) {
+            crate::reconcile::merge::Merge::Clean(m) => Rebased::Clean(m.into_bytes()),
+            crate::reconcile::merge::Merge::Conflict {
+                hunks,
+                ours_resolved,
+                theirs_resolved,
+            } => Rebased::Overlap {
+                mine: ours_resolved.into_bytes(),
+                agents: theirs_resolved.into_bytes(),
+                hunks,
+            },
+        }
+    }
+
+    /// Asks again about a resolution the human's later change overlaps.
+    fn ask_again(
+        &mut self,
+        path: String,
+        mv: Move,
+        mine: Vec<u8>,
+        agents: Vec<u8>,
+        hunks: &[crate::reconcile::merge::ConflictHunk],
+    ) -> Flow {
+        let question = format!(
+            "You changed {path} after answering, in lines the agent's change also touches. Keep yours, take the agent's, or take over?"
+        );
+        self.ask(
+            DecisionKind::MergeConflict,
+            question,
+            &["keep mine", "take agent's", "take over"],
+            (!hunks.is_empty()).then(|| conflict_detail(hunks)),
+            Some(path),
+            mv,
+            Some(mine),
+            Some(agents),
         )
     }
 
@@ -951,6 +1028,10 @@ impl Engine {
             "asked",
             serde_json::json!({ "decision": decision }),
         );
+        let seen = match (&decision.path, &proposal) {
+            (Some(path), Some(_)) => Some(self.view(path)),
+            _ => None,
+        };
         self.pending = Some(Pending {
             mv,
             words: std::mem::take(&mut self.said),
@@ -960,6 +1041,7 @@ impl Engine {
             choice: None,
             kept: None,
             aside: None,
+            seen,
         });
         Flow::Continue
     }
@@ -1063,16 +1145,37 @@ impl Engine {
             }
             // A resolution still carries the agent's other, non-overlapping changes: they
             // pass the same guard for lines the human wrote.
+            // Each resolution was made from the file as it was when asked; what the human
+            // changed since is kept (`rebase`), and asked about again only where it overlaps
+            // a choice of the agent's lines.
             (DecisionKind::MergeConflict, "keep mine") => match p.proposal {
-                Some(bytes) => self.write_guarded(action, path, bytes, p.mv),
+                Some(bytes) => match self.rebase(&path, p.seen, bytes) {
+                    Rebased::Clean(bytes) | Rebased::Overlap { mine: bytes, .. } => {
+                        self.write_guarded(action, path, bytes, p.mv)
+                    }
+                },
                 None => self.step_failed(action, "nothing to write"),
             },
             (DecisionKind::MergeConflict, "take agent's") => match p.alternative {
-                Some(bytes) => self.write_guarded(action, path, bytes, p.mv),
+                Some(bytes) => match self.rebase(&path, p.seen, bytes) {
+                    Rebased::Clean(bytes) => self.write_guarded(action, path, bytes, p.mv),
+                    Rebased::Overlap {
+                        mine,
+                        agents,
+                        hunks,
+                    } => self.ask_again(path, p.mv, mine, agents, &hunks),
+                },
                 None => self.step_failed(action, "nothing to write"),
             },
             (DecisionKind::ProtectedLines, "approve") => match p.proposal {
-                Some(bytes) => self.apply_write(action, &path, bytes, None, false),
+                Some(bytes) => match self.rebase(&path, p.seen, bytes) {
+                    Rebased::Clean(bytes) => self.apply_write(action, &path, bytes, None, false),
+                    Rebased::Overlap {
+                        mine,
+                        agents,
+                        hunks,
+                    } => self.ask_again(path, p.mv, mine, agents, &hunks),
+                },
                 None => self.step_failed(action, "nothing to write"),
             },
             (DecisionKind::HeldFile, "release") => {
@@ -1798,6 +1901,19 @@ impl Engine {
         self.commit(|s| s.head = to);
         Some((was, now))
     }
+}
+
+/// A decision's resolution brought onto the file as it is now.
+enum Rebased {
+    /// The human did not change the file since, or changed other lines: write this.
+    Clean(Vec<u8>),
+    /// The human's later change overlaps the resolution: `mine` keeps every line of theirs,
+    /// `agents` takes the resolution's in the overlap.
+    Overlap {
+        mine: Vec<u8>,
+        agents: Vec<u8>,
+        hunks: Vec<crate::reconcile::merge::ConflictHunk>,
+    },
 }
 
 /// The overlapping regions of a merge, as a decision's detail shows them.
