@@ -28,6 +28,8 @@ pub(super) fn load_private_index(repo: &Repository, path: &Path) -> Result<Index
     if path.exists() {
         match Index::open(path) {
             Ok(index) => return Ok(index),
+            // Removed meanwhile (a task that ended let go of it): seeded below like any missing one.
+            Err(_) if !path.exists() => {}
             Err(e) => {
                 tracing::warn!(error = %e, path = %path.display(), "private index corrupt; reseeding it");
                 remove_if_exists(path);

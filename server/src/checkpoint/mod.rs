@@ -23,6 +23,7 @@ mod index;
 mod objects;
 mod resolve;
 mod scan;
+mod sweep;
 #[cfg(test)]
 mod testutil;
 mod update;
