@@ -316,6 +316,8 @@ impl Checkpoints {
 
     /// The full scan through libgit2's index-to-working-tree diff, on one thread.
     fn refresh_through_libgit2(&mut self, mut index: Index) -> Result<Oid> {
+        // libgit2 writes the index itself on the way: it must not name objects held in memory.
+        self.flush_objects()?;
         let deltas = match self.workdir_deltas(&index, true) {
             Ok(deltas) => deltas,
             // Refreshing stat data writes the index; if that write fails, the scan is still
