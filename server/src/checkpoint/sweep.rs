@@ -133,11 +133,14 @@ pub(super) fn sweep(
         },
     };
     // Twice the cores: a stat that waits on the disk (a cold cache) leaves its core to another
-    // thread, as git's preload-index does with up to 20 threads.
+    // thread, as git's preload-index does with up to 20 threads. But one thread per 2,000
+    // tracked files: on a small tree the threads' start-up and hand-offs cost more than they
+    // share.
     let threads = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .saturating_mul(2)
-        .clamp(2, 16);
+        .clamp(2, 16)
+        .min(entries.len() / 2_000 + 1);
     let queue = Mutex::new(Queue {
         dirs: vec![Vec::new()],
         busy: 0,
@@ -236,11 +239,24 @@ fn worker(
         if part.error.is_some() || part.unusual.is_some() {
             stop.store(true, Ordering::Relaxed);
         }
-        if let Ok(mut q) = queue.lock() {
-            q.dirs.extend(subdirs);
-            q.busy -= 1;
+        let (found, done) = match queue.lock() {
+            Ok(mut q) => {
+                let found = subdirs.len();
+                q.dirs.extend(subdirs);
+                q.busy -= 1;
+                (found, q.busy == 0 && q.dirs.is_empty())
+            }
+            Err(_) => (0, true),
+        };
+        // Wake as many as there is work for (this thread takes one itself); everyone once the
+        // walk is over.
+        if done || stop.load(Ordering::Relaxed) {
+            wake.notify_all();
+        } else {
+            for _ in 1..found {
+                wake.notify_one();
+            }
         }
-        wake.notify_all();
     }
 }
 
