@@ -46,6 +46,15 @@ pub enum Drained {
 /// directories, nested repositories and the like.
 pub type Follow<'a> = &'a dyn Fn(&Path) -> bool;
 
+/// A directory one thread of a scan began watching, for [`Watcher::adopt`].
+#[derive(Debug)]
+pub struct Added {
+    #[cfg(target_os = "linux")]
+    wd: nix::sys::inotify::WatchDescriptor,
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    rel: PathBuf,
+}
+
 #[cfg(target_os = "linux")]
 mod imp {
     use super::*;
@@ -88,6 +97,15 @@ mod imp {
     impl Watcher {
         /// Watches `root` and every directory beneath it that `follow` accepts (`.git` never).
         pub fn new(root: &Path, follow: Follow<'_>) -> Result<Self, WatchError> {
+            let mut this = Self::empty(root)?;
+            this.add_tree(Path::new(""), follow)?;
+            Ok(this)
+        }
+
+        /// A watcher of `root` that watches no directory yet: a scan that lists every
+        /// directory anyway watches each with [`Watcher::add_dir`] just before listing it, so
+        /// nothing changed after its look goes unreported, and hands them to [`Watcher::adopt`].
+        pub fn empty(root: &Path) -> Result<Self, WatchError> {
             let inotify =
                 Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).map_err(|e| {
                     WatchError::Io {
@@ -95,13 +113,33 @@ mod imp {
                         source: e.into(),
                     }
                 })?;
-            let mut this = Watcher {
+            Ok(Watcher {
                 inotify,
                 root: root.to_path_buf(),
                 dirs: HashMap::new(),
-            };
-            this.add_tree(Path::new(""), follow)?;
-            Ok(this)
+            })
+        }
+
+        /// Watches the directory `rel` alone; safe from several threads at once. None when it
+        /// is gone or no longer a directory (its parent's events cover it).
+        pub fn add_dir(&self, rel: &Path) -> Result<Option<Added>, WatchError> {
+            let full = self.root.join(rel);
+            match self.inotify.add_watch(&full, mask()) {
+                Ok(wd) => Ok(Some(Added {
+                    wd,
+                    rel: rel.to_path_buf(),
+                })),
+                Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => Ok(None),
+                Err(e) => Err(WatchError::Io {
+                    path: full,
+                    source: e.into(),
+                }),
+            }
+        }
+
+        /// Takes in the directories a scan watched with [`Watcher::add_dir`].
+        pub fn adopt(&mut self, added: Vec<Added>) {
+            self.dirs.extend(added.into_iter().map(|a| (a.wd, a.rel)));
         }
 
         /// How many directories are watched.
@@ -177,7 +215,7 @@ mod imp {
         }
 
         /// Watches `rel` and the directories beneath it that `follow` accepts.
-        fn add_tree(&mut self, rel: &Path, follow: Follow<'_>) -> Result<(), WatchError> {
+        pub fn add_tree(&mut self, rel: &Path, follow: Follow<'_>) -> Result<(), WatchError> {
             let mut stack = vec![rel.to_path_buf()];
             while let Some(dir) = stack.pop() {
                 let full = self.root.join(&dir);
@@ -242,6 +280,24 @@ mod imp {
     impl Watcher {
         /// Always `Unsupported` on this platform.
         pub fn new(_root: &Path, _follow: Follow<'_>) -> Result<Self, WatchError> {
+            Err(WatchError::Unsupported)
+        }
+
+        /// Always `Unsupported` on this platform.
+        pub fn empty(_root: &Path) -> Result<Self, WatchError> {
+            Err(WatchError::Unsupported)
+        }
+
+        /// Never reached: no watcher exists on this platform.
+        pub fn add_dir(&self, _rel: &Path) -> Result<Option<Added>, WatchError> {
+            Err(WatchError::Unsupported)
+        }
+
+        /// Never reached: no watcher exists on this platform.
+        pub fn adopt(&mut self, _added: Vec<Added>) {}
+
+        /// Never reached: no watcher exists on this platform.
+        pub fn add_tree(&mut self, _rel: &Path, _follow: Follow<'_>) -> Result<(), WatchError> {
             Err(WatchError::Unsupported)
         }
 

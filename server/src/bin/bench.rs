@@ -71,6 +71,8 @@ const RECONCILE_TARGET: f64 = 1.0;
 const SCALING_TARGET: f64 = 2.0;
 /// The step sizes measured: one edited file, and a wide refactor.
 const CHANGED: [usize; 2] = [1, 100];
+/// The largest tree the one-pack-per-step checkpoints are measured on.
+const PACKED_MAX_FILES: usize = 1_000;
 /// Files per leaf directory, roughly what source trees look like.
 const FILES_PER_DIR: usize = 25;
 
@@ -432,6 +434,63 @@ fn bench_size(root: &Path, files: usize, quick: bool, report: &mut Report) -> Re
         files,
         unchanged_snapshot: Stats::of(floor),
     });
+
+    // Only on small trees: the target it answers is at 1k files, and a packed step costs
+    // seconds from 10k files on.
+    if files <= PACKED_MAX_FILES {
+        // The same checkpoints written as one pack per step instead of loose objects, by a task of
+        // its own (a task sharing the object store would find the other's loose objects and write
+        // nothing), against the same warm CLI chain.
+        let head = repo.commit_all("bench: before packed checkpoints")?;
+        repo.settle()?;
+        let mut packed = Checkpoints::open(&repo.dir, "bench-packed", Some(&head))?;
+        packed.watch();
+        packed.set_pack_writes(true)?;
+        packed.snapshot(meta(step))?;
+        for k in CHANGED {
+            let set = repo.spread(k);
+            let mut rein = Vec::new();
+            let mut cli = Vec::new();
+            for round in 0..=reps {
+                repo.mutate(&set)?;
+                step += 1;
+                let parent = cli_parent.clone();
+                let (r, c) = alternate(
+                    round,
+                    || timed(|| Ok(packed.snapshot(meta(step))?)),
+                    || timed(|| repo.cli_checkpoint(&cli_index, &parent)),
+                )?;
+                let (rein_ms, snap) = r;
+                let (cli_ms, cli_out) = c;
+                let rein_tree = reader
+                    .find_commit(Oid::from_str(&snap.id)?)
+                    .context("reading Rein's packed checkpoint")?
+                    .tree_id()
+                    .to_string();
+                if !snap.created || rein_tree != cli_out.tree {
+                    bail!(
+                        "{files} files, {k} changed: the packed checkpoint differs from git's tree"
+                    );
+                }
+                cli_parent = cli_out.commit;
+                if round > 0 {
+                    rein.push(rein_ms);
+                    cli.push(cli_ms);
+                }
+            }
+            report.comparisons.push(Comparison::new(
+                files,
+                Scenario::CheckpointPacked,
+                k,
+                "snapshot (warm), one pack per step",
+                rein,
+                "git add -A/write-tree/commit-tree, warm index",
+                cli,
+                None,
+            ));
+        }
+        drop(packed);
+    }
 
     // Reconcile: what changed since the last checkpoint, with unsaved buffers on top, against
     // `git status` on the same tree.
@@ -926,6 +985,7 @@ fn load_average() -> String {
 enum Scenario {
     Checkpoint,
     CheckpointCold,
+    CheckpointPacked,
     Reconcile,
     FirstSnapshot,
 }
@@ -935,6 +995,7 @@ impl Scenario {
         match self {
             Scenario::Checkpoint => "checkpoint",
             Scenario::CheckpointCold => "checkpoint vs cold CLI",
+            Scenario::CheckpointPacked => "checkpoint, one pack per step",
             Scenario::Reconcile => "reconcile",
             Scenario::FirstSnapshot => "first snapshot",
         }

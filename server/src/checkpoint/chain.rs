@@ -35,32 +35,39 @@ pub(super) fn commit_message(task_id: &str, meta: &SnapshotMeta<'_>) -> String {
 impl Checkpoints {
     pub(super) fn commit_tree(&mut self, tree_id: Oid, meta: SnapshotMeta<'_>) -> Result<Snapshot> {
         self.writable()?;
-        let tip = self.tip_commit()?;
-        if let Some(tip) = &tip {
-            if tip.tree_id() == tree_id {
-                return Ok(Snapshot {
-                    id: tip.id().to_string(),
-                    created: false,
-                });
+        let (old_tip, id) = {
+            let tip = self.tip_commit()?;
+            let old_tip = tip.as_ref().map(|t| t.id());
+            if let Some(tip) = &tip {
+                if tip.tree_id() == tree_id {
+                    return Ok(Snapshot {
+                        id: tip.id().to_string(),
+                        created: false,
+                    });
+                }
             }
-        }
-        let parent = match tip {
-            Some(tip) => Some(tip),
-            None => self.base.map(|b| self.repo.find_commit(b)).transpose()?,
+            let parent = match tip {
+                Some(tip) => Some(tip),
+                None => self.base.map(|b| self.repo.find_commit(b)).transpose()?,
+            };
+            let tree = self.repo.find_tree(tree_id)?;
+            let sig = Signature::now(&format!("Rein ({})", meta.author.as_str()), EMAIL)?;
+            let message = commit_message(&self.task_id, &meta);
+            let parents: Vec<&Commit<'_>> = parent.iter().collect();
+            let id = self
+                .repo
+                .commit(None, &sig, &sig, &message, &tree, &parents)?;
+            (old_tip, id)
         };
-        let tree = self.repo.find_tree(tree_id)?;
-        let sig = Signature::now(&format!("Rein ({})", meta.author.as_str()), EMAIL)?;
-        let message = commit_message(&self.task_id, &meta);
-        let parents: Vec<&Commit<'_>> = parent.iter().collect();
-        // Passing the ref makes libgit2 refuse the update if the tip moved under us.
-        let id = self.repo.commit(
-            Some(&self.ref_name(CHECKPOINTS_REF)),
-            &sig,
-            &sig,
-            &message,
-            &tree,
-            &parents,
-        )?;
+        // The ref only once the commit and all it holds are on disk.
+        self.flush_objects()?;
+        let name = self.ref_name(CHECKPOINTS_REF);
+        let log = format!("rein: step {}", meta.step);
+        // Refused if the tip moved under us (or appeared, for a new chain).
+        match old_tip {
+            Some(old) => self.repo.reference_matching(&name, id, true, old, &log)?,
+            None => self.repo.reference(&name, id, false, &log)?,
+        };
         Ok(Snapshot {
             id: id.to_string(),
             created: true,

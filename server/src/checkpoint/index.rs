@@ -14,6 +14,9 @@ use super::{Checkpoints, Result};
 
 impl Drop for Checkpoints {
     fn drop(&mut self) {
+        if let Err(e) = self.flush_objects() {
+            tracing::warn!(error = %e, "could not write the objects held in memory");
+        }
         if self.index_unsaved {
             if let Ok(mut index) = self.repo.index() {
                 self.save_index(&mut index);
@@ -28,6 +31,8 @@ pub(super) fn load_private_index(repo: &Repository, path: &Path) -> Result<Index
     if path.exists() {
         match Index::open(path) {
             Ok(index) => return Ok(index),
+            // Removed meanwhile (a task that ended let go of it): seeded below like any missing one.
+            Err(_) if !path.exists() => {}
             Err(e) => {
                 tracing::warn!(error = %e, path = %path.display(), "private index corrupt; reseeding it");
                 remove_if_exists(path);
@@ -106,6 +111,11 @@ impl Checkpoints {
     /// Writes the private index (its stat cache spares hashing after a restart); failing to is
     /// only logged, as every tree is built before or without it.
     pub(super) fn save_index(&mut self, index: &mut Index) {
+        // The index on disk must not name an object only held in memory.
+        if let Err(e) = self.flush_objects() {
+            tracing::warn!(error = %e, "could not write the objects held in memory; the private index is not saved");
+            return;
+        }
         match index.write() {
             Ok(()) => self.index_unsaved = false,
             Err(e) => {

@@ -21,8 +21,10 @@ mod chain;
 mod diff;
 mod index;
 mod objects;
+mod pack;
 mod resolve;
 mod scan;
+mod sweep;
 #[cfg(test)]
 mod testutil;
 mod update;
@@ -40,6 +42,7 @@ use crate::state::Author;
 use chain::CHECKPOINTS_REF;
 use index::remove_if_exists;
 pub use objects::blob_id;
+use pack::{remove_merged, Packs};
 use resolve::unknown;
 use scan::Live;
 
@@ -200,6 +203,8 @@ pub struct Checkpoints {
     index_unsaved: bool,
     /// Opened by [`Checkpoints::open_read_only`]: nothing is written, not even the private index.
     read_only: bool,
+    /// While on, objects are written to memory and to disk as one pack per checkpoint.
+    packs: Option<Packs>,
 }
 
 /// The commit `spec` names, for the base of a chain.
@@ -321,6 +326,7 @@ impl Checkpoints {
             live: None,
             index_unsaved: false,
             read_only: false,
+            packs: None,
         };
         this.attach_private_index()?;
         Ok(this)
@@ -345,7 +351,41 @@ impl Checkpoints {
             live: None,
             index_unsaved: false,
             read_only: true,
+            packs: None,
         })
+    }
+
+    /// Writes each checkpoint's new objects as one pack under `.git/objects/pack` (named
+    /// `pack-rein-*`, merged geometrically) instead of one loose file each; off by default.
+    pub fn set_pack_writes(&mut self, on: bool) -> Result<()> {
+        self.writable()?;
+        match (on, self.packs.is_some()) {
+            (true, false) => self.packs = Some(Packs::new(&self.repo)?),
+            (false, true) => {
+                self.flush_objects()?;
+                self.packs = None;
+                // The repository's own store again, as a fresh handle opens it.
+                let fresh = Repository::open(self.repo.path())?;
+                self.repo.set_odb(&fresh.odb()?)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Writes the objects held in memory to disk, before anything that refers to them (a ref,
+    /// the private index on disk) is written.
+    pub(super) fn flush_objects(&mut self) -> Result<()> {
+        let Some(packs) = &self.packs else {
+            return Ok(());
+        };
+        let merged = packs.flush(&self.repo)?;
+        if !merged.is_empty() {
+            // A fresh store, which never listed the merged packs, before they go.
+            self.packs = Some(Packs::new(&self.repo)?);
+            remove_merged(&merged);
+        }
+        Ok(())
     }
 
     /// Fails with [`CheckpointError::ReadOnly`] when the chain was opened read-only.

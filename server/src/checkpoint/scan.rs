@@ -4,18 +4,22 @@
 //! Owns the watcher's state ([`Live`]) and when a scan must be full. Must never trust the
 //! watcher after it may have lost events, nor write anything but objects and the private index.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use git2::{Delta, DiffOptions, ErrorCode, Index, Oid, Repository};
+use git2::{Delta, DiffOptions, ErrorCode, Index, IndexEntry, Oid, Repository};
 
 use crate::watch::{Drained, Watcher};
 
 use super::index::remove_if_exists;
 use super::objects::{bytes_path, path_bytes};
-use super::update::apply;
+use super::sweep::{sweep, Sweep};
+use super::update::{apply, write_trees};
 use super::walk::{is_repository, Hasher};
 use super::{Checkpoints, Result, Snapshot, SnapshotMeta};
+
+/// The bits of an index entry's flags that hold its merge stage.
+const STAGE_MASK: u16 = 0x3000;
 
 /// The working tree followed through change notifications.
 pub(super) struct Live {
@@ -91,9 +95,11 @@ impl Checkpoints {
         self.commit_tree(tree_id, meta)
     }
 
-    /// Follows the working tree through file change notifications from now on, so that later
-    /// snapshots and diffs look only at what changed. Returns false (and logs why) when the
-    /// platform or the kernel's watch limit does not allow it; scans then stay full.
+    /// Follows the working tree through file change notifications from the next scan on (a
+    /// full one, which watches each directory as it lists it), so that later snapshots and
+    /// diffs look only at what changed. Returns false (and logs why) when the platform has no
+    /// notifications; when the kernel's watch limit is reached during that scan, it logs why
+    /// and scans stay full.
     pub fn watch(&mut self) -> bool {
         if self.live.is_some() {
             return true;
@@ -101,9 +107,9 @@ impl Checkpoints {
         if self.read_only {
             return false;
         }
-        match self.new_watcher() {
+        // The directories are watched by the next scan, a full one, as it lists them.
+        match Watcher::empty(self.workdir()) {
             Ok(watcher) => {
-                tracing::debug!(directories = watcher.watched(), "watching the working tree");
                 self.live = Some(Live {
                     watcher,
                     tree: None,
@@ -138,7 +144,8 @@ impl Checkpoints {
                 tracing::info!(%why, "file change events may be lost; scanning the whole tree");
                 live.tree = None;
                 live.pending.clear();
-                match Watcher::new(&workdir, &follow) {
+                // The next scan is a full one and watches every directory it lists.
+                match Watcher::empty(&workdir) {
                     Ok(watcher) => live.watcher = watcher,
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot watch the working tree again; every scan will be a full one");
@@ -218,7 +225,9 @@ impl Checkpoints {
 
     /// One stat-driven scan of the whole working tree: only files whose stat data changed are
     /// hashed, and files found unchanged get their stat data refreshed so they are not hashed
-    /// again next time.
+    /// again next time. Runs on several threads ([`sweep`]) and watches every directory it
+    /// lists when a watcher waits for that; falls back to libgit2's own scan for what only
+    /// that records the way git does.
     pub(super) fn refresh_full(&mut self) -> Result<Oid> {
         let mut index = self.private_index()?;
         if let Err(e) = index.read(false) {
@@ -227,6 +236,88 @@ impl Checkpoints {
             self.attach_private_index()?;
             index = self.private_index()?;
         }
+        let entries: Vec<IndexEntry> = index.iter().filter(|e| e.flags & STAGE_MASK == 0).collect();
+        let swept = {
+            let config = self.repo.config()?.snapshot()?;
+            let watcher = self.live.as_ref().map(|l| &l.watcher);
+            sweep(self.workdir(), &config, &entries, &self.index_path, watcher)?
+        };
+        let found = match swept {
+            Sweep::Found(found) => found,
+            Sweep::Unusual(why) => {
+                tracing::debug!(%why, "scanning through libgit2");
+                self.watch_whole_tree(&index);
+                return self.refresh_through_libgit2(index);
+            }
+        };
+        if let Some(e) = found.watch_error {
+            tracing::warn!(error = %e, "not watching the working tree; every scan will be a full one");
+            self.live = None;
+        } else if let Some(live) = &mut self.live {
+            live.watcher.adopt(found.watches);
+        }
+        let changed = !found.read.is_empty() || !found.gone.is_empty();
+        // Removals first: a file that replaced a directory (or the reverse) then goes in clean.
+        for path in &found.gone {
+            index.remove_path(path)?;
+        }
+        let mut read = HashMap::new();
+        for path in &found.read {
+            match index.add_path(path) {
+                Ok(()) => {}
+                // Deleted between the scan and the add.
+                Err(e) if e.code() == ErrorCode::NotFound => index.remove_path(path)?,
+                Err(e) => return Err(e.into()),
+            }
+            let key = path_bytes(path).to_vec();
+            let entry = index.get_path(path, 0).map(|e| (e.id, e.mode));
+            read.insert(key, entry);
+        }
+        // The tree, from the entries as they now are: those read again replace (or join)
+        // the ones the index had, those gone or vanished drop out.
+        let gone: HashSet<&[u8]> = found.gone.iter().map(|p| path_bytes(p)).collect();
+        let mut tree_entries: Vec<(Vec<u8>, Oid, u32)> = entries
+            .into_iter()
+            .filter(|e| !gone.contains(e.path.as_slice()) && !read.contains_key(&e.path))
+            .map(|e| (e.path, e.id, e.mode))
+            .collect();
+        tree_entries.extend(
+            read.into_iter()
+                .filter_map(|(path, entry)| entry.map(|(id, mode)| (path, id, mode))),
+        );
+        tree_entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        if changed || self.index_unsaved {
+            if self.live.is_some() && self.index_path.exists() {
+                // While watching, scans are watched ones and the index on disk only spares a
+                // restart some hashing: it is written when the task lets go of it, not on the
+                // way to the first checkpoint. Its entries newer than the file count as racy
+                // meanwhile, so they are read again rather than trusted.
+                self.index_unsaved = true;
+            } else {
+                self.save_index(&mut index);
+            }
+        }
+        write_trees(&self.repo.odb()?, &tree_entries)
+    }
+
+    /// Watches every directory the watcher should follow, for a scan that does not list them
+    /// itself; on failure stops watching.
+    fn watch_whole_tree(&mut self, index: &Index) {
+        let workdir = self.workdir().to_path_buf();
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        let follow = |rel: &Path| follows(&self.repo, index, &workdir, rel);
+        if let Err(e) = live.watcher.add_tree(Path::new(""), &follow) {
+            tracing::warn!(error = %e, "not watching the working tree; every scan will be a full one");
+            self.live = None;
+        }
+    }
+
+    /// The full scan through libgit2's index-to-working-tree diff, on one thread.
+    fn refresh_through_libgit2(&mut self, mut index: Index) -> Result<Oid> {
+        // libgit2 writes the index itself on the way: it must not name objects held in memory.
+        self.flush_objects()?;
         let deltas = match self.workdir_deltas(&index, true) {
             Ok(deltas) => deltas,
             // Refreshing stat data writes the index; if that write fails, the scan is still
@@ -256,16 +347,6 @@ impl Checkpoints {
         }
         self.save_index(&mut index);
         Ok(index.write_tree()?)
-    }
-
-    pub(super) fn new_watcher(&self) -> std::result::Result<Watcher, crate::watch::WatchError> {
-        let index = self.repo.index().ok();
-        let workdir = self.workdir();
-        let follow = |rel: &Path| match &index {
-            Some(index) => follows(&self.repo, index, workdir, rel),
-            None => true,
-        };
-        Watcher::new(workdir, &follow)
     }
 
     pub(super) fn workdir_deltas(
@@ -727,6 +808,36 @@ mod tests {
                 );
                 proptest::prop_assert!(cps.diff_worktree(&snap.id, &Overlay::new()).expect("diff").is_empty());
             }
+        }
+
+        /// The first scan of a task (the sweep on several threads, against a copy of the
+        /// user's index) builds exactly the tree git builds, whatever happened to the working
+        /// tree since the user's index was written.
+        #[test]
+        fn first_scans_equal_git(ops in proptest::collection::vec(tree_op(), 0..10)) {
+            let repo = new_repo();
+            let dir = repo.path();
+            let scratch = tempfile::tempdir().expect("tempdir");
+            fs::write(dir.join(".gitignore"), "*.log\nbuild/\n").expect("write");
+            for f in ["a/x", "a/b/x", "c/x", "top", "d e/ü"] {
+                write(dir, f, f.as_bytes());
+            }
+            write(dir, "build/keep.txt", b"kept\n");
+            git(dir, &["add", "-A"]);
+            git(dir, &["add", "-f", "build/keep.txt"]);
+            git(dir, &["commit", "-q", "-m", "base"]);
+            let base = git(dir, &["rev-parse", "HEAD"]).trim().to_owned();
+            for op in &ops {
+                run_op(dir, op);
+            }
+            let mut cps = open(dir, "t", Some(&base)).expect("open");
+            let snap = cps.snapshot(meta(0, "start")).expect("snapshot");
+            proptest::prop_assert_eq!(
+                tree_of(dir, &snap.id),
+                git_tree_from_user_index(dir, scratch.path()),
+                "after {:?}", ops
+            );
+            proptest::prop_assert!(cps.diff_worktree(&snap.id, &Overlay::new()).expect("diff").is_empty());
         }
     }
 }

@@ -1,5 +1,6 @@
-//! Checkpoints built by updating the tip's tree in place ([`TreeUpdateBuilder`]): only a step's
-//! paths, or editor content that never reached the disk.
+//! Trees written without the index: checkpoints built by updating the tip's tree in place
+//! ([`TreeUpdateBuilder`]) with only a step's paths or editor content that never reached the
+//! disk, and whole trees written straight from a scan's sorted entries ([`write_trees`]).
 //!
 //! Must never sweep in a path it was not given, nor touch the working tree.
 
@@ -7,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use git2::build::TreeUpdateBuilder;
-use git2::{FileMode, Oid, Repository, Tree};
+use git2::{FileMode, ObjectType, Odb, Oid, Repository, Tree};
 
 use super::objects::file_mode;
 use super::walk::Hasher;
@@ -66,6 +67,99 @@ pub(super) fn apply(repo: &Repository, base: &Tree<'_>, updates: &[Update]) -> R
         tree = builder.create_updated(repo, &repo.find_tree(tree)?)?;
     }
     Ok(tree)
+}
+
+/// Writes the trees of `entries` (repo-relative paths sorted bytewise, as the index sorts
+/// them, each with its blob or commit id and git mode) and returns the root tree's id.
+///
+/// libgit2's `Index::write_tree` reuses the index's cached trees, but then reads every tree of
+/// the result back into that cache: on a 50k-file tree that read cost more than the whole
+/// stat scan. Here each tree is serialized and hashed once, and written only when the object
+/// store lacks it. Index order is git's tree order (a directory sorts as its name plus '/'),
+/// so each directory's entries arrive in the order its tree lists them.
+pub(super) fn write_trees(odb: &Odb<'_>, entries: &[(Vec<u8>, Oid, u32)]) -> Result<Oid> {
+    /// A directory being filled: its path and its serialized entries so far.
+    struct Open {
+        path: Vec<u8>,
+        body: Vec<u8>,
+    }
+    fn push_entry(body: &mut Vec<u8>, mode: u32, name: &[u8], id: Oid) {
+        body.extend_from_slice(format!("{mode:o} ").as_bytes());
+        body.extend_from_slice(name);
+        body.push(0);
+        body.extend_from_slice(id.as_bytes());
+    }
+    fn write(odb: &Odb<'_>, body: &[u8]) -> Result<Oid> {
+        let id = Oid::hash_object(ObjectType::Tree, body)?;
+        if !odb.exists(id) {
+            odb.write(ObjectType::Tree, body)?;
+        }
+        Ok(id)
+    }
+    /// Writes the innermost open directory (never the root) into its parent.
+    fn close(odb: &Odb<'_>, stack: &mut Vec<Open>) -> Result<()> {
+        if stack.len() < 2 {
+            return Ok(());
+        }
+        let Some(done) = stack.pop() else {
+            return Ok(());
+        };
+        let id = write(odb, &done.body)?;
+        let name = match done.path.iter().rposition(|&b| b == b'/') {
+            Some(cut) => &done.path[cut + 1..],
+            None => &done.path[..],
+        };
+        if let Some(parent) = stack.last_mut() {
+            push_entry(&mut parent.body, 0o40000, name, id);
+        }
+        Ok(())
+    }
+    let mut stack = vec![Open {
+        path: Vec::new(),
+        body: Vec::new(),
+    }];
+    for (path, id, mode) in entries {
+        let dir = match path.iter().rposition(|&b| b == b'/') {
+            Some(cut) => &path[..cut],
+            None => &path[..0],
+        };
+        // Close the directories this entry is not in (the root holds everything).
+        while let Some(open) = stack.last().filter(|_| stack.len() > 1) {
+            let inside = dir.starts_with(&open.path)
+                && (dir.len() == open.path.len() || dir[open.path.len()] == b'/');
+            if inside {
+                break;
+            }
+            close(odb, &mut stack)?;
+        }
+        // Open the directories between the innermost open one and this entry's.
+        let open_len = stack.last().map_or(0, |o| o.path.len());
+        let mut at = if open_len == 0 { 0 } else { open_len + 1 };
+        while at < dir.len() {
+            let end = dir[at..]
+                .iter()
+                .position(|&b| b == b'/')
+                .map_or(dir.len(), |p| at + p);
+            stack.push(Open {
+                path: dir[..end].to_vec(),
+                body: Vec::new(),
+            });
+            at = end + 1;
+        }
+        let name = if dir.is_empty() {
+            &path[..]
+        } else {
+            &path[dir.len() + 1..]
+        };
+        if let Some(open) = stack.last_mut() {
+            push_entry(&mut open.body, *mode, name, *id);
+        }
+    }
+    while stack.len() > 1 {
+        close(odb, &mut stack)?;
+    }
+    let root = stack.pop().map(|o| o.body).unwrap_or_default();
+    write(odb, &root)
 }
 
 impl Checkpoints {

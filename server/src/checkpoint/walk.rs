@@ -10,7 +10,9 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use git2::{ErrorCode, FileMode, Index, ObjectType, Oid, Tree, TreeWalkMode, TreeWalkResult};
+use git2::{
+    ErrorCode, FileMode, Index, ObjectType, Oid, Repository, Tree, TreeWalkMode, TreeWalkResult,
+};
 
 use super::objects::{bytes_path, file_mode};
 use super::update::Update;
@@ -75,6 +77,66 @@ impl Hasher<'_> {
 /// Whether `dir` holds a repository of its own (a nested repository or a submodule).
 pub(super) fn is_repository(dir: &Path) -> bool {
     fs::symlink_metadata(dir.join(".git")).is_ok()
+}
+
+/// Whether git ignores the untracked path `rel`; `link` says it is a symlink.
+///
+/// libgit2 (`is_path_ignored` and its status alike) asks the file system whether a path is a
+/// directory following symlinks, so a link to a directory matches a directory-only pattern
+/// (`build/`) that git never applies to a link. For such a link, its directories are asked of
+/// libgit2 (they are real ones) and the link itself is matched as a file against the ignore
+/// files that apply to it, deepest first, as git does.
+pub(super) fn is_ignored(
+    repo: &Repository,
+    workdir: &Path,
+    rel: &Path,
+    link: bool,
+) -> Result<bool> {
+    if !(link && fs::metadata(workdir.join(rel)).is_ok_and(|m| m.is_dir())) {
+        return Ok(repo.is_path_ignored(rel)?);
+    }
+    let parent = rel.parent().unwrap_or(Path::new(""));
+    if !parent.as_os_str().is_empty() && repo.is_path_ignored(parent)? {
+        return Ok(true);
+    }
+    let full = workdir.join(rel);
+    let mut files: Vec<PathBuf> = parent
+        .ancestors()
+        .map(|dir| workdir.join(dir).join(".gitignore"))
+        .collect();
+    files.push(repo.path().join("info/exclude"));
+    if let Some(global) = excludes_file(repo) {
+        files.push(global);
+    }
+    for file in files.iter().filter(|f| f.is_file()) {
+        // .gitignore files match from their own directory, the others from the root.
+        let root = if file.file_name().is_some_and(|n| n == ".gitignore") {
+            file.parent().unwrap_or(workdir)
+        } else {
+            workdir
+        };
+        let mut rules = ignore::gitignore::GitignoreBuilder::new(root);
+        rules.add(file);
+        let Ok(rules) = rules.build() else { continue };
+        match rules.matched(&full, false) {
+            ignore::Match::Ignore(_) => return Ok(true),
+            ignore::Match::Whitelist(_) => return Ok(false),
+            ignore::Match::None => {}
+        }
+    }
+    Ok(false)
+}
+
+/// The user's global ignore file: `core.excludesFile`, else git's default under XDG.
+fn excludes_file(repo: &Repository) -> Option<PathBuf> {
+    if let Ok(path) = repo.config().and_then(|c| c.get_path("core.excludesfile")) {
+        return Some(path);
+    }
+    let config = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(config.join("git/ignore"))
 }
 
 /// Whether every directory on the way to `rel` is a real directory, not a symlink: a path
@@ -191,7 +253,8 @@ impl Checkpoints {
             // Sockets and fifos are not content; a full scan leaves them out too.
             return Ok(());
         }
-        if in_base.is_none() && self.repo.is_path_ignored(rel)? {
+        if in_base.is_none() && is_ignored(&self.repo, workdir, rel, meta.file_type().is_symlink())?
+        {
             return Ok(());
         }
         if base_kind == Some(ObjectType::Tree) {
