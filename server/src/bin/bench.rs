@@ -72,7 +72,7 @@ const SCALING_TARGET: f64 = 2.0;
 /// The step sizes measured: one edited file, and a wide refactor.
 const CHANGED: [usize; 2] = [1, 100];
 /// The largest tree the one-pack-per-step checkpoints are measured on.
-const PACKED_MAX_FILES: usize = 1_000;
+const VARIANTS_MAX_FILES: usize = 10_000;
 /// Files per leaf directory, roughly what source trees look like.
 const FILES_PER_DIR: usize = 25;
 
@@ -435,61 +435,65 @@ fn bench_size(root: &Path, files: usize, quick: bool, report: &mut Report) -> Re
         unchanged_snapshot: Stats::of(floor),
     });
 
-    // Only on small trees: the target it answers is at 1k files, and a packed step costs
-    // seconds from 10k files on.
-    if files <= PACKED_MAX_FILES {
-        // The same checkpoints written as one pack per step instead of loose objects, by a task of
-        // its own (a task sharing the object store would find the other's loose objects and write
-        // nothing), against the same warm CLI chain.
-        let head = repo.commit_all("bench: before packed checkpoints")?;
-        repo.settle()?;
-        let mut packed = Checkpoints::open(&repo.dir, "bench-packed", Some(&head))?;
-        packed.watch();
-        packed.set_pack_writes(true)?;
-        packed.snapshot(meta(step))?;
-        for k in CHANGED {
-            let set = repo.spread(k);
-            let mut rein = Vec::new();
-            let mut cli = Vec::new();
-            for round in 0..=reps {
-                repo.mutate(&set)?;
-                step += 1;
-                let parent = cli_parent.clone();
-                let (r, c) = alternate(
-                    round,
-                    || timed(|| Ok(packed.snapshot(meta(step))?)),
-                    || timed(|| repo.cli_checkpoint(&cli_index, &parent)),
-                )?;
-                let (rein_ms, snap) = r;
-                let (cli_ms, cli_out) = c;
-                let rein_tree = reader
-                    .find_commit(Oid::from_str(&snap.id)?)
-                    .context("reading Rein's packed checkpoint")?
-                    .tree_id()
-                    .to_string();
-                if !snap.created || rein_tree != cli_out.tree {
-                    bail!(
-                        "{files} files, {k} changed: the packed checkpoint differs from git's tree"
-                    );
+    // The two ways of storing a step's objects, each alone, against the same warm CLI chain:
+    // what the default (loose below PACK_FROM_FILES files read, one pack from there) is chosen
+    // from. Each variant is a task of its own (a task sharing the object store would find the
+    // other's objects and write nothing). Up to 10k files: the choice is made at 1k.
+    if files <= VARIANTS_MAX_FILES {
+        for (scenario, pack_from) in [
+            (Scenario::CheckpointLoose, usize::MAX),
+            (Scenario::CheckpointPacked, 0),
+        ] {
+            let head = repo.commit_all("bench: before a storage variant")?;
+            repo.settle()?;
+            let task = format!("bench-{}", scenario.slug());
+            let mut variant = Checkpoints::open(&repo.dir, &task, Some(&head))?;
+            variant.watch();
+            variant.pack_steps_from(pack_from);
+            variant.snapshot(meta(step))?;
+            for k in CHANGED {
+                let set = repo.spread(k);
+                let mut rein = Vec::new();
+                let mut cli = Vec::new();
+                for round in 0..=reps {
+                    repo.mutate(&set)?;
+                    step += 1;
+                    let parent = cli_parent.clone();
+                    let (r, c) = alternate(
+                        round,
+                        || timed(|| Ok(variant.snapshot(meta(step))?)),
+                        || timed(|| repo.cli_checkpoint(&cli_index, &parent)),
+                    )?;
+                    let (rein_ms, snap) = r;
+                    let (cli_ms, cli_out) = c;
+                    let rein_tree = reader
+                        .find_commit(Oid::from_str(&snap.id)?)
+                        .with_context(|| format!("reading Rein's checkpoint ({task})"))?
+                        .tree_id()
+                        .to_string();
+                    if !snap.created || rein_tree != cli_out.tree {
+                        bail!(
+                            "{files} files, {k} changed: the {task} checkpoint differs from git's tree"
+                        );
+                    }
+                    cli_parent = cli_out.commit;
+                    if round > 0 {
+                        rein.push(rein_ms);
+                        cli.push(cli_ms);
+                    }
                 }
-                cli_parent = cli_out.commit;
-                if round > 0 {
-                    rein.push(rein_ms);
-                    cli.push(cli_ms);
-                }
+                report.comparisons.push(Comparison::new(
+                    files,
+                    scenario,
+                    k,
+                    scenario.rein_label(),
+                    rein,
+                    "git add -A/write-tree/commit-tree, warm index",
+                    cli,
+                    None,
+                ));
             }
-            report.comparisons.push(Comparison::new(
-                files,
-                Scenario::CheckpointPacked,
-                k,
-                "snapshot (warm), one pack per step",
-                rein,
-                "git add -A/write-tree/commit-tree, warm index",
-                cli,
-                None,
-            ));
         }
-        drop(packed);
     }
 
     // Reconcile: what changed since the last checkpoint, with unsaved buffers on top, against
@@ -985,16 +989,35 @@ fn load_average() -> String {
 enum Scenario {
     Checkpoint,
     CheckpointCold,
+    CheckpointLoose,
     CheckpointPacked,
     Reconcile,
     FirstSnapshot,
 }
 
 impl Scenario {
+    /// A name for a task of its own.
+    fn slug(self) -> &'static str {
+        match self {
+            Scenario::CheckpointLoose => "loose",
+            Scenario::CheckpointPacked => "packed",
+            _ => "main",
+        }
+    }
+
+    /// What Rein does in a storage variant.
+    fn rein_label(self) -> &'static str {
+        match self {
+            Scenario::CheckpointLoose => "snapshot (warm), loose objects only",
+            _ => "snapshot (warm), one pack per step",
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Scenario::Checkpoint => "checkpoint",
             Scenario::CheckpointCold => "checkpoint vs cold CLI",
+            Scenario::CheckpointLoose => "checkpoint, loose objects only",
             Scenario::CheckpointPacked => "checkpoint, one pack per step",
             Scenario::Reconcile => "reconcile",
             Scenario::FirstSnapshot => "first snapshot",

@@ -46,6 +46,11 @@ use pack::{remove_merged, Packs};
 use resolve::unknown;
 use scan::Live;
 
+/// From this many files read in one step, its objects are written as one pack: git keeps a
+/// fetched pack from 100 objects on (`transfer.unpackLimit`), and a changed file is about a
+/// blob and a tree. Below, loose objects are cheaper (measured in `docs/performance.md`).
+pub const PACK_FROM_FILES: usize = 50;
+
 /// Unsaved editor content: repo-relative, '/'-separated path -> bytes that replace the disk's.
 pub type Overlay = BTreeMap<String, Vec<u8>>;
 
@@ -203,8 +208,12 @@ pub struct Checkpoints {
     index_unsaved: bool,
     /// Opened by [`Checkpoints::open_read_only`]: nothing is written, not even the private index.
     read_only: bool,
-    /// While on, objects are written to memory and to disk as one pack per checkpoint.
+    /// Where a big step's objects are gathered and written as one pack; made at the first.
     packs: Option<Packs>,
+    /// Writes go to `packs` until the next flush (a big step is being recorded).
+    packing: bool,
+    /// From how many files read in one scan its objects go into one pack.
+    pack_from: usize,
 }
 
 /// The commit `spec` names, for the base of a chain.
@@ -327,6 +336,8 @@ impl Checkpoints {
             index_unsaved: false,
             read_only: false,
             packs: None,
+            packing: false,
+            pack_from: PACK_FROM_FILES,
         };
         this.attach_private_index()?;
         Ok(this)
@@ -352,37 +363,61 @@ impl Checkpoints {
             index_unsaved: false,
             read_only: true,
             packs: None,
+            packing: false,
+            pack_from: usize::MAX,
         })
     }
 
-    /// Writes each checkpoint's new objects as one pack under `.git/objects/pack` (named
-    /// `pack-rein-*`, merged geometrically) instead of one loose file each; off by default.
-    pub fn set_pack_writes(&mut self, on: bool) -> Result<()> {
-        self.writable()?;
-        match (on, self.packs.is_some()) {
-            (true, false) => self.packs = Some(Packs::new(&self.repo)?),
-            (false, true) => {
-                self.flush_objects()?;
-                self.packs = None;
-                // The repository's own store again, as a fresh handle opens it.
-                let fresh = Repository::open(self.repo.path())?;
-                self.repo.set_odb(&fresh.odb()?)?;
-            }
-            _ => {}
+    /// From how many files read in one scan (or checkpointed in one step) that step's objects
+    /// are written as one pack rather than a loose file each; `usize::MAX` never packs. The
+    /// bench sets it to compare the two; everything else keeps [`PACK_FROM_FILES`].
+    pub fn pack_steps_from(&mut self, files: usize) {
+        self.pack_from = files;
+    }
+
+    /// Routes the writes of a step that reads `files` files to memory, to go to disk as one
+    /// pack at the next flush, when that many files make a pack worth its fixed cost. A
+    /// failure to set that up is logged and the step's objects go loose, as they always could.
+    pub(super) fn pack_if_many(&mut self, files: usize) {
+        if self.read_only || self.packing || files < self.pack_from {
+            return;
         }
-        Ok(())
+        if self.packs.is_none() {
+            let staging = self.index_path.with_file_name("pack-staging");
+            match Packs::new(&self.repo, staging) {
+                Ok(packs) => self.packs = Some(packs),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot write a pack; writing loose objects");
+                    return;
+                }
+            }
+        } else if let Some(packs) = &self.packs {
+            if let Err(e) = packs.route_writes(&self.repo) {
+                tracing::warn!(error = %e, "cannot write a pack; writing loose objects");
+                return;
+            }
+        }
+        self.packing = true;
     }
 
     /// Writes the objects held in memory to disk, before anything that refers to them (a ref,
-    /// the private index on disk) is written.
+    /// the private index on disk) is written; later writes go loose again.
     pub(super) fn flush_objects(&mut self) -> Result<()> {
+        if !self.packing {
+            return Ok(());
+        }
         let Some(packs) = &self.packs else {
             return Ok(());
         };
         let merged = packs.flush(&self.repo)?;
+        // The repository's own store again, as a fresh handle opens it: it lists the new pack
+        // and never listed the merged ones, which can then go.
+        let fresh = Repository::open(self.repo.path())?;
+        self.repo.set_odb(&fresh.odb()?)?;
+        self.packing = false;
         if !merged.is_empty() {
-            // A fresh store, which never listed the merged packs, before they go.
-            self.packs = Some(Packs::new(&self.repo)?);
+            // The store in front of memory listed the merged packs: a fresh one next time.
+            self.packs = None;
             remove_merged(&merged);
         }
         Ok(())

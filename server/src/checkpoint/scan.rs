@@ -200,6 +200,7 @@ impl Checkpoints {
         };
         let paths = crate::watch::outermost(std::mem::take(&mut live.pending));
         let gitlinks = live.gitlinks.clone();
+        self.pack_if_many(paths.len());
         let mut index = self.private_index()?;
         let base = self.repo.find_tree(base)?;
         let mut updates = Vec::new();
@@ -257,6 +258,7 @@ impl Checkpoints {
             live.watcher.adopt(found.watches);
         }
         let changed = !found.read.is_empty() || !found.gone.is_empty();
+        self.pack_if_many(found.read.len());
         // Removals first: a file that replaced a directory (or the reverse) then goes in clean.
         for path in &found.gone {
             index.remove_path(path)?;
@@ -735,11 +737,13 @@ mod tests {
 
         /// Watched snapshots (only the paths the kernel reported) build exactly the tree git
         /// builds from the whole working tree, through any mix of file and directory changes;
-        /// and snapshots that only take some paths never take anything else.
+        /// and snapshots that only take some paths never take anything else; whether a step's
+        /// objects go loose or into one pack.
         #[test]
         fn watched_snapshots_equal_full_scans(
             rounds in proptest::collection::vec(proptest::collection::vec(tree_op(), 1..6), 1..6),
             partial in proptest::collection::vec(0..POOL.len(), 0..3),
+            packed in proptest::bool::ANY,
         ) {
             let repo = new_repo();
             let dir = repo.path();
@@ -754,6 +758,10 @@ mod tests {
             git(dir, &["commit", "-q", "-m", "base"]);
             let base = git(dir, &["rev-parse", "HEAD"]).trim().to_owned();
             let mut cps = open(dir, "t", Some(&base)).expect("open");
+            if packed {
+                // Every step's objects as one pack, which git must read as it reads loose ones.
+                cps.pack_steps_from(0);
+            }
             cps.snapshot(meta(0, "start")).expect("snapshot");
             for (n, ops) in rounds.iter().enumerate() {
                 for op in ops {

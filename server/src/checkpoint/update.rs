@@ -177,6 +177,7 @@ impl Checkpoints {
             // Without a trustworthy index there is no stat cache to keep: take it all.
             return self.snapshot(meta);
         }
+        self.pack_if_many(paths.len());
         let built = {
             let tip = self.tip_tree()?;
             let mut updates = Vec::new();
