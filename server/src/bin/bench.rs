@@ -357,42 +357,13 @@ fn bench_size(root: &Path, files: usize, quick: bool, report: &mut Report) -> Re
     // Seeds the CLI's warm index, as a previous step of a running task would have.
     cli_parent = repo.cli_checkpoint(&cli_index, &cli_parent)?.commit;
 
+    let mut chain = CliChain {
+        index: &cli_index,
+        parent: cli_parent,
+        reader: &reader,
+    };
     for k in CHANGED {
-        let set = repo.spread(k);
-        let mut rein = Vec::new();
-        let mut cli = Vec::new();
-        for round in 0..=reps {
-            repo.mutate(&set)?;
-            step += 1;
-            let parent = cli_parent.clone();
-            let (r, c) = alternate(
-                round,
-                || timed(|| Ok(cps.snapshot(meta(step))?)),
-                || timed(|| repo.cli_checkpoint(&cli_index, &parent)),
-            )?;
-            let (rein_ms, snap) = r;
-            let (cli_ms, cli_out) = c;
-            if !snap.created {
-                bail!("{files} files, {k} changed: Rein's checkpoint was a no-op");
-            }
-            let rein_tree = reader
-                .find_commit(Oid::from_str(&snap.id)?)
-                .context("reading Rein's checkpoint")?
-                .tree_id()
-                .to_string();
-            if rein_tree != cli_out.tree {
-                bail!(
-                    "{files} files, {k} changed: Rein's checkpoint tree {rein_tree} differs from \
-                     git's {}; the comparison would be meaningless",
-                    cli_out.tree
-                );
-            }
-            cli_parent = cli_out.commit;
-            if round > 0 {
-                rein.push(rein_ms);
-                cli.push(cli_ms);
-            }
-        }
+        let (rein, cli) = checkpoint_rounds(&mut repo, &mut cps, &mut chain, &mut step, k, reps)?;
         let cold_for_k = if k == 1 { cold.clone() } else { Vec::new() };
         if !cold_for_k.is_empty() {
             report.comparisons.push(Comparison::new(
@@ -452,36 +423,8 @@ fn bench_size(root: &Path, files: usize, quick: bool, report: &mut Report) -> Re
             variant.pack_steps_from(pack_from);
             variant.snapshot(meta(step))?;
             for k in CHANGED {
-                let set = repo.spread(k);
-                let mut rein = Vec::new();
-                let mut cli = Vec::new();
-                for round in 0..=reps {
-                    repo.mutate(&set)?;
-                    step += 1;
-                    let parent = cli_parent.clone();
-                    let (r, c) = alternate(
-                        round,
-                        || timed(|| Ok(variant.snapshot(meta(step))?)),
-                        || timed(|| repo.cli_checkpoint(&cli_index, &parent)),
-                    )?;
-                    let (rein_ms, snap) = r;
-                    let (cli_ms, cli_out) = c;
-                    let rein_tree = reader
-                        .find_commit(Oid::from_str(&snap.id)?)
-                        .with_context(|| format!("reading Rein's checkpoint ({task})"))?
-                        .tree_id()
-                        .to_string();
-                    if !snap.created || rein_tree != cli_out.tree {
-                        bail!(
-                            "{files} files, {k} changed: the {task} checkpoint differs from git's tree"
-                        );
-                    }
-                    cli_parent = cli_out.commit;
-                    if round > 0 {
-                        rein.push(rein_ms);
-                        cli.push(cli_ms);
-                    }
-                }
+                let (rein, cli) =
+                    checkpoint_rounds(&mut repo, &mut variant, &mut chain, &mut step, k, reps)?;
                 report.comparisons.push(Comparison::new(
                     files,
                     scenario,
@@ -547,6 +490,66 @@ fn bench_size(root: &Path, files: usize, quick: bool, report: &mut Report) -> Re
         ));
     }
     Ok(())
+}
+
+/// The CLI's side of the checkpoint rounds: its warm temporary index, the commit its next
+/// checkpoint goes on, and a reader of both sides' commits.
+struct CliChain<'a> {
+    index: &'a Path,
+    parent: String,
+    reader: &'a Repository,
+}
+
+/// `reps` rounds (after one unrecorded warm-up) of editing `k` files, then Rein's snapshot and
+/// the CLI's checkpoint back to back; fails unless both record the same tree. Returns Rein's and
+/// the CLI's times in ms.
+fn checkpoint_rounds(
+    repo: &mut BenchRepo,
+    cps: &mut Checkpoints,
+    chain: &mut CliChain<'_>,
+    step: &mut u32,
+    k: usize,
+    reps: usize,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let files = repo.files.len();
+    let set = repo.spread(k);
+    let mut rein = Vec::new();
+    let mut cli = Vec::new();
+    for round in 0..=reps {
+        repo.mutate(&set)?;
+        *step += 1;
+        let at = *step;
+        let parent = chain.parent.clone();
+        let (r, c) = alternate(
+            round,
+            || timed(|| Ok(cps.snapshot(meta(at))?)),
+            || timed(|| repo.cli_checkpoint(chain.index, &parent)),
+        )?;
+        let (rein_ms, snap) = r;
+        let (cli_ms, cli_out) = c;
+        if !snap.created {
+            bail!("{files} files, {k} changed: Rein's checkpoint was a no-op");
+        }
+        let rein_tree = chain
+            .reader
+            .find_commit(Oid::from_str(&snap.id)?)
+            .context("reading Rein's checkpoint")?
+            .tree_id()
+            .to_string();
+        if rein_tree != cli_out.tree {
+            bail!(
+                "{files} files, {k} changed: Rein's checkpoint tree {rein_tree} differs from \
+                 git's {}; the comparison would be meaningless",
+                cli_out.tree
+            );
+        }
+        chain.parent = cli_out.commit;
+        if round > 0 {
+            rein.push(rein_ms);
+            cli.push(cli_ms);
+        }
+    }
+    Ok((rein, cli))
 }
 
 fn meta(step: u32) -> SnapshotMeta<'static> {

@@ -256,6 +256,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::testutil::*;
     use crate::checkpoint::Checkpoints;
+    use tempfile::TempDir;
 
     fn loose_objects(dir: &Path) -> usize {
         fs::read_dir(dir.join(".git/objects"))
@@ -400,14 +401,20 @@ mod tests {
         assert_eq!(cps.diff(&small.id, &big.id).expect("diff").len(), many);
     }
 
+    /// A one-file repository and a task on it that writes every step as one pack.
+    fn packing_task() -> (TempDir, Checkpoints) {
+        let repo = new_repo();
+        write(repo.path(), "a", b"a\n");
+        let base = commit_all(repo.path(), "base");
+        let mut cps = open(repo.path(), "t", Some(&base)).expect("open");
+        cps.pack_steps_from(0);
+        (repo, cps)
+    }
+
     #[test]
     fn packs_laid_end_to_end_index_as_one_with_every_object() {
-        let repo = new_repo();
+        let (repo, mut cps) = packing_task();
         let dir = repo.path();
-        write(dir, "a", b"a\n");
-        let base = commit_all(dir, "base");
-        let mut cps = open(dir, "t", Some(&base)).expect("open");
-        cps.pack_steps_from(0);
         // Similar files, so the first pack holds deltas, which must survive the move; then a
         // step small enough to stay a pack of its own (no merge yet).
         let text: String = (0..200).map(|i| format!("line {i}\n")).collect();
@@ -452,12 +459,8 @@ mod tests {
 
     #[test]
     fn another_handle_reads_the_chain_across_merges() {
-        let repo = new_repo();
+        let (repo, mut cps) = packing_task();
         let dir = repo.path();
-        write(dir, "a", b"a\n");
-        let base = commit_all(dir, "base");
-        let mut cps = open(dir, "t", Some(&base)).expect("open");
-        cps.pack_steps_from(0);
         let other = Repository::open(dir).expect("another handle");
         let mut ids = Vec::new();
         for step in 0..40u32 {

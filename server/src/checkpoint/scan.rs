@@ -392,6 +392,7 @@ mod tests {
 
     use git2::Index;
     use std::time::{Duration, SystemTime};
+    use tempfile::TempDir;
 
     #[test]
     fn snapshot_tree_matches_git_and_leaves_user_state_alone() {
@@ -652,6 +653,23 @@ mod tests {
         }
     }
 
+    /// The committed repository the properties start from: nested and spaced paths, an
+    /// ignore file, and an ignored directory holding one tracked file. Returns it and HEAD.
+    fn property_repo() -> (TempDir, String) {
+        let repo = new_repo();
+        let dir = repo.path();
+        fs::write(dir.join(".gitignore"), "*.log\nbuild/\n").expect("write");
+        for f in ["a/x", "a/b/x", "c/x", "top", "d e/ü"] {
+            write(dir, f, f.as_bytes());
+        }
+        write(dir, "build/keep.txt", b"kept\n");
+        git(dir, &["add", "-A"]);
+        git(dir, &["add", "-f", "build/keep.txt"]);
+        git(dir, &["commit", "-q", "-m", "base"]);
+        let base = git(dir, &["rev-parse", "HEAD"]).trim().to_owned();
+        (repo, base)
+    }
+
     fn run_op(dir: &Path, op: &TreeOp) {
         match op {
             TreeOp::Write(p, c) => {
@@ -745,18 +763,9 @@ mod tests {
             partial in proptest::collection::vec(0..POOL.len(), 0..3),
             packed in proptest::bool::ANY,
         ) {
-            let repo = new_repo();
+            let (repo, base) = property_repo();
             let dir = repo.path();
             let scratch = tempfile::tempdir().expect("tempdir");
-            fs::write(dir.join(".gitignore"), "*.log\nbuild/\n").expect("write");
-            for f in ["a/x", "a/b/x", "c/x", "top", "d e/ü"] {
-                write(dir, f, f.as_bytes());
-            }
-            write(dir, "build/keep.txt", b"kept\n");
-            git(dir, &["add", "-A"]);
-            git(dir, &["add", "-f", "build/keep.txt"]);
-            git(dir, &["commit", "-q", "-m", "base"]);
-            let base = git(dir, &["rev-parse", "HEAD"]).trim().to_owned();
             let mut cps = open(dir, "t", Some(&base)).expect("open");
             if packed {
                 // Every step's objects as one pack, which git must read as it reads loose ones.
@@ -823,18 +832,9 @@ mod tests {
         /// tree since the user's index was written.
         #[test]
         fn first_scans_equal_git(ops in proptest::collection::vec(tree_op(), 0..10)) {
-            let repo = new_repo();
+            let (repo, base) = property_repo();
             let dir = repo.path();
             let scratch = tempfile::tempdir().expect("tempdir");
-            fs::write(dir.join(".gitignore"), "*.log\nbuild/\n").expect("write");
-            for f in ["a/x", "a/b/x", "c/x", "top", "d e/ü"] {
-                write(dir, f, f.as_bytes());
-            }
-            write(dir, "build/keep.txt", b"kept\n");
-            git(dir, &["add", "-A"]);
-            git(dir, &["add", "-f", "build/keep.txt"]);
-            git(dir, &["commit", "-q", "-m", "base"]);
-            let base = git(dir, &["rev-parse", "HEAD"]).trim().to_owned();
             for op in &ops {
                 run_op(dir, op);
             }
