@@ -370,27 +370,17 @@ impl Server {
         command: &str,
         result: Result<Reply, ControlError>,
     ) {
-        let value: RpcResult = result.map_err(|e| to_rpc(e, self.editor)).map(
-            |reply| match reply {
-                Reply::State(s) => json!({ "state": s }),
-                Reply::Steered {
-                    constraint_id,
-                    state,
-                } => json!({ "constraintId": constraint_id, "state": state }),
-                Reply::Handover { handover, state } => {
-                    json!({ "handover": handover, "markdown": handover.markdown, "state": state })
-                }
-                Reply::Handback { report, state } => {
-                    json!({ "reconcile": report, "markdown": report.markdown(), "state": state })
-                }
-                Reply::Hunks {
-                    step,
-                    changes,
-                    state,
-                } => json!({ "step": step, "changes": changes, "state": state }),
-                Reply::Transcript { transcript, .. } => json!(transcript),
-            },
-        );
+        let result = result.map_err(|e| to_rpc(e, self.editor));
+        if let ReplyTo::Client(id) = to {
+            // Written straight from the engine's reply: a whole state is megabytes as a
+            // `Value` on a long task, for every control's answer.
+            self.respond_with(id, result.as_ref().map(ReplyBody::of).map_err(Clone::clone));
+            return;
+        }
+        let value: RpcResult = result.and_then(|reply| {
+            serde_json::to_value(ReplyBody::of(&reply))
+                .map_err(|e| rpc_error(ErrorCode::InternalError, e.to_string()))
+        });
         match to {
             ReplyTo::Client(id) => self.respond(id, value),
             ReplyTo::SteerComment { path, text, client } => {
@@ -441,6 +431,71 @@ impl Server {
                     );
                 }
             }
+        }
+    }
+}
+
+/// An engine reply as the client receives it (`rein.*` command results).
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum ReplyBody<'a> {
+    State {
+        state: &'a crate::state::TaskState,
+    },
+    Steered {
+        #[serde(rename = "constraintId")]
+        constraint_id: &'a str,
+        state: &'a crate::state::TaskState,
+    },
+    Handover {
+        handover: &'a control::Handover,
+        markdown: &'a str,
+        state: &'a crate::state::TaskState,
+    },
+    Handback {
+        reconcile: &'a crate::reconcile::Report,
+        markdown: String,
+        state: &'a crate::state::TaskState,
+    },
+    Hunks {
+        step: u32,
+        changes: &'a [crate::reconcile::merge::LineChange],
+        state: &'a crate::state::TaskState,
+    },
+    Transcript(&'a control::Transcript),
+}
+
+impl<'a> ReplyBody<'a> {
+    fn of(reply: &'a Reply) -> Self {
+        match reply {
+            Reply::State(state) => ReplyBody::State { state },
+            Reply::Steered {
+                constraint_id,
+                state,
+            } => ReplyBody::Steered {
+                constraint_id,
+                state,
+            },
+            Reply::Handover { handover, state } => ReplyBody::Handover {
+                handover,
+                markdown: &handover.markdown,
+                state,
+            },
+            Reply::Handback { report, state } => ReplyBody::Handback {
+                reconcile: report,
+                markdown: report.markdown(),
+                state,
+            },
+            Reply::Hunks {
+                step,
+                changes,
+                state,
+            } => ReplyBody::Hunks {
+                step: *step,
+                changes,
+                state,
+            },
+            Reply::Transcript { transcript, .. } => ReplyBody::Transcript(transcript),
         }
     }
 }

@@ -304,6 +304,32 @@ impl Server {
         self.send(Message::Response(resp));
     }
 
+    /// Answers `id` with `result` serialized straight to JSON text, without building a
+    /// `Value` of it first.
+    pub(super) fn respond_with<T: serde::Serialize>(
+        &self,
+        id: RequestId,
+        result: Result<T, lsp_server::ResponseError>,
+    ) {
+        let frame = match result.map(|r| serde_json::value::to_raw_value(&r)) {
+            Ok(Ok(raw)) => Frame::Answer { id, result: raw },
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot serialize a reply");
+                Frame::Message(Message::Response(Response {
+                    id,
+                    result: None,
+                    error: Some(rpc_error(ErrorCode::InternalError, e.to_string())),
+                }))
+            }
+            Err(e) => Frame::Message(Message::Response(Response {
+                id,
+                result: None,
+                error: Some(e),
+            })),
+        };
+        let _ = self.out.send(frame);
+    }
+
     fn request_client(&mut self, method: &str, params: Value, kind: Outgoing) {
         self.next_id += 1;
         let id = RequestId::from(format!("rein-{}", self.next_id));

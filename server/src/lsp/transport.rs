@@ -9,6 +9,7 @@ use std::io::{self, BufRead, Read, Write};
 use crossbeam_channel::Sender;
 use lsp_server::{ErrorCode, Message, RequestId, Response, ResponseError};
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 /// The largest body accepted; a larger one is read past and refused.
 pub const MAX_BODY: usize = 64 * 1024 * 1024;
@@ -32,6 +33,14 @@ pub enum Frame {
     /// The error answer to input whose id could not be read: JSON-RPC gives it a null id,
     /// which lsp-server's `RequestId` cannot hold.
     Unidentified(ResponseError),
+    /// A successful response whose result is already JSON text (a whole state is megabytes
+    /// as a `Value`).
+    Answer {
+        /// The request answered.
+        id: RequestId,
+        /// The result.
+        result: Box<RawValue>,
+    },
 }
 
 impl From<Message> for Frame {
@@ -47,7 +56,14 @@ impl Frame {
         #[serde(untagged)]
         enum Body<'a> {
             Message(&'a Message),
-            Unidentified { id: (), error: &'a ResponseError },
+            Unidentified {
+                id: (),
+                error: &'a ResponseError,
+            },
+            Answer {
+                id: &'a RequestId,
+                result: &'a RawValue,
+            },
         }
         #[derive(Serialize)]
         struct Envelope<'a> {
@@ -58,6 +74,7 @@ impl Frame {
         let body = match self {
             Frame::Message(m) => Body::Message(m),
             Frame::Unidentified(error) => Body::Unidentified { id: (), error },
+            Frame::Answer { id, result } => Body::Answer { id, result },
         };
         serde_json::to_string(&Envelope {
             jsonrpc: "2.0",
@@ -69,7 +86,7 @@ impl Frame {
     pub fn error(&self) -> Option<&ResponseError> {
         match self {
             Frame::Message(Message::Response(r)) => r.error.as_ref(),
-            Frame::Message(_) => None,
+            Frame::Message(_) | Frame::Answer { .. } => None,
             Frame::Unidentified(e) => Some(e),
         }
     }
