@@ -371,19 +371,20 @@ impl Server {
         result: Result<Reply, ControlError>,
     ) {
         let result = result.map_err(|e| to_rpc(e, self.editor));
-        if let ReplyTo::Client(id) = to {
-            // Written straight from the engine's reply: a whole state is megabytes as a
-            // `Value` on a long task, for every control's answer.
-            self.respond_with(id, result.as_ref().map(ReplyBody::of).map_err(Clone::clone));
-            return;
-        }
-        let value: RpcResult = result.and_then(|reply| {
-            serde_json::to_value(ReplyBody::of(&reply))
+        // Only the answers Rein reads itself become a `Value`.
+        let value = || -> RpcResult {
+            let reply = result.as_ref().map_err(Clone::clone)?;
+            serde_json::to_value(ReplyBody::of(reply))
                 .map_err(|e| rpc_error(ErrorCode::InternalError, e.to_string()))
-        });
+        };
         match to {
-            ReplyTo::Client(id) => self.respond(id, value),
+            // Written straight from the engine's reply: a whole state is megabytes as a
+            // `Value` on a long task, and every control's answer carries one.
+            ReplyTo::Client(id) => {
+                self.respond_with(id, result.as_ref().map(ReplyBody::of).map_err(Clone::clone))
+            }
             ReplyTo::SteerComment { path, text, client } => {
+                let value = value();
                 if value.is_err() {
                     // Not sent after all: a later save may send it.
                     self.steer_sent.remove(&(path.clone(), text.clone()));
@@ -416,7 +417,7 @@ impl Server {
                 mut actions,
                 client_side,
             } => {
-                if let Ok(v) = &value {
+                if let Ok(v) = &value() {
                     actions.extend(self.hunk_actions(&uri, range, v));
                 }
                 actions.extend(client_side);
@@ -424,7 +425,7 @@ impl Server {
                 self.respond(id, Ok(result));
             }
             ReplyTo::Nobody => {
-                if let Err(e) = value {
+                if let Err(e) = &result {
                     tracing::info!(
                         "{command} from an editor prompt was not taken: {}",
                         e.message
