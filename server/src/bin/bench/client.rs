@@ -440,33 +440,32 @@ pub fn last_step(state: &Value) -> u64 {
         .unwrap_or(0)
 }
 
-/// `VmRSS` and `VmHWM` (peak) of a process, in KiB.
-pub fn rss_kib(pid: u32) -> Result<(u64, u64)> {
+/// The numeric fields `names` of `/proc/<pid>/status`, in order (sizes in KiB).
+fn status_fields<const N: usize>(pid: u32, names: [&str; N]) -> Result<[u64; N]> {
     let path = format!("/proc/{pid}/status");
     let status = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    let field = |name: &str| {
-        status
+    let mut out = [0; N];
+    for (slot, name) in out.iter_mut().zip(names) {
+        *slot = status
             .lines()
             .find_map(|l| l.strip_prefix(name))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .with_context(|| format!("{path} has no {name}"))
-    };
-    Ok((field("VmRSS:")?, field("VmHWM:")?))
+            .with_context(|| format!("{path} has no {name}"))?;
+    }
+    Ok(out)
+}
+
+/// `VmRSS` and `VmHWM` (peak) of a process, in KiB.
+pub fn rss_kib(pid: u32) -> Result<(u64, u64)> {
+    let [rss, hwm] = status_fields(pid, ["VmRSS:", "VmHWM:"])?;
+    Ok((rss, hwm))
 }
 
 /// What a process's resident memory is made of: `RssAnon` and `RssFile` (mapped files, the
 /// packs libgit2 maps among them) in KiB, and its `Threads`.
 pub fn rss_parts(pid: u32) -> Result<(u64, u64, u64)> {
-    let path = format!("/proc/{pid}/status");
-    let status = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .with_context(|| format!("{path} has no {name}"))
-    };
-    Ok((field("RssAnon:")?, field("RssFile:")?, field("Threads:")?))
+    let [anon, file, threads] = status_fields(pid, ["RssAnon:", "RssFile:", "Threads:"])?;
+    Ok((anon, file, threads))
 }
 
 /// User plus system CPU time of a process so far, in clock ticks.
