@@ -70,6 +70,9 @@ enum Stop {
     Shutdown,
 }
 
+/// The answers to a merge conflict, in the order they are offered.
+const MERGE_CONFLICT_OPTIONS: &[&str] = &["keep mine", "take agent's", "take over"];
+
 impl Engine {
     /// Records a step that failed before it touched anything.
     fn step_failed(&mut self, action: String, why: impl Into<String>) -> Flow {
@@ -564,7 +567,7 @@ impl Engine {
                 return self.ask(
                     DecisionKind::MergeConflict,
                     question,
-                    &["keep mine", "take agent's", "take over"],
+                    MERGE_CONFLICT_OPTIONS,
                     Some(detail),
                     Some(path),
                     mv,
@@ -769,7 +772,7 @@ impl Engine {
                 self.ask(
                     DecisionKind::MergeConflict,
                     question,
-                    &["keep mine", "take agent's", "take over"],
+                    MERGE_CONFLICT_OPTIONS,
                     Some(detail),
                     Some(path),
                     mv,
@@ -966,7 +969,7 @@ impl Engine {
         self.ask(
             DecisionKind::MergeConflict,
             question,
-            &["keep mine", "take agent's", "take over"],
+            MERGE_CONFLICT_OPTIONS,
             (!hunks.is_empty()).then(|| conflict_detail(hunks)),
             Some(path),
             mv,
