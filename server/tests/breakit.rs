@@ -6,6 +6,7 @@
 mod support;
 
 use std::ffi::OsStr;
+use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -670,8 +671,9 @@ async fn a_write_found_whole_after_a_crash_is_the_agents_step() {
     assert_eq!(end.decisions_asked, 0);
     assert_eq!(read(root, "notes.txt"), "agent edited\n");
     let task = root.join(".git/rein/tasks").join(&end.task.id);
-    assert!(
-        !task.join("intent.json").exists(),
+    assert_eq!(
+        fs::metadata(task.join("intent.json")).map_or(0, |m| m.len()),
+        0,
         "the intent is forgotten"
     );
 }
@@ -698,7 +700,11 @@ async fn a_write_changed_after_a_crash_is_the_humans() {
     );
     assert!(run.state.protected_lines["notes.txt"].contains(&"human".to_owned()));
     let task = root.join(".git/rein/tasks").join(&run.state.task.id);
-    assert!(!task.join("intent.json").exists(), "the intent is settled");
+    assert_eq!(
+        fs::metadata(task.join("intent.json")).map_or(0, |m| m.len()),
+        0,
+        "the intent is settled"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

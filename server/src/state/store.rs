@@ -8,7 +8,10 @@
 //!
 //! While an agent write is in flight, `intent.json` beside the state names it (step, path,
 //! blob id of the content): a crash between the write and its checkpoint would otherwise
-//! leave a file no record explains, and recovery would take it for the human's.
+//! leave a file no record explains, and recovery would take it for the human's. The file is
+//! rewritten in place and emptied, never replaced or removed, once a task has one: every
+//! write step records and clears it, and on a file system without a journal each file
+//! created after one deleted costs the allocator a scan past the deleted inode.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
@@ -299,16 +302,20 @@ impl StateStore {
         }
     }
 
-    /// Records an agent write about to land, durably, before it lands.
+    /// Records an agent write about to land, before it lands. In place: a crash that cuts
+    /// this short leaves an empty or unreadable record, and the write it was for has not
+    /// happened yet.
     pub fn record_intent(&self, intent: &WriteIntent) -> Result<(), StateError> {
         let bytes = serde_json::to_vec(intent).expect("an intent always serializes");
-        write_atomic(&self.dir.join("intent.json"), &bytes)
+        let path = self.dir.join("intent.json");
+        fs::write(&path, bytes).map_err(io("write", &path))
     }
 
     /// The agent write last recorded as about to land, if its record is still there.
     pub fn intent(&self) -> Result<Option<WriteIntent>, StateError> {
         let path = self.dir.join("intent.json");
         let bytes = match fs::read(&path) {
+            Ok(b) if b.is_empty() => return Ok(None),
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io("read", &path)(e)),
@@ -321,12 +328,14 @@ impl StateStore {
             })
     }
 
-    /// Forgets the intent once its step is in the state (or came to nothing).
+    /// Forgets the intent once its step is in the state (or came to nothing), by emptying
+    /// its file.
     pub fn clear_intent(&self) -> Result<(), StateError> {
         let path = self.dir.join("intent.json");
-        match fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("remove", &path)(e)),
-            _ => Ok(()),
+        match fs::OpenOptions::new().write(true).open(&path) {
+            Ok(f) => f.set_len(0).map_err(io("empty", &path)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("open", &path)(e)),
         }
     }
 
@@ -598,9 +607,19 @@ mod tests {
             blob: "0123".into(),
         };
         store.record_intent(&intent).unwrap();
-        assert_eq!(store.intent().unwrap(), Some(intent));
+        assert_eq!(store.intent().unwrap(), Some(intent.clone()));
+        let file = store.dir().join("intent.json");
+        let inode = || std::os::unix::fs::MetadataExt::ino(&fs::metadata(&file).unwrap());
+        let first = inode();
         store.clear_intent().unwrap();
         assert_eq!(store.intent().unwrap(), None);
+        store.record_intent(&intent).unwrap();
+        store.clear_intent().unwrap();
+        assert_eq!(
+            inode(),
+            first,
+            "the record is rewritten in place, never replaced"
+        );
         store.clear_intent().unwrap();
         fs::write(store.dir().join("intent.json"), "{not json").unwrap();
         assert!(matches!(store.intent(), Err(StateError::Corrupt { .. })));
