@@ -252,29 +252,149 @@ pub fn decode(body: &[u8]) -> Incoming {
 }
 
 /// Writes frames to `output` until the channel closes.
+///
+/// What waited while the client was slow to read is written as one batch, in order, less
+/// each whole state (`rein/stateChanged` with `state`) that a later whole state replaces
+/// with no delta between them: a client that takes whole states only ever needs the last,
+/// and a server whose client reads slower than the task runs would otherwise queue a whole
+/// state a step (87 KiB of text each at 1,000 steps) for as long as the task lasts.
 pub fn write_loop(mut output: impl Write, rx: crossbeam_channel::Receiver<Frame>) {
-    for frame in rx {
-        let json = match frame.to_json() {
-            Ok(j) => j,
-            Err(e) => {
-                tracing::error!("cannot serialize a message: {e}");
-                continue;
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        batch.extend(rx.try_iter());
+        for frame in without_replaced_states(batch) {
+            let json = match frame.to_json() {
+                Ok(j) => j,
+                Err(e) => {
+                    tracing::error!("cannot serialize a message: {e}");
+                    continue;
+                }
+            };
+            let framed = format!("Content-Length: {}\r\n\r\n{json}", json.len());
+            if output
+                .write_all(framed.as_bytes())
+                .and_then(|()| output.flush())
+                .is_err()
+            {
+                return;
             }
-        };
-        let framed = format!("Content-Length: {}\r\n\r\n{json}", json.len());
-        if output
-            .write_all(framed.as_bytes())
-            .and_then(|()| output.flush())
-            .is_err()
-        {
-            break;
         }
     }
+}
+
+/// What a frame tells the client of the task state.
+#[derive(Clone, Copy, PartialEq)]
+enum StateNews {
+    Whole,
+    Delta,
+}
+
+fn state_news(frame: &Frame) -> Option<StateNews> {
+    match frame {
+        Frame::Message(Message::Notification(n)) if n.method == "rein/stateChanged" => {
+            Some(if n.params.get("state").is_some() {
+                StateNews::Whole
+            } else {
+                StateNews::Delta
+            })
+        }
+        _ => None,
+    }
+}
+
+/// `batch` less each whole state followed, as the next state news, by another whole state.
+fn without_replaced_states(batch: Vec<Frame>) -> impl Iterator<Item = Frame> {
+    let mut next = None;
+    let mut keep: Vec<bool> = batch
+        .iter()
+        .rev()
+        .map(|frame| match state_news(frame) {
+            Some(news) => {
+                let replaced = news == StateNews::Whole && next == Some(StateNews::Whole);
+                next = Some(news);
+                !replaced
+            }
+            None => true,
+        })
+        .collect();
+    keep.reverse();
+    batch
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(frame, keep)| keep.then_some(frame))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn note(method: &str, params: serde_json::Value) -> Frame {
+        Frame::Message(Message::Notification(lsp_server::Notification::new(
+            method.to_owned(),
+            params,
+        )))
+    }
+
+    #[test]
+    fn a_whole_state_waiting_behind_a_newer_one_is_not_written() {
+        let whole = |v: u64| {
+            note(
+                "rein/stateChanged",
+                serde_json::json!({"state": {"version": v}}),
+            )
+        };
+        let delta = |v: u64| {
+            note(
+                "rein/stateChanged",
+                serde_json::json!({"base": v - 1, "version": v}),
+            )
+        };
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for frame in [
+            whole(1),
+            whole(2),
+            note(
+                "window/logMessage",
+                serde_json::json!({"type": 3, "message": "between"}),
+            ),
+            delta(3),
+            whole(4),
+            whole(5),
+            note(
+                "window/logMessage",
+                serde_json::json!({"type": 3, "message": "after"}),
+            ),
+            whole(6),
+        ] {
+            tx.send(frame).unwrap();
+        }
+        drop(tx);
+        let mut out = Vec::new();
+        write_loop(&mut out, rx);
+        let bodies: Vec<serde_json::Value> = read_all(&out)
+            .into_iter()
+            .filter_map(|m| match m {
+                Incoming::Message(Message::Notification(n)) => Some(n.params),
+                _ => None,
+            })
+            .collect();
+        let versions: Vec<String> = bodies
+            .iter()
+            .map(
+                |p| match (&p["state"]["version"], &p["version"], &p["message"]) {
+                    (serde_json::Value::Number(v), _, _) => format!("whole {v}"),
+                    (_, serde_json::Value::Number(v), _) => format!("delta {v}"),
+                    (_, _, m) => format!("log {}", m.as_str().unwrap_or_default()),
+                },
+            )
+            .collect();
+        // 1 is replaced by 2; 2 stays, as a delta follows it; 4 and 5 are replaced by 6 (a
+        // log line in between is no state news).
+        assert_eq!(
+            versions,
+            ["whole 2", "log between", "delta 3", "log after", "whole 6"]
+        );
+    }
 
     fn read_all(input: &[u8]) -> Vec<Incoming> {
         let (tx, rx) = crossbeam_channel::unbounded();
