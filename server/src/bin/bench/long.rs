@@ -23,6 +23,8 @@ use super::{ms, BenchRepo};
 const QUEUED_TARGET_MS: f64 = 10.0;
 /// How far apart the fastest and slowest lengths' steps per second may be.
 const FLAT_TARGET: f64 = 1.2;
+/// Clock ticks per second of `/proc/<pid>/stat` (Linux's `USER_HZ`, fixed at 100).
+const TICKS_PER_S: f64 = 100.0;
 
 /// One scripted task of `steps` writes, run to its end.
 #[derive(Serialize)]
@@ -34,6 +36,10 @@ pub struct LongRow {
     client: &'static str,
     /// Steps per second over the whole task, from the start's reply to the finish.
     steps_per_s: f64,
+    /// The server's CPU time (user and system) from the start's reply to the finish, per step,
+    /// in ms: the cost of a step, which the machine's other load does not stretch as it
+    /// stretches steps/s. The median over the runs.
+    cpu_ms_per_step: f64,
     /// Steps per second in the first and the last fifth of the steps.
     first_fifth_per_s: f64,
     last_fifth_per_s: f64,
@@ -82,6 +88,10 @@ pub struct LongReport {
     rows: Vec<LongRow>,
     /// Slowest over fastest steps per second among the delta client's lengths.
     spread: f64,
+    /// Most over least server CPU per step among the delta client's lengths.
+    cpu_spread: f64,
+    /// Whether a step costs the same at every length: judged on the CPU per step, as the
+    /// machine's drift over a run of many seconds moves steps/s by more than the target.
     flat: bool,
     queued: Vec<QueuedRow>,
     left: Vec<LeftRow>,
@@ -106,25 +116,27 @@ pub fn run(
         let mut rows = (0..runs)
             .map(|run| long_task(rein, scratch, n, true, run))
             .collect::<Result<Vec<_>>>()?;
+        let mut cpu: Vec<f64> = rows.iter().map(|r| r.cpu_ms_per_step).collect();
+        cpu.sort_by(f64::total_cmp);
         rows.sort_by(|a, b| a.steps_per_s.total_cmp(&b.steps_per_s));
         let mut median = rows.swap_remove(runs / 2);
         median.runs = runs;
+        median.cpu_ms_per_step = cpu[runs / 2];
         report.rows.push(median);
     }
     if let Some(n) = whole_at {
         eprintln!("bench: a {n}-step task over LSP, the whole state each time");
         report.rows.push(long_task(rein, scratch, n, false, 0)?);
     }
-    let rates: Vec<f64> = report
-        .rows
-        .iter()
-        .filter(|r| r.client == "deltas")
-        .map(|r| r.steps_per_s)
-        .collect();
-    let fastest = rates.iter().copied().fold(f64::NAN, f64::max);
-    let slowest = rates.iter().copied().fold(f64::NAN, f64::min);
-    report.spread = fastest / slowest;
-    report.flat = report.spread <= FLAT_TARGET;
+    let spread = |of: fn(&LongRow) -> f64| {
+        let values = report.rows.iter().filter(|r| r.client == "deltas").map(of);
+        let most = values.clone().fold(f64::NAN, f64::max);
+        let least = values.fold(f64::NAN, f64::min);
+        most / least
+    };
+    report.spread = spread(|r| r.steps_per_s);
+    report.cpu_spread = spread(|r| r.cpu_ms_per_step);
+    report.flat = report.cpu_spread <= FLAT_TARGET;
 
     eprintln!("bench: stops during an approved irreversible command ({queued_reps} per command)");
     report.queued = queued_stops(rein, scratch, queued_reps)?;
@@ -191,6 +203,7 @@ fn long_task(rein: &Path, scratch: &Path, n: usize, deltas: bool, run: usize) ->
     result_of(&reply, "rein.start")?;
     let started = reply.at;
     let pid = lsp.pid();
+    let cpu_at_start = client::cpu_ticks(pid)?;
     // The arrival of the state that first held each number of steps.
     let mut reached: Vec<Option<Instant>> = vec![None; n + 3];
     let mut bytes = 0usize;
@@ -225,6 +238,7 @@ fn long_task(rein: &Path, scratch: &Path, n: usize, deltas: bool, run: usize) ->
             ),
         }
     }
+    let cpu = client::cpu_ticks(pid)?.saturating_sub(cpu_at_start);
     let (_, run_peak) = client::rss_kib(pid)?;
     let full = lsp.command("rein.state", json!({}))?;
     if deltas && full["state"] != lsp.state {
@@ -258,6 +272,7 @@ fn long_task(rein: &Path, scratch: &Path, n: usize, deltas: bool, run: usize) ->
         client: if deltas { "deltas" } else { "whole state" },
         runs: 1,
         steps_per_s: n as f64 / end.duration_since(started).as_secs_f64().max(1e-9),
+        cpu_ms_per_step: cpu as f64 * 1000.0 / TICKS_PER_S / n as f64,
         first_fifth_per_s: rate(1, 1 + fifth)?,
         last_fifth_per_s: rate(n + 1 - fifth, n + 1)?,
         bytes_per_step: bytes as f64 / n as f64,
@@ -421,26 +436,30 @@ impl LongReport {
         let _ = writeln!(
             out,
             "A scripted task of N writes over `rein lsp`, from the start's reply to the \
-             finish; a short task runs several times and its median run is shown. Target: steps/s at every length within {FLAT_TARGET}x of each other \
-             (deltas): {:.2}x, {}.\n",
+             finish; a short task runs several times and its median run is shown. Target: a \
+             step costs the same at every length, within {FLAT_TARGET}x (deltas): the server's \
+             CPU per step {:.2}x, {}; steps/s {:.2}x (wall time, which the machine's other \
+             load stretches).\n",
+            self.cpu_spread,
+            if self.flat { "met" } else { "MISSED" },
             self.spread,
-            if self.flat { "met" } else { "MISSED" }
         );
         let _ = writeln!(
             out,
-            "| steps | client | runs | steps/s | first fifth | last fifth | KiB sent per step | largest KiB | peak RSS MiB (before the final rein.state) | state.json KiB | steps.jsonl KiB |"
+            "| steps | client | runs | server CPU ms per step | steps/s | first fifth | last fifth | KiB sent per step | largest KiB | peak RSS MiB (before the final rein.state) | state.json KiB | steps.jsonl KiB |"
         );
         let _ = writeln!(
             out,
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for r in &self.rows {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} ({:.1}) | {:.1} | {:.1} |",
+                "| {} | {} | {} | {:.2} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} ({:.1}) | {:.1} | {:.1} |",
                 r.steps,
                 r.client,
                 r.runs,
+                r.cpu_ms_per_step,
                 r.steps_per_s,
                 r.first_fifth_per_s,
                 r.last_fifth_per_s,
