@@ -17,6 +17,10 @@ impl Drop for Checkpoints {
         if let Err(e) = self.flush_objects() {
             tracing::warn!(error = %e, "could not write the objects held in memory");
         }
+        if self.loading.is_some() {
+            // What the first scan found is only in memory until the index holds it.
+            let _ = self.private_index();
+        }
         if self.index_unsaved {
             if let Ok(mut index) = self.repo.index() {
                 self.save_index(&mut index);
@@ -73,6 +77,25 @@ pub(super) fn seed_from_user_index(user: &Path, private: &Path) -> io::Result<bo
     Ok(true)
 }
 
+/// Writes `bytes` (read from `.git/index`) as the private index at `private`, with the user
+/// index's mtime `modified`, for the same reason as [`seed_from_user_index`]. Through a
+/// temporary file: the first scan of a restarted task reads the private index without
+/// checking its checksum, so a half-written one must never be found.
+pub(super) fn write_seed(
+    private: &Path,
+    bytes: &[u8],
+    modified: Option<std::time::SystemTime>,
+) -> io::Result<()> {
+    let temp = private.with_extension("seed");
+    let mut file = fs::File::create(&temp)?;
+    io::Write::write_all(&mut file, bytes)?;
+    if let Some(modified) = modified {
+        file.set_modified(modified)?;
+    }
+    drop(file);
+    fs::rename(&temp, private)
+}
+
 pub(super) fn remove_if_exists(path: &Path) {
     if let Err(e) = fs::remove_file(path) {
         if e.kind() != io::ErrorKind::NotFound {
@@ -92,17 +115,16 @@ impl Checkpoints {
             // The private index is the running engine's, not this reader's.
             return;
         }
-        let attached = self
-            .repo
-            .index()
-            .is_ok_and(|i| i.path() == Some(self.index_path.as_path()));
-        if !attached {
-            return;
+        if let Some(loading) = self.loading.take() {
+            // It may still be writing the file removed below.
+            loading.abandon();
         }
         match Index::new().and_then(|mut empty| self.repo.set_index(&mut empty)) {
             Ok(()) => {
                 self.index_unsaved = false;
                 remove_if_exists(&self.index_path);
+                // Left by a load that a crash cut short.
+                remove_if_exists(&self.index_path.with_extension("seed"));
             }
             Err(e) => tracing::warn!(error = %e, "could not let go of the private index"),
         }
@@ -124,14 +146,31 @@ impl Checkpoints {
         }
     }
 
-    /// The repository's index, which must be the private one; re-attached if it is not.
-    pub(super) fn private_index(&self) -> Result<Index> {
+    /// The repository's index, which must be the private one: taken over from the load the
+    /// first scan started, or (re-)attached.
+    pub(super) fn private_index(&mut self) -> Result<Index> {
+        if let Some(loading) = self.loading.take() {
+            match loading.finish(&self.repo) {
+                Some(changed) => self.index_unsaved |= changed,
+                None => self.attach_private_index()?,
+            }
+        }
         let index = self.repo.index()?;
         if index.path() == Some(self.index_path.as_path()) {
             return Ok(index);
         }
         self.attach_private_index()?;
         Ok(self.repo.index()?)
+    }
+
+    /// Whether libgit2's copy of the private index is attached or loading: else a full scan
+    /// reads the file itself ([`super::seed::Seed`]).
+    pub(super) fn index_in_hand(&self) -> bool {
+        self.loading.is_some()
+            || self
+                .repo
+                .index()
+                .is_ok_and(|i| i.path() == Some(self.index_path.as_path()))
     }
 
     /// Loads the private index (seeding it from `.git/index` when missing or corrupt) and makes

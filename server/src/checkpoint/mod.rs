@@ -24,6 +24,7 @@ mod objects;
 mod pack;
 mod resolve;
 mod scan;
+mod seed;
 mod sweep;
 #[cfg(test)]
 mod testutil;
@@ -214,6 +215,8 @@ pub struct Checkpoints {
     packing: bool,
     /// From how many files read in one scan its objects go into one pack.
     pack_from: usize,
+    /// The private index loading on a thread after the first scan read the file itself.
+    loading: Option<seed::Loading>,
 }
 
 /// The commit `spec` names, for the base of a chain.
@@ -338,8 +341,11 @@ impl Checkpoints {
             packs: None,
             packing: false,
             pack_from: PACK_FROM_FILES,
+            loading: None,
         };
-        this.attach_private_index()?;
+        // An index of its own in memory until the first scan: `.git/index` must never be
+        // loaded through this repository, and the private one is read by that scan.
+        this.repo.set_index(&mut git2::Index::new()?)?;
         Ok(this)
     }
 
@@ -365,6 +371,7 @@ impl Checkpoints {
             packs: None,
             packing: false,
             pack_from: usize::MAX,
+            loading: None,
         })
     }
 

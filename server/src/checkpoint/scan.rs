@@ -5,18 +5,21 @@
 //! watcher after it may have lost events, nor write anything but objects and the private index.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
-use git2::{Delta, DiffOptions, ErrorCode, Index, IndexEntry, Oid, Repository};
+use git2::{Delta, DiffOptions, ErrorCode, Index, IndexEntry, ObjectType, Oid, Repository};
 
 use crate::watch::{Drained, Watcher};
 
 use super::index::remove_if_exists;
 use super::objects::{bytes_path, path_bytes};
-use super::sweep::{sweep, Sweep};
+use super::seed::{Findings, Loading, Seed};
+use super::sweep::{stamp, sweep, Entry, Sweep};
 use super::update::{apply, write_trees};
-use super::walk::{is_repository, Hasher};
-use super::{Checkpoints, Result, Snapshot, SnapshotMeta};
+use super::walk::{disk_content, is_repository, Hasher};
+use super::{CheckpointError, Checkpoints, Result, Snapshot, SnapshotMeta};
 
 /// The bits of an index entry's flags that hold its merge stage.
 const STAGE_MASK: u16 = 0x3000;
@@ -53,8 +56,12 @@ pub(super) fn follows(repo: &Repository, index: &Index, workdir: &Path, rel: &Pa
 
 /// Whether git stores every file's bytes as they are on disk: no attributes (which may ask
 /// for end-of-line conversion or `ident`), no `core.autocrlf`, modes and links taken as they
-/// are. Then a file can be hashed in memory and match what the index would write.
-pub(super) fn plain_content(repo: &Repository, index: &Index) -> bool {
+/// are. Then a file can be hashed in memory and match what the index would write. `paths` are
+/// the tracked paths.
+pub(super) fn plain_content<'a>(
+    repo: &Repository,
+    mut paths: impl Iterator<Item = &'a [u8]>,
+) -> bool {
     let Ok(config) = repo.config() else {
         return false;
     };
@@ -71,17 +78,27 @@ pub(super) fn plain_content(repo: &Repository, index: &Index) -> bool {
         && flag("core.symlinks", true)
         && config.get_entry("core.attributesfile").is_err()
         && !repo.path().join("info/attributes").exists()
-        && !index
-            .iter()
-            .any(|e| e.path == b".gitattributes" || e.path.ends_with(b"/.gitattributes"))
+        && !paths.any(|p| p == b".gitattributes" || p.ends_with(b"/.gitattributes"))
 }
 
-/// Submodule paths in `index`.
-pub(super) fn gitlinks(index: &Index) -> Vec<PathBuf> {
-    index
-        .iter()
-        .filter(|e| e.mode == 0o160000)
-        .map(|e| bytes_path(&e.path))
+/// A file's object and git mode.
+type Blob = (Oid, u32);
+
+/// What a full scan found, for the watched scans that follow it.
+pub(super) struct Full {
+    /// The working tree's tree.
+    tree: Oid,
+    /// See [`Live::plain`].
+    plain: bool,
+    /// Submodule paths in `tree`.
+    gitlinks: Vec<PathBuf>,
+}
+
+/// Submodule paths among `(path, mode)` pairs.
+fn gitlinks<'a>(entries: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<PathBuf> {
+    entries
+        .filter(|&(_, mode)| mode == 0o160000)
+        .map(|(path, _)| bytes_path(path))
         .collect()
 }
 
@@ -169,25 +186,25 @@ impl Checkpoints {
                 }
             }
         }
-        let tree = self.refresh_full()?;
-        if self.live.is_some() {
-            let index = self.repo.index()?;
-            let plain = plain_content(&self.repo, &index);
-            let gitlinks = gitlinks(&index);
-            if let Some(live) = &mut self.live {
-                live.tree = Some(tree);
-                live.gitlinks = gitlinks;
-                live.plain = plain;
-                live.pending.clear();
-            }
+        let full = self.refresh_full()?;
+        if let Some(live) = &mut self.live {
+            live.tree = Some(full.tree);
+            live.gitlinks = full.gitlinks;
+            live.plain = full.plain;
+            live.pending.clear();
         }
-        Ok(tree)
+        Ok(full.tree)
     }
 
     /// The tree brought up to date from the paths the watcher reported, or None when a full
     /// scan is needed (the first one, or events were lost: the watcher is then restarted
     /// first, so nothing between it and the scan goes unseen).
     pub(super) fn refresh_watched(&mut self) -> Result<Option<Oid>> {
+        // Before the first full scan nothing is watched yet, and draining would load
+        // libgit2's index, which that scan reads faster itself.
+        if self.live.as_ref().is_some_and(|l| l.tree.is_none()) {
+            return Ok(None);
+        }
         if !self.drain_into_pending()? {
             return Ok(None);
         }
@@ -229,24 +246,42 @@ impl Checkpoints {
     /// again next time. Runs on several threads ([`sweep`]) and watches every directory it
     /// lists when a watcher waits for that; falls back to libgit2's own scan for what only
     /// that records the way git does.
-    pub(super) fn refresh_full(&mut self) -> Result<Oid> {
-        let mut index = self.private_index()?;
-        if let Err(e) = index.read(false) {
-            tracing::warn!(error = %e, "private index unreadable; rebuilding it");
-            remove_if_exists(&self.index_path);
-            self.attach_private_index()?;
-            index = self.private_index()?;
-        }
-        let entries: Vec<IndexEntry> = index.iter().filter(|e| e.flags & STAGE_MASK == 0).collect();
+    ///
+    /// The first one reads the index file itself ([`Seed`]): it reuses the trees git cached
+    /// for the directories nothing changed in, and libgit2's copy of the index loads on a
+    /// thread afterwards, unless a file read needs libgit2's filters to hash.
+    pub(super) fn refresh_full(&mut self) -> Result<Full> {
+        let seed = if self.index_in_hand() {
+            None
+        } else {
+            Seed::read(self.repo.path(), &self.index_path)
+        };
+        let owned: Vec<IndexEntry>;
+        let (entries, stamp) = match &seed {
+            Some(seed) => (seed.entries(), seed.stamp),
+            None => {
+                let mut index = self.private_index()?;
+                if let Err(e) = index.read(false) {
+                    tracing::warn!(error = %e, "private index unreadable; rebuilding it");
+                    remove_if_exists(&self.index_path);
+                    self.attach_private_index()?;
+                    index = self.private_index()?;
+                }
+                owned = index.iter().filter(|e| e.flags & STAGE_MASK == 0).collect();
+                let entries: Vec<Entry<'_>> = owned.iter().map(Entry::from).collect();
+                (entries, stamp(&self.index_path))
+            }
+        };
         let swept = {
             let config = self.repo.config()?.snapshot()?;
             let watcher = self.live.as_ref().map(|l| &l.watcher);
-            sweep(self.workdir(), &config, &entries, &self.index_path, watcher)?
+            sweep(self.workdir(), &config, &entries, stamp, watcher)?
         };
         let found = match swept {
             Sweep::Found(found) => found,
             Sweep::Unusual(why) => {
                 tracing::debug!(%why, "scanning through libgit2");
+                let index = self.private_index()?;
                 self.watch_whole_tree(&index);
                 return self.refresh_through_libgit2(index);
             }
@@ -259,47 +294,152 @@ impl Checkpoints {
         }
         let changed = !found.read.is_empty() || !found.gone.is_empty();
         self.pack_if_many(found.read.len());
-        // Removals first: a file that replaced a directory (or the reverse) then goes in clean.
-        for path in &found.gone {
-            index.remove_path(path)?;
+        let plain = plain_content(
+            &self.repo,
+            entries
+                .iter()
+                .map(|e| e.path)
+                .chain(found.read.iter().map(|p| path_bytes(p))),
+        );
+        // The entry of each file read again, None when it vanished meanwhile: hashed here when
+        // its bytes are its blob and libgit2's index is still on disk, else through that index.
+        let mut findings = Findings::default();
+        let hashed = match &seed {
+            Some(_) if plain => self.hash_files(&found.read, &mut findings)?,
+            Some(_) if found.read.is_empty() => Some(Vec::new()),
+            _ => None,
+        };
+        let hashed_here = hashed.is_some();
+        if hashed_here {
+            findings.gone.extend(found.gone.iter().cloned());
         }
-        let mut read = HashMap::new();
-        for path in &found.read {
-            match index.add_path(path) {
-                Ok(()) => {}
-                // Deleted between the scan and the add.
-                Err(e) if e.code() == ErrorCode::NotFound => index.remove_path(path)?,
-                Err(e) => return Err(e.into()),
+        let read: Vec<Option<Blob>> = match hashed {
+            Some(read) => read,
+            None => {
+                let mut index = self.private_index()?;
+                // Removals first: a file that replaced a directory (or the reverse) then goes
+                // in clean.
+                for path in &found.gone {
+                    index.remove_path(path)?;
+                }
+                let mut read = Vec::with_capacity(found.read.len());
+                for path in &found.read {
+                    match index.add_path(path) {
+                        Ok(()) => {}
+                        // Deleted between the scan and the add.
+                        Err(e) if e.code() == ErrorCode::NotFound => index.remove_path(path)?,
+                        Err(e) => return Err(e.into()),
+                    }
+                    read.push(index.get_path(path, 0).map(|e| (e.id, e.mode)));
+                }
+                if changed || self.index_unsaved {
+                    if self.live.is_some() && self.index_path.exists() {
+                        // While watching, scans are watched ones and the index on disk only
+                        // spares a restart some hashing: it is written when the task lets go
+                        // of it, not on the way to the first checkpoint. Its entries newer than
+                        // the file count as racy meanwhile, so they are read again rather than
+                        // trusted.
+                        self.index_unsaved = true;
+                    } else {
+                        self.save_index(&mut index);
+                    }
+                }
+                read
             }
-            let key = path_bytes(path).to_vec();
-            let entry = index.get_path(path, 0).map(|e| (e.id, e.mode));
-            read.insert(key, entry);
-        }
-        // The tree, from the entries as they now are: those read again replace (or join)
-        // the ones the index had, those gone or vanished drop out.
+        };
         let gone: HashSet<&[u8]> = found.gone.iter().map(|p| path_bytes(p)).collect();
-        let mut tree_entries: Vec<(Vec<u8>, Oid, u32)> = entries
-            .into_iter()
-            .filter(|e| !gone.contains(e.path.as_slice()) && !read.contains_key(&e.path))
+        let read: HashMap<&[u8], Option<Blob>> =
+            found.read.iter().map(|p| path_bytes(p)).zip(read).collect();
+        let mut tree_entries: Vec<(&[u8], Oid, u32)> = entries
+            .iter()
+            .filter(|e| !gone.contains(e.path) && !read.contains_key(e.path))
             .map(|e| (e.path, e.id, e.mode))
             .collect();
         tree_entries.extend(
-            read.into_iter()
-                .filter_map(|(path, entry)| entry.map(|(id, mode)| (path, id, mode))),
+            read.iter()
+                .filter_map(|(&path, entry)| entry.map(|(id, mode)| (path, id, mode))),
         );
-        tree_entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        if changed || self.index_unsaved {
-            if self.live.is_some() && self.index_path.exists() {
-                // While watching, scans are watched ones and the index on disk only spares a
-                // restart some hashing: it is written when the task lets go of it, not on the
-                // way to the first checkpoint. Its entries newer than the file count as racy
-                // meanwhile, so they are read again rather than trusted.
-                self.index_unsaved = true;
-            } else {
-                self.save_index(&mut index);
+        tree_entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        // Every directory holding a path read or gone: git's cached tree for it is out of date.
+        let mut dirty: HashSet<&[u8]> = HashSet::new();
+        for path in gone.iter().chain(read.keys()) {
+            let mut dir = *path;
+            while let Some(cut) = dir.iter().rposition(|&b| b == b'/') {
+                dir = &dir[..cut];
+                if !dirty.insert(dir) {
+                    break;
+                }
             }
         }
-        write_trees(&self.repo.odb()?, &tree_entries)
+        if changed {
+            dirty.insert(b"");
+        }
+        let odb = self.repo.odb()?;
+        let cached = |dir: &[u8], count: usize| {
+            let (id, entries) = seed.as_ref()?.cached_tree(dir)?;
+            (!dirty.contains(dir) && entries == count && odb.exists(id)).then_some(id)
+        };
+        let tree = write_trees(&odb, &tree_entries, &cached)?;
+        let full = Full {
+            tree,
+            plain,
+            gitlinks: gitlinks(tree_entries.iter().map(|&(path, _, mode)| (path, mode))),
+        };
+        drop(entries);
+        if let (Some(seed), true) = (seed, hashed_here) {
+            self.loading = Some(Loading::start(
+                seed,
+                self.workdir(),
+                &self.index_path,
+                findings,
+            ));
+        }
+        Ok(full)
+    }
+
+    /// Hashes the files at `paths` into the object store as their bytes on disk, recording
+    /// each in `findings`; their entries (None for one that vanished), or None when one of them
+    /// is a directory (a submodule, which only libgit2's index records).
+    fn hash_files(
+        &mut self,
+        paths: &[PathBuf],
+        findings: &mut Findings,
+    ) -> Result<Option<Vec<Option<Blob>>>> {
+        let odb = self.repo.odb()?;
+        let mut read = Vec::with_capacity(paths.len());
+        for rel in paths {
+            let full = self.workdir().join(rel);
+            let io_error = |source: io::Error| CheckpointError::Io {
+                context: format!("reading {}", full.display()),
+                source,
+            };
+            let meta = match fs::symlink_metadata(&full) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    findings.gone.push(rel.clone());
+                    read.push(None);
+                    continue;
+                }
+                Err(e) => return Err(io_error(e)),
+            };
+            if meta.is_dir() {
+                return Ok(None);
+            }
+            let (bytes, mode) = match disk_content(&full, &meta) {
+                Ok(found) => found,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    findings.gone.push(rel.clone());
+                    read.push(None);
+                    continue;
+                }
+                Err(e) => return Err(io_error(e)),
+            };
+            let id = odb.write(ObjectType::Blob, &bytes)?;
+            let mode = u32::from(mode);
+            findings.add(rel, id, mode, &meta);
+            read.push(Some((id, mode)));
+        }
+        Ok(Some(read))
     }
 
     /// Watches every directory the watcher should follow, for a scan that does not list them
@@ -317,7 +457,7 @@ impl Checkpoints {
     }
 
     /// The full scan through libgit2's index-to-working-tree diff, on one thread.
-    fn refresh_through_libgit2(&mut self, mut index: Index) -> Result<Oid> {
+    fn refresh_through_libgit2(&mut self, mut index: Index) -> Result<Full> {
         // libgit2 writes the index itself on the way: it must not name objects held in memory.
         self.flush_objects()?;
         let deltas = match self.workdir_deltas(&index, true) {
@@ -344,11 +484,15 @@ impl Checkpoints {
         }
         // Rewriting (and checksumming) a 50k-entry index when nothing changed costs more than
         // the scan saves; the stat cache refreshed in memory is simply kept for next time.
-        if !changed {
-            return Ok(index.write_tree()?);
+        if changed {
+            self.save_index(&mut index);
         }
-        self.save_index(&mut index);
-        Ok(index.write_tree()?)
+        let entries: Vec<IndexEntry> = index.iter().filter(|e| e.flags & STAGE_MASK == 0).collect();
+        Ok(Full {
+            tree: index.write_tree()?,
+            plain: plain_content(&self.repo, entries.iter().map(|e| e.path.as_slice())),
+            gitlinks: gitlinks(entries.iter().map(|e| (e.path.as_slice(), e.mode))),
+        })
     }
 
     pub(super) fn workdir_deltas(
@@ -568,6 +712,109 @@ mod tests {
             .get_path(Path::new("d5/f0005.txt"), 0)
             .expect("entry");
         assert_eq!(i64::from(entry.mtime.seconds()), 1_600_000_000);
+    }
+
+    /// The entries of the index file at `path`: path, blob and mode, as git lists them.
+    fn index_entries(dir: &Path, path: &Path) -> String {
+        git_env(dir, &[("GIT_INDEX_FILE", path)], &["ls-files", "-s"])
+    }
+
+    #[test]
+    fn what_the_first_scan_read_reaches_the_private_index_however_the_task_stops() {
+        // Stopped right after the first scan (its index still loading), after a second scan,
+        // and released (the task ended) right after the first scan.
+        for stop in ["drop", "second scan", "release"] {
+            let repo = new_repo();
+            let dir = repo.path();
+            for i in 0..50 {
+                write(
+                    dir,
+                    &format!("d{}/f{i}", i % 5),
+                    format!("{i}\n").as_bytes(),
+                );
+            }
+            let base = commit_all(dir, "base");
+            write(dir, "d1/f1", b"changed\n");
+            fs::remove_file(dir.join("d2/f2")).expect("rm");
+            write(dir, "d3/new", b"new\n");
+            let private = git_dir(dir).expect("git dir").join("rein/tasks/t/index");
+
+            let mut cps = open(dir, "t", Some(&base)).expect("open");
+            cps.watch();
+            let first = cps.snapshot(meta(0, "start")).expect("snapshot");
+            assert_eq!(tree_of(dir, &first.id), git_worktree_tree(dir), "{stop}");
+            match stop {
+                "drop" => drop(cps),
+                "second scan" => {
+                    write(dir, "d4/f4", b"again\n");
+                    let second = cps.snapshot(meta(1, "edit")).expect("snapshot");
+                    assert_eq!(tree_of(dir, &second.id), git_worktree_tree(dir));
+                    drop(cps);
+                }
+                _ => {
+                    cps.release();
+                    // Nothing of the index is left, not even the load's temporary file.
+                    assert!(!private.exists());
+                    assert!(!private.with_extension("seed").exists());
+                    drop(cps);
+                    assert!(!private.exists());
+                    continue;
+                }
+            }
+            // The private index holds what the scans read, as `git add -A` would record it.
+            git(dir, &["add", "-A"]);
+            assert_eq!(
+                index_entries(dir, &private),
+                index_entries(dir, &dir.join(".git/index")),
+                "{stop}"
+            );
+            assert!(!private.with_extension("seed").exists());
+        }
+    }
+
+    #[test]
+    fn git_cached_trees_are_reused_only_where_nothing_changed() {
+        let repo = new_repo();
+        let dir = repo.path();
+        for i in 0..40 {
+            write(dir, &format!("d{}/e{}/f{i}", i % 4, i % 3), b"x\n");
+        }
+        let base = commit_all(dir, "base");
+        // `git commit` leaves every directory's tree cached in `.git/index`; `git add`
+        // invalidates the trees above what it adds.
+        write(dir, "d3/e2/staged", b"staged\n");
+        git(dir, &["add", "d3/e2/staged"]);
+        let git_dir = git_dir(dir).expect("git dir");
+        let seed = super::Seed::read(&git_dir, &git_dir.join("no such index")).expect("read");
+        let base_tree = |path: &str| {
+            let repo = Repository::open(dir).expect("repo");
+            let commit = repo
+                .find_commit(Oid::from_str(&base).expect("oid"))
+                .expect("commit");
+            let id = commit
+                .tree()
+                .expect("tree")
+                .get_path(Path::new(path))
+                .expect("path")
+                .id();
+            id
+        };
+        assert_eq!(seed.cached_tree(b"d0/e1"), Some((base_tree("d0/e1"), 3)));
+        assert_eq!(seed.cached_tree(b"d3/e2"), None);
+        assert_eq!(seed.cached_tree(b"d3"), None);
+        assert_eq!(seed.cached_tree(b""), None);
+        assert_eq!(seed.cached_tree(b"d1"), Some((base_tree("d1"), 10)));
+        drop(seed);
+        git(dir, &["reset", "-q", "d3/e2/staged"]);
+        fs::remove_file(dir.join("d3/e2/staged")).expect("rm");
+        // One change per kind, each in a directory of its own, in directories git cached.
+        write(dir, "d0/e0/f0", b"changed\n");
+        fs::remove_file(dir.join("d1/e1/f1")).expect("rm");
+        write(dir, "d2/e2/new", b"new\n");
+        set_executable(&dir.join("d3/e0/f3"));
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
+        let snap = cps.snapshot(meta(0, "start")).expect("snapshot");
+        assert_eq!(tree_of(dir, &snap.id), git_worktree_tree(dir));
     }
 
     #[test]
@@ -827,11 +1074,17 @@ mod tests {
             }
         }
 
-        /// The first scan of a task (the sweep on several threads, against a copy of the
-        /// user's index) builds exactly the tree git builds, whatever happened to the working
-        /// tree since the user's index was written.
+        /// The first scan of a task (the sweep on several threads, reading the user's index
+        /// file and reusing the trees git cached in it) builds exactly the tree git builds,
+        /// whatever happened to the working tree since the user's index was written; and so
+        /// does the first scan of the task restarted later, from its own index, whether the
+        /// first instance went on to a second scan or stopped while its index still loaded.
         #[test]
-        fn first_scans_equal_git(ops in proptest::collection::vec(tree_op(), 0..10)) {
+        fn first_scans_equal_git(
+            ops in proptest::collection::vec(tree_op(), 0..10),
+            later in proptest::collection::vec(tree_op(), 0..6),
+            second_scan in proptest::bool::ANY,
+        ) {
             let (repo, base) = property_repo();
             let dir = repo.path();
             let scratch = tempfile::tempdir().expect("tempdir");
@@ -839,11 +1092,27 @@ mod tests {
                 run_op(dir, op);
             }
             let mut cps = open(dir, "t", Some(&base)).expect("open");
+            cps.watch();
             let snap = cps.snapshot(meta(0, "start")).expect("snapshot");
             proptest::prop_assert_eq!(
                 tree_of(dir, &snap.id),
                 git_tree_from_user_index(dir, scratch.path()),
                 "after {:?}", ops
+            );
+            if second_scan {
+                proptest::prop_assert!(cps.diff_worktree(&snap.id, &Overlay::new()).expect("diff").is_empty());
+            }
+            drop(cps);
+            for op in &later {
+                run_op(dir, op);
+            }
+            let mut cps = open(dir, "t", Some(&base)).expect("reopen");
+            cps.watch();
+            let snap = cps.snapshot(meta(1, "restart")).expect("snapshot");
+            proptest::prop_assert_eq!(
+                tree_of(dir, &snap.id),
+                git_tree_from_user_index(dir, scratch.path()),
+                "after {:?}, then {:?}", ops, later
             );
             proptest::prop_assert!(cps.diff_worktree(&snap.id, &Overlay::new()).expect("diff").is_empty());
         }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 
-use git2::{Config, IndexEntry, Repository};
+use git2::{Config, IndexEntry, Oid, Repository};
 
 use super::walk::{is_ignored, is_repository};
 use super::{CheckpointError, Result};
@@ -46,6 +46,41 @@ pub(super) enum Sweep {
     Unusual(String),
 }
 
+/// A tracked file as the sweep compares it: an index entry's path, object and stat data, read
+/// from libgit2's index or straight from the index file.
+pub(super) struct Entry<'a> {
+    pub(super) path: &'a [u8],
+    pub(super) id: Oid,
+    pub(super) mode: u32,
+    pub(super) size: u32,
+    pub(super) mtime: (i64, u32),
+    pub(super) ctime: (i64, u32),
+    pub(super) ino: u32,
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+    /// Skip-worktree (sparse checkouts) or intent-to-add: rules of its own.
+    pub(super) special: bool,
+}
+
+impl<'a> From<&'a IndexEntry> for Entry<'a> {
+    fn from(e: &'a IndexEntry) -> Self {
+        const SKIP_WORKTREE: u16 = 1 << 14;
+        const INTENT_TO_ADD: u16 = 1 << 13;
+        Entry {
+            path: &e.path,
+            id: e.id,
+            mode: e.mode,
+            size: e.file_size,
+            mtime: (i64::from(e.mtime.seconds()), e.mtime.nanoseconds()),
+            ctime: (i64::from(e.ctime.seconds()), e.ctime.nanoseconds()),
+            ino: e.ino,
+            uid: e.uid,
+            gid: e.gid,
+            special: e.flags_extended & (SKIP_WORKTREE | INTENT_TO_ADD) != 0,
+        }
+    }
+}
+
 /// How stat data is compared, from the repository's configuration.
 struct Rules {
     trust_ctime: bool,
@@ -54,7 +89,7 @@ struct Rules {
 
 /// The index as the threads read it.
 struct Tracked<'a> {
-    entries: &'a [IndexEntry],
+    entries: &'a [Entry<'a>],
     by_path: HashMap<&'a [u8], usize>,
     /// Every directory that holds a tracked path.
     dirs: HashSet<&'a [u8]>,
@@ -79,13 +114,13 @@ struct Queue {
 }
 
 /// Compares the working tree at `workdir` with `entries` (the index's stage-0 entries, in
-/// index order) on several threads; `index_file` is the index's path on disk (for racy-git),
+/// index order) on several threads; `stamp` is the index file's mtime (for racy-git),
 /// `watcher` the watcher each directory is added to before it is listed.
 pub(super) fn sweep(
     workdir: &Path,
     config: &Config,
-    entries: &[IndexEntry],
-    index_file: &Path,
+    entries: &[Entry<'_>],
+    stamp: Option<(i64, u32)>,
     watcher: Option<&Watcher>,
 ) -> Result<Sweep> {
     let flag = |key: &str| config.get_bool(key).unwrap_or(true);
@@ -96,13 +131,7 @@ pub(super) fn sweep(
             "core.checkStat or core.ignoreCase is set".into(),
         ));
     }
-    // Skip-worktree (sparse checkouts) and intent-to-add entries follow rules of their own.
-    const SKIP_WORKTREE: u16 = 1 << 14;
-    const INTENT_TO_ADD: u16 = 1 << 13;
-    if entries
-        .iter()
-        .any(|e| e.flags_extended & (SKIP_WORKTREE | INTENT_TO_ADD) != 0)
-    {
+    if entries.iter().any(|e| e.special) {
         return Ok(Sweep::Unusual(
             "the index has skip-worktree or intent-to-add entries".into(),
         ));
@@ -110,8 +139,8 @@ pub(super) fn sweep(
     let mut by_path = HashMap::with_capacity(entries.len());
     let mut dirs: HashSet<&[u8]> = HashSet::new();
     for (i, e) in entries.iter().enumerate() {
-        by_path.insert(e.path.as_slice(), i);
-        let mut path = e.path.as_slice();
+        by_path.insert(e.path, i);
+        let mut path = e.path;
         while let Some(cut) = path.iter().rposition(|&b| b == b'/') {
             path = &path[..cut];
             if !dirs.insert(path) {
@@ -119,9 +148,6 @@ pub(super) fn sweep(
             }
         }
     }
-    let stamp = fs::metadata(index_file)
-        .ok()
-        .map(|m| (m.mtime(), m.mtime_nsec() as u32));
     let tracked = Tracked {
         entries,
         by_path,
@@ -194,7 +220,7 @@ pub(super) fn sweep(
         .iter()
         .zip(seen)
         .filter(|(_, seen)| !seen)
-        .map(|(e, _)| PathBuf::from(OsStr::from_bytes(&e.path)))
+        .map(|(e, _)| PathBuf::from(OsStr::from_bytes(e.path)))
         .collect();
     Ok(Sweep::Found(found))
 }
@@ -386,7 +412,7 @@ fn ignored(
 /// Whether `meta` still matches the stat data `entry` recorded, so its content is the entry's
 /// blob: git's rule (mode, size, mtime, ctime unless `core.trustctime` is off, inode, owner),
 /// nanoseconds included, and never for an entry that is racily clean.
-fn unchanged(entry: &IndexEntry, meta: &fs::Metadata, tracked: &Tracked<'_>) -> bool {
+fn unchanged(entry: &Entry<'_>, meta: &fs::Metadata, tracked: &Tracked<'_>) -> bool {
     let rules = &tracked.rules;
     let kind_matches = match entry.mode & 0o170000 {
         0o100000 => {
@@ -396,18 +422,22 @@ fn unchanged(entry: &IndexEntry, meta: &fs::Metadata, tracked: &Tracked<'_>) -> 
         0o120000 => meta.file_type().is_symlink(),
         _ => false,
     };
-    let mtime = (i64::from(entry.mtime.seconds()), entry.mtime.nanoseconds());
-    let racy = tracked.stamp.is_none_or(|stamp| mtime >= stamp);
+    let racy = tracked.stamp.is_none_or(|stamp| entry.mtime >= stamp);
     kind_matches
         && !racy
-        && entry.file_size == meta.size() as u32
-        && mtime == (meta.mtime(), meta.mtime_nsec() as u32)
-        && (!rules.trust_ctime
-            || (i64::from(entry.ctime.seconds()), entry.ctime.nanoseconds())
-                == (meta.ctime(), meta.ctime_nsec() as u32))
+        && entry.size == meta.size() as u32
+        && entry.mtime == (meta.mtime(), meta.mtime_nsec() as u32)
+        && (!rules.trust_ctime || entry.ctime == (meta.ctime(), meta.ctime_nsec() as u32))
         && entry.ino == meta.ino() as u32
         && entry.uid == meta.uid()
         && entry.gid == meta.gid()
+}
+
+/// The mtime of the index file at `path`, for racy-git; None when it cannot be read.
+pub(super) fn stamp(path: &Path) -> Option<(i64, u32)> {
+    fs::metadata(path)
+        .ok()
+        .map(|m| (m.mtime(), m.mtime_nsec() as u32))
 }
 
 fn listing_error(dir: &Path, source: io::Error) -> CheckpointError {
@@ -436,10 +466,12 @@ mod tests {
         let repo = Repository::open(dir).expect("repo");
         let index_file = dir.join(".git/index");
         let index = Index::open(&index_file).expect("index");
-        let entries: Vec<IndexEntry> = index.iter().collect();
+        let owned: Vec<IndexEntry> = index.iter().collect();
+        let entries: Vec<Entry<'_>> = owned.iter().map(Entry::from).collect();
         let mut watcher = Watcher::empty(dir).expect("inotify");
         let config = repo.config().expect("config").snapshot().expect("snapshot");
-        let swept = sweep(dir, &config, &entries, &index_file, Some(&watcher)).expect("sweep");
+        let swept =
+            sweep(dir, &config, &entries, stamp(&index_file), Some(&watcher)).expect("sweep");
         let Sweep::Found(mut found) = swept else {
             panic!("an ordinary tree went the slow way");
         };

@@ -71,13 +71,19 @@ pub(super) fn apply(repo: &Repository, base: &Tree<'_>, updates: &[Update]) -> R
 
 /// Writes the trees of `entries` (repo-relative paths sorted bytewise, as the index sorts
 /// them, each with its blob or commit id and git mode) and returns the root tree's id.
+/// `cached(dir, n)` may name the tree of directory `dir` (empty for the root), which holds the
+/// next `n` entries, when it is known already: those entries are then not looked at.
 ///
 /// libgit2's `Index::write_tree` reuses the index's cached trees, but then reads every tree of
 /// the result back into that cache: on a 50k-file tree that read cost more than the whole
 /// stat scan. Here each tree is serialized and hashed once, and written only when the object
 /// store lacks it. Index order is git's tree order (a directory sorts as its name plus '/'),
 /// so each directory's entries arrive in the order its tree lists them.
-pub(super) fn write_trees(odb: &Odb<'_>, entries: &[(Vec<u8>, Oid, u32)]) -> Result<Oid> {
+pub(super) fn write_trees(
+    odb: &Odb<'_>,
+    entries: &[(&[u8], Oid, u32)],
+    cached: &dyn Fn(&[u8], usize) -> Option<Oid>,
+) -> Result<Oid> {
     /// A directory being filled: its path and its serialized entries so far.
     struct Open {
         path: Vec<u8>,
@@ -96,6 +102,12 @@ pub(super) fn write_trees(odb: &Odb<'_>, entries: &[(Vec<u8>, Oid, u32)]) -> Res
         }
         Ok(id)
     }
+    fn last_name(path: &[u8]) -> &[u8] {
+        match path.iter().rposition(|&b| b == b'/') {
+            Some(cut) => &path[cut + 1..],
+            None => path,
+        }
+    }
     /// Writes the innermost open directory (never the root) into its parent.
     fn close(odb: &Odb<'_>, stack: &mut Vec<Open>) -> Result<()> {
         if stack.len() < 2 {
@@ -105,34 +117,38 @@ pub(super) fn write_trees(odb: &Odb<'_>, entries: &[(Vec<u8>, Oid, u32)]) -> Res
             return Ok(());
         };
         let id = write(odb, &done.body)?;
-        let name = match done.path.iter().rposition(|&b| b == b'/') {
-            Some(cut) => &done.path[cut + 1..],
-            None => &done.path[..],
-        };
         if let Some(parent) = stack.last_mut() {
-            push_entry(&mut parent.body, 0o40000, name, id);
+            push_entry(&mut parent.body, 0o40000, last_name(&done.path), id);
         }
         Ok(())
+    }
+    /// Whether `path` lies inside directory `dir` (the root holds everything).
+    fn inside(path: &[u8], dir: &[u8]) -> bool {
+        dir.is_empty()
+            || (path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] == b'/')
+    }
+    if let Some(root) = cached(b"", entries.len()) {
+        return Ok(root);
     }
     let mut stack = vec![Open {
         path: Vec::new(),
         body: Vec::new(),
     }];
-    for (path, id, mode) in entries {
+    let mut at_entry = 0;
+    'entries: while let Some(&(path, id, mode)) = entries.get(at_entry) {
         let dir = match path.iter().rposition(|&b| b == b'/') {
             Some(cut) => &path[..cut],
             None => &path[..0],
         };
-        // Close the directories this entry is not in (the root holds everything).
+        // Close the directories this entry is not in.
         while let Some(open) = stack.last().filter(|_| stack.len() > 1) {
-            let inside = dir.starts_with(&open.path)
-                && (dir.len() == open.path.len() || dir[open.path.len()] == b'/');
-            if inside {
+            if dir == open.path.as_slice() || inside(dir, &open.path) {
                 break;
             }
             close(odb, &mut stack)?;
         }
-        // Open the directories between the innermost open one and this entry's.
+        // Open the directories between the innermost open one and this entry's, unless one's
+        // tree is known: then it goes into its parent whole and its entries are skipped.
         let open_len = stack.last().map_or(0, |o| o.path.len());
         let mut at = if open_len == 0 { 0 } else { open_len + 1 };
         while at < dir.len() {
@@ -140,20 +156,30 @@ pub(super) fn write_trees(odb: &Odb<'_>, entries: &[(Vec<u8>, Oid, u32)]) -> Res
                 .iter()
                 .position(|&b| b == b'/')
                 .map_or(dir.len(), |p| at + p);
+            let sub = &dir[..end];
+            let count = entries[at_entry..].partition_point(|e| inside(e.0, sub));
+            if let Some(known) = cached(sub, count) {
+                if let Some(parent) = stack.last_mut() {
+                    push_entry(&mut parent.body, 0o40000, last_name(sub), known);
+                }
+                at_entry += count;
+                continue 'entries;
+            }
             stack.push(Open {
-                path: dir[..end].to_vec(),
+                path: sub.to_vec(),
                 body: Vec::new(),
             });
             at = end + 1;
         }
         let name = if dir.is_empty() {
-            &path[..]
+            path
         } else {
             &path[dir.len() + 1..]
         };
         if let Some(open) = stack.last_mut() {
-            push_entry(&mut open.body, *mode, name, *id);
+            push_entry(&mut open.body, mode, name, id);
         }
+        at_entry += 1;
     }
     while stack.len() > 1 {
         close(odb, &mut stack)?;
@@ -216,16 +242,17 @@ impl Checkpoints {
     ) -> Result<Snapshot> {
         self.writable()?;
         validate_rel_path(path)?;
+        let rel = Path::new(path);
+        let in_tip = self.tip_tree()?.get_path(rel).map(|e| e.filemode()).ok();
+        let mode = match in_tip {
+            Some(mode) => file_mode(mode),
+            None => self
+                .private_index()?
+                .get_path(rel, 0)
+                .map_or(FileMode::Blob, |e| file_mode(e.mode as i32)),
+        };
         let tree_id = {
             let tip = self.tip_tree()?;
-            let rel = Path::new(path);
-            let mode = match tip.get_path(rel) {
-                Ok(entry) => file_mode(entry.filemode()),
-                Err(_) => self
-                    .private_index()?
-                    .get_path(rel, 0)
-                    .map_or(FileMode::Blob, |e| file_mode(e.mode as i32)),
-            };
             let blob = self.repo.blob(content)?;
             apply(
                 &self.repo,
@@ -234,5 +261,108 @@ impl Checkpoints {
             )?
         };
         self.commit_tree(tree_id, meta)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::testutil::*;
+    use std::cell::RefCell;
+
+    /// The trees of `entries` as `git mktree` builds them, one directory at a time.
+    fn git_trees(dir: &Path, entries: &[(&[u8], Oid, u32)]) -> String {
+        let mut input = String::new();
+        for (path, id, mode) in entries {
+            let kind = if *mode == 0o160000 { "commit" } else { "blob" };
+            let path = std::str::from_utf8(path).expect("utf-8");
+            input.push_str(&format!("{mode:06o} {kind} {id}\t{path}\n"));
+        }
+        let index = dir.join(".git/mktree-index");
+        let env = [("GIT_INDEX_FILE", index.as_path())];
+        let status = std::process::Command::new("git")
+            .current_dir(dir)
+            .env("GIT_INDEX_FILE", &index)
+            .args(["update-index", "--index-info"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child
+                    .stdin
+                    .take()
+                    .expect("stdin")
+                    .write_all(input.as_bytes())?;
+                child.wait()
+            })
+            .expect("git update-index");
+        assert!(status.success());
+        git_env(dir, &env, &["write-tree"]).trim().to_owned()
+    }
+
+    #[test]
+    fn known_trees_are_taken_whole_with_the_right_counts() {
+        let repo = new_repo();
+        let dir = repo.path();
+        let git2 = Repository::open(dir).expect("repo");
+        let odb = git2.odb().expect("odb");
+        let blob = |s: &str| git2.blob(s.as_bytes()).expect("blob");
+        let entries: Vec<(&[u8], Oid, u32)> = vec![
+            (b"a.txt", blob("1"), 0o100644),
+            (b"a/b/x", blob("2"), 0o100644),
+            (b"a/b/y", blob("3"), 0o100755),
+            (b"a/c", blob("4"), 0o120000),
+            (b"a0", blob("5"), 0o100644),
+            (b"d/e/f/g", blob("6"), 0o100644),
+            (b"d/z", blob("7"), 0o100644),
+        ];
+        let asked = RefCell::new(Vec::new());
+        let none = |dir: &[u8], n: usize| {
+            asked
+                .borrow_mut()
+                .push((String::from_utf8_lossy(dir).into_owned(), n));
+            None
+        };
+        let built = write_trees(&odb, &entries, &none).expect("trees");
+        assert_eq!(built.to_string(), git_trees(dir, &entries));
+        // Each directory is offered once, with the number of entries under it.
+        assert_eq!(
+            *asked.borrow(),
+            [
+                ("", 7),
+                ("a", 3),
+                ("a/b", 2),
+                ("d", 2),
+                ("d/e", 1),
+                ("d/e/f", 1)
+            ]
+            .map(|(d, n)| (d.to_owned(), n))
+        );
+
+        // A known tree stands in for its directory, whatever its entries would make.
+        let other = git2
+            .find_tree(Oid::from_str(&git_trees(dir, &entries[5..6])).expect("oid"))
+            .expect("tree")
+            .get_path(Path::new("d/e"))
+            .expect("d/e")
+            .id();
+        let known = |dir: &[u8], _: usize| (dir == b"a").then_some(other);
+        let built = git2
+            .find_tree(write_trees(&odb, &entries, &known).expect("trees"))
+            .expect("tree");
+        assert_eq!(built.get_path(Path::new("a")).expect("a").id(), other);
+        assert_eq!(
+            built.get_path(Path::new("d/e/f/g")).expect("g").id(),
+            entries[5].1
+        );
+        assert_eq!(
+            built.get_path(Path::new("a0")).expect("a0").id(),
+            entries[4].1
+        );
+        assert_eq!(built.len(), 4);
+
+        // A known root is the whole answer.
+        let root = |dir: &[u8], _: usize| dir.is_empty().then_some(other);
+        assert_eq!(write_trees(&odb, &entries, &root).expect("trees"), other);
     }
 }
