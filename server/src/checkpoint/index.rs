@@ -69,11 +69,7 @@ pub(super) fn seed_from_user_index(user: &Path, private: &Path) -> io::Result<bo
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(e),
     };
-    fs::copy(user, private)?;
-    fs::OpenOptions::new()
-        .write(true)
-        .open(private)?
-        .set_modified(modified)?;
+    write_seed(private, &fs::read(user)?, Some(modified))?;
     Ok(true)
 }
 
