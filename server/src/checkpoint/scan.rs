@@ -4,7 +4,7 @@
 //! Owns the watcher's state ([`Live`]) and when a scan must be full. Must never trust the
 //! watcher after it may have lost events, nor write anything but objects and the private index.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -100,6 +100,39 @@ fn gitlinks<'a>(entries: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<PathBuf> 
         .filter(|&(_, mode)| mode == 0o160000)
         .map(|(path, _)| bytes_path(path))
         .collect()
+}
+
+/// The tree's entries in path order: `entries` (in index order) without the paths `gone` and
+/// `read` (both sorted), and the files read that still exist. A linear merge: on a large tree
+/// hashing or sorting every entry cost more than the scan's other bookkeeping together.
+fn merge<'a>(
+    entries: &[Entry<'a>],
+    gone: &[&[u8]],
+    read: &[(&'a [u8], Option<Blob>)],
+) -> Vec<(&'a [u8], Oid, u32)> {
+    let mut out = Vec::with_capacity(entries.len() + read.len());
+    let (mut g, mut r) = (0, 0);
+    for e in entries {
+        while r < read.len() && read[r].0 < e.path {
+            out.extend(read[r].1.map(|(id, mode)| (read[r].0, id, mode)));
+            r += 1;
+        }
+        while g < gone.len() && gone[g] < e.path {
+            g += 1;
+        }
+        if r < read.len() && read[r].0 == e.path {
+            out.extend(read[r].1.map(|(id, mode)| (read[r].0, id, mode)));
+            r += 1;
+        } else if g >= gone.len() || gone[g] != e.path {
+            out.push((e.path, e.id, e.mode));
+        }
+    }
+    out.extend(
+        read[r..]
+            .iter()
+            .filter_map(|&(path, blob)| blob.map(|(id, mode)| (path, id, mode))),
+    );
+    out
 }
 
 impl Checkpoints {
@@ -347,22 +380,15 @@ impl Checkpoints {
                 read
             }
         };
-        let gone: HashSet<&[u8]> = found.gone.iter().map(|p| path_bytes(p)).collect();
-        let read: HashMap<&[u8], Option<Blob>> =
+        let mut gone: Vec<&[u8]> = found.gone.iter().map(|p| path_bytes(p)).collect();
+        gone.sort_unstable();
+        let mut read: Vec<(&[u8], Option<Blob>)> =
             found.read.iter().map(|p| path_bytes(p)).zip(read).collect();
-        let mut tree_entries: Vec<(&[u8], Oid, u32)> = entries
-            .iter()
-            .filter(|e| !gone.contains(e.path) && !read.contains_key(e.path))
-            .map(|e| (e.path, e.id, e.mode))
-            .collect();
-        tree_entries.extend(
-            read.iter()
-                .filter_map(|(&path, entry)| entry.map(|(id, mode)| (path, id, mode))),
-        );
-        tree_entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        read.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let tree_entries = merge(&entries, &gone, &read);
         // Every directory holding a path read or gone: git's cached tree for it is out of date.
         let mut dirty: HashSet<&[u8]> = HashSet::new();
-        for path in gone.iter().chain(read.keys()) {
+        for path in gone.iter().chain(read.iter().map(|(path, _)| path)) {
             let mut dir = *path;
             while let Some(cut) = dir.iter().rposition(|&b| b == b'/') {
                 dir = &dir[..cut];
@@ -849,8 +875,9 @@ mod tests {
     }
 
     /// Paths the operations pick from: files and directories that overlap, an ignored pattern,
-    /// an ignored directory with a tracked file, spaces and non-ASCII.
-    const POOL: [&str; 12] = [
+    /// an ignored directory with a tracked file, spaces and non-ASCII, and names that sort on
+    /// either side of `a/` in index order but not by name (`a-b/` before `a/`, `a0` after).
+    const POOL: [&str; 15] = [
         "a/x",
         "a/y",
         "a/b/x",
@@ -863,6 +890,9 @@ mod tests {
         "build/keep.txt",
         "d e/ü",
         "link",
+        "a-b/x",
+        "a.b",
+        "a0/y",
     ];
 
     fn tree_op() -> impl proptest::strategy::Strategy<Value = TreeOp> {
@@ -906,7 +936,7 @@ mod tests {
         let repo = new_repo();
         let dir = repo.path();
         fs::write(dir.join(".gitignore"), "*.log\nbuild/\n").expect("write");
-        for f in ["a/x", "a/b/x", "c/x", "top", "d e/ü"] {
+        for f in ["a/x", "a/b/x", "a-b/x", "a0/y", "c/x", "top", "d e/ü"] {
             write(dir, f, f.as_bytes());
         }
         write(dir, "build/keep.txt", b"kept\n");

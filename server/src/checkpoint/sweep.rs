@@ -8,10 +8,10 @@
 //! its own or a new ignored directory, write an object or the index, or decide a case libgit2's
 //! scan would record differently: it says [`Sweep::Unusual`] and the caller scans the old way.
 
-use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
+use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -89,10 +89,8 @@ struct Rules {
 
 /// The index as the threads read it.
 struct Tracked<'a> {
+    /// In index order, so the entries under any directory are one run of them.
     entries: &'a [Entry<'a>],
-    by_path: HashMap<&'a [u8], usize>,
-    /// Every directory that holds a tracked path.
-    dirs: HashSet<&'a [u8]>,
     /// The index file's own mtime: an entry modified at or after it is racily clean.
     stamp: Option<(i64, u32)>,
     rules: Rules,
@@ -102,20 +100,29 @@ struct Tracked<'a> {
 #[derive(Default)]
 struct Part {
     found: Found,
-    seen: Vec<usize>,
     unusual: Option<String>,
     error: Option<CheckpointError>,
 }
 
+/// A directory to list: its repo-relative path ('/'-separated, empty for the root) and the
+/// run of entries under it (empty when nothing in it is tracked).
+struct Dir {
+    path: Vec<u8>,
+    tracked: Range<usize>,
+}
+
 /// Directories waiting to be listed, and how many threads are listing one.
 struct Queue {
-    dirs: Vec<Vec<u8>>,
+    dirs: Vec<Dir>,
     busy: usize,
 }
 
 /// Compares the working tree at `workdir` with `entries` (the index's stage-0 entries, in
 /// index order) on several threads; `stamp` is the index file's mtime (for racy-git),
 /// `watcher` the watcher each directory is added to before it is listed.
+///
+/// No map of the index is built first: each thread finds a directory's entries within the
+/// run its parent handed down, so the whole index is never hashed on one thread.
 pub(super) fn sweep(
     workdir: &Path,
     config: &Config,
@@ -136,22 +143,13 @@ pub(super) fn sweep(
             "the index has skip-worktree or intent-to-add entries".into(),
         ));
     }
-    let mut by_path = HashMap::with_capacity(entries.len());
-    let mut dirs: HashSet<&[u8]> = HashSet::new();
-    for (i, e) in entries.iter().enumerate() {
-        by_path.insert(e.path, i);
-        let mut path = e.path;
-        while let Some(cut) = path.iter().rposition(|&b| b == b'/') {
-            path = &path[..cut];
-            if !dirs.insert(path) {
-                break;
-            }
-        }
+    // Every lookup below relies on it; git writes no other order, but an index file from
+    // elsewhere is not trusted to keep it.
+    if entries.windows(2).any(|w| w[0].path >= w[1].path) {
+        return Ok(Sweep::Unusual("the index is not in path order".into()));
     }
     let tracked = Tracked {
         entries,
-        by_path,
-        dirs,
         stamp,
         rules: Rules {
             trust_ctime: flag("core.trustctime"),
@@ -168,7 +166,10 @@ pub(super) fn sweep(
         .clamp(2, 16)
         .min(entries.len() / 2_000 + 1);
     let queue = Mutex::new(Queue {
-        dirs: vec![Vec::new()],
+        dirs: vec![Dir {
+            path: Vec::new(),
+            tracked: 0..entries.len(),
+        }],
         busy: 0,
     });
     let wake = Condvar::new();
@@ -199,7 +200,6 @@ pub(super) fn sweep(
             .collect()
     });
     let mut found = Found::default();
-    let mut seen = vec![false; entries.len()];
     for part in parts {
         if let Some(e) = part.error {
             return Err(e);
@@ -207,21 +207,13 @@ pub(super) fn sweep(
         if let Some(why) = part.unusual {
             return Ok(Sweep::Unusual(why));
         }
-        for i in part.seen {
-            seen[i] = true;
-        }
         found.read.extend(part.found.read);
+        found.gone.extend(part.found.gone);
         found.watches.extend(part.found.watches);
         if found.watch_error.is_none() {
             found.watch_error = part.found.watch_error;
         }
     }
-    found.gone = entries
-        .iter()
-        .zip(seen)
-        .filter(|(_, seen)| !seen)
-        .map(|(e, _)| PathBuf::from(OsStr::from_bytes(e.path)))
-        .collect();
     Ok(Sweep::Found(found))
 }
 
@@ -286,22 +278,84 @@ fn worker(
     }
 }
 
-/// Lists the directory `dir` (repo-relative bytes, empty for the root) after watching it.
+/// The tracked paths directly in one directory, each list sorted by name.
+struct Children<'e> {
+    /// Entries named `dir/<name>`: the name and the entry's index.
+    files: Vec<(&'e [u8], usize)>,
+    /// Directories named `dir/<name>/` holding entries: the name and the run of them, sorted
+    /// by name (not index order).
+    dirs: Vec<(&'e [u8], Range<usize>)>,
+}
+
+impl<'e> Children<'e> {
+    /// Splits `run`, the entries under a directory whose paths start with `prefix` bytes
+    /// (the directory and its '/'), into its files and subdirectories.
+    fn of(entries: &'e [Entry<'e>], prefix: usize, run: Range<usize>) -> Self {
+        let mut children = Children {
+            files: Vec::new(),
+            dirs: Vec::new(),
+        };
+        let mut i = run.start;
+        while i < run.end {
+            let path = entries[i].path;
+            let rest = &path[prefix..];
+            match rest.iter().position(|&b| b == b'/') {
+                None => {
+                    children.files.push((rest, i));
+                    i += 1;
+                }
+                Some(cut) => {
+                    // Paths sharing a prefix are one run in index order; it starts here.
+                    let sub = &path[..=prefix + cut];
+                    let end = i + entries[i..run.end].partition_point(|e| e.path.starts_with(sub));
+                    children.dirs.push((&rest[..cut], i..end));
+                    i = end;
+                }
+            }
+        }
+        // Index order puts `a-b/` before `a/` ('-' sorts before '/'); names are looked up in
+        // their own order.
+        children.dirs.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        children
+    }
+
+    fn file(&self, name: &[u8]) -> Option<usize> {
+        self.files.binary_search_by(|(n, _)| n.cmp(&name)).ok()
+    }
+
+    fn dir(&self, name: &[u8]) -> Option<usize> {
+        self.dirs.binary_search_by(|(n, _)| n.cmp(&name)).ok()
+    }
+}
+
+/// Records every entry in `run` as gone.
+fn all_gone(tracked: &Tracked<'_>, run: Range<usize>, part: &mut Part) {
+    part.found.gone.extend(
+        tracked.entries[run]
+            .iter()
+            .map(|e| PathBuf::from(OsStr::from_bytes(e.path))),
+    );
+}
+
+/// Lists the directory `dir` after watching it; its subdirectories to list go to `subdirs`.
 fn visit(
     workdir: &Path,
     tracked: &Tracked<'_>,
     watcher: Option<&Watcher>,
-    dir: &[u8],
+    dir: &Dir,
     ignores: &mut Option<Repository>,
     part: &mut Part,
-    subdirs: &mut Vec<Vec<u8>>,
+    subdirs: &mut Vec<Dir>,
 ) -> Result<()> {
-    let rel_dir = Path::new(OsStr::from_bytes(dir));
+    let rel_dir = Path::new(OsStr::from_bytes(&dir.path));
     if let Some(watcher) = watcher.filter(|_| part.found.watch_error.is_none()) {
         match watcher.add_dir(rel_dir) {
             Ok(Some(added)) => part.found.watches.push(added),
             // Gone or no longer a directory: its tracked files are gone with it.
-            Ok(None) => return Ok(()),
+            Ok(None) => {
+                all_gone(tracked, dir.tracked.clone(), part);
+                return Ok(());
+            }
             Err(e) => part.found.watch_error = Some(e),
         }
     }
@@ -314,33 +368,46 @@ fn visit(
                 io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
             ) =>
         {
-            return Ok(())
+            all_gone(tracked, dir.tracked.clone(), part);
+            return Ok(());
         }
         Err(source) => return Err(listing_error(&full_dir, source)),
     };
+    let prefix = if dir.path.is_empty() {
+        0
+    } else {
+        dir.path.len() + 1
+    };
+    let children = Children::of(tracked.entries, prefix, dir.tracked.clone());
+    let mut files_seen = vec![false; children.files.len()];
+    let mut dirs_seen = vec![false; children.dirs.len()];
+    let mut rel = dir.path.clone();
     for entry in listing {
         let entry = entry.map_err(|source| listing_error(&full_dir, source))?;
         let name = entry.file_name();
-        if name == ".git" {
+        let name = name.as_bytes();
+        if name == b".git" {
             continue;
         }
-        let mut rel = dir.to_vec();
+        rel.truncate(dir.path.len());
         if !rel.is_empty() {
             rel.push(b'/');
         }
-        rel.extend_from_slice(name.as_bytes());
+        rel.extend_from_slice(name);
         // The type as the directory listing has it: a symlink is never a directory here.
         let Ok(kind) = entry.file_type() else {
             continue;
         };
-        let at = tracked.by_path.get(rel.as_slice()).copied();
+        let file = children.file(name);
+        let at = file.map(|k| children.files[k].1);
         let gitlink = at.is_some_and(|i| tracked.entries[i].mode == 0o160000);
         if kind.is_dir() {
+            let sub = children.dir(name);
             if is_repository(&entry.path()) {
-                if gitlink {
-                    part.seen.extend(at);
+                if let (true, Some(k)) = (gitlink, file) {
+                    files_seen[k] = true;
                     part.found.read.push(PathBuf::from(OsStr::from_bytes(&rel)));
-                } else if tracked.dirs.contains(rel.as_slice()) {
+                } else if sub.is_some() {
                     part.unusual = Some(format!(
                         "{} became a repository of its own",
                         String::from_utf8_lossy(&rel)
@@ -350,13 +417,24 @@ fn visit(
                 // Else a nested repository: left out, as the full scan leaves it out.
                 continue;
             }
-            if gitlink {
+            if let (true, Some(k)) = (gitlink, file) {
                 // A submodule not checked out: its entry stays as it is.
-                part.seen.extend(at);
+                files_seen[k] = true;
                 continue;
             }
-            if tracked.dirs.contains(rel.as_slice()) || !ignored(workdir, ignores, &rel, false)? {
-                subdirs.push(rel);
+            match sub {
+                Some(k) => {
+                    dirs_seen[k] = true;
+                    subdirs.push(Dir {
+                        path: rel.clone(),
+                        tracked: children.dirs[k].1.clone(),
+                    });
+                }
+                None if !ignored(workdir, ignores, &rel, false)? => subdirs.push(Dir {
+                    path: rel.clone(),
+                    tracked: 0..0,
+                }),
+                None => {}
             }
             continue;
         }
@@ -364,8 +442,8 @@ fn visit(
             // Sockets and fifos are not content.
             continue;
         }
-        match at {
-            Some(i) => {
+        match (file, at) {
+            (Some(k), Some(i)) => {
                 // Through the directory's descriptor, not the whole path from the root (which
                 // was most of a stat's cost), and never following a link.
                 let meta = match entry.metadata() {
@@ -379,17 +457,23 @@ fn visit(
                         })
                     }
                 };
-                part.seen.push(i);
+                files_seen[k] = true;
                 if !unchanged(&tracked.entries[i], &meta, tracked) {
                     part.found.read.push(PathBuf::from(OsStr::from_bytes(&rel)));
                 }
             }
-            None => {
+            _ => {
                 if !ignored(workdir, ignores, &rel, kind.is_symlink())? {
                     part.found.read.push(PathBuf::from(OsStr::from_bytes(&rel)));
                 }
             }
         }
+    }
+    for (&(_, i), _) in children.files.iter().zip(files_seen).filter(|(_, s)| !s) {
+        all_gone(tracked, i..i + 1, part);
+    }
+    for ((_, run), _) in children.dirs.into_iter().zip(dirs_seen).filter(|(_, s)| !s) {
+        all_gone(tracked, run, part);
     }
     Ok(())
 }
@@ -529,6 +613,31 @@ mod tests {
         assert!(found.watch_error.is_none());
         // "", build, src, src/deep, target, target/out, vendor: not the nested repository.
         assert_eq!(watched, 7);
+    }
+
+    #[test]
+    fn directories_out_of_name_order_in_the_index_are_still_matched() {
+        let repo = new_repo();
+        let dir = repo.path();
+        // Index order: a-b/x, a.b, a/b-c/d, a/b/e, a/y, a0/z: not the order of the names.
+        for f in ["a-b/x", "a/y", "a.b", "a0/z", "a/b-c/d", "a/b/e"] {
+            write(dir, f, f.as_bytes());
+        }
+        git(dir, &["add", "-A"]);
+        git(dir, &["commit", "-q", "-m", "base"]);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        git(dir, &["update-index", "--refresh", "-q"]);
+        let (found, _) = sweep_user_index(dir);
+        // Missing one would still give the right tree (its files gone, then read as new), so
+        // only what was read tells.
+        assert!(found.read.is_empty(), "{:?}", names(&found.read));
+        assert!(found.gone.is_empty(), "{:?}", names(&found.gone));
+
+        write(dir, "a-b/x", b"changed\n");
+        fs::remove_file(dir.join("a/b-c/d")).expect("rm");
+        let (found, _) = sweep_user_index(dir);
+        assert_eq!(names(&found.read), ["a-b/x"]);
+        assert_eq!(names(&found.gone), ["a/b-c/d"]);
     }
 
     #[test]
