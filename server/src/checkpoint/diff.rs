@@ -3,15 +3,14 @@
 //!
 //! Only reads: must never write a ref, and writes objects only through a scan it falls back to.
 
-use std::collections::BTreeMap;
-use std::fs;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use git2::{ObjectType, Oid, Tree, TreeWalkMode, TreeWalkResult};
 
 use super::objects::{blob_at, bytes_path, path_bytes};
 use super::update::{removals, Update};
-use super::walk::{disk_content, Hasher};
+use super::walk::Hasher;
 use super::{validate_rel_path, ChangeKind, Checkpoints, FileChange, Overlay, Result};
 
 /// A change of `path` from `before` to `after`.
@@ -98,7 +97,8 @@ impl Checkpoints {
 
     /// The working tree's changes against the tree `old`, read without writing a single
     /// object: only while watching, when `old` is the tree of the last scan and the disk's
-    /// bytes are the blobs (`Live::plain`). The paths stay pending for the next scan. None
+    /// bytes are the blobs (`Live::plain`, and [`Checkpoints::plain_files`] for the paths
+    /// changed since). The paths stay pending for the next scan. None
     /// when that does not hold; the caller then scans.
     pub(super) fn changes_since_scan(&mut self, old: Oid) -> Result<Option<Vec<FileChange>>> {
         let Some(live) = &self.live else {
@@ -116,12 +116,15 @@ impl Checkpoints {
                 .map(|l| l.pending.clone())
                 .unwrap_or_default(),
         );
+        if !self.plain_files(&pending) {
+            return Ok(None);
+        }
         let base = self.repo.find_tree(old)?;
         let mut updates = Vec::new();
+        let mut read = HashMap::new();
         for p in &pending {
-            self.updates_for(&mut Hasher::Memory, &base, p, &mut updates)?;
+            self.updates_for(&mut Hasher::Memory(&mut read), &base, p, &mut updates)?;
         }
-        let workdir = self.workdir().to_path_buf();
         let blob = |id: Oid| -> Result<Vec<u8>> { Ok(self.repo.find_blob(id)?.content().to_vec()) };
         let mut changes = Vec::new();
         for path in removals(&updates) {
@@ -157,11 +160,9 @@ impl Checkpoints {
                 Ok(e) if e.kind() == Some(ObjectType::Commit) => continue,
                 _ => None,
             };
-            let full = workdir.join(path);
-            let after = match fs::symlink_metadata(&full).and_then(|m| disk_content(&full, &m)) {
-                Ok((bytes, _)) => bytes,
-                // Gone since it was hashed: the next scan sees that.
-                Err(_) => continue,
+            // The bytes it was hashed from: every file upserted was read by the hasher.
+            let Some(after) = read.remove(path) else {
+                continue;
             };
             changes.push(file_change(path, before, Some(after)));
         }

@@ -6,10 +6,12 @@
 
 use std::fs;
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use git2::{Index, Repository};
+use git2::{Index, IndexEntry, IndexTime, Oid, Repository};
 
+use super::objects::path_bytes;
 use super::{Checkpoints, Result};
 
 impl Drop for Checkpoints {
@@ -26,6 +28,28 @@ impl Drop for Checkpoints {
                 self.save_index(&mut index);
             }
         }
+    }
+}
+
+/// The stage-0 entry of file `rel`, read as blob `id` with `mode` under stat data `meta`: what
+/// libgit2's `add_path` would record, for a file whose bytes are its blob.
+pub(super) fn index_entry(rel: &Path, id: Oid, mode: u32, meta: &fs::Metadata) -> IndexEntry {
+    let path = path_bytes(rel).to_vec();
+    let time = |secs: i64, nsecs: i64| IndexTime::new(secs as i32, nsecs as u32);
+    IndexEntry {
+        ctime: time(meta.ctime(), meta.ctime_nsec()),
+        mtime: time(meta.mtime(), meta.mtime_nsec()),
+        dev: meta.dev() as u32,
+        ino: meta.ino() as u32,
+        mode,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        file_size: meta.size() as u32,
+        id,
+        // The path's length, capped as the format caps it; stage 0.
+        flags: path.len().min(0xfff) as u16,
+        flags_extended: 0,
+        path,
     }
 }
 

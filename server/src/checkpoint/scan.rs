@@ -62,6 +62,12 @@ pub(super) fn plain_content<'a>(
     repo: &Repository,
     mut paths: impl Iterator<Item = &'a [u8]>,
 ) -> bool {
+    plain_config(repo) && !paths.any(|p| p == b".gitattributes" || p.ends_with(b"/.gitattributes"))
+}
+
+/// The part of [`plain_content`] that the repository's configuration decides; read again for
+/// each step that relies on it, since nothing watches `.git/config`.
+fn plain_config(repo: &Repository) -> bool {
     let Ok(config) = repo.config() else {
         return false;
     };
@@ -78,7 +84,6 @@ pub(super) fn plain_content<'a>(
         && flag("core.symlinks", true)
         && config.get_entry("core.attributesfile").is_err()
         && !repo.path().join("info/attributes").exists()
-        && !paths.any(|p| p == b".gitattributes" || p.ends_with(b"/.gitattributes"))
 }
 
 /// A file's object and git mode.
@@ -250,18 +255,26 @@ impl Checkpoints {
         };
         let paths = crate::watch::outermost(std::mem::take(&mut live.pending));
         let gitlinks = live.gitlinks.clone();
+        let plain = live.plain && self.plain_files(&paths);
         self.pack_if_many(paths.len());
         let mut index = self.private_index()?;
+        // After `pack_if_many`: a big step's blobs go where its other objects go.
+        let odb = self.repo.odb()?;
+        let mut hasher = if plain {
+            Hasher::Plain(&mut index, &odb)
+        } else {
+            Hasher::Index(&mut index)
+        };
         let base = self.repo.find_tree(base)?;
         let mut updates = Vec::new();
         for p in &paths {
-            self.updates_for(&mut Hasher::Index(&mut index), &base, p, &mut updates)?;
+            self.updates_for(&mut hasher, &base, p, &mut updates)?;
         }
         for g in gitlinks
             .iter()
             .filter(|g| !paths.iter().any(|p| g.starts_with(p)))
         {
-            self.updates_for(&mut Hasher::Index(&mut index), &base, g, &mut updates)?;
+            self.updates_for(&mut hasher, &base, g, &mut updates)?;
         }
         if updates.is_empty() {
             return Ok(Some(base.id()));
@@ -272,6 +285,18 @@ impl Checkpoints {
             live.tree = Some(tree);
         }
         Ok(Some(tree))
+    }
+
+    /// Whether the files at `paths` may be hashed as their bytes: the tree was plain at the last
+    /// full scan, the configuration still is, and no path is a directory (a new one may hold
+    /// a `.gitattributes` the watcher never reported, which would apply to files read before
+    /// it) or an attributes file.
+    pub(super) fn plain_files(&self, paths: &BTreeSet<PathBuf>) -> bool {
+        plain_config(&self.repo)
+            && paths.iter().all(|p| {
+                p.file_name() != Some(std::ffi::OsStr::new(".gitattributes"))
+                    && !fs::symlink_metadata(self.workdir().join(p)).is_ok_and(|m| m.is_dir())
+            })
     }
 
     /// One stat-driven scan of the whole working tree: only files whose stat data changed are
@@ -772,7 +797,11 @@ mod tests {
             match stop {
                 "drop" => drop(cps),
                 "second scan" => {
+                    // A watched step, its files hashed as their bytes.
                     write(dir, "d4/f4", b"again\n");
+                    write(dir, "d0/f0", b"again\n");
+                    write(dir, "d0/new", b"new\n");
+                    fs::remove_file(dir.join("d1/f6")).expect("rm");
                     let second = cps.snapshot(meta(1, "edit")).expect("snapshot");
                     assert_eq!(tree_of(dir, &second.id), git_worktree_tree(dir));
                     drop(cps);
@@ -787,6 +816,16 @@ mod tests {
                     continue;
                 }
             }
+            // Its stat data is the files' own: git finds nothing to look at again.
+            assert_eq!(
+                git_env(
+                    dir,
+                    &[("GIT_INDEX_FILE", &private)],
+                    &["diff-files", "--name-only"]
+                ),
+                "",
+                "{stop}"
+            );
             // The private index holds what the scans read, as `git add -A` would record it.
             git(dir, &["add", "-A"]);
             assert_eq!(
@@ -796,6 +835,32 @@ mod tests {
             );
             assert!(!private.with_extension("seed").exists());
         }
+    }
+
+    #[test]
+    fn a_directory_moved_in_with_attributes_is_hashed_through_them() {
+        let repo = new_repo();
+        let dir = repo.path();
+        write(dir, "a.txt", b"a\n");
+        let base = commit_all(dir, "base");
+        let mut cps = open(dir, "t", Some(&base)).expect("open");
+        assert!(cps.watch());
+        cps.snapshot(meta(0, "start")).expect("first");
+        // Made beside the tree and moved in whole: the watcher reports the directory, not the
+        // attributes file in it, which turns the CRLF of `n/b.txt` into LF in its blob.
+        let parent = dir.parent().expect("parent");
+        let outside = tempfile::tempdir_in(parent).expect("tempdir");
+        write(outside.path(), "n/.gitattributes", b"*.txt text\n");
+        write(outside.path(), "n/b.txt", b"b\r\n");
+        fs::rename(outside.path().join("n"), dir.join("n")).expect("move in");
+        let changes = cps.diff_worktree(&base, &Overlay::new()).expect("diff");
+        assert_eq!(changes.len(), 2, "{changes:?}");
+        let snap = cps.snapshot(meta(1, "moved in")).expect("snapshot");
+        assert_eq!(tree_of(dir, &snap.id), git_worktree_tree(dir));
+        assert_eq!(
+            cps.file_at(&snap.id, "n/b.txt").expect("read"),
+            Some(b"b\n".to_vec())
+        );
     }
 
     #[test]

@@ -12,11 +12,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
-use git2::{Index, IndexEntry, IndexTime, Oid, Repository};
+use git2::{Index, IndexEntry, Oid, Repository};
 use gix_index::{decode, entry, extension, State};
 
-use super::index::write_seed;
-use super::objects::path_bytes;
+use super::index::{index_entry, write_seed};
 use super::sweep::Entry;
 
 /// An index file as read for the first scan.
@@ -143,23 +142,7 @@ pub(super) struct Findings {
 impl Findings {
     /// Records file `rel`, read as blob `id` with `mode` under stat data `meta`.
     pub(super) fn add(&mut self, rel: &Path, id: Oid, mode: u32, meta: &fs::Metadata) {
-        let path = path_bytes(rel).to_vec();
-        let time = |secs: i64, nsecs: i64| IndexTime::new(secs as i32, nsecs as u32);
-        self.read.push(IndexEntry {
-            ctime: time(meta.ctime(), meta.ctime_nsec()),
-            mtime: time(meta.mtime(), meta.mtime_nsec()),
-            dev: meta.dev() as u32,
-            ino: meta.ino() as u32,
-            mode,
-            uid: meta.uid(),
-            gid: meta.gid(),
-            file_size: meta.size() as u32,
-            id,
-            // The path's length, capped as the format caps it; stage 0.
-            flags: path.len().min(0xfff) as u16,
-            flags_extended: 0,
-            path,
-        });
+        self.read.push(index_entry(rel, id, mode, meta));
     }
 
     fn is_empty(&self) -> bool {

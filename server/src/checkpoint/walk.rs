@@ -5,15 +5,17 @@
 //! Must never follow a symlink (a path reached through one is not in the tree), nor descend
 //! into a new ignored directory or a repository of its own.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
 use git2::{
-    ErrorCode, FileMode, Index, ObjectType, Oid, Repository, Tree, TreeWalkMode, TreeWalkResult,
+    ErrorCode, FileMode, Index, ObjectType, Odb, Oid, Repository, Tree, TreeWalkMode,
+    TreeWalkResult,
 };
 
+use super::index::index_entry;
 use super::objects::{bytes_path, file_mode};
 use super::update::Update;
 use super::{CheckpointError, Checkpoints, Result};
@@ -23,13 +25,19 @@ pub(super) enum Hasher<'a> {
     /// Through the private index: the file is hashed into the object store (with git's
     /// filters) and its stat data kept.
     Index(&'a mut Index),
-    /// Its bytes hashed in memory, nothing written: only where `Live::plain` holds.
-    Memory,
+    /// Its bytes hashed in memory, nothing written, and kept by path (a diff shows them):
+    /// only where `Live::plain` holds.
+    Memory(&'a mut HashMap<PathBuf, Vec<u8>>),
+    /// Its bytes written to the object store as its blob and its entry put in the private
+    /// index with the stat data they were read under: only where `Live::plain` holds. A
+    /// submodule still goes through the index, which reads its HEAD. libgit2's `add_path`
+    /// looks up the attributes of every file it adds, most of a big step's cost.
+    Plain(&'a mut Index, &'a Odb<'a>),
 }
 
 impl Hasher<'_> {
     fn forget(&mut self, rel: &Path, dir: bool) -> Result<()> {
-        if let Hasher::Index(index) = self {
+        if let Hasher::Index(index) | Hasher::Plain(index, _) = self {
             if dir {
                 index.remove_dir(rel, 0)?;
             } else {
@@ -47,17 +55,7 @@ impl Hasher<'_> {
         meta: &fs::Metadata,
     ) -> Result<Option<(Oid, FileMode)>> {
         match self {
-            Hasher::Index(index) => {
-                match index.add_path(rel) {
-                    Ok(()) => {}
-                    Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
-                    Err(e) => return Err(e.into()),
-                }
-                Ok(index
-                    .get_path(rel, 0)
-                    .map(|e| (e.id, file_mode(e.mode as i32))))
-            }
-            Hasher::Memory => {
+            Hasher::Plain(index, odb) if !meta.is_dir() => {
                 let (bytes, mode) = match disk_content(full, meta) {
                     Ok(found) => found,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -68,7 +66,34 @@ impl Hasher<'_> {
                         })
                     }
                 };
-                Ok(Some((Oid::hash_object(ObjectType::Blob, &bytes)?, mode)))
+                let id = odb.write(ObjectType::Blob, &bytes)?;
+                index.add(&index_entry(rel, id, u32::from(mode), meta))?;
+                Ok(Some((id, mode)))
+            }
+            Hasher::Index(index) | Hasher::Plain(index, _) => {
+                match index.add_path(rel) {
+                    Ok(()) => {}
+                    Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
+                    Err(e) => return Err(e.into()),
+                }
+                Ok(index
+                    .get_path(rel, 0)
+                    .map(|e| (e.id, file_mode(e.mode as i32))))
+            }
+            Hasher::Memory(read) => {
+                let (bytes, mode) = match disk_content(full, meta) {
+                    Ok(found) => found,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                    Err(source) => {
+                        return Err(CheckpointError::Io {
+                            context: format!("reading {}", full.display()),
+                            source,
+                        })
+                    }
+                };
+                let id = Oid::hash_object(ObjectType::Blob, &bytes)?;
+                read.insert(rel.to_path_buf(), bytes);
+                Ok(Some((id, mode)))
             }
         }
     }
@@ -262,7 +287,7 @@ impl Checkpoints {
             hasher.forget(rel, true)?;
             out.push(Update::Remove(rel.to_path_buf()));
         }
-        if meta.is_dir() && matches!(hasher, Hasher::Memory) {
+        if meta.is_dir() && matches!(hasher, Hasher::Memory(_)) {
             // A submodule: diffs leave them out, and only the index reads their HEAD.
             return Ok(());
         }
