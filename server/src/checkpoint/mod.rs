@@ -416,7 +416,7 @@ impl Checkpoints {
         let Some(packs) = &self.packs else {
             return Ok(());
         };
-        let merged = packs.flush(&self.repo)?;
+        let merged = packs.flush()?;
         // The repository's own store again, as a fresh handle opens it: it lists the new pack
         // and never listed the merged ones, which can then go.
         let fresh = Repository::open(self.repo.path())?;
