@@ -10,7 +10,7 @@ use git2::{ObjectType, Oid, Tree, TreeWalkMode, TreeWalkResult};
 
 use super::objects::{blob_at, bytes_path, path_bytes};
 use super::update::{removals, Update};
-use super::walk::Hasher;
+use super::walk::{Hasher, RealDirs};
 use super::{validate_rel_path, ChangeKind, Checkpoints, FileChange, Overlay, Result};
 
 /// A change of `path` from `before` to `after`.
@@ -122,8 +122,15 @@ impl Checkpoints {
         let base = self.repo.find_tree(old)?;
         let mut updates = Vec::new();
         let mut read = HashMap::new();
+        let mut dirs = RealDirs::default();
         for p in &pending {
-            self.updates_for(&mut Hasher::Memory(&mut read), &base, p, &mut updates)?;
+            self.updates_for(
+                &mut Hasher::Memory(&mut read),
+                &mut dirs,
+                &base,
+                p,
+                &mut updates,
+            )?;
         }
         let blob = |id: Oid| -> Result<Vec<u8>> { Ok(self.repo.find_blob(id)?.content().to_vec()) };
         let mut changes = Vec::new();

@@ -611,6 +611,16 @@ mod tests {
             let blob = format!("{text}{f}\n");
             ids += &git_with_input(dir, &["hash-object", "-w", "--stdin"], blob.as_bytes());
         }
+        // And bytes that do not compress, so that this pack is far more than twice Rein's
+        // below and the step does not merge them itself.
+        let mut x: u32 = 1;
+        let noise: Vec<u8> = (0..16_384)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                (x >> 16) as u8
+            })
+            .collect();
+        ids += &git_with_input(dir, &["hash-object", "-w", "--stdin"], &noise);
         let pack_dir = dir.join(".git/objects/pack");
         let base = pack_dir.join("pack-rein");
         git_with_input(

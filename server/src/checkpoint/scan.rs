@@ -18,7 +18,7 @@ use super::objects::{bytes_path, path_bytes};
 use super::seed::{Findings, Loading, Seed};
 use super::sweep::{stamp, sweep, Entry, Sweep};
 use super::update::{apply, write_trees};
-use super::walk::{disk_content, is_repository, Hasher};
+use super::walk::{disk_content, is_repository, Hasher, RealDirs};
 use super::{CheckpointError, Checkpoints, Result, Snapshot, SnapshotMeta};
 
 /// The bits of an index entry's flags that hold its merge stage.
@@ -267,14 +267,15 @@ impl Checkpoints {
         };
         let base = self.repo.find_tree(base)?;
         let mut updates = Vec::new();
+        let mut dirs = RealDirs::default();
         for p in &paths {
-            self.updates_for(&mut hasher, &base, p, &mut updates)?;
+            self.updates_for(&mut hasher, &mut dirs, &base, p, &mut updates)?;
         }
         for g in gitlinks
             .iter()
             .filter(|g| !paths.iter().any(|p| g.starts_with(p)))
         {
-            self.updates_for(&mut hasher, &base, g, &mut updates)?;
+            self.updates_for(&mut hasher, &mut dirs, &base, g, &mut updates)?;
         }
         if updates.is_empty() {
             return Ok(Some(base.id()));

@@ -11,7 +11,7 @@ use git2::build::TreeUpdateBuilder;
 use git2::{FileMode, ObjectType, Odb, Oid, Repository, Tree};
 
 use super::objects::file_mode;
-use super::walk::Hasher;
+use super::walk::{Hasher, RealDirs};
 use super::{validate_rel_path, Checkpoints, Result, Snapshot, SnapshotMeta};
 
 /// One change to a tree: a path's new entry, or its removal.
@@ -207,9 +207,11 @@ impl Checkpoints {
         let built = {
             let tip = self.tip_tree()?;
             let mut updates = Vec::new();
+            let mut dirs = RealDirs::default();
             for p in paths {
                 self.updates_for(
                     &mut Hasher::Index(&mut index),
+                    &mut dirs,
                     &tip,
                     Path::new(p),
                     &mut updates,

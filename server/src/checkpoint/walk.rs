@@ -5,7 +5,7 @@
 //! Must never follow a symlink (a path reached through one is not in the tree), nor descend
 //! into a new ignored directory or a repository of its own.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -164,17 +164,31 @@ fn excludes_file(repo: &Repository) -> Option<PathBuf> {
     Some(config.join("git/ignore"))
 }
 
-/// Whether every directory on the way to `rel` is a real directory, not a symlink: a path
-/// reached through a link is not in the tree, whatever it points at.
-pub(super) fn inside(workdir: &Path, rel: &Path) -> bool {
-    let mut dir = workdir.to_path_buf();
-    let Some(parent) = rel.parent() else {
-        return true;
-    };
-    parent.components().all(|c| {
-        dir.push(c);
-        fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir())
-    })
+/// The directories found real (not symlinks) during one batch of updates, so that the paths
+/// of a batch, which mostly share their directories, look at each directory once.
+#[derive(Default)]
+pub(super) struct RealDirs(HashSet<PathBuf>);
+
+impl RealDirs {
+    /// Whether every directory on the way to `rel` is a real directory, not a symlink: a path
+    /// reached through a link is not in the tree, whatever it points at.
+    fn inside(&mut self, workdir: &Path, rel: &Path) -> bool {
+        let Some(parent) = rel.parent() else {
+            return true;
+        };
+        let mut dir = PathBuf::new();
+        parent.components().all(|c| {
+            dir.push(c);
+            if self.0.contains(&dir) {
+                return true;
+            }
+            let real = fs::symlink_metadata(workdir.join(&dir)).is_ok_and(|m| m.is_dir());
+            if real {
+                self.0.insert(dir.clone());
+            }
+            real
+        })
+    }
 }
 
 /// A file's bytes as git would store them when `plain_content` holds, and its mode.
@@ -201,6 +215,7 @@ impl Checkpoints {
     pub(super) fn updates_for(
         &self,
         hasher: &mut Hasher<'_>,
+        dirs: &mut RealDirs,
         base: &Tree<'_>,
         rel: &Path,
         out: &mut Vec<Update>,
@@ -208,7 +223,7 @@ impl Checkpoints {
         let workdir = self.workdir();
         let in_base = base.get_path(rel).ok();
         let base_kind = in_base.as_ref().and_then(|e| e.kind());
-        let meta = if inside(workdir, rel) {
+        let meta = if dirs.inside(workdir, rel) {
             fs::symlink_metadata(workdir.join(rel)).ok()
         } else {
             None
@@ -244,7 +259,7 @@ impl Checkpoints {
                 out.push(Update::Remove(rel.to_path_buf()));
             }
             let mut seen = BTreeSet::new();
-            self.walk_dir(hasher, base, rel, &mut seen, out)?;
+            self.walk_dir(hasher, dirs, base, rel, &mut seen, out)?;
             if base_kind == Some(ObjectType::Tree) {
                 let subtree = self
                     .repo
@@ -313,6 +328,7 @@ impl Checkpoints {
     pub(super) fn walk_dir(
         &self,
         hasher: &mut Hasher<'_>,
+        dirs: &mut RealDirs,
         base: &Tree<'_>,
         rel: &Path,
         seen: &mut BTreeSet<PathBuf>,
@@ -344,11 +360,11 @@ impl Checkpoints {
                     .get_path(&path)
                     .is_ok_and(|e| e.kind() == Some(ObjectType::Tree));
                 if tracked || !self.repo.is_path_ignored(&path)? {
-                    self.walk_dir(hasher, base, &path, seen, out)?;
+                    self.walk_dir(hasher, dirs, base, &path, seen, out)?;
                 }
                 continue;
             }
-            self.updates_for(hasher, base, &path, out)?;
+            self.updates_for(hasher, dirs, base, &path, out)?;
             seen.insert(path);
         }
         Ok(())
