@@ -56,15 +56,8 @@ impl Hasher<'_> {
     ) -> Result<Option<(Oid, FileMode)>> {
         match self {
             Hasher::Plain(index, odb) if !meta.is_dir() => {
-                let (bytes, mode) = match disk_content(full, meta) {
-                    Ok(found) => found,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-                    Err(source) => {
-                        return Err(CheckpointError::Io {
-                            context: format!("reading {}", full.display()),
-                            source,
-                        })
-                    }
+                let Some((bytes, mode)) = read_content(full, meta)? else {
+                    return Ok(None);
                 };
                 let id = odb.write(ObjectType::Blob, &bytes)?;
                 index.add(&index_entry(rel, id, u32::from(mode), meta))?;
@@ -81,21 +74,26 @@ impl Hasher<'_> {
                     .map(|e| (e.id, file_mode(e.mode as i32))))
             }
             Hasher::Memory(read) => {
-                let (bytes, mode) = match disk_content(full, meta) {
-                    Ok(found) => found,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-                    Err(source) => {
-                        return Err(CheckpointError::Io {
-                            context: format!("reading {}", full.display()),
-                            source,
-                        })
-                    }
+                let Some((bytes, mode)) = read_content(full, meta)? else {
+                    return Ok(None);
                 };
                 let id = Oid::hash_object(ObjectType::Blob, &bytes)?;
                 read.insert(rel.to_path_buf(), bytes);
                 Ok(Some((id, mode)))
             }
         }
+    }
+}
+
+/// [`disk_content`], or None when the file vanished meanwhile.
+fn read_content(full: &Path, meta: &fs::Metadata) -> Result<Option<(Vec<u8>, FileMode)>> {
+    match disk_content(full, meta) {
+        Ok(found) => Ok(Some(found)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(CheckpointError::Io {
+            context: format!("reading {}", full.display()),
+            source,
+        }),
     }
 }
 
