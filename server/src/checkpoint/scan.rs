@@ -1082,7 +1082,16 @@ mod tests {
     fn git_tree_from_user_index(dir: &Path, scratch: &Path) -> String {
         let index = scratch.join("index");
         if !index.exists() {
-            fs::copy(dir.join(".git/index"), &index).expect("copy index");
+            let user = dir.join(".git/index");
+            fs::copy(&user, &index).expect("copy index");
+            // With the user's mtime, as git's racy-entry check compares entries against it: a
+            // copy made later would make an entry written in the index's second look clean,
+            // and git (which compares whole seconds where built without nanoseconds) would
+            // miss a same-size rewrite in that second.
+            let mtime = filetime::FileTime::from_last_modification_time(
+                &fs::metadata(&user).expect("stat index"),
+            );
+            filetime::set_file_mtime(&index, mtime).expect("keep the index's mtime");
         }
         let env = [("GIT_INDEX_FILE", index.as_path())];
         git_env(dir, &env, &["add", "-A"]);
