@@ -149,6 +149,7 @@ pub fn sweep(
     found.sort_by(|a, b| (&b.0, &b.2).cmp(&(&a.0, &a.2)));
     let young = Duration::from_secs(retention.keep_days.saturating_mul(86_400));
     let mut sweep = Sweep::default();
+    let mut removed = Vec::new();
     for (i, (_, touched, id, dir, status)) in found.into_iter().enumerate() {
         let kept = if current.as_deref() == Some(id.as_str()) {
             Some(Kept::Current)
@@ -165,6 +166,7 @@ pub fn sweep(
         let bytes = dir_bytes(&dir);
         if kept.is_none() && !dry_run {
             remove_task(&repo, &dir, &refs)?;
+            removed.push(id.clone());
         }
         sweep.tasks.push(TaskEntry {
             id,
@@ -174,7 +176,48 @@ pub fn sweep(
             kept,
         });
     }
+    if !removed.is_empty() {
+        remove_scratch(&std::env::temp_dir(), &removed);
+    }
     Ok(sweep)
+}
+
+/// The name, under the system temp dir, of task `id`'s scratch dir (its commands' `TMPDIR`);
+/// when something not Rein's holds that name, the task's is that name, `-` and a random suffix.
+pub(crate) fn scratch_name(id: &str) -> String {
+    format!("rein-task-{id}")
+}
+
+/// Removes the scratch dirs of the tasks `ids` from `temp`: directories of this user only,
+/// never a link or someone else's. A task that ends removes its own; these are what a task
+/// left when its server stopped before it ended.
+fn remove_scratch(temp: &Path, ids: &[String]) {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(entries) = fs::read_dir(temp) else {
+        return;
+    };
+    let names: Vec<String> = ids.iter().map(|id| scratch_name(id)).collect();
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let me = unsafe { nix::libc::geteuid() };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let ours = names.iter().any(|n| {
+            name == n
+                || name
+                    .strip_prefix(n.as_str())
+                    .is_some_and(|rest| rest.starts_with('-'))
+        });
+        let path = entry.path();
+        if !ours || !fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me) {
+            continue;
+        }
+        if let Err(e) = fs::remove_dir_all(&path) {
+            tracing::warn!(error = %e, path = %path.display(), "could not remove a task's scratch dir");
+        }
+    }
 }
 
 /// The refs a task holds: everything under `refs/rein/<id>/`.
@@ -280,6 +323,43 @@ mod tests {
 
     fn kept_of(s: &Sweep) -> Vec<(String, Option<Kept>)> {
         s.tasks.iter().map(|t| (t.id.clone(), t.kept)).collect()
+    }
+
+    #[test]
+    fn a_removed_tasks_scratch_dirs_go_and_nothing_else() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let t = temp.path();
+        for name in [
+            "rein-task-t4",
+            "rein-task-t4-x1y2",
+            "rein-task-t40",
+            "rein-task-t5",
+        ] {
+            fs::create_dir(t.join(name)).expect("mkdir");
+            fs::write(t.join(name).join("left.txt"), "x").expect("write");
+        }
+        // A link by the task's name is not followed: what it points at stays.
+        let elsewhere = t.join("elsewhere");
+        fs::create_dir(&elsewhere).expect("mkdir");
+        fs::write(elsewhere.join("keep.txt"), "x").expect("write");
+        std::os::unix::fs::symlink(&elsewhere, t.join("rein-task-t4-link")).expect("symlink");
+        remove_scratch(t, &["t4".to_owned()]);
+        let mut left: Vec<String> = fs::read_dir(t)
+            .expect("list")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "elsewhere",
+                "rein-task-t4-link",
+                "rein-task-t40",
+                "rein-task-t5"
+            ]
+        );
+        assert!(elsewhere.join("keep.txt").exists());
     }
 
     #[test]

@@ -1291,10 +1291,10 @@ impl Engine {
             return Some(dir.clone());
         }
         let id = self.state().task.id.clone();
-        let made =
-            own_private_dir(&std::env::temp_dir().join(format!("rein-task-{id}"))).or_else(|_| {
+        let made = own_private_dir(&std::env::temp_dir().join(crate::gc::scratch_name(&id)))
+            .or_else(|_| {
                 tempfile::Builder::new()
-                    .prefix(&format!("rein-task-{id}-"))
+                    .prefix(&format!("{}-", crate::gc::scratch_name(&id)))
                     .tempdir()
                     .map(tempfile::TempDir::keep)
             });
