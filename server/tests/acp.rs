@@ -526,8 +526,10 @@ fn assert_notes_are_the_agents(root: &Path, s: &rein::state::TaskState, action: 
     );
 }
 
+/// Nothing names the file: no tool call, no announcement. It is neither the agent's nor the
+/// human's, and no agent step is made up for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_file_the_agent_wrote_without_reporting_it_is_its_step_not_the_humans() {
+async fn a_file_written_with_no_report_is_unattributed_not_the_agents_nor_the_humans() {
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();
     let sc = scenario(json!({
@@ -541,7 +543,73 @@ async fn a_file_the_agent_wrote_without_reporting_it_is_its_step_not_the_humans(
     }));
     let mut run = start_acp(root, &sc);
     let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_unattributed(&s, "notes.txt", Some(12));
+    assert!(
+        s.steps
+            .iter()
+            .all(|st| st.action != "changed files with its own tools"),
+        "{:#?}",
+        s.steps
+    );
+}
+
+/// `path` is listed as unattributed (with `size`), recorded by a step of that author, and
+/// neither among the human's changes nor held nor in an agent step's record.
+fn assert_unattributed(s: &rein::state::TaskState, path: &str, size: Option<u64>) {
+    let u = s
+        .unattributed_changes
+        .iter()
+        .find(|u| u.path == path)
+        .unwrap_or_else(|| {
+            panic!(
+                "{path} among the unattributed: {:#?}",
+                s.unattributed_changes
+            )
+        });
+    assert_eq!(u.size, size);
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.n == u.at_step)
+        .expect("the step that recorded it");
+    assert_eq!(step.author, Author::Unattributed, "{step:?}");
+    assert!(
+        step.action.contains("Rein cannot tell who changed it") && step.action.contains(path),
+        "{step:?}"
+    );
+    assert!(
+        s.human_changes.iter().all(|h| h.path != path) && !s.held_files.contains(&path.to_owned()),
+        "{path} is not taken for the human's: {:#?} {:?}",
+        s.human_changes,
+        s.held_files
+    );
+}
+
+/// A write the harness announced with its content (Claude Code's permission request) and
+/// then made without reporting: the bytes on disk are the announced ones, so it is the
+/// agent's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_announced_with_its_content_is_the_agents_though_never_reported() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"permission": {"id": "w", "title": "Write notes.txt", "kind": "edit",
+                "raw": {"file_path": "notes.txt", "content": "agent notes\n"}}},
+            {"write_silently": {"path": "notes.txt", "content": "agent notes\n"}},
+            {"read": "a.txt"},
+            {"read": "a.txt"},
+            {"say": "wrote notes"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("done", |s| s.status == Status::Done).await;
     assert_notes_are_the_agents(root, &s, "changed files with its own tools");
+    assert!(
+        s.unattributed_changes.is_empty(),
+        "{:#?}",
+        s.unattributed_changes
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -566,25 +634,27 @@ async fn trust_a_stale_write_the_harness_never_reported_is_repaired_at_the_next_
         FIXED_WITH_NEW,
         "the fix is put back, the agent's addition kept"
     );
-    let agent = s
+    // Nothing reported the write: it is unattributed, and repaired all the same (a repair
+    // only puts the person's lines back).
+    let found = s
         .steps
         .iter()
-        .find(|st| st.action == "changed files with its own tools")
-        .unwrap_or_else(|| panic!("the agent's step: {:#?}", s.steps));
-    assert_eq!(agent.author, Author::Agent);
+        .find(|st| st.author == Author::Unattributed)
+        .unwrap_or_else(|| panic!("the unattributed step: {:#?}", s.steps));
+    assert!(found.action.contains("src/lib.rs"), "{found:?}");
     assert!(
-        s.steps.iter().any(|st| st.n > agent.n
+        s.steps.iter().any(|st| st.n > found.n
             && st
                 .action
-                .starts_with("kept your lines the agent's write removed")),
+                .starts_with("kept your lines a change made while the agent ran removed")),
         "{:#?}",
         s.steps
     );
     assert!(
         !s.human_changes
             .iter()
-            .any(|h| h.path == "src/lib.rs" && h.at_step == agent.n),
-        "the agent's stale write is not reported as the human's: {:#?}",
+            .any(|h| h.path == "src/lib.rs" && h.at_step == found.n),
+        "the stale write is not reported as the human's: {:#?}",
         s.human_changes
     );
 }
@@ -1754,7 +1824,7 @@ async fn a_completion_queued_before_a_takeover_is_the_agents_step_not_the_humans
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn what_the_agent_wrote_just_before_a_pause_is_its_own_not_the_humans() {
+async fn what_a_tool_wrote_before_a_pause_is_unattributed_then_claimed_when_it_reports() {
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();
     let sc = scenario(json!({
@@ -1771,25 +1841,76 @@ async fn what_the_agent_wrote_just_before_a_pause_is_its_own_not_the_humans() {
     sc.logged("wrote_silently", 1).await;
     let s = run.call(Request::Pause).await.state().clone();
     assert_eq!(s.status, Status::Paused);
-    // The resume takes what changed while paused as the person's: the agent's write must
-    // have been taken as its own before.
+    // At the pause nothing names the file yet: it is unattributed, never the person's
+    // (recorded once the think the pause dropped is settled, just after the reply).
+    let s = run
+        .until("the write recorded", |s| !s.unattributed_changes.is_empty())
+        .await;
+    assert_unattributed(&s, "notes.txt", Some(12));
     run.call(Request::Resume).await;
     let s = run.until("done", |s| s.status == Status::Done).await;
-    assert_agents_file(
-        root,
-        &s,
-        "changed files with its own tools",
-        "notes.txt",
-        "agent notes\n",
+    // The tool's completion names it: the change is claimed by its step, and an abort would
+    // take it back.
+    assert!(
+        s.unattributed_changes.is_empty(),
+        "{:#?}",
+        s.unattributed_changes
     );
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.action == "Write notes.txt")
+        .unwrap_or_else(|| panic!("the tool's step: {:#?}", s.steps));
+    assert_eq!(step.author, Author::Agent);
+    assert!(
+        s.claimed_changes
+            .iter()
+            .any(|c| c.path == "notes.txt" && c.by_step == step.n),
+        "{:#?}",
+        s.claimed_changes
+    );
+    assert!(s.human_changes.iter().all(|h| h.path != "notes.txt"));
 }
 
+/// Issue 25, case 1 at the protocol level: a file nothing shows the agent made (the human's
+/// from a terminal, for all Rein can tell) survives abort and is listed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn abort_takes_back_what_the_agent_wrote_just_before_it() {
+async fn abort_keeps_a_file_nothing_shows_the_agent_wrote_and_lists_it() {
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();
     let sc = scenario(json!({
         "turns": [[
+            {"write_silently": {"path": "notes.txt", "content": "from a terminal\n"}},
+            {"sleep_ms": 30000}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    sc.logged("wrote_silently", 1).await;
+    let s = run
+        .call(Request::Abort {
+            keep_changes: false,
+        })
+        .await
+        .state()
+        .clone();
+    assert_eq!(s.status, Status::Aborted);
+    assert_eq!(read(root, "notes.txt"), "from a terminal\n");
+    assert_unattributed(&s, "notes.txt", Some(16));
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("notes.txt") && why.contains("cannot tell"),
+        "{why}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_takes_back_what_the_agent_announced_and_wrote_just_before_it() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"permission": {"id": "w", "title": "Write notes.txt", "kind": "edit",
+                "raw": {"file_path": "notes.txt", "content": "agent notes\n"}}},
             {"write_silently": {"path": "notes.txt", "content": "agent notes\n"}},
             {"sleep_ms": 30000}
         ]]
@@ -1993,8 +2114,7 @@ async fn an_abort_during_an_approved_irreversible_command_the_agent_runs_lands_a
     assert_eq!(s.queued_stop, None);
     let ran = sc.logged("ran", 1).await;
     assert_eq!(ran[0]["ok"], true, "it ran to its end: {ran:?}");
-    // Its step is the agent's and done, before the abort; the abort takes the agent's
-    // changes in the tree back, that one too, and keeps them in the attempt.
+    // Its step is the agent's and done, before the abort.
     let step = s
         .steps
         .iter()
@@ -2004,7 +2124,10 @@ async fn an_abort_during_an_approved_irreversible_command_the_agent_runs_lands_a
         (step.author, step.status),
         (Author::Agent, StepStatus::Done)
     );
-    assert!(!root.join("shipped.txt").exists(), "{:#?}", s.steps);
+    // Its line does not name `shipped.txt` (the script writes it): nothing proves the
+    // command made it, so the abort keeps it and says so.
+    assert_eq!(read(root, "shipped.txt"), "shipped\n", "{:#?}", s.steps);
+    assert_unattributed(&s, "shipped.txt", Some(8));
     let attempt = format!("refs/rein/{}/aborted:shipped.txt", s.task.id);
     assert_eq!(git(root, &["show", &attempt]), "shipped\n");
 }

@@ -290,20 +290,25 @@ async fn non_utf8_file_names_are_checkpointed_byte_exact_listed_and_searched() {
     assert!(names.contains(&b"\xffhuman.txt".as_slice()), "{names:?}");
 }
 
+/// The command makes a file whose name only the shell computes (no evidence it is the
+/// agent's: kept, and listed under its own name) and removes the human's by a pattern its line
+/// names (the agent's: put back, under its own name).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn abort_removes_an_agent_file_with_a_non_utf8_name() {
+async fn abort_puts_back_a_non_utf8_file_the_agent_removed_and_keeps_one_nothing_attributes() {
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();
     let human_name = OsStr::from_bytes(b"\xffhuman.txt");
     std::fs::write(root.join(human_name), "human\n").unwrap();
+    let cmd = format!("{NON_UTF8_CMD} && sh -c 'rm ?human.txt'");
     let mut run = start(
         root,
-        json!([{"run": {"cmd": NON_UTF8_CMD}}, {"read": "a.txt", "think_ms": 600000}]),
+        json!([{"run": {"cmd": cmd}}, {"read": "a.txt", "think_ms": 600000}]),
     );
     run.until("the command", |s| !agent_steps(s).is_empty())
         .await;
     let agent_name = OsStr::from_bytes(b"caf\xe9.txt");
     assert!(root.join(agent_name).exists());
+    assert!(!root.join(human_name).exists());
     let end = run
         .call(Request::Abort {
             keep_changes: false,
@@ -313,10 +318,19 @@ async fn abort_removes_an_agent_file_with_a_non_utf8_name() {
         .clone();
     assert_eq!(end.status, Status::Aborted);
     assert_eq!(std::fs::read(root.join(human_name)).unwrap(), b"human\n");
-    assert!(
-        !root.join(agent_name).exists(),
-        "the agent's file is still there after an abort that removes the agent's changes"
+    assert_eq!(
+        std::fs::read(root.join(agent_name)).unwrap(),
+        b"agent",
+        "a file nothing shows the agent made must survive the abort"
     );
+    let listed: Vec<&str> = end
+        .unattributed_changes
+        .iter()
+        .map(|u| u.path.as_str())
+        .collect();
+    assert_eq!(listed, vec!["caf\u{fffd}.txt"], "{end:?}");
+    let why = end.stop_reason.unwrap_or_default();
+    assert!(why.contains("caf\u{fffd}.txt"), "{why}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

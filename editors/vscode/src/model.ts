@@ -41,7 +41,8 @@ export interface ToolCall {
 export interface Step {
   n: number;
   action: string;
-  author: 'agent' | 'human';
+  /** `unattributed`: the tree changed while the agent ran and Rein cannot tell who changed it. */
+  author: 'agent' | 'human' | 'unattributed';
   status: 'done' | 'failed' | 'skipped' | 'rolled_back';
   checkpoint?: string | null;
   /** The id of the plan item the agent worked on. */
@@ -508,6 +509,7 @@ export function stepIcon(step: Step): string {
   if (step.status === 'failed') return 'error';
   if (step.status === 'rolled_back') return 'discard';
   if (step.status === 'skipped') return 'circle-slash';
+  if (step.author === 'unattributed') return 'question';
   return step.author === 'human' ? 'person' : 'hubot';
 }
 
@@ -536,7 +538,7 @@ export function stepRow(step: Step): { label: string; description: string } {
   if (arrow > 0) {
     tail = head.slice(arrow + 3);
     head = head.slice(0, arrow);
-  } else if (step.author === 'human') {
+  } else if (step.author !== 'agent') {
     const colon = head.indexOf(': ');
     if (colon > 0) {
       tail = head.slice(0, colon);

@@ -41,6 +41,7 @@ export type Entry =
       exit?: { code: number | null; signal: number | null } | null;
     })
   | (At & { kind: 'human'; step: number; title: string; checkpoint?: string | null; files: FileStat[] })
+  | (At & { kind: 'unattributed'; step: number; title: string; checkpoint?: string | null; files: FileStat[] })
   | (At & { kind: 'steer'; id: string; text: string; location?: Location | null; urgent: boolean; source?: string | null })
   | (At & { kind: 'delivered'; step: number; ids: string[] })
   | (At & { kind: 'decision'; id: string; decisionKind: DecisionKind; question: string; options: string[]; detail?: string | null })
@@ -167,6 +168,8 @@ export class TranscriptRenderer {
       }
       case 'human':
         return `<li class="entry you-step" data-step="${e.step}"><div class="head"><span class="who">You</span> <span class="step">Step ${e.step}</span> ${e.files.length ? `<button type="button" class="link title" data-action="openStep" data-step="${e.step}">${esc(e.title)}</button>` : esc(e.title)}${time(e.at)}</div>${fileList(e.step, e.files)}</li>`;
+      case 'unattributed':
+        return `<li class="entry you-step" data-step="${e.step}"><div class="head"><span class="who">Someone</span> <span class="step">Step ${e.step}</span> ${e.files.length ? `<button type="button" class="link title" data-action="openStep" data-step="${e.step}">${esc(e.title)}</button>` : esc(e.title)}${time(e.at)}</div>${fileList(e.step, e.files)}</li>`;
       case 'steer': {
         this.steers.set(e.id, e.text);
         const where = e.location

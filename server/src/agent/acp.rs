@@ -159,6 +159,8 @@ struct Tool {
     /// The file changes its announcement carried (Codex puts its patch's diff in the
     /// `tool_call`, not in the permission request that follows), paths as the agent spelt them.
     writes: Vec<Intended>,
+    /// The command line it runs, when it is a command and says which.
+    command: Option<String>,
 }
 
 impl Tool {
@@ -173,6 +175,7 @@ impl Tool {
             diffs: Vec::new(),
             output: String::new(),
             writes: Vec::new(),
+            command: None,
         }
     }
 }
@@ -870,6 +873,13 @@ impl AcpAgent {
             kind: kind_name(tool.kind),
             locations: tool.locations.clone(),
             diffs: tool.diffs.clone(),
+            command: match tool.kind {
+                ToolKind::Execute => tool
+                    .command
+                    .clone()
+                    .or_else(|| self.quirks.title_is_command.then(|| tool.title.clone())),
+                _ => None,
+            },
         }
     }
 
@@ -976,6 +986,9 @@ impl AcpAgent {
         }
         tool.title = title.clone();
         tool.kind = kind;
+        if command.is_some() {
+            tool.command = command.clone();
+        }
         self.tool_details(&mut tool, f.locations.as_deref(), f.content.as_deref());
         // Its words: those it said before the tool call started, else those since.
         let mut words = tool.words.take().unwrap_or_else(|| self.take_words());
@@ -997,7 +1010,7 @@ impl AcpAgent {
         if self.session.as_ref().map(|(s, _)| s) != Some(&n.session_id) {
             return None;
         }
-        let (id, title, kind, status, locations, content, named, writes) = match n.update {
+        let (id, title, kind, status, locations, content, named, writes, command) = match n.update {
             SessionUpdate::AgentMessageChunk(c) => {
                 if let ContentBlock::Text(t) = c.content {
                     self.chunks.push_str(&t.text);
@@ -1021,6 +1034,7 @@ impl AcpAgent {
                 let id = tc.tool_call_id.0.to_string();
                 let named = self.untitled(&id, Some(tc.kind), tc.raw_input.as_ref(), &tc.locations);
                 let writes = intended(tc.raw_input.as_ref(), Some(&tc.content));
+                let command = tc.raw_input.as_ref().and_then(command_of);
                 (
                     id,
                     Some(tc.title),
@@ -1030,6 +1044,7 @@ impl AcpAgent {
                     Some(tc.content),
                     named,
                     writes,
+                    command,
                 )
             }
             SessionUpdate::ToolCallUpdate(u) => {
@@ -1042,6 +1057,7 @@ impl AcpAgent {
                     f.locations.as_deref().unwrap_or_default(),
                 );
                 let writes = intended(f.raw_input.as_ref(), f.content.as_deref());
+                let command = f.raw_input.as_ref().and_then(command_of);
                 (
                     id,
                     f.title,
@@ -1051,6 +1067,7 @@ impl AcpAgent {
                     f.content,
                     named,
                     writes,
+                    command,
                 )
             }
             _ => return None,
@@ -1073,6 +1090,9 @@ impl AcpAgent {
         }
         if !writes.is_empty() {
             tool.writes = writes;
+        }
+        if command.is_some() {
+            tool.command = command;
         }
         if let Some(k) = kind {
             tool.kind = k;

@@ -192,6 +192,8 @@ pub struct ToolCall {
     pub locations: Vec<(String, Option<u32>)>,
     /// The changes it reported: path, old text (none for a new file), new text.
     pub diffs: Vec<(String, Option<String>, String)>,
+    /// The command line it runs, for a command (a path it names is evidence of its write).
+    pub command: Option<String>,
 }
 
 /// One item of a plan as an agent gives it.

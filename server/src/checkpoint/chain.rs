@@ -164,6 +164,7 @@ impl Checkpoints {
                     author = match value {
                         "agent" => Some(Author::Agent),
                         "human" => Some(Author::Human),
+                        "unattributed" => Some(Author::Unattributed),
                         _ => None,
                     }
                 }

@@ -562,7 +562,7 @@ mod tests {
         assert!(!reader.watch());
         for refused in [
             reader.snapshot(meta(2, "no")).err(),
-            reader.snapshot_paths(meta(2, "no"), &["a".into()]).err(),
+            reader.snapshot_paths(meta(2, "no"), &["a"]).err(),
             reader.snapshot_content(meta(2, "no"), "a", b"x").err(),
             reader.diff_worktree(&second.id, &Overlay::new()).err(),
             reader.set_ref("aborted", &second.id).err(),

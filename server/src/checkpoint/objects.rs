@@ -65,6 +65,12 @@ impl Checkpoints {
         blob_at(&self.repo, &tree, path)
     }
 
+    /// The commit before `commit` in its chain (its first parent), if it has one.
+    pub fn parent_of(&self, commit: &str) -> Result<Option<String>> {
+        let c = self.find_commit(commit)?;
+        Ok(c.parent_ids().next().map(|p| p.to_string()))
+    }
+
     /// How `path` is stored in `commit`, or `None` when no file (or link) is there.
     pub fn mode_at(&self, commit: &str, path: &str) -> Result<Option<EntryMode>> {
         validate_rel_path(path)?;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use git2::build::TreeUpdateBuilder;
 use git2::{FileMode, ObjectType, Odb, Oid, Repository, Tree};
 
-use super::objects::file_mode;
+use super::objects::{bytes_path, file_mode};
 use super::walk::{Hasher, RealDirs};
 use super::{validate_rel_path, Checkpoints, Result, Snapshot, SnapshotMeta};
 
@@ -193,10 +193,15 @@ impl Checkpoints {
     /// wrote, without sweeping in whatever else changed meanwhile (that is someone else's
     /// change, for the next full snapshot to record under its own author). Ignored paths are
     /// left out, as a full snapshot would.
-    pub fn snapshot_paths(&mut self, meta: SnapshotMeta<'_>, paths: &[String]) -> Result<Snapshot> {
+    /// Each path is its bytes as on disk, so a name that is not UTF-8 is taken as it is.
+    pub fn snapshot_paths<P: AsRef<[u8]>>(
+        &mut self,
+        meta: SnapshotMeta<'_>,
+        paths: &[P],
+    ) -> Result<Snapshot> {
         self.writable()?;
         for p in paths {
-            validate_rel_path(p)?;
+            validate_rel_path(&String::from_utf8_lossy(p.as_ref()))?;
         }
         let mut index = self.private_index()?;
         if self.live.is_none() && index.read(false).is_err() {
@@ -213,7 +218,7 @@ impl Checkpoints {
                     &mut Hasher::Index(&mut index),
                     &mut dirs,
                     &tip,
-                    Path::new(p),
+                    &bytes_path(p.as_ref()),
                     &mut updates,
                 )?;
             }

@@ -6,6 +6,7 @@
 //! Nothing else changes the task state: callers get snapshots through `Notice`s and replies.
 
 mod advice;
+mod authorship;
 mod gate;
 mod handover;
 mod moves;
@@ -106,6 +107,12 @@ pub enum Request {
     },
     /// Hand one human-held file back to the agent.
     Release {
+        /// Repo-relative path.
+        path: String,
+    },
+    /// Take back one change Rein could not attribute (`unattributedChanges`): the file goes
+    /// back to what it was before, if it still holds what was found.
+    DiscardChange {
         /// Repo-relative path.
         path: String,
     },
@@ -320,14 +327,16 @@ impl Handle {
 }
 
 /// What an agent step may have changed, so its checkpoint takes that and nothing else.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 enum Touched {
     /// Nothing in the tree (a read, a plan, a question).
     Nothing,
     /// One file it wrote.
     Path(String),
-    /// Anything (a command); held files are recorded as the human's first.
-    Anything,
+    /// Anything in the tree (a command, a tool of the agent's own): held files and the
+    /// person's saves are recorded as the human's first; of the rest, what the evidence
+    /// names is the step's, and anything else is recorded as unattributed (`authorship`).
+    Tree(authorship::Evidence),
 }
 
 /// A move that waits for the human's decision.
@@ -421,6 +430,10 @@ struct Engine {
     /// The agent's own tool calls running commands approved as irreversible, and the stops
     /// queued behind them.
     gate: gate::Gate,
+    /// What says who made a change: announcements in flight, the person's saves.
+    authorship: authorship::Ledger,
+    /// The tree's root as commands and harnesses spell it.
+    roots: authorship::Roots,
 }
 
 /// What a move leaves for its step's record beyond its outcome.
@@ -535,6 +548,8 @@ pub fn start(
         answered: Vec::new(),
         last_agent_checkpoint: None,
         human_changes: Vec::new(),
+        unattributed_changes: Vec::new(),
+        claimed_changes: Vec::new(),
         stop_reason: None,
         agent_moves: 0,
         decisions_asked: 0,
@@ -965,6 +980,7 @@ impl Engine {
     ) -> Self {
         // Whoever started or reopened the task was given the state as it is now.
         let told_version = store.state().version;
+        let roots = authorship::Roots::new(&root);
         Engine {
             root,
             store,
@@ -994,6 +1010,8 @@ impl Engine {
             told_version,
             released: false,
             gate: gate::Gate::default(),
+            authorship: authorship::Ledger::default(),
+            roots,
         }
     }
 
@@ -1231,7 +1249,7 @@ impl Engine {
         if stopped && self.state().status != Status::Running {
             // Paused mid think: what the agent did before control left it is its own,
             // checkpointed now (its processes are frozen), before the human's time begins.
-            self.settle_agent(true);
+            self.settle_agent(true, true);
         }
         match got {
             Ok(Ok(Proposal { mv, words })) => {
@@ -1331,7 +1349,7 @@ impl Engine {
     /// since the last one is its own (`settle_agent`).
     fn absorb_agents_own(&mut self) {
         if self.agent_holds_control() {
-            self.settle_agent(true);
+            self.settle_agent(true, false);
         }
     }
 
@@ -1342,31 +1360,33 @@ impl Engine {
 
     /// With an agent that changes files with its own tools: what its tools finished (all it
     /// reported until now, drained from its connection) is checkpointed as its steps; with
-    /// `unreported` (it was acting until now), any other change on disk to a file the human
-    /// did not type in (not held) is its too, through the same backstop that puts back the
-    /// human's lines it removed. A harness can write before it reports the tool, so without
-    /// this its write would be taken for the human's. Called at every boundary while it holds
-    /// control, and when control leaves it (pause, take over, abort) once its processes are
-    /// stopped or ending, so that only what changes after that is the human's. What the
-    /// human typed (held files) is left to the human's checkpoint that follows.
-    fn settle_agent(&mut self, unreported: bool) {
+    /// `unreported` (it was acting until now), any other change on disk is judged by
+    /// `authorship`: what a tool call in flight announced (a write whose bytes are on disk, a
+    /// command naming the path) is its step `changed files with its own tools`, through the
+    /// same backstop that puts back the human's lines it removed; what the human typed (held
+    /// files) or saved is theirs; anything else is recorded as unattributed, kept by abort.
+    /// Called at every boundary while it holds control, and when control leaves it (pause,
+    /// take over, abort) once its processes are stopped or ending (`leaving`: nothing it
+    /// announced is still on its way after that).
+    fn settle_agent(&mut self, unreported: bool, leaving: bool) {
         let Some(agent) = self.agent.as_mut().filter(|a| a.acts_directly()) else {
             return;
         };
         let made = agent.made();
         self.take_made(made);
-        if !unreported {
-            return;
-        }
-        self.absorb_held("changed outside the agent");
-        let Some(tip) = self.tip.clone() else { return };
-        let unreported = self
-            .ckpt
-            .diff_worktree(&tip, &Default::default())
-            .map(|c| !c.is_empty())
-            .unwrap_or(false);
         if unreported {
-            self.observe("changed files with its own tools".into(), false);
+            self.absorb_held("changed outside the agent");
+            let changed = self.tip.clone().is_some_and(|tip| {
+                self.ckpt
+                    .diff_worktree(&tip, &Default::default())
+                    .is_ok_and(|c| !c.is_empty())
+            });
+            if changed {
+                self.observe("changed files with its own tools".into(), false);
+            }
+        }
+        if leaving {
+            self.authorship.forget_announced();
         }
     }
 
@@ -1459,20 +1479,18 @@ impl Engine {
         touched: Touched,
         also: impl FnOnce(&mut TaskState),
     ) -> Flow {
-        if touched == Touched::Anything {
-            self.absorb_held("changed by you during the agent's step");
-        }
+        let paths = match touched {
+            Touched::Tree(evidence) => self.attribute(&evidence),
+            Touched::Nothing => Vec::new(),
+            Touched::Path(p) => vec![p.into_bytes()],
+        };
         let n = self.next_n();
         let meta = SnapshotMeta {
             step: n,
             author: Author::Agent,
             action: &action,
         };
-        let snap = match &touched {
-            Touched::Anything => self.ckpt.snapshot(meta),
-            Touched::Nothing => self.ckpt.snapshot_paths(meta, &[]),
-            Touched::Path(p) => self.ckpt.snapshot_paths(meta, std::slice::from_ref(p)),
-        };
+        let snap = self.ckpt.snapshot_paths(meta, &paths);
         let id = match snap {
             Ok(snap) => {
                 self.tip = Some(snap.id.clone());

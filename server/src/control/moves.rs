@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::authorship::{self, Evidence, Who};
 use super::{plan, Engine, Flow, Level, Notice, Pending, Phase, StepExtra, Touched};
 use crate::agent::{Intended, Move, Outcome, PlanEntry};
 use crate::checkpoint::{FileChange, SnapshotMeta};
@@ -179,6 +180,11 @@ impl Engine {
                 )
             }
             Move::Finish(summary) => {
+                // What an agent acting on its own did before its turn ended is recorded
+                // before the end: its last tools' steps, any change since the boundary.
+                let words = std::mem::take(&mut self.said);
+                self.settle_agent(true, true);
+                self.said = words;
                 // Over: nothing the agent left running goes on after the task.
                 self.terminals.end_all();
                 // Told, not asked: with the task over there is nothing to run them for.
@@ -286,6 +292,7 @@ impl Engine {
                 }
             }
         }
+        self.announce(kind, command.as_deref(), &clean, writes);
         let ask = match kind.as_str() {
             "read" | "search" | "think" | "edit" | "delete" | "move" => None,
             "execute" => match command.as_deref().map(|c| self.cfg.policy.classify(c)) {
@@ -321,6 +328,36 @@ impl Engine {
                 )
             }
         }
+    }
+
+    /// Keeps what a permission request announced as evidence of the agent's authorship
+    /// (`authorship`): the command line it runs, the bytes its writes leave, the paths it
+    /// acts on. Asked or not, allowed or not: a tool call that never runs writes nothing.
+    fn announce(
+        &mut self,
+        kind: &str,
+        command: Option<&str>,
+        paths: &[String],
+        writes: &[Intended],
+    ) {
+        let Some(id) = self.said.tool.as_ref().map(|t| t.id.clone()) else {
+            return;
+        };
+        let command = match command.filter(|_| kind == "execute") {
+            Some(cmd) => Evidence::command(&self.roots, cmd),
+            None => Evidence::none(),
+        };
+        let acts = matches!(kind, "edit" | "delete" | "move");
+        let paths = if acts { paths.to_vec() } else { Vec::new() };
+        let writes = writes
+            .iter()
+            .filter_map(|w| {
+                let path = self.sandbox.check(w.path()).ok()?;
+                let now = self.sandbox.read(&path).ok().flatten();
+                Some((path, authorship::announced_bytes(w, now.as_deref())?))
+            })
+            .collect();
+        self.authorship.announce(&id, command, writes, paths);
     }
 
     /// Judges a write an agent's own tool will make (it writes the file itself, so Rein
@@ -431,6 +468,18 @@ impl Engine {
     /// repair and telling the agent. An overlap keeps the human's side and asks the human.
     pub(super) fn observe(&mut self, action: String, failed_tool: bool) -> Flow {
         let tip = self.tip.clone();
+        let mut evidence = match &self.said.tool {
+            Some(t) => Evidence::tool(&self.roots, t),
+            None => Evidence::none(),
+        };
+        if let Some(announced) = self
+            .said
+            .tool
+            .as_ref()
+            .and_then(|t| self.authorship.ended(&t.id))
+        {
+            evidence.join(&announced);
+        }
         let changes = match &tip {
             Some(tip) => self
                 .ckpt
@@ -449,9 +498,18 @@ impl Engine {
         } else {
             format!("checkpointed: {}", changed.join(", "))
         };
-        // Repairs are worked out against the views before this step moves them.
+        // Repairs are worked out against the views before this step moves them. A repair may
+        // act on a guess (it only puts lines back), so a change nothing attributes gets one
+        // too; one the person saved from the editor is theirs and left alone.
+        let who: Vec<Who> = changes
+            .iter()
+            .map(|c| self.authorship.judge(c, &evidence))
+            .collect();
         let mut repairs = Vec::new();
-        for c in &changes {
+        for (c, who) in changes.iter().zip(&who) {
+            if *who == Who::Human {
+                continue;
+            }
             let protected = self.protected(&c.path);
             if protected.is_empty() {
                 continue;
@@ -487,7 +545,13 @@ impl Engine {
                     ours_resolved: ours.to_owned(),
                     theirs_resolved: theirs.to_owned(),
                 });
-            repairs.push((c.path.clone(), lost, merged, theirs.to_owned()));
+            repairs.push((
+                c.path.clone(),
+                lost,
+                merged,
+                theirs.to_owned(),
+                *who == Who::Agent,
+            ));
         }
         let status = if failed_tool {
             StepStatus::Failed
@@ -503,13 +567,20 @@ impl Engine {
         // wait on the last one (a terminal whose command changed files before it was answered).
         let answer = self.last_result.take();
         let tool = self.said.tool.as_ref().map(|t| t.id.clone());
-        let flow = self.complete(action, status, outcome, Touched::Anything);
+        // What no tool reported, none of it the agent's: no step of its own is made up.
+        let flow = if tool.is_none() && !who.contains(&Who::Agent) {
+            self.said = Default::default();
+            self.attribute(&evidence);
+            Flow::Continue
+        } else {
+            self.complete(action, status, outcome, Touched::Tree(evidence))
+        };
         self.last_result = answer;
         if let Some(id) = tool {
             // Its end is its step now: stops queued behind it land next.
             self.tool_ended(&id);
         }
-        for (path, lost, merged, theirs) in repairs {
+        for (path, lost, merged, theirs, its) in repairs {
             let (bytes, overlap) = match merged {
                 Merge::Clean(m) => (m, None),
                 Merge::Conflict {
@@ -519,13 +590,20 @@ impl Engine {
                 } => (ours_resolved, Some((hunks, theirs_resolved))),
             };
             // The agent's view is what it wrote: a later write of its from memory is merged
-            // against that.
-            self.views
-                .insert(path.clone(), Some(theirs.clone().into_bytes()));
+            // against that. A change nothing attributes to it is no view of its.
+            if its {
+                self.views
+                    .insert(path.clone(), Some(theirs.clone().into_bytes()));
+            }
+            let what = if its {
+                "the agent's write"
+            } else {
+                "a change made while the agent ran (Rein cannot tell by whom)"
+            };
             if let Err(e) = self.sandbox.write(&path, bytes.as_bytes()) {
                 self.say(
                     Level::Error,
-                    format!("the agent's write removed your lines in {path}, and Rein could not put them back: {e}"),
+                    format!("{what} removed your lines in {path}, and Rein could not put them back: {e}"),
                 );
                 continue;
             }
@@ -534,7 +612,11 @@ impl Engine {
                 continue;
             };
             let n = self.next_n();
-            let why = "kept your lines the agent's write removed";
+            let why = if its {
+                "kept your lines the agent's write removed"
+            } else {
+                "kept your lines a change made while the agent ran removed"
+            };
             let meta = SnapshotMeta {
                 step: n,
                 author: Author::Human,
@@ -543,14 +625,19 @@ impl Engine {
             let snap = self.ckpt.snapshot_paths(meta, std::slice::from_ref(&path));
             self.take_human(n, why, &prev, snap, false, &path);
             let shown: Vec<String> = lost.iter().take(20).map(|l| format!("  {l}")).collect();
+            let change = if its {
+                "Your last change to"
+            } else {
+                "A change made while you worked (Rein cannot tell by whom) to"
+            };
             self.add_note(format!(
-                "Your last change to {path} removed lines the person wrote since you last read the file:\n{}\nRein put them back and kept the rest of your change. Read {path} again before you change it, and keep their lines.",
+                "{change} {path} removed lines the person wrote since you last read the file:\n{}\nRein put them back and kept the rest of the change. Read {path} again before you change it, and keep their lines.",
                 shown.join("\n")
             ));
             self.say(
                 Level::Warning,
                 format!(
-                    "the agent's write to {path} removed {} line(s) you wrote; Rein put them back",
+                    "{what} to {path} removed {} line(s) you wrote; Rein put them back",
                     lost.len()
                 ),
             );
@@ -1137,7 +1224,14 @@ impl Engine {
                 outcome
                     .text
                     .push_str("The human chose not to re-run it without the sandbox.\n");
-                let flow = self.complete(action, StepStatus::Failed, outcome, Touched::Anything);
+                let evidence = match &p.mv {
+                    Move::Run { cmd, .. } | Move::Terminal { cmd, .. } => {
+                        Evidence::command(&self.roots, cmd)
+                    }
+                    _ => Evidence::none(),
+                };
+                let flow =
+                    self.complete(action, StepStatus::Failed, outcome, Touched::Tree(evidence));
                 self.put_aside_back(p.aside, &p.mv, false);
                 flow
             }
@@ -1230,8 +1324,9 @@ impl Engine {
         )
     }
 
-    /// Starts a command in a terminal of its own and goes on at once: what it changes is
-    /// the agent's (taken at the next boundaries), pause freezes it, takeover and abort end it.
+    /// Starts a command in a terminal of its own and goes on at once: what it changes that
+    /// its line names is the agent's (taken at the next boundaries), pause freezes it,
+    /// takeover and abort end it.
     fn start_terminal(&mut self, action: String, cmd: &str, limit: Option<usize>) -> Flow {
         let tag = self.state().task.id.clone();
         let confine = self.confinement(cmd);
@@ -1247,6 +1342,9 @@ impl Engine {
         );
         match started {
             Ok(id) => {
+                let named = Evidence::command(&self.roots, cmd);
+                self.authorship
+                    .announce(&format!("terminal {id}"), named, Vec::new(), Vec::new());
                 self.outputs.follow(
                     &tag,
                     self.next_n(),
@@ -1479,7 +1577,12 @@ impl Engine {
                         let denied = exec::denied_path(&out.stderr);
                         return self.ask_unconfined(cmd, timeout, mode, denied, outcome, terminal);
                     }
-                    return self.complete(action, status, outcome, Touched::Anything);
+                    return self.complete(
+                        action,
+                        status,
+                        outcome,
+                        Touched::Tree(Evidence::command(&self.roots, cmd)),
+                    );
                 }
                 let mut outcome = command_outcome(&out, None);
                 if let Some((hint, mode)) = hint {
@@ -1488,13 +1591,18 @@ impl Engine {
                     let denied = exec::denied_path(&out.stderr);
                     return self.ask_unconfined(cmd, timeout, mode, denied, outcome, None);
                 }
-                self.complete(action, status, outcome, Touched::Anything)
+                self.complete(
+                    action,
+                    status,
+                    outcome,
+                    Touched::Tree(Evidence::command(&self.roots, cmd)),
+                )
             }
             (None, Err(e)) => self.complete(
                 action,
                 StepStatus::Failed,
                 failed(e.to_string()),
-                Touched::Anything,
+                Touched::Tree(Evidence::command(&self.roots, cmd)),
             ),
             (Some(Stop::TimedOut), out) => {
                 let note = note.unwrap_or_default();
@@ -1502,11 +1610,16 @@ impl Engine {
                     Ok(out) => command_outcome(&out, Some(&note)),
                     Err(e) => failed(format!("{note}: {e}")),
                 };
-                self.complete(action, StepStatus::Failed, outcome, Touched::Anything)
+                self.complete(
+                    action,
+                    StepStatus::Failed,
+                    outcome,
+                    Touched::Tree(Evidence::command(&self.roots, cmd)),
+                )
             }
-            (Some(Stop::Cut), _) => self.roll_back(action),
+            (Some(Stop::Cut), _) => self.roll_back(action, cmd),
             (Some(Stop::Shutdown), _) => {
-                let flow = self.roll_back(action);
+                let flow = self.roll_back(action, cmd);
                 self.shutdown();
                 if flow == Flow::Shutdown {
                     flow
@@ -1659,36 +1772,41 @@ impl Engine {
         self.add_note(note);
     }
 
-    /// Undoes an interrupted step: every file it changed goes back to the last checkpoint,
-    /// except files the human holds.
-    fn roll_back(&mut self, action: String) -> Flow {
+    /// Undoes an interrupted command's step: every file its line names (`authorship`) goes
+    /// back to the last checkpoint, except files the human holds; any other change found is
+    /// kept and recorded as unattributed, since nothing proves the command made it.
+    fn roll_back(&mut self, action: String, cmd: &str) -> Flow {
         // Why the step is gone says more than how its command ended.
         self.extra.detail = None;
-        let Some(tip) = self.tip.clone() else {
-            return self.complete(
-                action,
-                StepStatus::RolledBack,
-                failed("interrupted"),
-                Touched::Anything,
-            );
-        };
-        let held = self.state().held_files.clone();
-        match self.ckpt.diff_worktree(&tip, &Default::default()) {
-            Ok(changes) => {
-                for c in changes.iter().filter(|c| !held.contains(&c.path)) {
-                    let r = match &c.before {
-                        Some(b) => self.sandbox.write(c.path_bytes(), b),
-                        None => self.sandbox.remove(c.path_bytes()),
-                    };
-                    (self.notify)(Notice::Wrote {
-                        path: c.path.clone(),
-                    });
-                    if let Err(e) = r {
-                        self.say(Level::Error, format!("could not roll back {}: {e}", c.path));
+        let evidence = Evidence::command(&self.roots, cmd);
+        if let Some(tip) = self.tip.clone() {
+            self.absorb_held("changed by you during the agent's step");
+            match self.ckpt.diff_worktree(&tip, &Default::default()) {
+                Ok(changes) => {
+                    let (theirs, other): (Vec<_>, Vec<_>) = changes
+                        .into_iter()
+                        .partition(|c| self.authorship.judge(c, &evidence) == Who::Agent);
+                    // Recorded first, so the step's number below is the one it gets.
+                    let unknown: Vec<_> = other
+                        .into_iter()
+                        .filter(|c| self.authorship.judge(c, &evidence) == Who::Unattributed)
+                        .collect();
+                    self.record_unattributed(&unknown);
+                    for c in theirs {
+                        let r = match &c.before {
+                            Some(b) => self.sandbox.write(c.path_bytes(), b),
+                            None => self.sandbox.remove(c.path_bytes()),
+                        };
+                        (self.notify)(Notice::Wrote {
+                            path: c.path.clone(),
+                        });
+                        if let Err(e) = r {
+                            self.say(Level::Error, format!("could not roll back {}: {e}", c.path));
+                        }
                     }
                 }
+                Err(e) => self.say(Level::Error, format!("could not roll back the step: {e}")),
             }
-            Err(e) => self.say(Level::Error, format!("could not roll back the step: {e}")),
         }
         let n = self.next_n();
         self.complete(
@@ -1697,7 +1815,8 @@ impl Engine {
             failed(format!(
                 "step {n} ({action}) was interrupted by the human and rolled back to the last checkpoint"
             )),
-         Touched::Anything)
+            Touched::Tree(evidence),
+        )
     }
 
     /// Records changes to held files since the last checkpoint as the human's, on their own,
@@ -1728,7 +1847,7 @@ impl Engine {
 
     /// Records a human checkpoint just taken on top of `prev`, if it made a new commit: the
     /// step, the changes, protected lines (and holds), and a note for the agent.
-    fn take_human(
+    pub(super) fn take_human(
         &mut self,
         n: u32,
         why: &str,

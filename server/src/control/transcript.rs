@@ -124,6 +124,20 @@ pub enum Entry {
         /// The files changed.
         files: Vec<FileStat>,
     },
+    /// Changes found while the agent ran that Rein cannot attribute to anyone: kept by
+    /// abort, discardable by the person.
+    Unattributed {
+        /// When.
+        at: Option<String>,
+        /// Its number.
+        step: u32,
+        /// What it was, in one line.
+        title: String,
+        /// The checkpoint that recorded it.
+        checkpoint: Option<String>,
+        /// The files changed.
+        files: Vec<FileStat>,
+    },
     /// A correction the human sent.
     Steer {
         /// When.
@@ -409,6 +423,19 @@ fn build(
                     files: Vec::new(),
                 });
             }
+            "unattributed_changes" => {
+                let step = number(&d, "n")
+                    .and_then(|n| s.steps.iter().find(|st| st.n == n))
+                    .filter(|st| st.author == Author::Unattributed);
+                let Some(st) = step else { continue };
+                out.push(Entry::Unattributed {
+                    at: at.clone(),
+                    step: st.n,
+                    title: st.action.clone(),
+                    checkpoint: text(&d, "checkpoint"),
+                    files: Vec::new(),
+                });
+            }
             "steered" => {
                 let id = text(&d, "id").unwrap_or_default();
                 let known = s.constraints.iter().find(|c| c.id == id);
@@ -515,7 +542,10 @@ fn build(
     let next = out.len();
     let mut entries: Vec<Entry> = out.into_iter().skip(since).collect();
     for e in &mut entries {
-        if let Entry::Tool { step, files: f, .. } | Entry::Human { step, files: f, .. } = e {
+        if let Entry::Tool { step, files: f, .. }
+        | Entry::Human { step, files: f, .. }
+        | Entry::Unattributed { step, files: f, .. } = e
+        {
             *f = files(*step);
         }
     }
@@ -656,6 +686,14 @@ impl Transcript {
                     ..
                 } => {
                     let _ = writeln!(t, "step {step}: you: {title}{}", files(f));
+                }
+                Entry::Unattributed {
+                    step,
+                    title,
+                    files: f,
+                    ..
+                } => {
+                    let _ = writeln!(t, "step {step}: someone: {title}{}", files(f));
                 }
                 Entry::Steer {
                     id,

@@ -166,6 +166,7 @@ impl Engine {
             } => (self.decide(&decision_id, &choice), Flow::Continue),
             Request::Release { path } => (self.release(&path), Flow::Continue),
             Request::Rewind { checkpoint } => (self.rewind(&checkpoint), Flow::Continue),
+            Request::DiscardChange { path } => (self.discard_change(&path), Flow::Continue),
             Request::Hold { path } => (self.hold(&path), Flow::Continue),
             Request::AgentHunks { path } => (self.agent_hunks(&path), Flow::Continue),
             Request::Transcript { since } => (
@@ -177,7 +178,16 @@ impl Engine {
             ),
             Request::Buffer { path, content } => {
                 match self.sandbox.check(&path) {
-                    Ok(p) => self.buffers.set(p, content),
+                    Ok(p) => {
+                        // Saved (not closed unsaved) when the disk now holds the buffer's
+                        // bytes: a buffer edit is always the person's.
+                        if let (None, Some(text)) = (&content, self.buffers.get(&p)) {
+                            if self.sandbox.read(&p).ok().flatten().as_ref() == Some(&text) {
+                                self.authorship.saved(p.clone(), text);
+                            }
+                        }
+                        self.buffers.set(p, content)
+                    }
                     Err(e) => tracing::debug!("buffer outside the tree ignored: {e}"),
                 }
                 (Ok(Reply::State(self.boxed_state())), Flow::Continue)
@@ -285,7 +295,7 @@ impl Engine {
             // Between steps: what the agent did until its processes stopped is its own, taken
             // now, before the person's time begins. (Mid think the step does this once the
             // think is dropped; the agent is the step's then.)
-            self.settle_agent(acting);
+            self.settle_agent(acting, true);
         }
         (Ok(Reply::State(self.boxed_state())), flow)
     }
@@ -424,7 +434,7 @@ impl Engine {
             // Stopped where it is first, so what it did until now is taken as its own (and
             // taken back below), not kept as the person's.
             agent.interrupt(crate::agent::Interrupt::Pause);
-            self.settle_agent(acting);
+            self.settle_agent(acting, true);
         }
         let n = self.next_n();
         // The whole attempt stays recoverable under refs/rein/<task>/aborted.
@@ -461,6 +471,22 @@ impl Engine {
             let told = format!(
                 "the agent's lines stayed where you edited inside a block it wrote (your version of the block is kept whole): {}; remove them with the code action on those lines, or by hand",
                 named.join("; ")
+            );
+            self.say(Level::Warning, told.clone());
+            why.push_str("; ");
+            why.push_str(&told);
+        }
+        let unattributed: Vec<String> = self
+            .state()
+            .unattributed_changes
+            .iter()
+            .map(|u| u.path.clone())
+            .collect();
+        if !unattributed.is_empty() && !keep_changes {
+            let told = format!(
+                "kept {} file(s) that changed while the agent ran, since Rein cannot tell who changed them: {}; discard one with rein.discardChange (the code action on the file) if it was the agent's",
+                unattributed.len(),
+                unattributed.join(", ")
             );
             self.say(Level::Warning, told.clone());
             why.push_str("; ");
@@ -509,14 +535,27 @@ impl Engine {
         let mut touched = std::collections::BTreeMap::<Vec<u8>, (String, Option<Vec<u8>>)>::new();
         let mut left = std::collections::BTreeMap::<Vec<u8>, (String, String)>::new();
         let mut kept = std::collections::BTreeMap::<Vec<u8>, Vec<String>>::new();
+        let claimed = &self.state().claimed_changes;
         for (i, c) in list.iter().enumerate() {
-            if c.author != Author::Agent {
+            // An unattributed step's changes stay, but for those a later agent step's
+            // evidence claimed (`authorship`).
+            let is_claimed = |path: &str| {
+                claimed
+                    .iter()
+                    .any(|k| k.checkpoint == c.id && k.path == path)
+            };
+            let take_all = c.author == Author::Agent;
+            let some_claimed = claimed.iter().any(|k| k.checkpoint == c.id);
+            if !(take_all || some_claimed) {
                 continue;
             }
             let Some(parent) = list.get(i + 1) else {
                 continue;
             };
             for change in self.ckpt.diff(&parent.id, &c.id)? {
+                if !take_all && !is_claimed(&change.path) {
+                    continue;
+                }
                 let key = change.path_bytes().to_vec();
                 if left.contains_key(&key) {
                     continue;
@@ -638,7 +677,7 @@ impl Engine {
         // The agent's commands stop and end now; what it did until then is its own, taken
         // before what the person changed.
         self.signal_agent(crate::agent::Interrupt::Takeover);
-        self.settle_agent(acting);
+        self.settle_agent(acting, true);
         if let Some(r) = self.absorb(false, "changed outside the agent")? {
             self.add_note(r.markdown());
         }
@@ -832,6 +871,74 @@ impl Engine {
         if !self.state().status.is_terminal() && !self.state().held_files.contains(&path) {
             self.commit(|s| s.held_files.push(path));
         }
+        Ok(Reply::State(self.boxed_state()))
+    }
+
+    /// The person chose to discard a change Rein could not attribute: the file is put back
+    /// as it was before the change, if it still holds exactly what was found (anything done
+    /// to it since is someone's work, and kept: said so), recorded as the person's step.
+    fn discard_change(&mut self, raw: &str) -> Answer {
+        let path = self
+            .sandbox
+            .check(raw)
+            .map_err(|e| ControlError::BadArgument(e.to_string()))?;
+        let Some(entry) = self
+            .state()
+            .unattributed_changes
+            .iter()
+            .find(|u| u.path == path)
+            .cloned()
+        else {
+            return Err(ControlError::BadArgument(format!(
+                "{path} is not among the changes Rein could not attribute; nothing to discard"
+            )));
+        };
+        if path.contains(char::REPLACEMENT_CHARACTER) {
+            return Err(ControlError::BadArgument(format!(
+                "{path}: its name is not UTF-8, so Rein cannot name it to put it back; restore or remove it by hand"
+            )));
+        }
+        let found_at = entry.checkpoint.clone().ok_or_else(|| {
+            ControlError::BadArgument(format!("the change to {path} was never checkpointed"))
+        })?;
+        let before_at = self.ckpt.parent_of(&found_at)?;
+        let found = self.ckpt.file_at(&found_at, &path)?;
+        let before = match &before_at {
+            Some(b) => self.ckpt.file_at(b, &path)?,
+            None => None,
+        };
+        let now = self.sandbox.read(&path)?;
+        if now != found {
+            return Err(not_now(format!(
+                "{path} changed again since Rein found the change, so discarding it would lose that too; edit it by hand"
+            )));
+        }
+        match &before {
+            Some(b) => self.sandbox.write(&path, b)?,
+            None => self.sandbox.remove(&path)?,
+        }
+        (self.notify)(super::Notice::Wrote { path: path.clone() });
+        let why = "discarded a change Rein could not attribute";
+        if let Some(tip) = self.tip.clone() {
+            let n = self.next_n();
+            let meta = SnapshotMeta {
+                step: n,
+                author: Author::Human,
+                action: why,
+            };
+            let snap = self.ckpt.snapshot_paths(meta, std::slice::from_ref(&path));
+            self.take_human(n, why, &tip, snap, false, &path);
+        }
+        self.commit(|s| s.unattributed_changes.retain(|u| u.path != path));
+        super::journal(
+            &self.store,
+            "discarded",
+            serde_json::json!({ "path": path, "found": found_at }),
+        );
+        self.say(
+            Level::Info,
+            format!("{path}: {why}; it is as it was before"),
+        );
         Ok(Reply::State(self.boxed_state()))
     }
 

@@ -76,6 +76,142 @@ pub(crate) fn parse(src: &str) -> Result<Vec<SimpleCommand>, String> {
     Ok(parser.commands)
 }
 
+/// Programs that only read the files they are given: their words are no evidence of a write.
+const READERS: &[&str] = &[
+    "cat",
+    "less",
+    "more",
+    "head",
+    "tail",
+    "wc",
+    "grep",
+    "egrep",
+    "fgrep",
+    "rg",
+    "ag",
+    "ls",
+    "echo",
+    "printf",
+    "pwd",
+    "which",
+    "type",
+    "test",
+    "[",
+    "stat",
+    "file",
+    "diff",
+    "cmp",
+    "du",
+    "df",
+    "tree",
+    "true",
+    "false",
+    "sleep",
+    "cd",
+    "nl",
+    "sort",
+    "uniq",
+    "cut",
+    "od",
+    "xxd",
+    "hexdump",
+    "md5sum",
+    "sha1sum",
+    "sha256sum",
+    "realpath",
+    "readlink",
+    "basename",
+    "dirname",
+];
+
+/// `git` subcommands that write the working tree (the rest only read it, for this purpose).
+const GIT_WRITERS: &[&str] = &[
+    "checkout",
+    "restore",
+    "rm",
+    "mv",
+    "apply",
+    "reset",
+    "stash",
+    "clean",
+    "switch",
+    "merge",
+    "rebase",
+    "pull",
+    "cherry-pick",
+    "revert",
+    "am",
+];
+
+/// The words of a command line that may name a file it writes, each with whether it is a
+/// glob pattern: every file it redirects output into; for a program that may write, its
+/// arguments that are not options (and the value of a `--option=value` or `of=`); a program
+/// known only to read (`cat`, `grep`, `ls`, `git diff`, `sed` without `-i`, `find` without
+/// `-delete` or `-exec`) names nothing; the program's own name never counts. A word known only
+/// at run time (an expansion) is left out, and so is `.` (the whole tree is no evidence). A line
+/// beyond this reader is split on blanks and shell operators instead, every word counting.
+pub fn written_words(src: &str) -> Vec<(String, bool)> {
+    let glob = |t: &str| t.contains(['*', '?', '[']);
+    let useful = |t: &str| !t.is_empty() && t != "." && t != "./";
+    let Ok(commands) = parse(src) else {
+        return src
+            .split(|c: char| c.is_whitespace() || ";&|<>()`'\"$".contains(c))
+            .filter(|w| useful(w) && !w.starts_with('-'))
+            .map(|w| (w.to_owned(), glob(w)))
+            .collect();
+    };
+    let mut named = Vec::new();
+    for c in &commands {
+        for r in &c.redirects {
+            if r.kind == RedirectKind::Output && useful(&r.target.text) && !r.target.dynamic {
+                named.push((r.target.text.clone(), false));
+            }
+        }
+        let Some((program, args)) = c.words.split_first() else {
+            continue;
+        };
+        let name = program.text.rsplit('/').next().unwrap_or_default();
+        // `sh -c SCRIPT`: what the script names.
+        if matches!(name, "sh" | "bash" | "dash" | "zsh") {
+            let script = args
+                .iter()
+                .position(|w| w.text.starts_with('-') && w.text.ends_with('c'))
+                .and_then(|i| args.get(i + 1));
+            if let Some(script) = script.filter(|w| !w.dynamic) {
+                named.extend(written_words(&script.text));
+                continue;
+            }
+        }
+        let has = |flag: &dyn Fn(&str) -> bool| args.iter().any(|w| flag(&w.text));
+        let reads_only = match name {
+            "sed" | "perl" => !has(&|w| w.starts_with("-i") || w == "--in-place"),
+            "find" => !has(&|w| w == "-delete" || w.starts_with("-exec") || w == "-fprint"),
+            "git" => args
+                .iter()
+                .find(|w| !w.text.starts_with('-'))
+                .is_none_or(|sub| !GIT_WRITERS.contains(&sub.text.as_str())),
+            _ => READERS.contains(&name),
+        };
+        if reads_only {
+            continue;
+        }
+        for w in args {
+            if w.dynamic && !glob(&w.text) {
+                continue;
+            }
+            let value = match w.text.split_once('=') {
+                Some((k, v)) if k.starts_with('-') || (name == "dd" && k == "of") => v,
+                _ if w.text.starts_with('-') => continue,
+                _ => w.text.as_str(),
+            };
+            if useful(value) {
+                named.push((value.to_owned(), w.dynamic));
+            }
+        }
+    }
+    named
+}
+
 struct Parser {
     chars: Vec<char>,
     pos: usize,
@@ -496,6 +632,42 @@ mod tests {
                 vec!["echo", "", "", ""],
             ]
         );
+    }
+
+    #[test]
+    fn a_line_names_what_it_may_write_not_what_it_reads() {
+        let words = |line: &str| -> Vec<(String, bool)> { written_words(line) };
+        let w = |t: &str, g: bool| (t.to_owned(), g);
+        assert_eq!(
+            words("cat notes.txt > out.txt 2>&1 && grep -r x src; ls ."),
+            vec![w("out.txt", false)]
+        );
+        assert_eq!(
+            words("sed -i 's/a/b/' src/m.py; sed 's/a/b/' other.py"),
+            vec![w("s/a/b/", false), w("src/m.py", false)]
+        );
+        assert_eq!(
+            words("rm -rf build/*.o $HOME/y && ./gen.sh --out=gen.rs out2.txt"),
+            vec![
+                w("build/*.o", true),
+                w("gen.rs", false),
+                w("out2.txt", false)
+            ]
+        );
+        assert_eq!(
+            words("dd if=a of=b.bin"),
+            vec![w("if=a", false), w("b.bin", false)]
+        );
+        assert_eq!(words("git diff a.txt && git status"), vec![]);
+        assert_eq!(
+            words("git checkout -- a.txt"),
+            vec![w("checkout", false), w("a.txt", false)]
+        );
+        assert_eq!(words("find . -name '*.o' -delete"), vec![w("*.o", false)]);
+        assert_eq!(words("sh -c 'printf x > m.py'"), vec![w("m.py", false)]);
+        assert_eq!(words("bash -lc \"rm -f a.txt\""), vec![w("a.txt", false)]);
+        // Beyond the reader (a subshell): every word but options.
+        assert!(words("(cd sub && touch new.txt)").contains(&w("new.txt", false)));
     }
 
     #[test]

@@ -154,6 +154,19 @@ impl Server {
         }
         if let Some(path) = &path {
             out.extend(self.kept_line_actions(&uri, path, p.range));
+            let unattributed = self
+                .state
+                .as_ref()
+                .filter(|_| self.engine.is_some())
+                .is_some_and(|s| s.unattributed_changes.iter().any(|u| &u.path == path));
+            if unattributed {
+                out.push(action(
+                    "Rein: discard this change (made while the agent ran; Rein cannot tell by whom)",
+                    "quickfix",
+                    "rein.discardChange",
+                    json!({"uri": uri_json}),
+                ));
+            }
         }
         let lines = p.range.start.line..=p.range.end.line;
         for c in self.docs.get(&uri).map(|d| d.steers()).unwrap_or_default() {

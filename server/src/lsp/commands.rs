@@ -23,6 +23,7 @@ pub const COMMANDS: &[&str] = &[
     "rein.decide",
     "rein.release",
     "rein.rewind",
+    "rein.discardChange",
     "rein.state",
     "rein.sendSteerComment",
     "rein.dismissSteerComment",
@@ -219,6 +220,19 @@ impl Server {
                 let uri = self.uri_arg(args, command)?;
                 let path = self.rel_path(&uri).ok_or_else(|| bad(format!("{command}: {} is not inside the workspace", uri.as_str())))?;
                 Request::Release { path }
+            }
+            "rein.discardChange" => {
+                // A deleted file has no document to name it by: a path does too.
+                let path = match text_arg(args, command, "path", false)? {
+                    Some(p) => p,
+                    None => {
+                        let uri = self.uri_arg(args, command).map_err(|_| {
+                            bad(format!("{command} needs {{\"uri\": FILE_URI}} or {{\"path\": REPO_RELATIVE_PATH}}"))
+                        })?;
+                        self.rel_path(&uri).ok_or_else(|| bad(format!("{command}: {} is not inside the workspace", uri.as_str())))?
+                    }
+                };
+                Request::DiscardChange { path }
             }
             "rein.rewind" => Request::Rewind {
                 checkpoint: text_arg(args, command, "checkpoint", true)?.unwrap_or_default(),

@@ -1107,6 +1107,18 @@ impl Server {
                 });
             }
         }
+        if let (Some(path), Some(s)) = (&path, state) {
+            if s.unattributed_changes.iter().any(|u| &u.path == path) {
+                diags.push(Diagnostic {
+                    range: Range::new(Position::new(0, 0), Position::new(0, 0)),
+                    severity: Some(DiagnosticSeverity::INFORMATION),
+                    code: Some(NumberOrString::String("unattributed".into())),
+                    source: Some("rein".into()),
+                    message: "This file changed while the agent ran, and Rein cannot tell who changed it, so an abort keeps it. If the change was the agent's, discard it with the code action.".into(),
+                    ..Default::default()
+                });
+            }
+        }
         if stale {
             diags.push(Diagnostic {
                 range: Range::new(Position::new(0, 0), Position::new(0, 0)),

@@ -23,6 +23,9 @@ pub enum Author {
     Agent,
     /// The person at the editor (or anything else that changed the tree outside the agent).
     Human,
+    /// Nobody Rein can name: the tree changed while the agent ran, and no evidence says the
+    /// agent made the change (docs/agents.md, "Who made a change"). Kept by abort and rewind.
+    Unattributed,
 }
 
 impl Author {
@@ -31,6 +34,7 @@ impl Author {
         match self {
             Author::Agent => "agent",
             Author::Human => "human",
+            Author::Unattributed => "unattributed",
         }
     }
 }
@@ -81,6 +85,14 @@ pub struct TaskState {
     /// Changes the human made during the task, as found by reconcile.
     #[serde(default)]
     pub human_changes: Vec<HumanChange>,
+    /// Changes found while the agent ran that no evidence attributes to it: kept by abort and
+    /// rewind until the person discards one (`rein.discardChange`) or keeps it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unattributed_changes: Vec<UnattributedChange>,
+    /// Changes first recorded as unattributed that a tool call completing later named (a
+    /// harness writes before it reports): the agent's, taken back by abort.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claimed_changes: Vec<ClaimedChange>,
     /// Why the run is not running (paused, awaiting a decision, handed over, ended).
     #[serde(default)]
     pub stop_reason: Option<String>,
@@ -669,6 +681,37 @@ pub struct HumanChange {
     pub added: usize,
     /// Lines removed.
     pub removed: usize,
+}
+
+/// A change to one file that happened while the agent ran and that Rein cannot attribute.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnattributedChange {
+    /// Repo-relative path.
+    pub path: String,
+    /// added, modified or deleted.
+    pub kind: String,
+    /// When Rein found it (RFC 3339).
+    pub at: String,
+    /// The file's size in bytes as found (absent once deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// The step that recorded it.
+    pub at_step: u32,
+    /// The checkpoint that recorded it (its parent holds the file as it was before).
+    pub checkpoint: Option<String>,
+}
+
+/// An unattributed change that a later agent step's evidence named.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedChange {
+    /// Repo-relative path.
+    pub path: String,
+    /// The checkpoint that recorded it as unattributed.
+    pub checkpoint: String,
+    /// The agent step whose evidence named it.
+    pub by_step: u32,
 }
 
 /// The current time as RFC 3339, for `since` and journal entries.

@@ -575,6 +575,8 @@ mod tests {
             answered: vec![],
             last_agent_checkpoint: None,
             human_changes: vec![],
+            unattributed_changes: vec![],
+            claimed_changes: vec![],
             stop_reason: None,
             agent_moves: 0,
             decisions_asked: 0,

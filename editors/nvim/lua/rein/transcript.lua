@@ -202,6 +202,11 @@ function M.render(v, entries, ctx)
       local head = ("step %d "):format(tonumber(e.step) or 0)
       v:add(head .. "✎ you: " .. (e.title or ""), { { 0, #head - 1, "ReinStep" }, { #head, -1, "ReinYou" } }, { data = data })
       files_lines(v, e.files, "    ", data)
+    elseif k == "unattributed" then
+      local data = { step = e.step, diff = true }
+      local head = ("step %d "):format(tonumber(e.step) or 0)
+      v:add(head .. "? someone: " .. (e.title or ""), { { 0, #head - 1, "ReinStep" }, { #head, -1, "ReinMuted" } }, { data = data })
+      files_lines(v, e.files, "    ", data)
     elseif k == "steer" then
       v:add("", nil, { right = right })
       local where = type(e.location) == "table"
@@ -355,7 +360,7 @@ local function known_steps(t)
     table.insert(steps, s)
   end
   for _, e in ipairs(t.entries) do
-    if (e.kind == "tool" or e.kind == "human") and e.step and not seen[e.step] then
+    if (e.kind == "tool" or e.kind == "human" or e.kind == "unattributed") and e.step and not seen[e.step] then
       seen[e.step] = true
       table.insert(steps, { n = e.step, action = e.title, checkpoint = str(e.checkpoint) })
     end
