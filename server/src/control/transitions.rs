@@ -508,7 +508,9 @@ impl Engine {
         // the value carries the name as shown and the content the file should end with.
         let mut touched = std::collections::BTreeMap::<Vec<u8>, (String, Option<Vec<u8>>)>::new();
         let mut left = std::collections::BTreeMap::<Vec<u8>, (String, String)>::new();
-        let mut kept = std::collections::BTreeMap::<Vec<u8>, Vec<String>>::new();
+        // Kept agent lines by where they are in the content the file is to end with, carried
+        // through each older step's revert as it moves them.
+        let mut kept = std::collections::BTreeMap::<Vec<u8>, Vec<(usize, String)>>::new();
         for (i, c) in list.iter().enumerate() {
             if c.author != Author::Agent {
                 continue;
@@ -536,10 +538,12 @@ impl Engine {
                     change.after.as_deref(),
                     now.as_deref(),
                 ) {
-                    if !next.kept.is_empty() {
-                        let k = kept.entry(key.clone()).or_default();
-                        k.extend(next.kept.into_iter().map(|(_, text)| text));
-                    }
+                    let k = kept.entry(key.clone()).or_default();
+                    let carried = std::mem::take(k).into_iter();
+                    k.extend(carried.filter_map(|(l, t)| Some((next.line_of(l)?, t))));
+                    k.extend(next.kept);
+                    k.sort();
+                    k.dedup_by_key(|(l, _)| *l);
                     touched.insert(key, (change.path, next.content));
                 } else {
                     touched.entry(key).or_insert((change.path, now));
@@ -549,24 +553,14 @@ impl Engine {
         let mut count = 0;
         let mut stayed = Vec::new();
         for (raw, (path, content)) in touched {
-            // Where each kept line ended up, once every older step is taken back too.
-            if let (Some(texts), Some(c)) = (kept.remove(&raw), &content) {
-                let mut wanted = texts;
-                let mut lines = Vec::new();
-                for (i, line) in String::from_utf8_lossy(c).lines().enumerate() {
-                    if let Some(k) = wanted.iter().position(|w| w == line) {
-                        lines.push(KeptLine {
-                            line: i + 1,
-                            text: wanted.remove(k),
-                        });
-                    }
-                }
-                if !lines.is_empty() {
-                    stayed.push(KeptLines {
-                        path: path.clone(),
-                        lines,
-                    });
-                }
+            if let Some(lines) = kept.remove(&raw).filter(|l| !l.is_empty()) {
+                stayed.push(KeptLines {
+                    path: path.clone(),
+                    lines: lines
+                        .into_iter()
+                        .map(|(line, text)| KeptLine { line, text })
+                        .collect(),
+                });
             }
             let done = self.sandbox.read(&raw).and_then(|disk| {
                 if disk == content {
