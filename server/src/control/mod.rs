@@ -816,6 +816,7 @@ fn reopen(
     if live && engine.state().steps.is_empty() {
         engine.record_start()?;
     }
+    engine.end_holds(true);
     if !engine.state().status.is_terminal() {
         if let Some(report) = engine.absorb(false, "found after the interruption")? {
             engine.add_note(report.markdown());
@@ -1465,6 +1466,7 @@ impl Engine {
 
     fn shutdown(&mut self) {
         self.terminals.end_all();
+        self.end_holds(false);
         if matches!(
             self.state().status,
             Status::Running | Status::AwaitingDecision

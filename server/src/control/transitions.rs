@@ -829,6 +829,47 @@ impl Engine {
         Ok(Reply::State(self.boxed_state()))
     }
 
+    /// Ends every hold, because the editor that held the files is gone: it disconnected
+    /// (`restarted` false), or Rein restarted and no editor has a buffer open yet. A hold
+    /// belongs to the buffer the human types in; kept past it, it would stop the agent on a
+    /// file nobody has open. Unsaved text the editor had went with it: the file stays as
+    /// last saved, and the transcript says so.
+    pub(super) fn end_holds(&mut self, restarted: bool) {
+        let held = self.state().held_files.clone();
+        if held.is_empty() || self.state().status.is_terminal() {
+            return;
+        }
+        let unsaved: Vec<&String> = held
+            .iter()
+            .filter(|p| self.buffers.get(p).is_some())
+            .collect();
+        let why = if restarted {
+            format!(
+                "Rein restarted with no editor holding {}: the hold ended; an unsaved change the editor had was discarded with it (the file is as last saved)",
+                held.join(", ")
+            )
+        } else if unsaved.is_empty() {
+            format!(
+                "the editor that held {} disconnected: the hold ended",
+                held.join(", ")
+            )
+        } else {
+            let names: Vec<&str> = unsaved.iter().map(|p| p.as_str()).collect();
+            format!(
+                "the editor that held {} disconnected: the hold ended, and its unsaved change to {} was discarded with its client (the file is as last saved)",
+                held.join(", "),
+                names.join(", ")
+            )
+        };
+        super::journal(
+            &self.store,
+            "holds_ended",
+            serde_json::json!({ "paths": held, "unsaved": unsaved, "why": why }),
+        );
+        self.commit(|s| s.held_files.clear());
+        self.say(Level::Warning, why);
+    }
+
     /// The line changes of the newest agent step that changed `raw`, between that step's
     /// checkpoint and the one before it.
     fn agent_hunks(&mut self, raw: &str) -> Answer {
