@@ -1542,3 +1542,50 @@ fn a_hold_left_by_a_killed_server_does_not_come_back_after_the_restart() {
         "{t}"
     );
 }
+
+#[test]
+fn a_workspace_opened_through_a_symlink_is_told_of_agent_writes_under_its_own_paths() {
+    let dir = repo(
+        &[("b.txt", "b\n"), ("c.txt", "c\n"), ("a.txt", "a\n")],
+        json!([
+            {"write": {"path": "b.txt", "content": "b\nagent\n"}},
+            {"write": {"path": "c.txt", "content": "c\nagent\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let links = tempfile::tempdir().unwrap();
+    let link = links.path().join("link");
+    std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+    let (mut lsp, _) = Lsp::start(&link, Lsp::rich_client(), Value::Null);
+    let u = lsp.open("b.txt", "b\n");
+    assert!(u.contains("/link/b.txt"), "{u}");
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("both writes", |s| agent_steps(s) >= 2);
+    let changed = |lsp: &mut Lsp, name: &str| -> String {
+        let n = lsp.wait_notification(name, 0, |n| {
+            n["method"] == "rein/filesChanged"
+                && n["params"]["uris"][0]
+                    .as_str()
+                    .is_some_and(|u| u.ends_with(&format!("/{name}")))
+        });
+        n["params"]["uris"][0].as_str().unwrap().to_owned()
+    };
+    // The open buffer's own URI, and a file no buffer has open on the client's root.
+    assert_eq!(changed(&mut lsp, "b.txt"), u);
+    assert_eq!(changed(&mut lsp, "c.txt"), uri(&link.join("c.txt")));
+    lsp.wait_diagnostics("the buffer under the link is behind the agent", &u, |d| {
+        d.iter().any(|d| d["code"] == "stale")
+    });
+    // A buffer opened under the real path is the same file.
+    let real = uri(&dir.path().canonicalize().unwrap().join("a.txt"));
+    lsp.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": real, "languageId": "plaintext", "version": 1, "text": "a\n"}}),
+    );
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": real, "version": 2}, "contentChanges": [{"text": "a\nmine\n"}]}),
+    );
+    let s = lsp.ok("rein.state", json!({}));
+    assert_eq!(s["state"]["heldFiles"], json!(["a.txt"]), "{s:#}");
+}
