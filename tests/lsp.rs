@@ -1469,3 +1469,123 @@ fn abort_marks_the_agent_lines_it_kept_and_offers_to_remove_them() {
     let left: Vec<&Value> = d.iter().filter(|d| d["code"] == "kept").collect();
     assert_eq!(left[0]["range"]["start"]["line"], 1);
 }
+
+/// A task whose agent reads README.md after a long think, then writes it; the file is held
+/// by an unsaved edit in the editor. Returns the repository and the plan's steps with the
+/// think cut short, for the session after.
+fn hold_readme_in_the_editor() -> (tempfile::TempDir, Lsp, Value) {
+    let steps = |think: u64| {
+        json!([
+            {"read": "README.md", "think_ms": think},
+            {"write": {"path": "README.md", "content": "# demo\nagent\n"}},
+            {"finish": "f"}
+        ])
+    };
+    let dir = repo(
+        &[("README.md", "# demo\n"), ("other.txt", "o\n")],
+        steps(600000),
+    );
+    let root = dir.path().to_owned();
+    let (mut lsp, _) = Lsp::start(&root, Lsp::rich_client(), Value::Null);
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("step 0", |s| s["steps"][0]["n"] == 0);
+    let u = lsp.open("README.md", "# demo\n");
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [{"text": "# demo\nunsaved\n"}]}),
+    );
+    lsp.wait_state("held", |s| s["heldFiles"] == json!(["README.md"]));
+    (dir, lsp, steps(0))
+}
+
+/// The next session, on another file: the old hold is gone, and resuming writes README.md
+/// without asking. Returns the transcript as text.
+fn resume_in_a_new_editor(root: &std::path::Path, steps: Value) -> String {
+    write(
+        root,
+        ".rein/plan.json",
+        &json!({ "steps": steps }).to_string(),
+    );
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    lsp.open("other.txt", "o\n");
+    let s = lsp.ok("rein.state", json!({}));
+    assert_eq!(s["state"]["heldFiles"], json!([]), "{s:#}");
+    lsp.ok("rein.resume", json!({}));
+    let done = lsp.wait_state("done", |s| status(s) == "done");
+    assert_eq!(
+        done["decisionsAsked"], 0,
+        "no hold stopped the agent: {done:#}"
+    );
+    assert_eq!(read(root, "README.md"), "# demo\nagent\n");
+    lsp.ok("rein.transcript", json!({})).to_string()
+}
+
+#[test]
+fn a_hold_ends_with_the_editor_that_held_it_and_the_transcript_says_the_unsaved_change_went_too() {
+    let (dir, lsp, steps) = hold_readme_in_the_editor();
+    // `:qa!`: the editor leaves without saving.
+    assert_eq!(lsp.shutdown(), Some(0));
+    let t = resume_in_a_new_editor(dir.path(), steps);
+    assert!(
+        t.contains("the editor that held README.md disconnected: the hold ended, and its unsaved change to README.md was discarded with its client"),
+        "{t}"
+    );
+}
+
+#[test]
+fn a_hold_left_by_a_killed_server_does_not_come_back_after_the_restart() {
+    let (dir, mut lsp, steps) = hold_readme_in_the_editor();
+    lsp.kill9();
+    let t = resume_in_a_new_editor(dir.path(), steps);
+    assert!(
+        t.contains("Rein restarted with no editor holding README.md: the hold ended"),
+        "{t}"
+    );
+}
+
+#[test]
+fn a_workspace_opened_through_a_symlink_is_told_of_agent_writes_under_its_own_paths() {
+    let dir = repo(
+        &[("b.txt", "b\n"), ("c.txt", "c\n"), ("a.txt", "a\n")],
+        json!([
+            {"write": {"path": "b.txt", "content": "b\nagent\n"}},
+            {"write": {"path": "c.txt", "content": "c\nagent\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let links = tempfile::tempdir().unwrap();
+    let link = links.path().join("link");
+    std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+    let (mut lsp, _) = Lsp::start(&link, Lsp::rich_client(), Value::Null);
+    let u = lsp.open("b.txt", "b\n");
+    assert!(u.contains("/link/b.txt"), "{u}");
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("both writes", |s| agent_steps(s) >= 2);
+    let changed = |lsp: &mut Lsp, name: &str| -> String {
+        let n = lsp.wait_notification(name, 0, |n| {
+            n["method"] == "rein/filesChanged"
+                && n["params"]["uris"][0]
+                    .as_str()
+                    .is_some_and(|u| u.ends_with(&format!("/{name}")))
+        });
+        n["params"]["uris"][0].as_str().unwrap().to_owned()
+    };
+    // The open buffer's own URI, and a file no buffer has open on the client's root.
+    assert_eq!(changed(&mut lsp, "b.txt"), u);
+    assert_eq!(changed(&mut lsp, "c.txt"), uri(&link.join("c.txt")));
+    lsp.wait_diagnostics("the buffer under the link is behind the agent", &u, |d| {
+        d.iter().any(|d| d["code"] == "stale")
+    });
+    // A buffer opened under the real path is the same file.
+    let real = uri(&dir.path().canonicalize().unwrap().join("a.txt"));
+    lsp.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": real, "languageId": "plaintext", "version": 1, "text": "a\n"}}),
+    );
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": real, "version": 2}, "contentChanges": [{"text": "a\nmine\n"}]}),
+    );
+    let s = lsp.ok("rein.state", json!({}));
+    assert_eq!(s["state"]["heldFiles"], json!(["a.txt"]), "{s:#}");
+}

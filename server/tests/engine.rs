@@ -555,6 +555,119 @@ async fn abort_says_which_agent_lines_stayed_where_the_human_edited_inside_its_b
     );
 }
 
+/// What removing each kept line does, as the editor's code action does it: the recorded
+/// line goes only while it still holds the recorded text. Applied all at once, as one
+/// workspace edit is.
+fn remove_kept_lines(text: &str, kept: &rein::state::KeptLines) -> String {
+    let doomed: Vec<usize> = kept
+        .lines
+        .iter()
+        .filter(|k| {
+            text.lines()
+                .nth(k.line - 1)
+                .is_some_and(|l| l.trim_end_matches('\r') == k.text)
+        })
+        .map(|k| k.line)
+        .collect();
+    text.split_inclusive('\n')
+        .enumerate()
+        .filter(|(i, _)| !doomed.contains(&(i + 1)))
+        .map(|(_, l)| l)
+        .collect()
+}
+
+const GREETER: &str = "# greeter\n\nSays hello.\n";
+const GREETER_AGENT: &str = "\nAGENT one\nAGENT two\nAGENT three\n";
+const GREETER_HUMAN: &str = "\nAGENT one\nAGENT two (HUMAN)\nAGENT three\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_places_kept_blank_and_repeated_agent_lines_where_the_agent_wrote_them() {
+    let dir = repo(&[("README.md", GREETER)]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"write": {"path": "README.md", "content": format!("{GREETER}{GREETER_AGENT}")}},
+            {"read": "README.md", "think_ms": 600000}
+        ]),
+    );
+    run.until("the agent's write", |s| {
+        s.steps.iter().any(|st| st.author == Author::Agent)
+    })
+    .await;
+    let human = format!("{GREETER}{GREETER_HUMAN}");
+    write(root, "README.md", &human);
+    run.call(Request::Abort {
+        keep_changes: false,
+    })
+    .await;
+    let s = run.state.clone();
+    assert_eq!(
+        read(root, "README.md"),
+        human,
+        "the human's block is kept whole"
+    );
+    assert_eq!(s.kept_agent_lines.len(), 1, "{:#?}", s.kept_agent_lines);
+    let kept = &s.kept_agent_lines[0];
+    let lines: Vec<(usize, &str)> = kept
+        .lines
+        .iter()
+        .map(|l| (l.line, l.text.as_str()))
+        .collect();
+    assert_eq!(
+        lines,
+        [(4, ""), (5, "AGENT one"), (7, "AGENT three")],
+        "the agent's blank line is line 4, not the README's own line 2"
+    );
+    assert_eq!(
+        remove_kept_lines(&human, kept),
+        "# greeter\n\nSays hello.\nAGENT two (HUMAN)\n",
+        "removing the kept lines removes the agent's lines and none of the human's"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_agent_lines_are_carried_through_the_revert_of_an_older_step() {
+    let dir = repo(&[("README.md", GREETER)]);
+    let root = dir.path();
+    let top = format!("AGENT top\n{GREETER}");
+    let mut run = start(
+        root,
+        json!([
+            {"write": {"path": "README.md", "content": top}},
+            {"write": {"path": "README.md", "content": format!("{top}{GREETER_AGENT}")}},
+            {"read": "README.md", "think_ms": 600000}
+        ]),
+    );
+    run.until("two agent writes", |s| {
+        s.steps
+            .iter()
+            .filter(|st| st.author == Author::Agent)
+            .count()
+            == 2
+    })
+    .await;
+    write(root, "README.md", &format!("{top}{GREETER_HUMAN}"));
+    run.call(Request::Abort {
+        keep_changes: false,
+    })
+    .await;
+    let s = run.state.clone();
+    let left = format!("{GREETER}{GREETER_HUMAN}");
+    assert_eq!(
+        read(root, "README.md"),
+        left,
+        "the older step's line is taken back"
+    );
+    let kept = &s.kept_agent_lines[0];
+    let lines: Vec<usize> = kept.lines.iter().map(|l| l.line).collect();
+    assert_eq!(lines, [4, 5, 7], "{kept:#?}");
+    assert_eq!(
+        remove_kept_lines(&left, kept),
+        "# greeter\n\nSays hello.\nAGENT two (HUMAN)\n"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn illegal_requests_are_refused_with_what_to_do_and_change_nothing() {
     let dir = repo(&[("a.txt", "a\n")]);

@@ -29,14 +29,21 @@ async fn kill_9_mid_task_then_recover_resumes_as_paused_with_every_step() {
     for (trial, kill_after) in [(0, 1), (1, 4), (2, 9)] {
         let dir = repo(&[("a.txt", "a\n")]);
         let root = dir.path();
-        let steps: Vec<_> = (0..12)
-            .map(|i| json!({"write": {"path": format!("f{i}.txt"), "content": format!("{i}\n")}, "think_ms": 40}))
-            .chain([json!({"finish": "all written"})])
-            .collect();
-        let plan = root.join("plan.json");
-        std::fs::write(&plan, json!({ "steps": steps }).to_string()).unwrap();
-        git(root, &["add", "plan.json"]);
-        git(root, &["commit", "-q", "-m", "plan"]);
+        // The finish waits far longer than the test can take, so the kill always lands on a
+        // running task however slowly this test is scheduled (once, under a full suite's
+        // load, the task had finished before the kill and recovered as done, not paused);
+        // the plan is shortened before the recovery reads it again. It lives outside the
+        // tree, so changing it is no change of the human's.
+        let plans = tempfile::tempdir().unwrap();
+        let plan = plans.path().join("plan.json");
+        let write_plan = |finish_ms: u64| {
+            let steps: Vec<_> = (0..12)
+                .map(|i| json!({"write": {"path": format!("f{i}.txt"), "content": format!("{i}\n")}, "think_ms": 40}))
+                .chain([json!({"finish": "all written", "think_ms": finish_ms})])
+                .collect();
+            std::fs::write(&plan, json!({ "steps": steps }).to_string()).unwrap();
+        };
+        write_plan(3_600_000);
         let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
             .args(["run", "--plan", plan.to_str().unwrap()])
             .arg(root)
@@ -51,6 +58,7 @@ async fn kill_9_mid_task_then_recover_resumes_as_paused_with_every_step() {
         // SIGKILL: no destructor, no flush, no goodbye.
         child.kill().unwrap();
         child.wait().unwrap();
+        write_plan(0);
         let before = control::load(root)
             .unwrap()
             .expect("the state file parses after kill -9");
@@ -170,6 +178,102 @@ async fn kill_9_with_a_stop_queued_behind_an_agents_irreversible_command_recover
     let mut run = Run::new(handle, notices, s, root.to_owned());
     run.call(Request::Resume).await;
     run.until("done", |s| s.status == Status::Done).await;
+}
+
+/// The state `control::start` writes before it answers: a running task with no step yet.
+fn state_before_step_0(root: &std::path::Path, id: &str, steps: serde_json::Value) {
+    let git_dir = rein::checkpoint::git_dir(root).unwrap();
+    let base = rein::checkpoint::head_commit(root).unwrap();
+    let at = "2026-01-01T00:00:00Z";
+    let state: rein::state::TaskState = serde_json::from_value(json!({
+        "version": 1,
+        "task": {"id": id, "goal": "g", "base": base, "agent": {"kind": "script", "steps": steps}, "started": at},
+        "status": "running",
+        "control": {"holder": "agent", "since": at, "reason": "task started"},
+    }))
+    .unwrap();
+    rein::state::StateStore::create(&git_dir, state).unwrap();
+}
+
+/// Recovers the current task, resumes it and waits for its end.
+async fn recover_and_finish(root: &std::path::Path) -> rein::state::TaskState {
+    let (notify, notices) = channel();
+    let (handle, s) = control::recover(root, test_config(), notify)
+        .unwrap()
+        .expect("a task to recover");
+    assert_eq!(s.status, Status::Paused);
+    let mut run = Run::new(handle, notices, s, root.to_owned());
+    run.call(Request::Resume).await;
+    run.until("done", |s| s.status == Status::Done).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_step_0_recovers_with_step_0_and_no_human_change_that_never_happened() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    // Killed after `start` answered, before its first scan: no step, no checkpoint.
+    state_before_step_0(
+        root,
+        "t-crash-before-scan",
+        json!([{"write": {"path": "b.txt", "content": "b\n"}}, {"finish": "f"}]),
+    );
+    let end = recover_and_finish(root).await;
+    let first = &end.steps[0];
+    assert_eq!(
+        (first.n, first.action.as_str(), first.author),
+        (0, "working tree at start", Author::Human),
+        "{:#?}",
+        end.steps
+    );
+    let ck = first.checkpoint.clone().expect("step 0 has its checkpoint");
+    assert_eq!(git(root, &["show", &format!("{ck}:a.txt")]), "a\n");
+    assert!(
+        end.steps
+            .iter()
+            .all(|st| st.author == Author::Agent || st.n == 0),
+        "no human step but step 0: {:#?}",
+        end.steps
+    );
+    assert!(end.human_changes.is_empty(), "{:#?}", end.human_changes);
+    assert_eq!(read(root, "b.txt"), "b\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_the_first_scan_and_step_0_takes_that_scan_as_step_0() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let id = "t-crash-after-scan";
+    state_before_step_0(
+        root,
+        id,
+        json!([{"write": {"path": "b.txt", "content": "b\n"}}, {"finish": "f"}]),
+    );
+    // Killed once the first scan's checkpoint was written, before step 0 was recorded;
+    // then the human changed a file.
+    let base = rein::checkpoint::head_commit(root).unwrap();
+    let mut ckpt = rein::checkpoint::Checkpoints::open(root, id, base.as_deref()).unwrap();
+    let start = ckpt
+        .snapshot(rein::checkpoint::SnapshotMeta {
+            step: 0,
+            author: Author::Human,
+            action: "working tree at start",
+        })
+        .unwrap();
+    drop(ckpt);
+    write(root, "a.txt", "a by the human\n");
+    let end = recover_and_finish(root).await;
+    let first = &end.steps[0];
+    assert_eq!(
+        (first.n, first.action.as_str(), first.checkpoint.as_deref()),
+        (0, "working tree at start", Some(start.id.as_str())),
+        "{:#?}",
+        end.steps
+    );
+    let found = &end.steps[1];
+    assert_eq!(
+        (found.n, found.action.as_str(), found.author),
+        (1, "found after the interruption: a.txt", Author::Human)
+    );
 }
 
 /// Lets the command that waits for its path end (it may outlive Rein and its agent) and

@@ -828,12 +828,57 @@ fn reopen(
         // No agent, no way on: say so plainly rather than leave a task that cannot resume.
         engine.fail(format!("the agent cannot be rebuilt after the restart ({why}); every step is kept: abort or rewind, then start again"));
     }
+    if live && engine.state().steps.is_empty() {
+        engine.record_start()?;
+    }
+    engine.end_holds(true);
     if !engine.state().status.is_terminal() {
         if let Some(report) = engine.absorb(false, "found after the interruption")? {
             engine.add_note(report.markdown());
         }
     }
     Ok(engine)
+}
+
+impl Engine {
+    /// Step 0 for a task Rein stopped on between `start` answering and step 0 being
+    /// recorded: the checkpoint the start took, if it took one, else the tree as found now
+    /// (the start's own view of the tree is gone; no record can tell a change the human made
+    /// meanwhile from it). Without it, the tree would be recorded as a human change that
+    /// never happened, naming no file.
+    fn record_start(&mut self) -> Result<(), CheckpointError> {
+        let (id, detail) = match self.tip.clone() {
+            Some(id) => (id, None),
+            None => {
+                let snap = self.ckpt.snapshot(SnapshotMeta {
+                    step: 0,
+                    author: Author::Human,
+                    action: "working tree at start",
+                })?;
+                self.tip = Some(snap.id.clone());
+                let why = "recorded when Rein came back: it had stopped before its first look at the tree, so this is the tree as found then";
+                (snap.id, Some(why.to_owned()))
+            }
+        };
+        let goal = self.state().task.goal.clone();
+        journal(
+            &self.store,
+            "started",
+            serde_json::json!({ "goal": goal, "checkpoint": id }),
+        );
+        self.commit(|s| {
+            let mut step = Step::new(
+                0,
+                "working tree at start",
+                Author::Human,
+                Some(id),
+                StepStatus::Done,
+            );
+            step.detail = detail;
+            s.push_step(step);
+        });
+        Ok(())
+    }
 }
 
 /// The current task's state, read without starting an engine.
@@ -1441,6 +1486,7 @@ impl Engine {
 
     fn shutdown(&mut self) {
         self.terminals.end_all();
+        self.end_holds(false);
         if matches!(
             self.state().status,
             Status::Running | Status::AwaitingDecision

@@ -504,6 +504,10 @@ fn build(
                     text(&d, "was").unwrap_or_else(|| "running".into())
                 ),
             )),
+            "holds_ended" => out.push(control(
+                "holds_ended",
+                text(&d, "why").unwrap_or_else(|| "your holds ended".into()),
+            )),
             "stopped" => out.push(control(
                 "stopped",
                 text(&d, "why").unwrap_or_else(|| "stopped on an error".into()),

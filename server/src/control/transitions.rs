@@ -534,7 +534,9 @@ impl Engine {
         // the value carries the name as shown and the content the file should end with.
         let mut touched = std::collections::BTreeMap::<Vec<u8>, (String, Option<Vec<u8>>)>::new();
         let mut left = std::collections::BTreeMap::<Vec<u8>, (String, String)>::new();
-        let mut kept = std::collections::BTreeMap::<Vec<u8>, Vec<String>>::new();
+        // Kept agent lines by where they are in the content the file is to end with, carried
+        // through each older step's revert as it moves them.
+        let mut kept = std::collections::BTreeMap::<Vec<u8>, Vec<(usize, String)>>::new();
         let claimed = &self.state().claimed_changes;
         for (i, c) in list.iter().enumerate() {
             // An unattributed step's changes stay, but for those a later agent step's
@@ -575,10 +577,12 @@ impl Engine {
                     change.after.as_deref(),
                     now.as_deref(),
                 ) {
-                    if !next.kept.is_empty() {
-                        let k = kept.entry(key.clone()).or_default();
-                        k.extend(next.kept.into_iter().map(|(_, text)| text));
-                    }
+                    let k = kept.entry(key.clone()).or_default();
+                    let carried = std::mem::take(k).into_iter();
+                    k.extend(carried.filter_map(|(l, t)| Some((next.line_of(l)?, t))));
+                    k.extend(next.kept);
+                    k.sort();
+                    k.dedup_by_key(|(l, _)| *l);
                     touched.insert(key, (change.path, next.content));
                 } else {
                     touched.entry(key).or_insert((change.path, now));
@@ -588,24 +592,14 @@ impl Engine {
         let mut count = 0;
         let mut stayed = Vec::new();
         for (raw, (path, content)) in touched {
-            // Where each kept line ended up, once every older step is taken back too.
-            if let (Some(texts), Some(c)) = (kept.remove(&raw), &content) {
-                let mut wanted = texts;
-                let mut lines = Vec::new();
-                for (i, line) in String::from_utf8_lossy(c).lines().enumerate() {
-                    if let Some(k) = wanted.iter().position(|w| w == line) {
-                        lines.push(KeptLine {
-                            line: i + 1,
-                            text: wanted.remove(k),
-                        });
-                    }
-                }
-                if !lines.is_empty() {
-                    stayed.push(KeptLines {
-                        path: path.clone(),
-                        lines,
-                    });
-                }
+            if let Some(lines) = kept.remove(&raw).filter(|l| !l.is_empty()) {
+                stayed.push(KeptLines {
+                    path: path.clone(),
+                    lines: lines
+                        .into_iter()
+                        .map(|(line, text)| KeptLine { line, text })
+                        .collect(),
+                });
             }
             let done = self.sandbox.read(&raw).and_then(|disk| {
                 if disk == content {
@@ -940,6 +934,47 @@ impl Engine {
             format!("{path}: {why}; it is as it was before"),
         );
         Ok(Reply::State(self.boxed_state()))
+    }
+
+    /// Ends every hold, because the editor that held the files is gone: it disconnected
+    /// (`restarted` false), or Rein restarted and no editor has a buffer open yet. A hold
+    /// belongs to the buffer the human types in; kept past it, it would stop the agent on a
+    /// file nobody has open. Unsaved text the editor had went with it: the file stays as
+    /// last saved, and the transcript says so.
+    pub(super) fn end_holds(&mut self, restarted: bool) {
+        let held = self.state().held_files.clone();
+        if held.is_empty() || self.state().status.is_terminal() {
+            return;
+        }
+        let unsaved: Vec<&String> = held
+            .iter()
+            .filter(|p| self.buffers.get(p).is_some())
+            .collect();
+        let why = if restarted {
+            format!(
+                "Rein restarted with no editor holding {}: the hold ended; an unsaved change the editor had was discarded with it (the file is as last saved)",
+                held.join(", ")
+            )
+        } else if unsaved.is_empty() {
+            format!(
+                "the editor that held {} disconnected: the hold ended",
+                held.join(", ")
+            )
+        } else {
+            let names: Vec<&str> = unsaved.iter().map(|p| p.as_str()).collect();
+            format!(
+                "the editor that held {} disconnected: the hold ended, and its unsaved change to {} was discarded with its client (the file is as last saved)",
+                held.join(", "),
+                names.join(", ")
+            )
+        };
+        super::journal(
+            &self.store,
+            "holds_ended",
+            serde_json::json!({ "paths": held, "unsaved": unsaved, "why": why }),
+        );
+        self.commit(|s| s.held_files.clear());
+        self.say(Level::Warning, why);
     }
 
     /// The line changes of the newest agent step that changed `raw`, between that step's

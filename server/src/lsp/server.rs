@@ -134,6 +134,10 @@ pub(super) struct Server {
     initialized: bool,
     shutting_down: bool,
     pub(super) root: Result<PathBuf, String>,
+    /// The repository root as the client spells it, when that is another path to the same
+    /// directory (a workspace opened through a symlink): the URIs sent to the client are
+    /// built on it, so they name the files the client has open.
+    client_root: Option<PathBuf>,
     pub(super) encoding: Encoding,
     pub(super) caps: ClientCaps,
     /// Which editor, so messages name actions the way its user invokes them.
@@ -199,6 +203,7 @@ pub fn run(
         initialized: false,
         shutting_down: false,
         root: Err("the client has not sent initialize yet".into()),
+        client_root: None,
         encoding: Encoding::Utf16,
         caps: ClientCaps::default(),
         editor: Editor::default(),
@@ -497,8 +502,14 @@ impl Server {
                 .ok_or_else(|| format!("the workspace {} is not a local folder", uri.as_str())),
             None => std::env::current_dir().map_err(|e| e.to_string()),
         };
-        self.root =
-            dir.and_then(|d| crate::checkpoint::workdir_root(&d).map_err(|e| e.to_string()));
+        self.root = dir
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|d| crate::checkpoint::workdir_root(d).map_err(|e| e.to_string()));
+        self.client_root = match (&dir, &self.root) {
+            (Ok(given), Ok(root)) => client_spelling(given, root),
+            _ => None,
+        };
         self.sources.init = params.initialization_options;
         self.initialized = true;
         // What this kernel can confine, before any task: editors show it in their health
@@ -632,14 +643,17 @@ impl Server {
 
     // ---- documents -------------------------------------------------------------------
 
-    /// The repo-relative path of a file URI inside the workspace.
+    /// The repo-relative path of a file URI inside the workspace, under either spelling of
+    /// its root.
     pub(super) fn rel_path(&self, uri: &Uri) -> Option<String> {
         let root = self.root.as_ref().ok()?;
         let path = uri_to_path(uri)?;
-        let rel = path
-            .strip_prefix(root)
+        let rel = self
+            .client_root
+            .as_ref()
+            .and_then(|c| path.strip_prefix(c).ok())
+            .or_else(|| path.strip_prefix(root).ok())
             .map(Path::to_path_buf)
-            .ok()
             .or_else(|| {
                 let canon = path.parent()?.canonicalize().ok()?.join(path.file_name()?);
                 canon.strip_prefix(root).ok().map(Path::to_path_buf)
@@ -651,9 +665,20 @@ impl Server {
         (!parts.is_empty()).then(|| parts.join("/"))
     }
 
-    /// The URI of a repo-relative path.
+    /// The URI of a repo-relative path, as the client knows it: an open buffer's own URI,
+    /// else one on the root the client gave.
     pub(super) fn uri_of(&self, rel: &str) -> Option<Uri> {
-        let root = self.root.as_ref().ok()?;
+        if let Some((uri, _)) = self
+            .docs
+            .iter()
+            .find(|(uri, _)| self.rel_path(uri).as_deref() == Some(rel))
+        {
+            return Some(uri.clone());
+        }
+        let root = match &self.client_root {
+            Some(c) => c,
+            None => self.root.as_ref().ok()?,
+        };
         let url = url::Url::from_file_path(root.join(rel)).ok()?;
         Uri::from_str(url.as_str()).ok()
     }
@@ -1189,7 +1214,42 @@ fn decision_message(d: &crate::state::Decision) -> String {
     format!("Rein is waiting for you: {} — {how}", d.question)
 }
 
+/// The repository root `root` (as git resolves it) as spelled from the folder the client
+/// `given`, when the two differ only by the links on the way: `given` with as many trailing
+/// components dropped as it lies below the root. None when they are spelled alike or the
+/// spelling cannot be found.
+fn client_spelling(given: &Path, root: &Path) -> Option<PathBuf> {
+    let canon = given.canonicalize().ok()?;
+    let below = canon.strip_prefix(root.canonicalize().ok()?).ok()?;
+    let mut base = given.to_path_buf();
+    for part in below.components().rev() {
+        if base.file_name() != Some(part.as_os_str()) {
+            return None;
+        }
+        base.pop();
+    }
+    (base != root && base.canonicalize().ok()? == root.canonicalize().ok()?).then_some(base)
+}
+
 /// The local path of a `file:` URI.
 pub(super) fn uri_to_path(uri: &Uri) -> Option<PathBuf> {
     url::Url::parse(uri.as_str()).ok()?.to_file_path().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::client_spelling;
+
+    #[test]
+    fn the_clients_spelling_of_the_root_is_kept_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap().join("real");
+        std::fs::create_dir_all(real.join("sub")).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(client_spelling(&link, &real), Some(link.clone()));
+        assert_eq!(client_spelling(&link.join("sub"), &real), Some(link));
+        assert_eq!(client_spelling(&real, &real), None);
+        assert_eq!(client_spelling(&real.join("sub"), &real), None);
+    }
 }

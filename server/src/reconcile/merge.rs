@@ -61,7 +61,37 @@ pub fn merge3(base: &str, ours: &str, theirs: &str) -> Merge {
     if ours == base {
         return Merge::Clean(theirs.to_owned());
     }
-    merge_lines(&split_lines(base), &split_lines(ours), &split_lines(theirs))
+    merge_lines(&split_lines(base), &split_lines(ours), &split_lines(theirs)).0
+}
+
+/// `merge3`, with where each line of its ours-side result (the clean text, or
+/// `ours_resolved`) came from: `Some(i)` when it is line `i` (0-based) of `ours` itself,
+/// `None` when it is a line of theirs or of base that ours does not have there. Lines
+/// are placed by the diffs, never by their text, so a blank or repeated line is told apart.
+pub fn merge3_traced(base: &str, ours: &str, theirs: &str) -> (Merge, Vec<Option<usize>>) {
+    let ours_lines = split_lines(ours);
+    if ours == theirs || theirs == base {
+        return (
+            Merge::Clean(ours.to_owned()),
+            (0..ours_lines.len()).map(Some).collect(),
+        );
+    }
+    merge_lines(&split_lines(base), &ours_lines, &split_lines(theirs))
+}
+
+/// For each line of `new`, the line of `old` (0-based) it is an unchanged copy of by the
+/// line diff, or `None` when `new` introduced or changed it.
+pub fn line_origins(old: &str, new: &str) -> Vec<Option<usize>> {
+    let (old, new) = (split_lines(old), split_lines(new));
+    let mut out: Vec<Option<usize>> = Vec::with_capacity(new.len());
+    let (mut at_old, mut at_new) = (0, 0);
+    for hunk in diff_hunks(&old, &new) {
+        out.extend((at_old..hunk.base.start).map(Some));
+        out.extend(hunk.side.clone().map(|_| None));
+        (at_old, at_new) = (hunk.base.end, hunk.side.end);
+    }
+    out.extend((at_old..at_old + (new.len() - at_new)).map(Some));
+    out
 }
 
 /// Lines of `after` that are new or changed relative to `before` (a multiset of exact line texts, without line terminators), used to protect what a human wrote.
@@ -398,8 +428,11 @@ fn cover(ranges: impl Iterator<Item = Range<usize>>) -> Range<usize> {
 
 /// How a stretch of base comes out of the merge.
 enum Outcome<'a> {
-    /// Both sides end up with these lines.
-    Agreed(&'a [&'a str]),
+    /// Both sides end up with these lines; `from_ours` when they are ours' own lines.
+    Agreed {
+        lines: &'a [&'a str],
+        from_ours: bool,
+    },
     /// The sides' lines for these base lines differ.
     Conflict {
         base: Range<usize>,
@@ -409,16 +442,20 @@ enum Outcome<'a> {
 }
 
 /// The outcome for the base lines `span`, which ours changes with its hunks `ours_hunks`
-/// and theirs with `theirs_hunks` (index ranges; empty when a side left it alone).
+/// and theirs with `theirs_hunks` (index ranges; empty when a side left it alone), and the
+/// lines of ours that stand for the span (`ours_at` is where they start when ours left it
+/// alone).
 fn outcome<'a>(
     base: &'a [&'a str],
     (ours, ours_hunks): (&Side<'a>, Range<usize>),
     (theirs, theirs_hunks): (&Side<'a>, Range<usize>),
     span: Range<usize>,
-) -> Outcome<'a> {
+    ours_at: usize,
+) -> (Outcome<'a>, Range<usize>) {
     let ours_span = side_span(&span, &ours.hunks[ours_hunks]);
     let theirs_span = side_span(&span, &theirs.hunks[theirs_hunks]);
-    match (ours_span, theirs_span) {
+    let here = ours_span.clone().unwrap_or(ours_at..ours_at + span.len());
+    let outcome = match (ours_span, theirs_span) {
         (Some(o), Some(t)) if ours.lines[o.clone()] != theirs.lines[t.clone()] => {
             Outcome::Conflict {
                 base: span,
@@ -426,44 +463,68 @@ fn outcome<'a>(
                 theirs: t,
             }
         }
-        (Some(o), _) => Outcome::Agreed(&ours.lines[o]),
-        (None, Some(t)) => Outcome::Agreed(&theirs.lines[t]),
-        (None, None) => Outcome::Agreed(&base[span]),
-    }
+        (Some(o), _) => Outcome::Agreed {
+            lines: &ours.lines[o],
+            from_ours: true,
+        },
+        (None, Some(t)) => Outcome::Agreed {
+            lines: &theirs.lines[t],
+            from_ours: false,
+        },
+        (None, None) => Outcome::Agreed {
+            lines: &base[span],
+            from_ours: true,
+        },
+    };
+    (outcome, here)
 }
 
-/// The merge as built so far, resolved each way.
+/// The merge as built so far, resolved each way, with where each line of `ours` came from
+/// (see `merge3_traced`).
 #[derive(Default)]
 struct Output {
     ours: String,
     theirs: String,
     conflicts: Vec<ConflictHunk>,
+    trace: Vec<Option<usize>>,
 }
 
 impl Output {
-    fn push_both(&mut self, lines: &[&str]) {
+    /// Pushes lines both resolutions share; `origin` is ours' first line among them, when
+    /// they are ours' own.
+    fn push_both(&mut self, lines: &[&str], origin: Option<usize>) {
         for line in lines {
             self.ours.push_str(line);
             self.theirs.push_str(line);
         }
+        match origin {
+            Some(at) => self.trace.extend((at..at + lines.len()).map(Some)),
+            None => self.trace.extend(lines.iter().map(|_| None)),
+        }
     }
 }
 
-fn merge_lines(base: &[&str], ours: &[&str], theirs: &[&str]) -> Merge {
+fn merge_lines(base: &[&str], ours: &[&str], theirs: &[&str]) -> (Merge, Vec<Option<usize>>) {
     let ours = Side::new(base, ours);
     let theirs = Side::new(base, theirs);
     let groups = group_hunks(&ours, &theirs);
     let mut out = Output::default();
     let mut pos = 0;
+    // The line of ours that base line `pos` is at: between groups both run in step.
+    let mut ours_at = 0;
     for run in groups.chunk_by(|a, b| a.base.end == b.base.start) {
         let (first, last) = (&run[0], &run[run.len() - 1]);
-        out.push_both(&base[pos..first.base.start]);
+        out.push_both(&base[pos..first.base.start], Some(ours_at));
+        ours_at += first.base.start - pos;
         pos = last.base.end;
-        let mut outcomes: Vec<Outcome> = run
+        let mut at = ours_at;
+        let mut outcomes: Vec<(Outcome, Range<usize>)> = run
             .iter()
             .map(|g| {
                 let (o, t) = ((&ours, g.ours.clone()), (&theirs, g.theirs.clone()));
-                outcome(base, o, t, g.base.clone())
+                let (outcome, here) = outcome(base, o, t, g.base.clone(), at);
+                at = here.end;
+                (outcome, here)
             })
             .collect();
         // One edit can be aligned differently against base by the two diffs, which shows as
@@ -471,18 +532,21 @@ fn merge_lines(base: &[&str], ours: &[&str], theirs: &[&str]) -> Merge {
         if run.len() > 1
             && outcomes
                 .iter()
-                .any(|o| matches!(o, Outcome::Conflict { .. }))
+                .any(|(o, _)| matches!(o, Outcome::Conflict { .. }))
         {
             let o = (&ours, cover(run.iter().map(|g| g.ours.clone())));
             let t = (&theirs, cover(run.iter().map(|g| g.theirs.clone())));
-            let whole = outcome(base, o, t, first.base.start..last.base.end);
-            if let Outcome::Agreed(_) = whole {
+            let whole = outcome(base, o, t, first.base.start..last.base.end, ours_at);
+            if let (Outcome::Agreed { .. }, _) = whole {
                 outcomes = vec![whole];
             }
         }
-        for outcome in outcomes {
+        for (outcome, here) in outcomes {
+            ours_at = here.end;
             match outcome {
-                Outcome::Agreed(lines) => out.push_both(lines),
+                Outcome::Agreed { lines, from_ours } => {
+                    out.push_both(lines, from_ours.then_some(here.start));
+                }
                 Outcome::Conflict {
                     base: b,
                     ours: o,
@@ -496,14 +560,15 @@ fn merge_lines(base: &[&str], ours: &[&str], theirs: &[&str]) -> Merge {
                     };
                     out.ours.push_str(&hunk.ours);
                     out.theirs.push_str(&hunk.theirs);
+                    out.trace.extend(o.map(Some));
                     out.conflicts.push(hunk);
                 }
             }
         }
     }
-    out.push_both(&base[pos..]);
+    out.push_both(&base[pos..], Some(ours_at));
     // Conflicts that every resolution settles the same way leave nothing to ask about.
-    if out.conflicts.is_empty() || out.ours == out.theirs {
+    let merge = if out.conflicts.is_empty() || out.ours == out.theirs {
         Merge::Clean(out.ours)
     } else {
         Merge::Conflict {
@@ -511,7 +576,8 @@ fn merge_lines(base: &[&str], ours: &[&str], theirs: &[&str]) -> Merge {
             ours_resolved: out.ours,
             theirs_resolved: out.theirs,
         }
-    }
+    };
+    (merge, out.trace)
 }
 
 /// `diff -u` range: `start,len`, just `start` for one line, and the line before for none.
@@ -631,7 +697,7 @@ mod tests {
         // The general path must agree with the shortcuts in `merge3`.
         let lines = |s| split_lines(s);
         assert_eq!(
-            merge_lines(&lines(base), &lines("a\nx\nb\n"), &lines("a\nx\nb\n")),
+            merge_lines(&lines(base), &lines("a\nx\nb\n"), &lines("a\nx\nb\n")).0,
             clean("a\nx\nb\n")
         );
     }
@@ -964,9 +1030,9 @@ mod tests {
             prop_assert_eq!(merge3(&b, &x, &b), clean(&x));
             prop_assert_eq!(merge3(&b, &b, &x), clean(&x));
             prop_assert_eq!(merge3(&b, &x, &x), clean(&x));
-            prop_assert_eq!(merge_lines(&bl, &xl, &bl), clean(&x));
-            prop_assert_eq!(merge_lines(&bl, &bl, &xl), clean(&x));
-            prop_assert_eq!(merge_lines(&bl, &xl, &xl), clean(&x));
+            prop_assert_eq!(merge_lines(&bl, &xl, &bl).0, clean(&x));
+            prop_assert_eq!(merge_lines(&bl, &bl, &xl).0, clean(&x));
+            prop_assert_eq!(merge_lines(&bl, &xl, &xl).0, clean(&x));
         }
 
         #[test]
@@ -993,6 +1059,47 @@ mod tests {
                 }
             }
             prop_assert_eq!(merge3(&b, &o, &t), clean(&want));
+        }
+
+        /// Each traced line of the ours-side result is that very line of ours, in order, and
+        /// every line of ours the result keeps in place is traced.
+        #[test]
+        fn the_trace_names_ours_own_lines(b in file(), o in file(), t in file()) {
+            let ol = split_lines(&o);
+            let (merge, trace) = merge3_traced(&b, &o, &t);
+            let text = match &merge {
+                Merge::Clean(text) => text.clone(),
+                Merge::Conflict { ours_resolved, .. } => ours_resolved.clone(),
+            };
+            prop_assert_eq!(&merge, &merge3(&b, &o, &t));
+            let lines = split_lines(&text);
+            prop_assert_eq!(lines.len(), trace.len());
+            let mut last = None;
+            for (line, from) in lines.iter().zip(&trace) {
+                if let Some(i) = *from {
+                    prop_assert_eq!(Some(line), ol.get(i));
+                    prop_assert!(last.is_none_or(|l| l < i));
+                    last = Some(i);
+                }
+            }
+            if t == b {
+                prop_assert_eq!(trace, (0..ol.len()).map(Some).collect::<Vec<_>>());
+            }
+        }
+
+        #[test]
+        fn line_origins_follow_the_diff(b in file(), a in file()) {
+            let (bl, al) = (split_lines(&b), split_lines(&a));
+            let origins = line_origins(&b, &a);
+            prop_assert_eq!(origins.len(), al.len());
+            let unchanged = origins.iter().flatten().count();
+            let (added, _) = diff_stat(&b, &a);
+            prop_assert_eq!(unchanged + added, al.len());
+            for (line, from) in al.iter().zip(&origins) {
+                if let Some(i) = *from {
+                    prop_assert_eq!(Some(line), bl.get(i));
+                }
+            }
         }
 
         /// What a merge guarantees for the human: every change ours made relative to base

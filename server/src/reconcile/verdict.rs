@@ -143,6 +143,17 @@ pub struct Reverted {
     /// Lines the agent wrote that stay, because the human edited inside the block they
     /// belong to and the human's version of the block is kept whole (1-based, in `content`).
     pub kept: Vec<(usize, String)>,
+    /// For each line of the file as it stood (0-based), the line of `content` it became;
+    /// None when it did not stay as itself.
+    moved: Vec<Option<usize>>,
+}
+
+impl Reverted {
+    /// Where line `line` (1-based) of the file as it stood is in `content`, if it stayed.
+    pub fn line_of(&self, line: usize) -> Option<usize> {
+        let at = line.checked_sub(1)?;
+        self.moved.get(at).copied().flatten().map(|l| l + 1)
+    }
 }
 
 /// Takes one agent change back out of a file, keeping whatever else happened since.
@@ -156,6 +167,7 @@ pub fn revert(before: Option<&[u8]>, after: Option<&[u8]>, now: Option<&[u8]>) -
         return Some(Reverted {
             content: before.map(<[u8]>::to_vec),
             kept: Vec::new(),
+            moved: Vec::new(),
         });
     }
     // The human touched the file after the agent: take back the agent's lines only. A file
@@ -164,43 +176,47 @@ pub fn revert(before: Option<&[u8]>, after: Option<&[u8]>, now: Option<&[u8]>) -
     let (Some(a), Some(b)) = (text(after), text(before)) else {
         return None;
     };
-    let (merged, kept) = match merge::merge3(a, n, b) {
-        Merge::Clean(m) => (m, Vec::new()),
-        Merge::Conflict {
-            ours_resolved,
-            hunks,
-            ..
-        } => {
-            // In each overlap the human's version stays; the agent's lines in it stay too.
-            let mut wanted: Vec<String> = hunks
-                .iter()
-                .flat_map(|h| {
-                    let theirs: Vec<&str> = h.theirs.lines().collect();
-                    let base: Vec<&str> = h.base.lines().collect();
-                    h.ours
-                        .lines()
-                        .filter(|l| base.contains(l) && !theirs.contains(l))
-                        .map(str::to_owned)
-                        .collect::<Vec<_>>()
-                })
-                .collect();
-            let mut kept = Vec::new();
-            for (i, line) in ours_resolved.lines().enumerate() {
-                if let Some(k) = wanted.iter().position(|w| w == line) {
-                    kept.push((i + 1, wanted.remove(k)));
-                }
-            }
-            (ours_resolved, kept)
-        }
+    // In each overlap the human's version stays whole, and with it the agent's lines in it.
+    // Which lines those are is told by position through the merge's own diffs, never by
+    // their text: a blank or repeated line of the agent's is not one the file had before.
+    let (merge, trace) = merge::merge3_traced(a, n, b);
+    let merged = match merge {
+        Merge::Clean(m) => m,
+        Merge::Conflict { ours_resolved, .. } => ours_resolved,
     };
-    if merged.as_bytes() == n.as_bytes() && kept.is_empty() {
-        None
-    } else {
-        Some(Reverted {
-            content: Some(merged.into_bytes()),
-            kept,
-        })
+    // The agent's lines are those the revert takes out (the diff from after to before), so
+    // a line the merge keeps is never called the agent's on another alignment.
+    let from_after = merge::line_origins(a, n);
+    let mut agents = vec![true; a.split_inclusive('\n').count()];
+    for k in merge::line_origins(a, b).into_iter().flatten() {
+        if let Some(slot) = agents.get_mut(k) {
+            *slot = false;
+        }
     }
+    let kept: Vec<(usize, String)> = merged
+        .split_inclusive('\n')
+        .zip(&trace)
+        .enumerate()
+        .filter(|(_, (_, from))| {
+            from.and_then(|j| from_after.get(j).copied().flatten())
+                .is_some_and(|k| agents.get(k).copied().unwrap_or(false))
+        })
+        .map(|(i, (line, _))| (i + 1, line.trim_end_matches(['\r', '\n']).to_owned()))
+        .collect();
+    if merged.as_bytes() == n.as_bytes() && kept.is_empty() {
+        return None;
+    }
+    let mut moved = vec![None; from_after.len()];
+    for (i, from) in trace.iter().enumerate() {
+        if let Some(slot) = from.and_then(|j| moved.get_mut(j)) {
+            *slot = Some(i);
+        }
+    }
+    Some(Reverted {
+        content: Some(merged.into_bytes()),
+        kept,
+        moved,
+    })
 }
 
 #[cfg(test)]
@@ -335,6 +351,40 @@ mod tests {
             r.kept,
             vec![(2, "AGENT one".to_owned()), (4, "AGENT three".to_owned())]
         );
+    }
+
+    #[test]
+    fn kept_blank_and_repeated_lines_are_placed_by_the_diff_not_by_their_text() {
+        let before = "# greeter\n\nSays hello.\n";
+        let after = "# greeter\n\nSays hello.\n\nAGENT one\nAGENT two\nAGENT three\n";
+        let now = "# greeter\n\nSays hello.\n\nAGENT one\nAGENT two (HUMAN)\nAGENT three\n";
+        let r = revert(
+            Some(before.as_bytes()),
+            Some(after.as_bytes()),
+            Some(now.as_bytes()),
+        )
+        .expect("a conflict still reports");
+        assert_eq!(r.content.as_deref(), Some(now.as_bytes()));
+        let lines: Vec<usize> = r.kept.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, [4, 5, 7], "{:?}", r.kept);
+        // A line the agent repeated from the file is its own where it wrote it.
+        let r = revert(Some(b"x\n"), Some(b"x\nx\ny\n"), Some(b"x\nx\ny (HUMAN)\n"))
+            .expect("a conflict still reports");
+        assert_eq!(r.kept, vec![(2, "x".to_owned())]);
+    }
+
+    #[test]
+    fn line_of_follows_the_lines_a_revert_keeps_in_place() {
+        // The agent added a line on top; the human edited further down.
+        let r = revert(Some(b"a\nb\n"), Some(b"new\na\nb\n"), Some(b"new\na\nB\n"))
+            .expect("the agent's line goes");
+        assert_eq!(r.content.as_deref(), Some(&b"a\nB\n"[..]));
+        assert_eq!(r.kept, Vec::new());
+        assert_eq!(
+            (r.line_of(1), r.line_of(2), r.line_of(3)),
+            (None, Some(1), Some(2))
+        );
+        assert_eq!(r.line_of(0), None);
     }
 
     #[test]
