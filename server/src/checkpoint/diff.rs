@@ -10,7 +10,7 @@ use git2::{ObjectType, Oid, Tree, TreeWalkMode, TreeWalkResult};
 
 use super::objects::{blob_at, bytes_path, path_bytes};
 use super::update::{removals, Update};
-use super::walk::{Hasher, RealDirs};
+use super::walk::{Hasher, Modes, RealDirs};
 use super::{validate_rel_path, ChangeKind, Checkpoints, FileChange, Overlay, Result};
 
 /// A change of `path` from `before` to `after`.
@@ -96,15 +96,13 @@ impl Checkpoints {
     }
 
     /// The working tree's changes against the tree `old`, read without writing a single
-    /// object: only while watching, when `old` is the tree of the last scan and the disk's
-    /// bytes are the blobs (`Live::plain`, and [`Checkpoints::plain_files`] for the paths
-    /// changed since). The paths stay pending for the next scan. None
-    /// when that does not hold; the caller then scans.
+    /// object: only while watching, when `old` is the tree of the last scan. The paths stay
+    /// pending for the next scan. None when that does not hold; the caller then scans.
     pub(super) fn changes_since_scan(&mut self, old: Oid) -> Result<Option<Vec<FileChange>>> {
         let Some(live) = &self.live else {
             return Ok(None);
         };
-        if !live.plain || live.tree != Some(old) {
+        if live.tree != Some(old) {
             return Ok(None);
         }
         if !self.drain_into_pending()? {
@@ -116,16 +114,14 @@ impl Checkpoints {
                 .map(|l| l.pending.clone())
                 .unwrap_or_default(),
         );
-        if !self.plain_files(&pending) {
-            return Ok(None);
-        }
         let base = self.repo.find_tree(old)?;
         let mut updates = Vec::new();
         let mut read = HashMap::new();
         let mut dirs = RealDirs::default();
+        let modes = Modes::of(&self.repo);
         for p in &pending {
             self.updates_for(
-                &mut Hasher::Memory(&mut read),
+                &mut Hasher::Memory(&mut read, modes),
                 &mut dirs,
                 &base,
                 p,

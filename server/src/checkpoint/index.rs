@@ -100,12 +100,15 @@ pub(super) fn seed_from_user_index(user: &Path, private: &Path) -> io::Result<bo
 /// Writes `bytes` (read from `.git/index`) as the private index at `private`, with the user
 /// index's mtime `modified`, for the same reason as [`seed_from_user_index`]. Through a
 /// temporary file: the first scan of a restarted task reads the private index without
-/// checking its checksum, so a half-written one must never be found.
+/// checking its checksum, so a half-written one must never be found. Marked as holding git's
+/// ids ([`super::convert::marker`]).
 pub(super) fn write_seed(
     private: &Path,
     bytes: &[u8],
     modified: Option<std::time::SystemTime>,
 ) -> io::Result<()> {
+    // Before the index it marks: a crash in between leaves a marker too many, never too few.
+    fs::write(super::convert::marker(private), b"")?;
     let temp = private.with_extension("seed");
     let mut file = fs::File::create(&temp)?;
     io::Write::write_all(&mut file, bytes)?;
@@ -145,6 +148,7 @@ impl Checkpoints {
                 remove_if_exists(&self.index_path);
                 // Left by a load that a crash cut short.
                 remove_if_exists(&self.index_path.with_extension("seed"));
+                remove_if_exists(&super::convert::marker(&self.index_path));
             }
             Err(e) => tracing::warn!(error = %e, "could not let go of the private index"),
         }
@@ -159,7 +163,13 @@ impl Checkpoints {
             return;
         }
         match index.write() {
-            Ok(()) => self.index_unsaved = false,
+            Ok(()) => {
+                self.index_unsaved = false;
+                if self.git_ids_read {
+                    // Its entries for converted files now hold their bytes on disk.
+                    remove_if_exists(&super::convert::marker(&self.index_path));
+                }
+            }
             Err(e) => {
                 tracing::warn!(error = %e, path = %self.index_path.display(), "could not save the private index")
             }
@@ -195,9 +205,13 @@ impl Checkpoints {
 
     /// Loads the private index (seeding it from `.git/index` when missing or corrupt) and makes
     /// it the index of `self.repo`, so that `.git/index` is never loaded for writing.
-    pub(super) fn attach_private_index(&self) -> Result<()> {
+    pub(super) fn attach_private_index(&mut self) -> Result<()> {
         self.writable()?;
         let mut index = load_private_index(&self.repo, &self.index_path)?;
+        if super::convert::marker(&self.index_path).exists() {
+            // Seeded from `.git/index` (now, or by an instance that stopped before reading).
+            self.git_ids_read = false;
+        }
         // A seed taken mid-merge carries conflict stages, which would block write_tree; the
         // working-tree scan re-adds those paths from disk.
         if index.has_conflicts() {

@@ -18,6 +18,7 @@
 //! the working tree), `objects` (reading blobs and modes).
 
 mod chain;
+mod convert;
 mod diff;
 mod index;
 mod objects;
@@ -217,6 +218,9 @@ pub struct Checkpoints {
     pack_from: usize,
     /// The private index loading on a thread after the first scan read the file itself.
     loading: Option<seed::Loading>,
+    /// A full scan read the files whose ids in an index seeded from `.git/index` were git's
+    /// stored form, so saving the index clears its marker ([`convert::marker`]).
+    git_ids_read: bool,
 }
 
 /// The commit `spec` names, for the base of a chain.
@@ -345,6 +349,7 @@ impl Checkpoints {
             packing: false,
             pack_from: PACK_FROM_FILES,
             loading: None,
+            git_ids_read: false,
         };
         // An index of its own in memory until the first scan: `.git/index` must never be
         // loaded through this repository, and the private one is read by that scan.
@@ -375,6 +380,7 @@ impl Checkpoints {
             packing: false,
             pack_from: usize::MAX,
             loading: None,
+            git_ids_read: false,
         })
     }
 

@@ -74,8 +74,22 @@ impl Checkpoints {
     /// How `path` is stored in `commit`, or `None` when no file (or link) is there.
     pub fn mode_at(&self, commit: &str, path: &str) -> Result<Option<EntryMode>> {
         validate_rel_path(path)?;
+        self.mode_of(commit, path.as_bytes())
+    }
+
+    /// [`Checkpoints::mode_at`] for a path given as its bytes on disk (a `FileChange`'s
+    /// `path_bytes`, which need not be UTF-8).
+    pub fn mode_of(&self, commit: &str, path: &[u8]) -> Result<Option<EntryMode>> {
+        let shown = || String::from_utf8_lossy(path).into_owned();
+        let ok = !path.contains(&0)
+            && path
+                .split(|&b| b == b'/')
+                .all(|c| !c.is_empty() && c != b"." && c != b".." && c != b".git");
+        if !ok {
+            return Err(super::CheckpointError::InvalidPath(shown()));
+        }
         let tree = self.find_commit(commit)?.tree()?;
-        let entry = match tree.get_path(Path::new(path)) {
+        let entry = match tree.get_path(&bytes_path(path)) {
             Ok(entry) => entry,
             Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),

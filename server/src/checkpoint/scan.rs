@@ -9,7 +9,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use git2::{Delta, DiffOptions, ErrorCode, Index, IndexEntry, ObjectType, Oid, Repository};
+use git2::{Delta, DiffOptions, Index, IndexEntry, ObjectType, Oid, Repository};
 
 use crate::watch::{Drained, Watcher};
 
@@ -18,7 +18,7 @@ use super::objects::{bytes_path, path_bytes};
 use super::seed::{Findings, Loading, Seed};
 use super::sweep::{stamp, sweep, Entry, Sweep};
 use super::update::{apply, write_trees};
-use super::walk::{disk_content, is_repository, Hasher, RealDirs};
+use super::walk::{add_file, disk_content, is_repository, Hasher, Modes, RealDirs};
 use super::{CheckpointError, Checkpoints, Result, Snapshot, SnapshotMeta};
 
 /// The bits of an index entry's flags that hold its merge stage.
@@ -35,9 +35,6 @@ pub(super) struct Live {
     /// Paths drained from the watcher but not yet applied to `tree` (a diff against `tree`
     /// read them without writing objects).
     pub(super) pending: BTreeSet<PathBuf>,
-    /// No attribute, `core.autocrlf` or `core.filemode` setting changes what git stores for a
-    /// file, so its bytes on disk are its blob: a diff may hash in memory.
-    pub(super) plain: bool,
 }
 
 /// Whether the watcher should follow directory `rel`: not a repository of its own, and not
@@ -54,38 +51,6 @@ pub(super) fn follows(repo: &Repository, index: &Index, workdir: &Path, rel: &Pa
     index.find_prefix(prefix).is_ok()
 }
 
-/// Whether git stores every file's bytes as they are on disk: no attributes (which may ask
-/// for end-of-line conversion or `ident`), no `core.autocrlf`, modes and links taken as they
-/// are. Then a file can be hashed in memory and match what the index would write. `paths` are
-/// the tracked paths.
-pub(super) fn plain_content<'a>(
-    repo: &Repository,
-    mut paths: impl Iterator<Item = &'a [u8]>,
-) -> bool {
-    plain_config(repo) && !paths.any(|p| p == b".gitattributes" || p.ends_with(b"/.gitattributes"))
-}
-
-/// The part of [`plain_content`] that the repository's configuration decides; read again for
-/// each step that relies on it, since nothing watches `.git/config`.
-fn plain_config(repo: &Repository) -> bool {
-    let Ok(config) = repo.config() else {
-        return false;
-    };
-    let flag = |key: &str, default: bool| match config.get_entry(key) {
-        Ok(_) => config.get_bool(key).unwrap_or(!default),
-        Err(_) => default,
-    };
-    let autocrlf_off = match config.get_string("core.autocrlf") {
-        Ok(v) => v.eq_ignore_ascii_case("false"),
-        Err(_) => true,
-    };
-    autocrlf_off
-        && flag("core.filemode", true)
-        && flag("core.symlinks", true)
-        && config.get_entry("core.attributesfile").is_err()
-        && !repo.path().join("info/attributes").exists()
-}
-
 /// A file's object and git mode.
 type Blob = (Oid, u32);
 
@@ -93,8 +58,6 @@ type Blob = (Oid, u32);
 pub(super) struct Full {
     /// The working tree's tree.
     tree: Oid,
-    /// See [`Live::plain`].
-    plain: bool,
     /// Submodule paths in `tree`.
     gitlinks: Vec<PathBuf>,
 }
@@ -170,7 +133,6 @@ impl Checkpoints {
                     tree: None,
                     gitlinks: Vec::new(),
                     pending: BTreeSet::new(),
-                    plain: false,
                 });
                 true
             }
@@ -228,7 +190,6 @@ impl Checkpoints {
         if let Some(live) = &mut self.live {
             live.tree = Some(full.tree);
             live.gitlinks = full.gitlinks;
-            live.plain = full.plain;
             live.pending.clear();
         }
         Ok(full.tree)
@@ -255,16 +216,11 @@ impl Checkpoints {
         };
         let paths = crate::watch::outermost(std::mem::take(&mut live.pending));
         let gitlinks = live.gitlinks.clone();
-        let plain = live.plain && self.plain_files(&paths);
         self.pack_if_many(paths.len());
         let mut index = self.private_index()?;
         // After `pack_if_many`: a big step's blobs go where its other objects go.
         let odb = self.repo.odb()?;
-        let mut hasher = if plain {
-            Hasher::Plain(&mut index, &odb)
-        } else {
-            Hasher::Index(&mut index)
-        };
+        let mut hasher = Hasher::Index(&mut index, &odb, Modes::of(&self.repo));
         let base = self.repo.find_tree(base)?;
         let mut updates = Vec::new();
         let mut dirs = RealDirs::default();
@@ -288,18 +244,6 @@ impl Checkpoints {
         Ok(Some(tree))
     }
 
-    /// Whether the files at `paths` may be hashed as their bytes: the tree was plain at the last
-    /// full scan, the configuration still is, and no path is a directory (a new one may hold
-    /// a `.gitattributes` the watcher never reported, which would apply to files read before
-    /// it) or an attributes file.
-    pub(super) fn plain_files(&self, paths: &BTreeSet<PathBuf>) -> bool {
-        plain_config(&self.repo)
-            && paths.iter().all(|p| {
-                p.file_name() != Some(std::ffi::OsStr::new(".gitattributes"))
-                    && !fs::symlink_metadata(self.workdir().join(p)).is_ok_and(|m| m.is_dir())
-            })
-    }
-
     /// One stat-driven scan of the whole working tree: only files whose stat data changed are
     /// hashed, and files found unchanged get their stat data refreshed so they are not hashed
     /// again next time. Runs on several threads ([`sweep`]) and watches every directory it
@@ -308,7 +252,10 @@ impl Checkpoints {
     ///
     /// The first one reads the index file itself ([`Seed`]): it reuses the trees git cached
     /// for the directories nothing changed in, and libgit2's copy of the index loads on a
-    /// thread afterwards, unless a file read needs libgit2's filters to hash.
+    /// thread afterwards, unless a file read is a submodule or `core.fileMode` or
+    /// `core.symlinks` make a mode depend on the index. Over an index seeded from
+    /// `.git/index`, the files git may convert are read whatever their stat data says
+    /// ([`Suspect`]).
     pub(super) fn refresh_full(&mut self) -> Result<Full> {
         let seed = if self.index_in_hand() {
             None
@@ -336,7 +283,7 @@ impl Checkpoints {
             let watcher = self.live.as_ref().map(|l| &l.watcher);
             sweep(self.workdir(), &config, &entries, stamp, watcher)?
         };
-        let found = match swept {
+        let mut found = match swept {
             Sweep::Found(found) => found,
             Sweep::Unusual(why) => {
                 tracing::debug!(%why, "scanning through libgit2");
@@ -345,26 +292,25 @@ impl Checkpoints {
                 return self.refresh_through_libgit2(index);
             }
         };
-        if let Some(e) = found.watch_error {
+        if let Some(e) = found.watch_error.take() {
             tracing::warn!(error = %e, "not watching the working tree; every scan will be a full one");
             self.live = None;
         } else if let Some(live) = &mut self.live {
-            live.watcher.adopt(found.watches);
+            live.watcher.adopt(std::mem::take(&mut found.watches));
         }
+        let from_git = seed.as_ref().is_some_and(Seed::copies_git_index);
+        let converted = self.converted_files(&entries, &found, from_git);
+        found.read.extend(converted);
         let changed = !found.read.is_empty() || !found.gone.is_empty();
         self.pack_if_many(found.read.len());
-        let plain = plain_content(
-            &self.repo,
-            entries
-                .iter()
-                .map(|e| e.path)
-                .chain(found.read.iter().map(|p| path_bytes(p))),
-        );
         // The entry of each file read again, None when it vanished meanwhile: hashed here when
-        // its bytes are its blob and libgit2's index is still on disk, else through that index.
+        // the mode on disk is the mode recorded and libgit2's index is still on disk, else
+        // through that index.
         let mut findings = Findings::default();
         let hashed = match &seed {
-            Some(_) if plain => self.hash_files(&found.read, &mut findings)?,
+            Some(_) if Modes::of(&self.repo).trusted() => {
+                self.hash_files(&found.read, &mut findings)?
+            }
             Some(_) if found.read.is_empty() => Some(Vec::new()),
             _ => None,
         };
@@ -382,14 +328,13 @@ impl Checkpoints {
                     index.remove_path(path)?;
                 }
                 let mut read = Vec::with_capacity(found.read.len());
-                for path in &found.read {
-                    match index.add_path(path) {
-                        Ok(()) => {}
-                        // Deleted between the scan and the add.
-                        Err(e) if e.code() == ErrorCode::NotFound => index.remove_path(path)?,
-                        Err(e) => return Err(e.into()),
+                {
+                    let odb = self.repo.odb()?;
+                    let modes = Modes::of(&self.repo);
+                    for path in &found.read {
+                        let added = self.add_from_disk(&mut index, &odb, modes, path)?;
+                        read.push(added.map(|(id, mode)| (id, u32::from(mode))));
                     }
-                    read.push(index.get_path(path, 0).map(|e| (e.id, e.mode)));
                 }
                 if changed || self.index_unsaved {
                     if self.live.is_some() && self.index_path.exists() {
@@ -434,7 +379,6 @@ impl Checkpoints {
         let tree = write_trees(&odb, &tree_entries, &cached)?;
         let full = Full {
             tree,
-            plain,
             gitlinks: gitlinks(tree_entries.iter().map(|&(path, _, mode)| (path, mode))),
         };
         drop(entries);
@@ -521,17 +465,30 @@ impl Checkpoints {
                 self.workdir_deltas(&index, false)?
             }
         };
+        let mut deltas = deltas;
+        {
+            // libgit2 compared git's stored form with the entries: over a seeded index that
+            // vouches for a converted file (its stat data is refreshed besides).
+            let owned: Vec<IndexEntry> =
+                index.iter().filter(|e| e.flags & STAGE_MASK == 0).collect();
+            let entries: Vec<Entry<'_>> = owned.iter().map(Entry::from).collect();
+            let found = super::sweep::Found {
+                read: deltas.iter().map(|(p, _)| p.clone()).collect(),
+                ..Default::default()
+            };
+            let converted = self.converted_files(&entries, &found, false);
+            deltas.extend(converted.into_iter().map(|p| (p, true)));
+        }
         let changed = !deltas.is_empty() || self.index_unsaved;
-        for (path, exists) in deltas {
-            if exists {
-                match index.add_path(&path) {
-                    Ok(()) => {}
-                    // Deleted between the scan and the add.
-                    Err(e) if e.code() == ErrorCode::NotFound => index.remove_path(&path)?,
-                    Err(e) => return Err(e.into()),
+        {
+            let odb = self.repo.odb()?;
+            let modes = Modes::of(&self.repo);
+            for (path, exists) in deltas {
+                if exists {
+                    self.add_from_disk(&mut index, &odb, modes, &path)?;
+                } else {
+                    index.remove_path(&path)?;
                 }
-            } else {
-                index.remove_path(&path)?;
             }
         }
         // Rewriting (and checksumming) a 50k-entry index when nothing changed costs more than
@@ -542,9 +499,34 @@ impl Checkpoints {
         let entries: Vec<IndexEntry> = index.iter().filter(|e| e.flags & STAGE_MASK == 0).collect();
         Ok(Full {
             tree: index.write_tree()?,
-            plain: plain_content(&self.repo, entries.iter().map(|e| e.path.as_slice())),
             gitlinks: gitlinks(entries.iter().map(|e| (e.path.as_slice(), e.mode))),
         })
+    }
+
+    /// Records `rel` in `index` from disk ([`add_file`]), or drops it when it is gone.
+    fn add_from_disk(
+        &self,
+        index: &mut Index,
+        odb: &git2::Odb<'_>,
+        modes: Modes,
+        rel: &Path,
+    ) -> Result<Option<(Oid, git2::FileMode)>> {
+        let full = self.workdir().join(rel);
+        let added = match fs::symlink_metadata(&full) {
+            Ok(meta) => add_file(index, odb, modes, &full, rel, &meta)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(source) => {
+                return Err(CheckpointError::Io {
+                    context: format!("reading {}", full.display()),
+                    source,
+                })
+            }
+        };
+        if added.is_none() {
+            // Deleted between the scan and the add.
+            index.remove_path(rel)?;
+        }
+        Ok(added)
     }
 
     pub(super) fn workdir_deltas(
@@ -839,7 +821,7 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_moved_in_with_attributes_is_hashed_through_them() {
+    fn a_directory_moved_in_with_attributes_is_checkpointed_as_its_bytes() {
         let repo = new_repo();
         let dir = repo.path();
         write(dir, "a.txt", b"a\n");
@@ -848,7 +830,7 @@ mod tests {
         assert!(cps.watch());
         cps.snapshot(meta(0, "start")).expect("first");
         // Made beside the tree and moved in whole: the watcher reports the directory, not the
-        // attributes file in it, which turns the CRLF of `n/b.txt` into LF in its blob.
+        // attributes file in it, which would make git store `n/b.txt` with LF.
         let parent = dir.parent().expect("parent");
         let outside = tempfile::tempdir_in(parent).expect("tempdir");
         write(outside.path(), "n/.gitattributes", b"*.txt text\n");
@@ -857,11 +839,93 @@ mod tests {
         let changes = cps.diff_worktree(&base, &Overlay::new()).expect("diff");
         assert_eq!(changes.len(), 2, "{changes:?}");
         let snap = cps.snapshot(meta(1, "moved in")).expect("snapshot");
-        assert_eq!(tree_of(dir, &snap.id), git_worktree_tree(dir));
         assert_eq!(
             cps.file_at(&snap.id, "n/b.txt").expect("read"),
-            Some(b"b\n".to_vec())
+            Some(b"b\r\n".to_vec())
         );
+    }
+
+    /// A repository whose files git stores as other bytes than the disk's, checked out by git
+    /// so that `.git/index` vouches for every file's stat data: a `filter=` driver, `eol=crlf`,
+    /// `ident`, `working-tree-encoding`, and (`autocrlf`) `core.autocrlf=true`. Returns the
+    /// base commit and the files with their bytes on disk.
+    pub(crate) fn converting_repo(dir: &Path, autocrlf: bool) -> (String, Vec<(String, Vec<u8>)>) {
+        git(dir, &["config", "filter.upper.clean", "tr a-z A-Z"]);
+        git(dir, &["config", "filter.upper.smudge", "tr A-Z a-z"]);
+        write(
+            dir,
+            ".gitattributes",
+            b"*.up filter=upper\n*.crlf eol=crlf\n*.id ident\n*.u16 working-tree-encoding=UTF-16LE\n",
+        );
+        write(dir, "a.up", b"hello filter\n");
+        write(dir, "b.crlf", b"one\r\ntwo\r\n");
+        write(dir, "c.id", b"$Id$\n");
+        write(dir, "d.u16", &[b'h', 0, b'i', 0, b'\n', 0]);
+        write(dir, "e.txt", b"plain\r\nwith crlf\r\n");
+        write(dir, "f.txt", b"plain\n");
+        if autocrlf {
+            git(dir, &["config", "core.autocrlf", "true"]);
+        }
+        let base = commit_all(dir, "base");
+        // Checked out again, as a clone would: the disk gets git's working-tree forms and the
+        // index their stat data.
+        for f in ["a.up", "b.crlf", "c.id", "d.u16", "e.txt", "f.txt"] {
+            fs::remove_file(dir.join(f)).expect("rm");
+        }
+        git(dir, &["checkout", "--", "."]);
+        assert_eq!(git(dir, &["status", "--porcelain"]), "");
+        let files = ["a.up", "b.crlf", "c.id", "d.u16", "e.txt", "f.txt"]
+            .iter()
+            .map(|f| (f.to_string(), fs::read(dir.join(f)).expect("read")))
+            .collect();
+        (base, files)
+    }
+
+    #[test]
+    fn files_git_converts_are_checkpointed_as_their_bytes_on_disk() {
+        for (autocrlf, watch) in [(false, false), (false, true), (true, false), (true, true)] {
+            let repo = new_repo();
+            let dir = repo.path();
+            let (base, files) = converting_repo(dir, autocrlf);
+            assert_ne!(files[0].1, b"HELLO FILTER\n".to_vec(), "smudged");
+            let mut cps = open(dir, "t", Some(&base)).expect("open");
+            if watch {
+                cps.watch();
+            }
+            let first = cps.snapshot(meta(0, "start")).expect("snapshot");
+            for (f, bytes) in &files {
+                assert_eq!(
+                    cps.file_at(&first.id, f).expect("read").as_ref(),
+                    Some(bytes),
+                    "{f} (autocrlf {autocrlf}, watch {watch})"
+                );
+            }
+            // Nothing changed on disk: no later scan finds a change.
+            assert!(cps
+                .diff_worktree(&first.id, &Overlay::new())
+                .expect("diff")
+                .is_empty());
+            write(dir, "a.up", b"changed\n");
+            let second = cps.snapshot(meta(1, "edit")).expect("snapshot");
+            let changes = cps.diff(&first.id, &second.id).expect("diff");
+            assert_eq!(changes.len(), 1, "{changes:?}");
+            assert_eq!(changes[0].after.as_deref(), Some(&b"changed\n"[..]));
+            drop(cps);
+            let private = git_dir(dir).expect("git dir").join("rein/tasks/t/index");
+            assert!(!super::super::convert::marker(&private).exists());
+            // A restart trusts its own index: nothing changed.
+            let mut cps = open(dir, "t", Some(&base)).expect("reopen");
+            let again = cps.snapshot(meta(2, "restart")).expect("snapshot");
+            assert!(!again.created, "autocrlf {autocrlf}, watch {watch}");
+            drop(cps);
+            // A seed from `.git/index` that a crash left unread (its marker still there) is
+            // read again, not trusted.
+            fs::copy(dir.join(".git/index"), &private).expect("copy");
+            fs::write(super::super::convert::marker(&private), b"").expect("marker");
+            let mut cps = open(dir, "t", Some(&base)).expect("reopen");
+            let again = cps.snapshot(meta(3, "recovered")).expect("snapshot");
+            assert!(!again.created, "autocrlf {autocrlf}, watch {watch}");
+        }
     }
 
     #[test]

@@ -85,6 +85,12 @@ impl Seed {
         })
     }
 
+    /// Whether the file read is `.git/index` (the task had no index of its own yet), whose
+    /// ids are git's stored forms.
+    pub(super) fn copies_git_index(&self) -> bool {
+        self.copy.is_some()
+    }
+
     /// The entries, in index order (all of stage 0: [`Seed::read`] declines conflicts).
     pub(super) fn entries(&self) -> Vec<Entry<'_>> {
         let backing = self.state.path_backing();

@@ -11,7 +11,7 @@ use git2::build::TreeUpdateBuilder;
 use git2::{FileMode, ObjectType, Odb, Oid, Repository, Tree};
 
 use super::objects::{bytes_path, file_mode};
-use super::walk::{Hasher, RealDirs};
+use super::walk::{Hasher, Modes, RealDirs};
 use super::{validate_rel_path, Checkpoints, Result, Snapshot, SnapshotMeta};
 
 /// One change to a tree: a path's new entry, or its removal.
@@ -213,9 +213,12 @@ impl Checkpoints {
             let tip = self.tip_tree()?;
             let mut updates = Vec::new();
             let mut dirs = RealDirs::default();
+            // After `pack_if_many`: a big step's blobs go where its other objects go.
+            let odb = self.repo.odb()?;
+            let modes = Modes::of(&self.repo);
             for p in paths {
                 self.updates_for(
-                    &mut Hasher::Index(&mut index),
+                    &mut Hasher::Index(&mut index, &odb, modes),
                     &mut dirs,
                     &tip,
                     &bytes_path(p.as_ref()),

@@ -20,24 +20,58 @@ use super::objects::{bytes_path, file_mode};
 use super::update::Update;
 use super::{CheckpointError, Checkpoints, Result};
 
-/// How [`Checkpoints::updates_for`] learns what a file's entry would be.
+/// How git's configuration says a file's mode is recorded: `core.fileMode` (is the exec bit
+/// on disk to be believed) and `core.symlinks` (is a file that stands for a link on disk still
+/// that link).
+#[derive(Clone, Copy)]
+pub(super) struct Modes {
+    filemode: bool,
+    symlinks: bool,
+}
+
+impl Modes {
+    /// The repository's settings; read for each scan, since nothing watches `.git/config`.
+    pub(super) fn of(repo: &Repository) -> Modes {
+        let flag = |key: &str| repo.config().and_then(|c| c.get_bool(key)).unwrap_or(true);
+        Modes {
+            filemode: flag("core.filemode"),
+            symlinks: flag("core.symlinks"),
+        }
+    }
+
+    /// Whether the mode on disk is the mode recorded, whatever the entry was.
+    pub(super) fn trusted(self) -> bool {
+        self.filemode && self.symlinks
+    }
+
+    /// The mode git records for a file found on disk as `disk` whose entry had mode
+    /// `existing`, as libgit2's `add_path` decides it.
+    pub(super) fn record(self, disk: FileMode, existing: Option<i32>) -> FileMode {
+        let regular = matches!(disk, FileMode::Blob | FileMode::BlobExecutable);
+        match existing.map(file_mode) {
+            Some(FileMode::Link) if regular && !self.symlinks => FileMode::Link,
+            Some(m @ (FileMode::Blob | FileMode::BlobExecutable)) if regular && !self.filemode => m,
+            None if regular && !self.filemode => FileMode::Blob,
+            _ => disk,
+        }
+    }
+}
+
+/// How [`Checkpoints::updates_for`] learns what a file's entry would be. Either way the blob is
+/// the file's bytes on disk, whatever attributes and filters say git would store: that is what
+/// a restore writes back (git's `add_path` would store the clean form of a filtered file).
 pub(super) enum Hasher<'a> {
-    /// Through the private index: the file is hashed into the object store (with git's
-    /// filters) and its stat data kept.
-    Index(&'a mut Index),
-    /// Its bytes hashed in memory, nothing written, and kept by path (a diff shows them):
-    /// only where `Live::plain` holds.
-    Memory(&'a mut HashMap<PathBuf, Vec<u8>>),
     /// Its bytes written to the object store as its blob and its entry put in the private
-    /// index with the stat data they were read under: only where `Live::plain` holds. A
-    /// submodule still goes through the index, which reads its HEAD. libgit2's `add_path`
-    /// looks up the attributes of every file it adds, most of a big step's cost.
-    Plain(&'a mut Index, &'a Odb<'a>),
+    /// index with the stat data they were read under. A submodule goes through libgit2's
+    /// `add_path`, which reads its HEAD.
+    Index(&'a mut Index, &'a Odb<'a>, Modes),
+    /// Its bytes hashed in memory, nothing written, and kept by path (a diff shows them).
+    Memory(&'a mut HashMap<PathBuf, Vec<u8>>, Modes),
 }
 
 impl Hasher<'_> {
     fn forget(&mut self, rel: &Path, dir: bool) -> Result<()> {
-        if let Hasher::Index(index) | Hasher::Plain(index, _) = self {
+        if let Hasher::Index(index, ..) = self {
             if dir {
                 index.remove_dir(rel, 0)?;
             } else {
@@ -47,42 +81,58 @@ impl Hasher<'_> {
         Ok(())
     }
 
-    /// The entry `rel` would have; None when it vanished meanwhile.
+    /// The entry `rel` would have, given its entry `existing` in the tree it is compared with;
+    /// None when it vanished meanwhile.
     fn entry(
         &mut self,
         full: &Path,
         rel: &Path,
         meta: &fs::Metadata,
+        existing: Option<i32>,
     ) -> Result<Option<(Oid, FileMode)>> {
         match self {
-            Hasher::Plain(index, odb) if !meta.is_dir() => {
-                let Some((bytes, mode)) = read_content(full, meta)? else {
-                    return Ok(None);
-                };
-                let id = odb.write(ObjectType::Blob, &bytes)?;
-                index.add(&index_entry(rel, id, u32::from(mode), meta))?;
-                Ok(Some((id, mode)))
-            }
-            Hasher::Index(index) | Hasher::Plain(index, _) => {
-                match index.add_path(rel) {
-                    Ok(()) => {}
-                    Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
-                    Err(e) => return Err(e.into()),
-                }
-                Ok(index
-                    .get_path(rel, 0)
-                    .map(|e| (e.id, file_mode(e.mode as i32))))
-            }
-            Hasher::Memory(read) => {
+            Hasher::Index(index, odb, modes) => add_file(index, odb, *modes, full, rel, meta),
+            Hasher::Memory(read, modes) => {
                 let Some((bytes, mode)) = read_content(full, meta)? else {
                     return Ok(None);
                 };
                 let id = Oid::hash_object(ObjectType::Blob, &bytes)?;
                 read.insert(rel.to_path_buf(), bytes);
-                Ok(Some((id, mode)))
+                Ok(Some((id, modes.record(mode, existing))))
             }
         }
     }
+}
+
+/// Records the file at `full` (`rel` in the tree, found with `meta`) in `index`: its bytes on
+/// disk as its blob, its mode as `modes` say given its entry there; a submodule through
+/// libgit2, which reads its HEAD. None when it vanished meanwhile.
+pub(super) fn add_file(
+    index: &mut Index,
+    odb: &Odb<'_>,
+    modes: Modes,
+    full: &Path,
+    rel: &Path,
+    meta: &fs::Metadata,
+) -> Result<Option<(Oid, FileMode)>> {
+    if meta.is_dir() {
+        match index.add_path(rel) {
+            Ok(()) => {}
+            Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        return Ok(index
+            .get_path(rel, 0)
+            .map(|e| (e.id, file_mode(e.mode as i32))));
+    }
+    let Some((bytes, mode)) = read_content(full, meta)? else {
+        return Ok(None);
+    };
+    let existing = index.get_path(rel, 0).map(|e| e.mode as i32);
+    let mode = modes.record(mode, existing);
+    let id = odb.write(ObjectType::Blob, &bytes)?;
+    index.add(&index_entry(rel, id, u32::from(mode), meta))?;
+    Ok(Some((id, mode)))
 }
 
 /// [`disk_content`], or None when the file vanished meanwhile.
@@ -189,7 +239,7 @@ impl RealDirs {
     }
 }
 
-/// A file's bytes as git would store them when `plain_content` holds, and its mode.
+/// A file's bytes on disk (a link's target), and its mode as the disk has it.
 pub(super) fn disk_content(full: &Path, meta: &fs::Metadata) -> io::Result<(Vec<u8>, FileMode)> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::PermissionsExt;
@@ -300,11 +350,12 @@ impl Checkpoints {
             hasher.forget(rel, true)?;
             out.push(Update::Remove(rel.to_path_buf()));
         }
-        if meta.is_dir() && matches!(hasher, Hasher::Memory(_)) {
+        if meta.is_dir() && matches!(hasher, Hasher::Memory(..)) {
             // A submodule: diffs leave them out, and only the index reads their HEAD.
             return Ok(());
         }
-        let Some((id, mode)) = hasher.entry(&workdir.join(rel), rel, &meta)? else {
+        let existing = in_base.as_ref().map(|b| b.filemode());
+        let Some((id, mode)) = hasher.entry(&workdir.join(rel), rel, &meta, existing)? else {
             if in_base.is_some() {
                 hasher.forget(rel, false)?;
                 out.push(Update::Remove(rel.to_path_buf()));

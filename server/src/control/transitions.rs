@@ -4,8 +4,8 @@
 use super::{
     Advice, ControlError, Engine, Envelope, Flow, Level, Phase, Reply, Request, UserAction,
 };
-use crate::checkpoint::{CheckpointError, Checkpoints, Overlay, SnapshotMeta};
-use crate::exec::Sandbox;
+use crate::checkpoint::{CheckpointError, Checkpoints, EntryMode, Overlay, SnapshotMeta};
+use crate::exec::{Node, NodeKind, Sandbox};
 use crate::reconcile::{verdict, FileReport};
 use crate::state::{
     self, Author, Constraint, ConstraintSource, ConstraintStatus, Control, DecisionKind, Holder,
@@ -55,7 +55,8 @@ impl Request {
     }
 }
 
-/// Makes the working tree equal to a checkpoint's tree. Returns the paths it changed.
+/// Makes the working tree equal to a checkpoint's tree, bytes, modes and links. Returns the
+/// paths it changed.
 pub(super) fn restore_tree(
     ckpt: &mut Checkpoints,
     sandbox: &Sandbox,
@@ -64,11 +65,32 @@ pub(super) fn restore_tree(
     let changes = ckpt.diff_worktree(target, &Overlay::new())?;
     for c in &changes {
         match &c.before {
-            Some(b) => sandbox.write(c.path_bytes(), b)?,
+            Some(b) => {
+                let kind = node_kind(ckpt.mode_of(target, c.path_bytes())?);
+                let node = Node {
+                    kind,
+                    bytes: b.clone(),
+                };
+                sandbox.put(c.path_bytes(), &node)?
+            }
             None => sandbox.remove(c.path_bytes())?,
         }
     }
     Ok(changes.into_iter().map(|c| c.path).collect())
+}
+
+/// How a checkpoint's entry is put on disk.
+fn node_kind(mode: Option<EntryMode>) -> NodeKind {
+    match mode {
+        Some(EntryMode::Executable) => NodeKind::Executable,
+        Some(EntryMode::Symlink) => NodeKind::Link,
+        Some(EntryMode::Regular) | None => NodeKind::File,
+    }
+}
+
+/// A node as [`verdict::revert_node`] takes it.
+fn side(node: &Option<Node>) -> Option<(&[u8], NodeKind)> {
+    node.as_ref().map(|n| (n.bytes.as_slice(), n.kind))
 }
 
 /// Resolves a rewind target. `step:N` names the checkpoint step N ended on, as the state
@@ -531,8 +553,12 @@ impl Engine {
     fn revert_agent_changes(&mut self) -> Result<Undone, ControlError> {
         let list = self.ckpt.list()?;
         // Keyed by the path's bytes, so a name that is not UTF-8 is found on disk as it is;
-        // the value carries the name as shown and the content the file should end with.
-        let mut touched = std::collections::BTreeMap::<Vec<u8>, (String, Option<Vec<u8>>)>::new();
+        // the value carries the name as shown and what the path should end with (bytes, mode,
+        // link).
+        let mut touched = std::collections::BTreeMap::<Vec<u8>, (String, Option<Node>)>::new();
+        // For each file an agent step added, when the oldest such step began: directories on
+        // its way made since then go with it when abort leaves them empty.
+        let mut added_since = std::collections::BTreeMap::<Vec<u8>, i64>::new();
         let mut left = std::collections::BTreeMap::<Vec<u8>, (String, String)>::new();
         // Kept agent lines by where they are in the content the file is to end with, carried
         // through each older step's revert as it moves them.
@@ -562,9 +588,23 @@ impl Engine {
                 if left.contains_key(&key) {
                     continue;
                 }
+                if change.before.is_none() {
+                    added_since.insert(key.clone(), parent.time);
+                }
+                let at = |commit: &str, bytes: Option<Vec<u8>>| -> Result<_, ControlError> {
+                    Ok(match bytes {
+                        Some(bytes) => Some(Node {
+                            kind: node_kind(self.ckpt.mode_of(commit, &key)?),
+                            bytes,
+                        }),
+                        None => None,
+                    })
+                };
+                let before = at(&parent.id, change.before)?;
+                let after = at(&c.id, change.after)?;
                 let now = match touched.get(&key) {
                     Some((_, v)) => v.clone(),
-                    None => match self.sandbox.read(&key) {
+                    None => match self.sandbox.read_node(&key) {
                         Ok(v) => v,
                         Err(e) => {
                             left.insert(key, (change.path, e.to_string()));
@@ -572,18 +612,19 @@ impl Engine {
                         }
                     },
                 };
-                if let Some(next) = verdict::revert(
-                    change.before.as_deref(),
-                    change.after.as_deref(),
-                    now.as_deref(),
-                ) {
+                if let Some(next) =
+                    verdict::revert_node(side(&before), side(&after), side(&now), |k| {
+                        k != NodeKind::Link
+                    })
+                {
                     let k = kept.entry(key.clone()).or_default();
                     let carried = std::mem::take(k).into_iter();
                     k.extend(carried.filter_map(|(l, t)| Some((next.line_of(l)?, t))));
                     k.extend(next.kept);
                     k.sort();
                     k.dedup_by_key(|(l, _)| *l);
-                    touched.insert(key, (change.path, next.content));
+                    let node = next.node.map(|(bytes, kind)| Node { kind, bytes });
+                    touched.insert(key, (change.path, node));
                 } else {
                     touched.entry(key).or_insert((change.path, now));
                 }
@@ -601,12 +642,13 @@ impl Engine {
                         .collect(),
                 });
             }
-            let done = self.sandbox.read(&raw).and_then(|disk| {
+            let removing = content.is_none();
+            let done = self.sandbox.read_node(&raw).and_then(|disk| {
                 if disk == content {
                     return Ok(false);
                 }
                 match content {
-                    Some(c) => self.sandbox.write(&raw, &c)?,
+                    Some(c) => self.sandbox.put(&raw, &c)?,
                     None => self.sandbox.remove(&raw)?,
                 }
                 Ok(true)
@@ -616,6 +658,9 @@ impl Engine {
                 Ok(true) => {
                     count += 1;
                     (self.notify)(super::Notice::Wrote { path });
+                    if let Some(since) = added_since.get(&raw).filter(|_| removing) {
+                        self.remove_made_dirs(&raw, *since);
+                    }
                 }
                 Err(e) => {
                     left.insert(raw, (path, e.to_string()));
@@ -627,6 +672,25 @@ impl Engine {
             left: left.into_values().collect(),
             kept: stayed,
         })
+    }
+
+    /// Removes the directories on the way to `raw` (deepest first) that are empty now and were
+    /// made at or after `since` (unix seconds, when the agent step that added the file began):
+    /// the ones that step made for it. Stops at the first that stays; a failure is only logged.
+    fn remove_made_dirs(&self, raw: &[u8], since: i64) {
+        let since = std::time::UNIX_EPOCH + std::time::Duration::from_secs(since.max(0) as u64);
+        let mut dir = raw;
+        while let Some(cut) = dir.iter().rposition(|&b| b == b'/') {
+            dir = &dir[..cut];
+            match self.sandbox.remove_empty_dir(dir, since) {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not remove a directory the agent made");
+                    return;
+                }
+            }
+        }
     }
 
     fn takeover(&mut self, reason: Option<String>) -> Answer {

@@ -25,7 +25,7 @@ pub use confine::{
 };
 pub use policy::{Policy, Verdict};
 pub use process::{end_tagged, Output, Process, OUTPUT_CAP, TAG_VAR};
-pub use sandbox::{Sandbox, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, TEMP_PREFIX};
+pub use sandbox::{Node, NodeKind, Sandbox, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, TEMP_PREFIX};
 pub use search::RESULT_CAP;
 pub use shell::written_words;
 pub use tap::{Taken, Tap, CHUNK_CAP, TAIL_CAP};

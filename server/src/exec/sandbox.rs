@@ -16,13 +16,14 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::errno::Errno;
-use nix::fcntl::{open, openat, renameat, AtFlags, OFlag};
+use nix::fcntl::{open, openat, readlinkat, renameat, AtFlags, OFlag};
 use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
-use nix::unistd::{fsync, unlinkat, UnlinkatFlags};
+use nix::unistd::{fsync, symlinkat, unlinkat, UnlinkatFlags};
 
 use super::ExecError;
 
@@ -46,6 +47,27 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 pub struct Sandbox {
     root: PathBuf,
     dir: OwnedFd,
+}
+
+/// What a path in the tree holds, as a checkpoint records it: a file's bytes or a link's
+/// target, and which of the three it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// A regular file, an executable one, or a symbolic link.
+    pub kind: NodeKind,
+    /// The file's content, or the link's target.
+    pub bytes: Vec<u8>,
+}
+
+/// The kinds of [`Node`]: git's three file modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    /// A regular file without an executable bit.
+    File,
+    /// A regular file with the owner's executable bit.
+    Executable,
+    /// A symbolic link, never followed.
+    Link,
 }
 
 /// What sits at the final component of a path.
@@ -194,6 +216,155 @@ impl Sandbox {
                 path: shown(&clean),
                 what: "a directory",
             }),
+            Err(e) => Err(io_error(&clean, e)),
+        }
+    }
+
+    /// What `rel` holds, without following a link at its end (nor anywhere on the way):
+    /// `None` when nothing is there; an error for a directory or a special file.
+    pub fn read_node(&self, rel: impl AsRef<[u8]>) -> Result<Option<Node>, ExecError> {
+        let rel = rel.as_ref();
+        let clean = lexical(rel)?;
+        let (parents, name) = split(&clean);
+        let Some(dir) = self.walk(&clean, &parents, false)? else {
+            return Ok(None);
+        };
+        let stat = match fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(None),
+            Err(e) => return Err(io_error(&clean, e)),
+        };
+        if file_type(&stat) == SFlag::S_IFLNK {
+            return match readlinkat(&dir, name) {
+                Ok(target) => Ok(Some(Node {
+                    kind: NodeKind::Link,
+                    bytes: std::os::unix::ffi::OsStringExt::into_vec(target),
+                })),
+                Err(Errno::ENOENT) => Ok(None),
+                Err(e) => Err(io_error(&clean, e)),
+            };
+        }
+        let kind = if stat.st_mode & 0o100 != 0 {
+            NodeKind::Executable
+        } else {
+            NodeKind::File
+        };
+        Ok(self.read(rel)?.map(|bytes| Node { kind, bytes }))
+    }
+
+    /// Puts `node` at `rel` exactly: a file's bytes with its executable bits set or cleared
+    /// (the other permission bits kept from the file it replaces), or a link to its target.
+    /// Whatever is at `rel` (a file or a link, never followed) is replaced atomically by a
+    /// rename; missing parent directories are made inside the tree. A link is written as the
+    /// checkpoint holds it, wherever it points: it is never followed here.
+    pub fn put(&self, rel: impl AsRef<[u8]>, node: &Node) -> Result<(), ExecError> {
+        let clean = lexical(rel.as_ref())?;
+        let (parents, name) = split(&clean);
+        let Some(dir) = self.walk(&clean, &parents, true)? else {
+            return Err(io_error(&clean, Errno::ENOENT));
+        };
+        let now = match fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(stat) => Some(stat),
+            Err(Errno::ENOENT) => None,
+            Err(e) => return Err(io_error(&clean, e)),
+        };
+        // A file or a link is replaced; a directory or a special file is not.
+        if let Some(what) = now
+            .as_ref()
+            .filter(|st| file_type(st) != SFlag::S_IFLNK)
+            .and_then(not_a_file)
+        {
+            return Err(ExecError::NotAFile {
+                path: shown(&clean),
+                what,
+            });
+        }
+        let old_mode = now
+            .filter(|st| file_type(st) == SFlag::S_IFREG)
+            .map(|st| st.st_mode & 0o7777);
+        let temp = match node.kind {
+            NodeKind::Link => self.temp_link(&dir, &clean, &node.bytes)?,
+            NodeKind::File | NodeKind::Executable => {
+                let (temp, fd) =
+                    create_temp(&dir, old_mode.is_none()).map_err(|e| io_error(&clean, e))?;
+                let mut file = File::from(fd);
+                let written = (|| -> io::Result<()> {
+                    file.write_all(&node.bytes)?;
+                    let base = match old_mode {
+                        Some(mode) => mode,
+                        None => fstat(&file)?.st_mode & 0o7777,
+                    };
+                    let mode = if node.kind == NodeKind::Executable {
+                        // As `chmod +x` does: executable wherever readable.
+                        base | ((base & 0o444) >> 2)
+                    } else {
+                        base & !0o111
+                    };
+                    fchmod(&file, Mode::from_bits_truncate(mode))?;
+                    file.sync_all()
+                })();
+                if let Err(source) = written {
+                    let _ = unlinkat(&dir, temp.as_str(), UnlinkatFlags::NoRemoveDir);
+                    return Err(ExecError::Io {
+                        path: shown(&clean),
+                        source,
+                    });
+                }
+                temp
+            }
+        };
+        // Replaces a file or a link at `name` without following it.
+        if let Err(e) = renameat(&dir, temp.as_str(), &dir, name) {
+            let _ = unlinkat(&dir, temp.as_str(), UnlinkatFlags::NoRemoveDir);
+            return Err(io_error(&clean, e));
+        }
+        sync_dir(&dir, &clean)
+    }
+
+    /// A new link to `target` under an unused temporary name in `dir`.
+    fn temp_link(&self, dir: &OwnedFd, clean: &[u8], target: &[u8]) -> Result<String, ExecError> {
+        let target = std::ffi::OsStr::from_bytes(target);
+        let mut last = Errno::EEXIST;
+        for _ in 0..TEMP_ATTEMPTS {
+            let name = format!(
+                "{TEMP_PREFIX}{}-{}",
+                std::process::id(),
+                TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+            );
+            match symlinkat(target, dir, name.as_str()) {
+                Ok(()) => return Ok(name),
+                Err(Errno::EEXIST) => last = Errno::EEXIST,
+                Err(e) => return Err(io_error(clean, e)),
+            }
+        }
+        Err(io_error(clean, last))
+    }
+
+    /// Removes the directory `rel` if it is empty and was made at or after `born` (its birth
+    /// time; where the file system keeps none, it stays), never following a link; whether it
+    /// did. Anything else at `rel`, or nothing, is left as it is.
+    pub fn remove_empty_dir(
+        &self,
+        rel: impl AsRef<[u8]>,
+        born: std::time::SystemTime,
+    ) -> Result<bool, ExecError> {
+        let clean = lexical(rel.as_ref())?;
+        let (parents, name) = split(&clean);
+        let Some(dir) = self.walk(&clean, &parents, false)? else {
+            return Ok(false);
+        };
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let Ok(opened) = openat(&dir, name, flags, Mode::empty()) else {
+            return Ok(false);
+        };
+        // Through the descriptor: statx, which knows the birth time.
+        let made = File::from(opened).metadata().and_then(|m| m.created());
+        if !made.is_ok_and(|made| made >= born) {
+            return Ok(false);
+        }
+        match unlinkat(&dir, name, UnlinkatFlags::RemoveDir) {
+            Ok(()) => sync_dir(&dir, &clean).map(|()| true),
+            Err(Errno::ENOTEMPTY | Errno::EEXIST | Errno::ENOENT | Errno::ENOTDIR) => Ok(false),
             Err(e) => Err(io_error(&clean, e)),
         }
     }

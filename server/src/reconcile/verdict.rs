@@ -219,6 +219,79 @@ pub fn revert(before: Option<&[u8]>, after: Option<&[u8]>, now: Option<&[u8]>) -
     })
 }
 
+/// What taking one agent change back out of a path comes to, its kind included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevertedNode<K> {
+    /// The bytes and kind the path should end with; None when it should not exist.
+    pub node: Option<(Vec<u8>, K)>,
+    /// As [`Reverted::kept`].
+    pub kept: Vec<(usize, String)>,
+    /// As [`Reverted::line_of`]'s map.
+    moved: Vec<Option<usize>>,
+}
+
+impl<K> RevertedNode<K> {
+    /// As [`Reverted::line_of`].
+    pub fn line_of(&self, line: usize) -> Option<usize> {
+        let at = line.checked_sub(1)?;
+        self.moved.get(at).copied().flatten().map(|l| l + 1)
+    }
+}
+
+/// [`revert`] for a path whose kind `K` (a file mode: regular, executable, link) counts too.
+/// Each side is the path's bytes (a link's target) and kind; `merges` says whether content of
+/// a kind is merged line by line, which a link's target never is: a link, or a path that was
+/// or became one, is taken back only while it is exactly what the agent left. A file's mode
+/// goes back to `before`'s while it is still the agent's. None when nothing should change.
+pub fn revert_node<K: Copy + PartialEq>(
+    before: Option<(&[u8], K)>,
+    after: Option<(&[u8], K)>,
+    now: Option<(&[u8], K)>,
+    merges: impl Fn(K) -> bool,
+) -> Option<RevertedNode<K>> {
+    if now == before {
+        return None;
+    }
+    let owned = |side: Option<(&[u8], K)>| side.map(|(b, k)| (b.to_vec(), k));
+    if now == after {
+        return Some(RevertedNode {
+            node: owned(before),
+            kept: Vec::new(),
+            moved: Vec::new(),
+        });
+    }
+    // The human changed it after the agent: a link is never merged.
+    if [before, after, now]
+        .iter()
+        .flatten()
+        .any(|&(_, k)| !merges(k))
+    {
+        return None;
+    }
+    let (now_bytes, now_kind) = now?;
+    let kind = match (before, after) {
+        (Some((_, b)), Some((_, a))) if a == now_kind => b,
+        _ => now_kind,
+    };
+    let content = revert(before.map(|b| b.0), after.map(|a| a.0), Some(now_bytes));
+    match content {
+        Some(r) => Some(RevertedNode {
+            node: r.content.map(|c| (c, kind)),
+            kept: r.kept,
+            moved: r.moved,
+        }),
+        // Only the mode goes back: every line stays where it is.
+        None if kind != now_kind => Some(RevertedNode {
+            node: Some((now_bytes.to_vec(), kind)),
+            kept: Vec::new(),
+            moved: (0..now_bytes.split_inclusive(|&b| b == b'\n').count())
+                .map(Some)
+                .collect(),
+        }),
+        None => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,5 +464,73 @@ mod tests {
     fn protectable_skips_lines_without_words() {
         let p = protectable(Some(b"a\n"), Some(b"a\n}\n\nlet x = 1;\n"));
         assert_eq!(p, vec!["let x = 1;".to_owned()]);
+    }
+
+    #[test]
+    fn a_reverted_node_gets_its_mode_back_and_a_link_is_never_merged() {
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        enum K {
+            File,
+            Exec,
+            Link,
+        }
+        let merges = |k: K| k != K::Link;
+        let b = BUGGY.as_bytes();
+        // chmod +x alone, still as the agent left it: the mode goes back.
+        let r = revert_node(
+            Some((b, K::File)),
+            Some((b, K::Exec)),
+            Some((b, K::Exec)),
+            merges,
+        );
+        assert_eq!(r.map(|r| r.node), Some(Some((b.to_vec(), K::File))));
+        // chmod +x, then the human edited the content: the content stays, the mode goes back.
+        let f = FIXED.as_bytes();
+        let r = revert_node(
+            Some((b, K::File)),
+            Some((b, K::Exec)),
+            Some((f, K::Exec)),
+            merges,
+        );
+        assert_eq!(r.map(|r| r.node), Some(Some((f.to_vec(), K::File))));
+        // The human made it executable again after the agent's chmod -x: theirs stays.
+        let r = revert_node(
+            Some((b, K::Exec)),
+            Some((b, K::File)),
+            Some((f, K::Exec)),
+            merges,
+        );
+        assert_eq!(r, None);
+        // A link the agent retargeted goes back; one the human changed since stays.
+        let r = revert_node(
+            Some((&b"a"[..], K::Link)),
+            Some((&b"b"[..], K::Link)),
+            Some((&b"b"[..], K::Link)),
+            merges,
+        );
+        assert_eq!(r.map(|r| r.node), Some(Some((b"a".to_vec(), K::Link))));
+        let r = revert_node(
+            Some((&b"a"[..], K::Link)),
+            Some((&b"b"[..], K::Link)),
+            Some((&b"c"[..], K::Link)),
+            merges,
+        );
+        assert_eq!(r, None);
+        // A file the agent turned into a link goes back to the file.
+        let r = revert_node(
+            Some((b, K::File)),
+            Some((&b"x"[..], K::Link)),
+            Some((&b"x"[..], K::Link)),
+            merges,
+        );
+        assert_eq!(r.map(|r| r.node), Some(Some((b.to_vec(), K::File))));
+        // A new link the agent made goes.
+        let r = revert_node(
+            None,
+            Some((&b"x"[..], K::Link)),
+            Some((&b"x"[..], K::Link)),
+            merges,
+        );
+        assert_eq!(r.map(|r| r.node), Some(None));
     }
 }

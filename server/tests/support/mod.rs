@@ -303,3 +303,40 @@ pub fn waiting_script(name: &str) -> (tempfile::TempDir, tempfile::TempDir) {
     git(dir.path(), &["commit", "-q", "-m", "executable"]);
     (dir, tempfile::tempdir().expect("flag dir"))
 }
+
+/// The exact bytes, permission bits and link target (if a link) at `path` under `root`,
+/// never following a link; None when nothing is there.
+pub fn node(root: &Path, path: &str) -> Option<(Vec<u8>, u32, bool)> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let full = root.join(path);
+    let meta = std::fs::symlink_metadata(&full).ok()?;
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(&full).expect("readlink");
+        return Some((target.as_os_str().as_bytes().to_vec(), 0, true));
+    }
+    let bytes = std::fs::read(&full).expect("read");
+    Some((bytes, meta.permissions().mode() & 0o7777, false))
+}
+
+/// Which file `path` is on disk and when it was last written: (inode, mtime in ns). Equal
+/// before and after means it was never rewritten.
+pub fn identity(root: &Path, path: &str) -> (u64, i128) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(root.join(path)).expect("stat");
+    (
+        meta.ino(),
+        i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+    )
+}
+
+/// Asserts that git sees the working tree exactly as committed: `git status --porcelain`
+/// and `git diff` (which runs the filters and conversions) both empty.
+pub fn assert_git_clean(root: &Path, why: &str) {
+    assert_eq!(
+        git(root, &["status", "--porcelain"]),
+        "",
+        "git status: {why}"
+    );
+    assert_eq!(git(root, &["diff", "--stat"]), "", "git diff: {why}");
+}
