@@ -604,6 +604,39 @@ fn abort_during_a_command_ends_its_processes() {
     wait_harness_gone(&mut lsp, "codex");
 }
 
+/// Issue 25, case 1, with the real harness: while Codex's command runs, the person makes
+/// `notes.txt` from a terminal; abort keeps it and lists it as unattributed.
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn a_file_made_from_a_terminal_while_codex_runs_survives_abort_listed_as_unattributed() {
+    let codex = Codex::new(json!({"turns": [
+        {"items": [escalated("sleep 30 && touch never-made.txt")]},
+        {"items": [message("unreachable")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let opts = json!({"policy": {"allow": ["sleep", "touch"]}});
+    let mut lsp = start(root, &codex, "make a file slowly", opts);
+    wait_procs("never-made.txt", "Codex to run the command", |ps| {
+        ps.iter().any(|p| p.cmdline.starts_with("sleep"))
+    });
+    std::fs::write(root.join("notes.txt"), "mine\n").expect("a terminal's write");
+    lsp.ok("rein.abort", json!({}));
+    let s = lsp.wait_state("aborted", |s| status(s) == "aborted");
+    assert_eq!(read(root, "notes.txt"), "mine\n", "{s:#}");
+    let listed: Vec<&str> = s["unattributedChanges"]
+        .as_array()
+        .map(|u| u.iter().filter_map(|c| c["path"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(listed, vec!["notes.txt"], "{s:#}");
+    assert!(
+        s["stopReason"]
+            .as_str()
+            .is_some_and(|w| w.contains("notes.txt")),
+        "{s:#}"
+    );
+}
+
 #[test]
 #[ignore = "needs the real harnesses: run tests/agents/run"]
 fn commands_codex_runs_are_recorded_as_steps() {

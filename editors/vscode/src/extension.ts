@@ -144,6 +144,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
   cmd('rein.ui.handback', handback);
   cmd('rein.ui.state', showState);
   cmd('rein.ui.rewind', rewind);
+  cmd('rein.ui.discardChange', discardChange);
   cmd('rein.ui.menu', menu);
   cmd('rein.ui.decide', (node?: Node) => decide(node));
   cmd('rein.ui.approve', (node?: Node) => decideInline(node, 'approve'));
@@ -903,6 +904,25 @@ async function rewind(): Promise<void> {
   );
   if (!pick) return;
   await call('rein.rewind', { checkpoint: pick.checkpoint });
+}
+
+/** Discards one change Rein could not attribute (kept by abort), as the person chooses. */
+async function discardChange(): Promise<void> {
+  const changes = state?.unattributedChanges ?? [];
+  if (!changes.length) {
+    void vscode.window.showInformationMessage('Rein: no change made while the agent ran is waiting to be discarded.');
+    return;
+  }
+  const pick = await vscode.window.showQuickPick(
+    changes.map((u) => ({
+      label: `$(discard) ${u.path}`,
+      description: `${u.kind}${u.size != null ? ` · ${u.size} bytes` : ''} · step ${u.atStep}`,
+      path: u.path,
+    })),
+    { title: 'Rein: Discard a Change Made While the Agent Ran', placeHolder: 'Rein cannot tell who made these; discard which one? (the file goes back to what it was before)', ignoreFocusOut: true },
+  );
+  if (!pick) return;
+  await call('rein.discardChange', { path: pick.path });
 }
 
 /** What the server said at initialize this kernel can confine. */

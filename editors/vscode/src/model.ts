@@ -128,6 +128,8 @@ export interface TaskState {
   summary?: string | null;
   /** After an abort: agent lines that stayed where you edited inside their block (`line` 1-based). */
   keptAgentLines?: { path: string; lines: { line: number; text: string }[] }[];
+  /** Files that changed while the agent ran that Rein cannot attribute: kept by abort. */
+  unattributedChanges?: { path: string; kind: string; at: string; size?: number | null; atStep: number; checkpoint?: string | null }[];
   sandbox?: SandboxInfo | null;
   /** A stop waiting for an approved irreversible command to end. */
   queuedStop?: { intent: string; behind: string; since: string } | null;

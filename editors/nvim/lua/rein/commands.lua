@@ -473,6 +473,40 @@ sub.release = {
   end,
 }
 
+sub.discard = {
+  desc = "discard a change made while the agent ran that Rein cannot attribute",
+  complete = function()
+    local s = current_state()
+    local out = {}
+    for _, u in ipairs(s and type(s.unattributedChanges) == "table" and s.unattributedChanges or {}) do
+      table.insert(out, u.path)
+    end
+    return out
+  end,
+  run = function(args)
+    if args ~= "" then
+      rein().exec("discardChange", { path = args })
+      return
+    end
+    local s = current_state()
+    local changes = s and type(s.unattributedChanges) == "table" and s.unattributedChanges or {}
+    if #changes == 0 then
+      vim.notify("Rein: no change made while the agent ran is waiting to be discarded", vim.log.levels.INFO)
+      return
+    end
+    select(changes, {
+      prompt = "Rein cannot tell who made these; discard which?",
+      format_item = function(u)
+        return ("%s (%s, step %s)"):format(u.path, u.kind or "?", tostring(u.atStep))
+      end,
+    }, function(u)
+      if u then
+        rein().exec("discardChange", { path = u.path })
+      end
+    end)
+  end,
+}
+
 sub.steps = {
   desc = "put the task's steps in the quickfix list",
   run = function()
@@ -704,6 +738,7 @@ function M.client_commands()
     "rein.decide",
     "rein.release",
     "rein.rewind",
+    "rein.discardChange",
     "rein.sendSteerComment",
     "rein.dismissSteerComment",
   }) do
