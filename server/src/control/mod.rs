@@ -1294,7 +1294,9 @@ impl Engine {
         if stopped && self.state().status != Status::Running {
             // Paused mid think: what the agent did before control left it is its own,
             // checkpointed now (its processes are frozen), before the human's time begins.
-            self.settle_agent(true, true);
+            // A pause freezes its tool calls in flight: what they announced still stands.
+            let leaving = self.state().status != Status::Paused;
+            self.settle_agent(true, leaving);
         }
         match got {
             Ok(Ok(Proposal { mv, words })) => {
@@ -1411,8 +1413,9 @@ impl Engine {
     /// same backstop that puts back the human's lines it removed; what the human typed (held
     /// files) or saved is theirs; anything else is recorded as unattributed, kept by abort.
     /// Called at every boundary while it holds control, and when control leaves it (pause,
-    /// take over, abort) once its processes are stopped or ending (`leaving`: nothing it
-    /// announced is still on its way after that).
+    /// take over, abort) once its processes are stopped or ending (`leaving`: its tool calls
+    /// in flight ended, so nothing they announced is still on its way; not so for a pause,
+    /// which only freezes them).
     fn settle_agent(&mut self, unreported: bool, leaving: bool) {
         let Some(agent) = self.agent.as_mut().filter(|a| a.acts_directly()) else {
             return;

@@ -317,7 +317,7 @@ impl Engine {
             // Between steps: what the agent did until its processes stopped is its own, taken
             // now, before the person's time begins. (Mid think the step does this once the
             // think is dropped; the agent is the step's then.)
-            self.settle_agent(acting, true);
+            self.settle_agent(acting, false);
         }
         (Ok(Reply::State(self.boxed_state())), flow)
     }
