@@ -304,3 +304,67 @@ async fn rolling_back_a_cut_command_keeps_a_file_nobody_named() {
     assert_eq!(read(root, "notes.txt"), "mine\n");
     unattributed_step(&s, "notes.txt");
 }
+
+/// Two changes nothing attributes, to one file: the newest is discarded first (bytes and
+/// mode), then the one before it, back to the committed file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_unattributed_changes_to_one_file_are_discarded_newest_first_with_their_modes() {
+    let (dir, flags) = waiting_script("slow_test.sh");
+    let root = dir.path();
+    let (go1, go2) = (flags.path().join("go1"), flags.path().join("go2"));
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": format!("sh -c './slow_test.sh {}'", go1.display())}},
+            {"run": {"cmd": format!("sh -c './slow_test.sh {}'", go2.display())}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let started = |go: &std::path::Path| !pids_with(&go.display().to_string()).is_empty();
+    eventually("the first command", || started(&go1)).await;
+    write(root, "a.txt", "one\n");
+    std::fs::write(&go1, "").expect("go1");
+    eventually("the second command", || started(&go2)).await;
+    write(root, "a.txt", "two\n");
+    let mut perms = std::fs::metadata(root.join("a.txt")).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(root.join("a.txt"), perms).unwrap();
+    std::fs::write(&go2, "").expect("go2");
+    let end = run
+        .until("both recorded", |s| {
+            s.unattributed_changes
+                .iter()
+                .filter(|u| u.path == "a.txt")
+                .count()
+                == 2
+        })
+        .await;
+    assert!(end.status == Status::Running, "{end:#?}");
+    run.call(Request::Abort {
+        keep_changes: false,
+    })
+    .await;
+    assert_eq!(
+        node(root, "a.txt").map(|(b, m, _)| (b, m & 0o111 != 0)),
+        Some((b"two\n".to_vec(), true))
+    );
+    run.call(Request::DiscardChange {
+        path: "a.txt".into(),
+    })
+    .await;
+    assert_eq!(
+        node(root, "a.txt").map(|(b, m, _)| (b, m & 0o111 != 0)),
+        Some((b"one\n".to_vec(), false)),
+        "the newest change goes first, its mode with it"
+    );
+    let s = run
+        .call(Request::DiscardChange {
+            path: "a.txt".into(),
+        })
+        .await
+        .state()
+        .clone();
+    assert_eq!(read(root, "a.txt"), "a\n");
+    assert!(s.unattributed_changes.iter().all(|u| u.path != "a.txt"));
+    assert_eq!(git(root, &["diff", "--name-only"]), "");
+}

@@ -275,7 +275,11 @@ impl Engine {
         for c in changes {
             match self.authorship.judge(&c, evidence) {
                 Who::Agent => agents.push(c.path_bytes().to_vec()),
-                Who::Human => saved.push(c.path_bytes().to_vec()),
+                Who::Human => {
+                    // Evidence for this change only: the save is now recorded.
+                    self.authorship.saved.remove(&c.path);
+                    saved.push(c.path_bytes().to_vec());
+                }
                 Who::Unattributed => unknown.push(c),
             }
         }
@@ -390,8 +394,6 @@ impl Engine {
                 Some(id.clone()),
                 StepStatus::Done,
             ));
-            s.unattributed_changes
-                .retain(|u| !entries.iter().any(|e| e.path == u.path));
             s.unattributed_changes.extend(entries);
         });
         super::journal(

@@ -498,12 +498,12 @@ impl Engine {
             why.push_str("; ");
             why.push_str(&told);
         }
-        let unattributed: Vec<String> = self
-            .state()
-            .unattributed_changes
-            .iter()
-            .map(|u| u.path.clone())
-            .collect();
+        let mut unattributed: Vec<String> = Vec::new();
+        for u in &self.state().unattributed_changes {
+            if !unattributed.contains(&u.path) {
+                unattributed.push(u.path.clone());
+            }
+        }
         if !unattributed.is_empty() && !keep_changes {
             let told = format!(
                 "kept {} file(s) that changed while the agent ran, since Rein cannot tell who changed them: {}; discard one with rein.discardChange (the code action on the file) if it was the agent's",
@@ -933,19 +933,20 @@ impl Engine {
     }
 
     /// The person chose to discard a change Rein could not attribute: the file is put back
-    /// as it was before the change, if it still holds exactly what was found (anything done
-    /// to it since is someone's work, and kept: said so), recorded as the person's step.
+    /// as it was before the change (bytes, mode, link), if it still holds exactly what was
+    /// found (anything done to it since is someone's work, and kept: said so), recorded as the
+    /// person's step. Of several such changes to one file, the newest goes first; the one
+    /// before it is then the next to discard.
     fn discard_change(&mut self, raw: &str) -> Answer {
         let path = self
             .sandbox
             .check(raw)
             .map_err(|e| ControlError::BadArgument(e.to_string()))?;
-        let Some(entry) = self
+        let Some(at) = self
             .state()
             .unattributed_changes
             .iter()
-            .find(|u| u.path == path)
-            .cloned()
+            .rposition(|u| u.path == path)
         else {
             return Err(ControlError::BadArgument(format!(
                 "{path} is not among the changes Rein could not attribute; nothing to discard"
@@ -956,23 +957,34 @@ impl Engine {
                 "{path}: its name is not UTF-8, so Rein cannot name it to put it back; restore or remove it by hand"
             )));
         }
-        let found_at = entry.checkpoint.clone().ok_or_else(|| {
-            ControlError::BadArgument(format!("the change to {path} was never checkpointed"))
-        })?;
+        let found_at = self.state().unattributed_changes[at]
+            .checkpoint
+            .clone()
+            .ok_or_else(|| {
+                ControlError::BadArgument(format!("the change to {path} was never checkpointed"))
+            })?;
         let before_at = self.ckpt.parent_of(&found_at)?;
-        let found = self.ckpt.file_at(&found_at, &path)?;
+        let node_at = |commit: &str| -> Result<Option<Node>, ControlError> {
+            Ok(match self.ckpt.file_at(commit, &path)? {
+                Some(bytes) => Some(Node {
+                    kind: node_kind(self.ckpt.mode_of(commit, path.as_bytes())?),
+                    bytes,
+                }),
+                None => None,
+            })
+        };
+        let found = node_at(&found_at)?;
         let before = match &before_at {
-            Some(b) => self.ckpt.file_at(b, &path)?,
+            Some(b) => node_at(b)?,
             None => None,
         };
-        let now = self.sandbox.read(&path)?;
-        if now != found {
+        if self.sandbox.read_node(&path)? != found {
             return Err(not_now(format!(
                 "{path} changed again since Rein found the change, so discarding it would lose that too; edit it by hand"
             )));
         }
         match &before {
-            Some(b) => self.sandbox.write(&path, b)?,
+            Some(node) => self.sandbox.put(&path, node)?,
             None => self.sandbox.remove(&path)?,
         }
         (self.notify)(super::Notice::Wrote { path: path.clone() });
@@ -987,7 +999,9 @@ impl Engine {
             let snap = self.ckpt.snapshot_paths(meta, std::slice::from_ref(&path));
             self.take_human(n, why, &tip, snap, false, &path);
         }
-        self.commit(|s| s.unattributed_changes.retain(|u| u.path != path));
+        self.commit(|s| {
+            s.unattributed_changes.remove(at);
+        });
         super::journal(
             &self.store,
             "discarded",
