@@ -339,8 +339,9 @@ async fn a_rewind_puts_files_with_non_utf8_names_back_under_their_own_names() {
     let root = dir.path();
     let human_name = OsStr::from_bytes(b"\xffhuman.txt");
     std::fs::write(root.join(human_name), "human\n").unwrap();
-    // The command creates a file of its own and changes the human's.
-    let cmd = "sh -c 'printf agent > \"$(printf \"caf\\351.txt\")\"; printf changed > \"$(printf \"\\377human.txt\")\"'";
+    // The command creates a file of its own and changes the human's; its line names both by
+    // a pattern (`touch`), so they are the agent's to take back.
+    let cmd = "sh -c 'printf agent > \"$(printf \"caf\\351.txt\")\"; printf changed > \"$(printf \"\\377human.txt\")\"; touch caf?.txt ?human.txt'";
     let mut run = start(
         root,
         json!([{"run": {"cmd": cmd}}, {"read": "a.txt", "think_ms": 600000}]),

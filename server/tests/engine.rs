@@ -993,8 +993,8 @@ async fn hostile_paths_from_the_agent_are_refused_and_nothing_outside_is_touched
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rewind_restores_a_checkpoint_after_checkpointing_the_present() {
-    let dir = repo(&[("a.txt", "v0\n")]);
+async fn rewind_takes_back_the_agents_later_steps_and_keeps_the_humans_change() {
+    let dir = repo(&[("a.txt", "v0\n"), ("b.txt", "b\n")]);
     let root = dir.path();
     let mut run = start(
         root,
@@ -1013,13 +1013,15 @@ async fn rewind_restores_a_checkpoint_after_checkpointing_the_present() {
     })
     .await;
     run.call(Request::Pause).await;
-    write(root, "a.txt", "human\n");
+    write(root, "b.txt", "human\n");
     let s = run
         .call(Request::Rewind {
             checkpoint: "step:1".into(),
         })
         .await;
     assert_eq!(read(root, "a.txt"), "v1\n");
+    // Issue 25: a rewind never reverts what Rein cannot prove is the agent's.
+    assert_eq!(read(root, "b.txt"), "human\n");
     let s = s.state().clone();
     let before = s
         .steps
@@ -1027,7 +1029,7 @@ async fn rewind_restores_a_checkpoint_after_checkpointing_the_present() {
         .find(|st| st.action.starts_with("before rewind"))
         .expect("present checkpointed");
     let ck = before.checkpoint.clone().unwrap();
-    assert_eq!(git(root, &["show", &format!("{ck}:a.txt")]), "human\n");
+    assert_eq!(git(root, &["show", &format!("{ck}:b.txt")]), "human\n");
     let bad = run
         .refused(Request::Rewind {
             checkpoint: "zzzz".into(),

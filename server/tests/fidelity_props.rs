@@ -4,7 +4,7 @@
 //! agent's writes by every route Rein runs (its own writes, commands whose line names the
 //! file, `chmod`, `ln`, `rm`, new files) with the person's changes (from a terminal, through
 //! an editor buffer saved, staged with `git add`, made while paused or while holding control)
-//! and an abort at the end: every byte, mode and link of the tree equals the start with the
+//! and a stop at the end (an abort, or a rewind to step 0): every byte, mode and link of the tree equals the start with the
 //! person's changes applied, checked with `std::fs` and the git CLI; no agent step holds a
 //! file of the person's, no human step one of the agent's.
 //!
@@ -268,6 +268,7 @@ fn change_on_disk(root: &Path, path: &str, k: usize) -> Vec<u8> {
 async fn run_case(
     shapes: Vec<Shape>,
     autocrlf: bool,
+    rewind: bool,
     agent: Vec<AgentOp>,
     human: Vec<(usize, HumanOp)>,
 ) -> Result<(), String> {
@@ -383,10 +384,21 @@ async fn run_case(
             .await;
         after_steps(&mut run, agent.len()).await;
     }
+    // The stop: an abort, or a rewind to step 0 (after a pause) and then an abort that keeps
+    // the tree: either takes back everything of the agent's and nothing else.
+    if rewind {
+        let _ = run.handle.call(Request::Pause).await;
+        run.handle
+            .call(Request::Rewind {
+                checkpoint: "step:0".into(),
+            })
+            .await
+            .map_err(|e| format!("rewind refused: {e}"))?;
+    }
     let end = run
         .handle
         .call(Request::Abort {
-            keep_changes: false,
+            keep_changes: rewind,
         })
         .await
         .map_err(|e| format!("abort refused: {e}"))?
@@ -458,7 +470,11 @@ fn authors_are_right(
                 let agents = agent_paths.iter().chain(created).any(|a| a == path);
                 let wrong = match st.author {
                     Author::Agent => humans,
-                    Author::Human => agents && !st.action.starts_with("abort"),
+                    Author::Human => {
+                        agents
+                            && !st.action.starts_with("abort")
+                            && !st.action.starts_with("rewound")
+                    }
                     Author::Unattributed => agents,
                 };
                 if wrong {
@@ -500,11 +516,12 @@ proptest! {
     fn abort_leaves_exactly_the_start_with_the_persons_changes(
         shapes in proptest::collection::vec(shape(), AGENT_FILES + HUMAN_FILES),
         autocrlf in any::<bool>(),
+        rewind in any::<bool>(),
         agent in proptest::collection::vec(agent_op(), 1..7),
         human in proptest::collection::vec((0usize..7, human_op()), 0..5),
     ) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let result = rt.block_on(run_case(shapes, autocrlf, agent, human));
+        let result = rt.block_on(run_case(shapes, autocrlf, rewind, agent, human));
         rt.shutdown_background();
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }

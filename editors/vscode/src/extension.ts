@@ -900,7 +900,7 @@ async function rewind(): Promise<void> {
   }
   const pick = await vscode.window.showQuickPick(
     choices.map((c) => ({ ...c, label: `$(history) ${c.label}` })),
-    { title: 'Rein: Rewind', placeHolder: 'Put the working tree back to the end of which step? (the current tree is checkpointed first)', ignoreFocusOut: true, matchOnDescription: true },
+    { title: 'Rein: Rewind', placeHolder: 'Take back the agent’s changes made after which step? (yours stay; the current tree is checkpointed first)', ignoreFocusOut: true, matchOnDescription: true },
   );
   if (!pick) return;
   await call('rein.rewind', { checkpoint: pick.checkpoint });

@@ -471,7 +471,7 @@ impl Engine {
         let mut left = Vec::new();
         let mut kept = Vec::new();
         if !keep_changes {
-            let undone = self.revert_agent_changes()?;
+            let undone = self.revert_agent_changes(None)?;
             (reverted, left, kept) = (undone.files, undone.left, undone.kept);
             let snap = self.ckpt.snapshot(SnapshotMeta {
                 step: n,
@@ -550,8 +550,13 @@ impl Engine {
     /// Returns how many files changed, and the files left as they are because they cannot be
     /// reached safely (a symlink now on the way, a directory where the file was), each with
     /// why: one such file does not keep the others, or the abort, from landing.
-    fn revert_agent_changes(&mut self) -> Result<Undone, ControlError> {
-        let list = self.ckpt.list()?;
+    /// With `after`, only the steps that came after that checkpoint (a rewind).
+    fn revert_agent_changes(&mut self, after: Option<&str>) -> Result<Undone, ControlError> {
+        let mut list = self.ckpt.list()?;
+        if let Some(at) = after.and_then(|a| list.iter().position(|c| c.id == a)) {
+            // Newest first: what comes at and before the checkpoint stays.
+            list.truncate(at + 1);
+        }
         // Keyed by the path's bytes, so a name that is not UTF-8 is found on disk as it is;
         // the value carries the name as shown and what the path should end with (bytes, mode,
         // link).
@@ -1116,28 +1121,44 @@ impl Engine {
         if let Some(r) = self.absorb(false, "before rewind")? {
             self.add_note(r.markdown());
         }
-        let paths = restore_tree(&mut self.ckpt, &self.sandbox, &target)?;
-        let files = paths.len();
-        for path in paths {
-            (self.notify)(super::Notice::Wrote { path });
-        }
+        // The agent's steps after the checkpoint are taken back, exactly; what the person
+        // changed and what nothing attributes stay (docs/agents.md, "Who made a change").
+        let undone = self.revert_agent_changes(Some(&target))?;
+        let files = undone.files;
         self.views.clear();
         let short: String = target.chars().take(10).collect();
         if let Some(r) = self.absorb(false, &format!("rewound to checkpoint {short}"))? {
             self.add_note(format!(
-                "The human rewound the tree to checkpoint {short}.\n{}",
+                "The human rewound the tree to checkpoint {short}: your changes after it were taken back.\n{}",
                 r.markdown()
             ));
         }
+        let mut told = format!(
+            "rewound to checkpoint {short}: the agent's changes after it were taken back from {files} file(s); yours and those Rein cannot attribute were kept"
+        );
+        if !undone.kept.is_empty() {
+            let named: Vec<String> = undone.kept.iter().map(KeptLines::describe).collect();
+            told.push_str(&format!(
+                "; the agent's lines stayed where you edited inside a block it wrote: {}",
+                named.join("; ")
+            ));
+        }
+        if !undone.left.is_empty() {
+            let named: Vec<String> = undone.left.iter().map(|(_, why)| why.clone()).collect();
+            told.push_str(&format!(
+                "; left as they are, as Rein cannot reach them safely: {}",
+                named.join("; ")
+            ));
+        }
+        let kept = undone.kept;
+        self.commit(|s| s.kept_agent_lines = kept);
+        let left: Vec<String> = undone.left.into_iter().map(|(path, _)| path).collect();
         super::journal(
             &self.store,
             "rewound",
-            serde_json::json!({ "to": target, "files": files }),
+            serde_json::json!({ "to": target, "files": files, "notReverted": left }),
         );
-        self.say(
-            Level::Info,
-            format!("rewound {files} file(s) to checkpoint {short}"),
-        );
+        self.say(Level::Info, told);
         Ok(Reply::State(self.boxed_state()))
     }
 }
