@@ -15,11 +15,13 @@
 //! split by concept: `chain` (the commits and refs), `resolve` (ids and `step:N`), `index` (the
 //! private index), `scan` (full and watched scans), `walk` (what a path on disk changes in a
 //! tree), `update` (tree updates on top of the tip), `diff` (changes between trees or against
-//! the working tree), `objects` (reading blobs and modes).
+//! the working tree), `objects` (reading blobs and modes), `ignored` (what ignored files held before the task's
+//! writes, kept apart from the checkpoints).
 
 mod chain;
 mod convert;
 mod diff;
+mod ignored;
 mod index;
 mod objects;
 mod pack;
@@ -42,6 +44,7 @@ use git2::{ErrorCode, Oid, Repository};
 use crate::state::Author;
 
 use chain::CHECKPOINTS_REF;
+pub use ignored::{IgnoredSave, Saved};
 use index::remove_if_exists;
 pub use objects::blob_id;
 use pack::{remove_merged, Packs};

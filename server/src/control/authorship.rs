@@ -99,6 +99,11 @@ impl Evidence {
         ev
     }
 
+    /// The paths named one by one (not the patterns), repo-relative.
+    pub(super) fn named_paths(&self) -> &[String] {
+        &self.paths
+    }
+
     /// Adds what `other` names.
     pub(super) fn join(&mut self, other: &Evidence) {
         self.paths.extend(other.paths.iter().cloned());

@@ -9,6 +9,7 @@ mod advice;
 mod authorship;
 mod gate;
 mod handover;
+mod ignored;
 mod moves;
 mod output;
 mod plan;
@@ -1525,6 +1526,7 @@ impl Engine {
         touched: Touched,
         also: impl FnOnce(&mut TaskState),
     ) -> Flow {
+        self.settle_ignored(&touched);
         let paths = match touched {
             Touched::Tree(evidence) => self.attribute(&evidence),
             Touched::Nothing => Vec::new(),

@@ -349,7 +349,7 @@ impl Engine {
         };
         let acts = matches!(kind, "edit" | "delete" | "move");
         let paths = if acts { paths.to_vec() } else { Vec::new() };
-        let writes = writes
+        let writes: Vec<(String, Vec<u8>)> = writes
             .iter()
             .filter_map(|w| {
                 let path = self.sandbox.check(w.path()).ok()?;
@@ -357,6 +357,11 @@ impl Engine {
                 Some((path, authorship::announced_bytes(w, now.as_deref())?))
             })
             .collect();
+        // The tool writes once allowed: an ignored file's bytes are saved before that.
+        for (path, bytes) in &writes {
+            self.save_ignored(path, Some(bytes));
+        }
+        self.save_named_ignored(&command);
         self.authorship.announce(&id, command, writes, paths);
     }
 
@@ -903,6 +908,7 @@ impl Engine {
         merged: bool,
     ) -> Flow {
         self.record_intent(&action, path, &bytes);
+        self.save_ignored(path, Some(&bytes));
         let flow = match self.sandbox.write(path, &bytes) {
             Err(e) => self.step_failed(action, e.to_string()),
             Ok(()) => {
@@ -1330,6 +1336,7 @@ impl Engine {
     fn start_terminal(&mut self, action: String, cmd: &str, limit: Option<usize>) -> Flow {
         let tag = self.state().task.id.clone();
         let confine = self.confinement(cmd);
+        self.save_named_ignored(&Evidence::command(&self.roots, cmd));
         let tap = exec::Tap::default();
         let started = self.terminals.start(
             &self.root,
@@ -1471,6 +1478,7 @@ impl Engine {
         } else {
             None
         };
+        self.save_named_ignored(&Evidence::command(&self.roots, cmd));
         let tap = exec::Tap::default();
         let mut proc = match Process::spawn_tagged(
             &self.root,

@@ -473,6 +473,9 @@ impl Engine {
         if !keep_changes {
             let undone = self.revert_agent_changes()?;
             (reverted, left, kept) = (undone.files, undone.left, undone.kept);
+            let ignored = self.revert_ignored();
+            reverted += ignored.files;
+            left.extend(ignored.left);
             let snap = self.ckpt.snapshot(SnapshotMeta {
                 step: n,
                 author: Author::Human,
@@ -677,7 +680,7 @@ impl Engine {
     /// Removes the directories on the way to `raw` (deepest first) that are empty now and were
     /// made at or after `since` (unix seconds, when the agent step that added the file began):
     /// the ones that step made for it. Stops at the first that stays; a failure is only logged.
-    fn remove_made_dirs(&self, raw: &[u8], since: i64) {
+    pub(super) fn remove_made_dirs(&self, raw: &[u8], since: i64) {
         let since = std::time::UNIX_EPOCH + std::time::Duration::from_secs(since.max(0) as u64);
         let mut dir = raw;
         while let Some(cut) = dir.iter().rposition(|&b| b == b'/') {
@@ -1102,7 +1105,8 @@ impl Engine {
         if let Some(r) = self.absorb(false, "before rewind")? {
             self.add_note(r.markdown());
         }
-        let paths = restore_tree(&mut self.ckpt, &self.sandbox, &target)?;
+        let mut paths = restore_tree(&mut self.ckpt, &self.sandbox, &target)?;
+        paths.extend(self.rewind_ignored(&target)?);
         let files = paths.len();
         for path in paths {
             (self.notify)(super::Notice::Wrote { path });
