@@ -3,6 +3,7 @@
 //! `core.autocrlf`, bytes that are not UTF-8, exec bits, symlinks, directories the agent made),
 //! cross-checked with `std::fs` and the git CLI; and a file nobody changed is never rewritten.
 //! Ignored files too: what they held before a write Rein saw coming is saved and put back.
+//! Submodules: the agent's writes into one are refused, and a change inside one is named.
 
 mod support;
 
@@ -516,4 +517,113 @@ async fn abort_puts_back_ignored_files_an_acp_agent_wrote_through_its_routes() {
     assert_eq!(mode(root, ".env"), 0o600);
     assert!(!root.join("build").exists());
     assert_git_clean(root, "after abort");
+}
+
+/// A repository with a real submodule `sub` (a local repository added with the file protocol
+/// allowed), holding `lib.txt`.
+fn repo_with_submodule() -> (tempfile::TempDir, tempfile::TempDir) {
+    let upstream = repo(&[("lib.txt", "lib\n")]);
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let url = upstream.path().to_string_lossy().into_owned();
+    git(
+        root,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &url,
+            "sub",
+        ],
+    );
+    git(root, &["commit", "-q", "-m", "add sub"]);
+    assert_git_clean(root, "with a submodule");
+    (dir, upstream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_writes_into_a_submodule_are_refused_with_the_reason() {
+    let (dir, _upstream) = repo_with_submodule();
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"read": "sub/lib.txt"},
+            {"write": {"path": "sub/lib.txt", "content": "agent\n"}},
+            {"write": {"path": "sub/new.txt", "content": "agent\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let s = run
+        .until("the writes", |s| {
+            s.steps
+                .iter()
+                .filter(|st| st.author == Author::Agent)
+                .count()
+                >= 3
+        })
+        .await;
+    for path in ["sub/lib.txt", "sub/new.txt"] {
+        let step = s
+            .steps
+            .iter()
+            .find(|st| st.action == format!("write {path}"))
+            .expect("the write's step");
+        let detail = step.detail.clone().unwrap_or_default();
+        assert!(detail.contains("sub is a submodule"), "{path}: {detail}");
+    }
+    assert!(
+        s.steps
+            .iter()
+            .all(|st| st.author != Author::Human || !st.action.trim_end().ends_with(':')),
+        "a human step naming nothing: {:#?}",
+        s.steps
+    );
+    assert_eq!(read(root, "sub/lib.txt"), "lib\n");
+    assert!(!root.join("sub/new.txt").exists());
+    abort(&mut run).await;
+    let why = run.state.stop_reason.clone().unwrap_or_default();
+    assert!(why.contains("removed from 0 file(s)"), "{why}");
+    assert_git_clean(root, "after abort");
+    assert_git_clean(&root.join("sub"), "the submodule after abort");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_inside_a_submodule_are_named_in_steps_and_the_handback_report() {
+    let (dir, _upstream) = repo_with_submodule();
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "sh -c 'echo agent >> sub/lib.txt'"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    agent_steps(&mut run, 1).await;
+    let named = |s: &rein::state::TaskState, author: Author| {
+        s.steps
+            .iter()
+            .any(|st| st.author == author && st.action.contains("inside submodule sub"))
+    };
+    assert!(
+        named(&run.state, Author::Unattributed),
+        "{:#?}",
+        run.state.steps
+    );
+    run.call(Request::Takeover { reason: None }).await;
+    write(root, "sub/lib.txt", "lib\nagent\nhuman\n");
+    let reply = run.call(Request::Handback { note: None }).await;
+    let rein::control::Reply::Handback { report, .. } = reply else {
+        panic!("not a handback reply");
+    };
+    assert_eq!(report.submodules, ["sub"]);
+    assert!(report.markdown().contains("inside the submodule sub"));
+    assert!(named(&run.state, Author::Human), "{:#?}", run.state.steps);
+    abort(&mut run).await;
+    let why = run.state.stop_reason.clone().unwrap_or_default();
+    assert!(why.contains("removed from 0 file(s)"), "{why}");
+    // Nothing inside is taken back: Rein cannot tell whose it is.
+    assert_eq!(read(root, "sub/lib.txt"), "lib\nagent\nhuman\n");
 }

@@ -296,6 +296,7 @@ impl Engine {
             self.take_human(n, why, &tip, snap, true, "files you saved");
         }
         self.record_unattributed(&unknown);
+        self.note_submodules("changed while the agent ran", Author::Unattributed);
         self.claim(evidence);
         agents
     }

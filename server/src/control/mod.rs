@@ -13,6 +13,7 @@ mod ignored;
 mod moves;
 mod output;
 mod plan;
+mod submodules;
 mod transcript;
 mod transitions;
 

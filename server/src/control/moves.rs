@@ -370,7 +370,7 @@ impl Engine {
     /// file now (unsaved text included) and the human's protected lines. Fine only when what
     /// the tool will write is exactly what Rein's merge would write.
     fn judge_intended(&mut self, w: &Intended) -> Judged {
-        let path = match self.sandbox.check(w.path()) {
+        let path = match self.sandbox.check_writable(w.path()) {
             Ok(p) => p,
             Err(e) => return Judged::Refuse(format!("rejected: {e}")),
         };
@@ -765,7 +765,7 @@ impl Engine {
         let Some(raw) = mv.target() else {
             return self.step_failed(action, "not a write");
         };
-        let path = match self.sandbox.check(raw) {
+        let path = match self.sandbox.check_writable(raw) {
             Ok(p) => p,
             Err(e) => return self.step_failed(action, e.to_string()),
         };
@@ -1914,20 +1914,20 @@ impl Engine {
             action: why,
         })?;
         if !snap.created {
-            return Ok(None);
+            let submodules = self.note_submodules(why, Author::Human);
+            return Ok((!submodules.is_empty()).then(|| Report {
+                submodules,
+                ..Report::default()
+            }));
         }
         self.tip = Some(snap.id.clone());
         let changes = match &prev {
             Some(p) => self.ckpt.diff(p, &snap.id)?,
             None => Vec::new(),
         };
-        Ok(Some(self.record_human(
-            n,
-            why,
-            &changes,
-            Some(snap.id),
-            hold,
-        )))
+        let mut report = self.record_human(n, why, &changes, Some(snap.id), hold);
+        report.submodules = self.note_submodules(why, Author::Human);
+        Ok(Some(report))
     }
 
     /// Records the human's changes: a step, `humanChanges`, protected lines, and holds.
@@ -2014,9 +2014,8 @@ impl Engine {
         );
         Report {
             changes: files,
-            head_moved: None,
-            note: None,
             checkpoint,
+            ..Report::default()
         }
     }
 
