@@ -2,6 +2,8 @@
 //! and rewind put back exactly what was on disk (a Git LFS file, a `filter=` driver, `eol=crlf`,
 //! `core.autocrlf`, bytes that are not UTF-8, exec bits, symlinks, directories the agent made),
 //! cross-checked with `std::fs` and the git CLI; and a file nobody changed is never rewritten.
+//! Ignored files too: what they held before a write Rein saw coming is saved and put back.
+//! Submodules: the agent's writes into one are refused, and a change inside one is named.
 
 mod support;
 
@@ -308,4 +310,320 @@ async fn rewind_puts_back_converted_bytes_modes_and_links_exactly() {
     assert_eq!(identity(root, "keep.up"), keep, "never rewritten");
     assert_git_clean(root, "after rewind");
     run.call(Request::Abort { keep_changes: true }).await;
+}
+
+/// A repository that ignores `.env` and `build/`, with a `.env` of the human's (mode 0600, as
+/// secrets are kept) that no commit holds.
+fn ignoring_repo() -> tempfile::TempDir {
+    let dir = repo(&[(".gitignore", ".env\nbuild/\n"), ("a.txt", "a\n")]);
+    let root = dir.path();
+    write(root, ".env", "SECRET=human\nMODE=dev\n");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(root.join(".env"), std::fs::Permissions::from_mode(0o600))
+        .expect("chmod");
+    assert_git_clean(root, "ignoring repo");
+    dir
+}
+
+/// The permission bits of `path` under `root`.
+fn mode(root: &Path, path: &str) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(root.join(path))
+        .expect("stat")
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_puts_back_an_ignored_file_the_agent_overwrote_and_removes_those_it_made() {
+    let dir = ignoring_repo();
+    let root = dir.path();
+    let env = std::fs::read(root.join(".env")).expect("read");
+    let mut run = start(
+        root,
+        json!([
+            {"read": ".env"},
+            {"write": {"path": ".env", "content": "SECRET=agent\n"}},
+            {"write": {"path": "build/agent.log", "content": "the agent's log\n"}},
+            {"run": {"cmd": "sh -c 'printf made > build/cmd.out'"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    agent_steps(&mut run, 4).await;
+    assert_eq!(read(root, ".env"), "SECRET=agent\n");
+    assert_eq!(read(root, "build/cmd.out"), "made");
+    abort(&mut run).await;
+    assert_eq!(std::fs::read(root.join(".env")).expect("read"), env);
+    assert_eq!(mode(root, ".env"), 0o600);
+    assert!(
+        !root.join("build").exists(),
+        "the agent's ignored files and the directory made for them are gone"
+    );
+    let why = run.state.stop_reason.clone().unwrap_or_default();
+    assert!(why.contains("removed from 3 file(s)"), "{why}");
+    assert_git_clean(root, "after abort");
+    // Never in a checkpoint's tree: git shows no ignored file added by any step.
+    let task = run.state.task.id.clone();
+    let tree = git(
+        root,
+        &[
+            "ls-tree",
+            "-r",
+            "--name-only",
+            &format!("refs/rein/{task}/aborted"),
+        ],
+    );
+    assert!(!tree.contains(".env") && !tree.contains("build/"), "{tree}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_keeps_what_the_human_changed_in_an_ignored_file_after_the_agent() {
+    let dir = ignoring_repo();
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"read": ".env"},
+            {"edit": {"path": ".env", "old": "SECRET=human", "new": "SECRET=agent"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    agent_steps(&mut run, 2).await;
+    run.call(Request::Pause).await;
+    write(root, ".env", "SECRET=agent\nMODE=dev\nMINE=kept\n");
+    abort(&mut run).await;
+    assert_eq!(read(root, ".env"), "SECRET=human\nMODE=dev\nMINE=kept\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_naming_an_ignored_file_has_it_saved_and_abort_puts_it_back() {
+    let dir = ignoring_repo();
+    let root = dir.path();
+    let env = std::fs::read(root.join(".env")).expect("read");
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "sh -c 'echo SECRET=cmd > .env'"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    agent_steps(&mut run, 1).await;
+    assert_eq!(read(root, ".env"), "SECRET=cmd\n");
+    abort(&mut run).await;
+    assert_eq!(std::fs::read(root.join(".env")).expect("read"), env);
+    assert_git_clean(root, "after abort");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewind_puts_back_ignored_files_and_keeps_what_it_replaced() {
+    let dir = ignoring_repo();
+    let root = dir.path();
+    let env = std::fs::read(root.join(".env")).expect("read");
+    let mut run = start(
+        root,
+        json!([
+            {"read": ".env"},
+            {"write": {"path": ".env", "content": "SECRET=agent\n"}},
+            {"write": {"path": "build/agent.log", "content": "log\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    agent_steps(&mut run, 3).await;
+    run.call(Request::Pause).await;
+    run.call(Request::Rewind {
+        checkpoint: "step:0".into(),
+    })
+    .await;
+    assert_eq!(std::fs::read(root.join(".env")).expect("read"), env);
+    assert_eq!(mode(root, ".env"), 0o600);
+    assert!(!root.join("build/agent.log").exists());
+    assert_git_clean(root, "after rewind");
+    // What the rewind replaced is kept: the agent's .env is among the saves.
+    let task = run.state.task.id.clone();
+    let saves = git(
+        root,
+        &[
+            "ls-tree",
+            "-r",
+            "--name-only",
+            &format!("refs/rein/{task}/ignored"),
+        ],
+    );
+    let agents = saves.lines().filter(|l| l.ends_with("/before")).any(|l| {
+        git(
+            root,
+            &["cat-file", "-p", &format!("refs/rein/{task}/ignored:{l}")],
+        ) == "SECRET=agent\n"
+    });
+    assert!(agents, "{saves}");
+    run.call(Request::Abort {
+        keep_changes: false,
+    })
+    .await;
+    assert_eq!(std::fs::read(root.join(".env")).expect("read"), env);
+}
+
+/// The ACP routes: a write a permission request announced with its content, which the
+/// harness then makes itself without a report, and `fs/write_text_file`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_puts_back_ignored_files_an_acp_agent_wrote_through_its_routes() {
+    let dir = ignoring_repo();
+    let root = dir.path();
+    let env = std::fs::read(root.join(".env")).expect("read");
+    let log = tempfile::tempdir().expect("temp dir");
+    let scenario = log.path().join("scenario.json");
+    let events = log.path().join("log.jsonl");
+    let doc = json!({
+        "log": events,
+        "turns": [[
+            {"read": ".env"},
+            {"permission": {"id": "w", "title": "Write .env", "kind": "edit",
+                "raw": {"file_path": ".env", "content": "SECRET=acp\n"}}},
+            {"write_silently": {"path": ".env", "content": "SECRET=acp\n"}},
+            {"write": {"path": "build/agent.log", "content": "acp log\n"}},
+            {"read": "a.txt"},
+            {"wait_cancel": true}
+        ]]
+    });
+    std::fs::write(&scenario, doc.to_string()).expect("write scenario");
+    let (notify, notices) = channel();
+    let (handle, state) = rein::control::start(
+        root,
+        "test goal",
+        json!({"kind": "acp", "command": [agent_bin(), scenario]}),
+        test_config(),
+        notify,
+    )
+    .expect("task starts");
+    let mut run = Run::new(handle, notices, state, root.to_owned());
+    let read_done = || {
+        std::fs::read_to_string(&events)
+            .unwrap_or_default()
+            .contains("\"path\":\"a.txt\"")
+    };
+    // Two minutes at most, as `Run::until` waits, for loaded machines.
+    for _ in 0..6000 {
+        if read_done() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(read_done(), "the agent never read a.txt");
+    assert_eq!(read(root, ".env"), "SECRET=acp\n");
+    assert_eq!(read(root, "build/agent.log"), "acp log\n");
+    abort(&mut run).await;
+    assert_eq!(std::fs::read(root.join(".env")).expect("read"), env);
+    assert_eq!(mode(root, ".env"), 0o600);
+    assert!(!root.join("build").exists());
+    assert_git_clean(root, "after abort");
+}
+
+/// A repository with a real submodule `sub` (a local repository added with the file protocol
+/// allowed), holding `lib.txt`.
+fn repo_with_submodule() -> (tempfile::TempDir, tempfile::TempDir) {
+    let upstream = repo(&[("lib.txt", "lib\n")]);
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let url = upstream.path().to_string_lossy().into_owned();
+    git(
+        root,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &url,
+            "sub",
+        ],
+    );
+    git(root, &["commit", "-q", "-m", "add sub"]);
+    assert_git_clean(root, "with a submodule");
+    (dir, upstream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_writes_into_a_submodule_are_refused_with_the_reason() {
+    let (dir, _upstream) = repo_with_submodule();
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"read": "sub/lib.txt"},
+            {"write": {"path": "sub/lib.txt", "content": "agent\n"}},
+            {"write": {"path": "sub/new.txt", "content": "agent\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let s = run
+        .until("the writes", |s| {
+            s.steps
+                .iter()
+                .filter(|st| st.author == Author::Agent)
+                .count()
+                >= 3
+        })
+        .await;
+    for path in ["sub/lib.txt", "sub/new.txt"] {
+        let step = s
+            .steps
+            .iter()
+            .find(|st| st.action == format!("write {path}"))
+            .expect("the write's step");
+        let detail = step.detail.clone().unwrap_or_default();
+        assert!(detail.contains("sub is a submodule"), "{path}: {detail}");
+    }
+    assert!(
+        s.steps
+            .iter()
+            .all(|st| st.author != Author::Human || !st.action.trim_end().ends_with(':')),
+        "a human step naming nothing: {:#?}",
+        s.steps
+    );
+    assert_eq!(read(root, "sub/lib.txt"), "lib\n");
+    assert!(!root.join("sub/new.txt").exists());
+    abort(&mut run).await;
+    let why = run.state.stop_reason.clone().unwrap_or_default();
+    assert!(why.contains("removed from 0 file(s)"), "{why}");
+    assert_git_clean(root, "after abort");
+    assert_git_clean(&root.join("sub"), "the submodule after abort");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_inside_a_submodule_are_named_in_steps_and_the_handback_report() {
+    let (dir, _upstream) = repo_with_submodule();
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "sh -c 'echo agent >> sub/lib.txt'"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    agent_steps(&mut run, 1).await;
+    let named = |s: &rein::state::TaskState, author: Author| {
+        s.steps
+            .iter()
+            .any(|st| st.author == author && st.action.contains("inside submodule sub"))
+    };
+    assert!(
+        named(&run.state, Author::Unattributed),
+        "{:#?}",
+        run.state.steps
+    );
+    run.call(Request::Takeover { reason: None }).await;
+    write(root, "sub/lib.txt", "lib\nagent\nhuman\n");
+    let reply = run.call(Request::Handback { note: None }).await;
+    let rein::control::Reply::Handback { report, .. } = reply else {
+        panic!("not a handback reply");
+    };
+    assert_eq!(report.submodules, ["sub"]);
+    assert!(report.markdown().contains("inside the submodule sub"));
+    assert!(named(&run.state, Author::Human), "{:#?}", run.state.steps);
+    abort(&mut run).await;
+    let why = run.state.stop_reason.clone().unwrap_or_default();
+    assert!(why.contains("removed from 0 file(s)"), "{why}");
+    // Nothing inside is taken back: Rein cannot tell whose it is.
+    assert_eq!(read(root, "sub/lib.txt"), "lib\nagent\nhuman\n");
 }

@@ -15,12 +15,15 @@
 //! split by concept: `chain` (the commits and refs), `resolve` (ids and `step:N`), `index` (the
 //! private index), `scan` (full and watched scans), `walk` (what a path on disk changes in a
 //! tree), `update` (tree updates on top of the tip), `diff` (changes between trees or against
-//! the working tree), `objects` (reading blobs and modes).
+//! the working tree), `objects` (reading blobs and modes), `ignored` (what ignored files held before the task's
+//! writes, kept apart from the checkpoints), `nested` (changes inside submodules).
 
 mod chain;
 mod convert;
 mod diff;
+mod ignored;
 mod index;
+mod nested;
 mod objects;
 mod pack;
 mod resolve;
@@ -42,6 +45,7 @@ use git2::{ErrorCode, Oid, Repository};
 use crate::state::Author;
 
 use chain::CHECKPOINTS_REF;
+pub use ignored::{IgnoredSave, Saved};
 use index::remove_if_exists;
 pub use objects::blob_id;
 use pack::{remove_merged, Packs};
@@ -221,6 +225,8 @@ pub struct Checkpoints {
     /// A full scan read the files whose ids in an index seeded from `.git/index` were git's
     /// stored form, so saving the index clears its marker ([`convert::marker`]).
     git_ids_read: bool,
+    /// Each submodule's fingerprint when last looked at (`nested`); None before the first look.
+    submodules_seen: Option<BTreeMap<String, String>>,
 }
 
 /// The commit `spec` names, for the base of a chain.
@@ -350,6 +356,7 @@ impl Checkpoints {
             pack_from: PACK_FROM_FILES,
             loading: None,
             git_ids_read: false,
+            submodules_seen: None,
         };
         // An index of its own in memory until the first scan: `.git/index` must never be
         // loaded through this repository, and the private one is read by that scan.
@@ -381,6 +388,7 @@ impl Checkpoints {
             pack_from: usize::MAX,
             loading: None,
             git_ids_read: false,
+            submodules_seen: None,
         })
     }
 

@@ -125,6 +125,11 @@ impl Checkpoints {
         if self.read_only {
             return false;
         }
+        // Submodules' insides are looked at from here on (`nested`): what they hold now is
+        // the task's start, or what recovery found.
+        if self.submodules_seen.is_none() {
+            self.submodules_seen = super::nested::fingerprints(&self.repo).ok();
+        }
         // The directories are watched by the next scan, a full one, as it lists them.
         match Watcher::empty(self.workdir()) {
             Ok(watcher) => {

@@ -99,6 +99,11 @@ impl Evidence {
         ev
     }
 
+    /// The paths named one by one (not the patterns), repo-relative.
+    pub(super) fn named_paths(&self) -> &[String] {
+        &self.paths
+    }
+
     /// Adds what `other` names.
     pub(super) fn join(&mut self, other: &Evidence) {
         self.paths.extend(other.paths.iter().cloned());
@@ -295,6 +300,7 @@ impl Engine {
             self.take_human(n, why, &tip, snap, true, "files you saved");
         }
         self.record_unattributed(&unknown);
+        self.note_submodules("changed while the agent ran", Author::Unattributed);
         self.claim(evidence);
         agents
     }

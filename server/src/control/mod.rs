@@ -9,9 +9,11 @@ mod advice;
 mod authorship;
 mod gate;
 mod handover;
+mod ignored;
 mod moves;
 mod output;
 mod plan;
+mod submodules;
 mod transcript;
 mod transitions;
 
@@ -1528,6 +1530,7 @@ impl Engine {
         touched: Touched,
         also: impl FnOnce(&mut TaskState),
     ) -> Flow {
+        self.settle_ignored(&touched);
         let paths = match touched {
             Touched::Tree(evidence) => self.attribute(&evidence),
             Touched::Nothing => Vec::new(),

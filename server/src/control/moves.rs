@@ -349,7 +349,7 @@ impl Engine {
         };
         let acts = matches!(kind, "edit" | "delete" | "move");
         let paths = if acts { paths.to_vec() } else { Vec::new() };
-        let writes = writes
+        let writes: Vec<(String, Vec<u8>)> = writes
             .iter()
             .filter_map(|w| {
                 let path = self.sandbox.check(w.path()).ok()?;
@@ -357,6 +357,11 @@ impl Engine {
                 Some((path, authorship::announced_bytes(w, now.as_deref())?))
             })
             .collect();
+        // The tool writes once allowed: an ignored file's bytes are saved before that.
+        for (path, bytes) in &writes {
+            self.save_ignored(path, Some(bytes));
+        }
+        self.save_named_ignored(&command);
         self.authorship.announce(&id, command, writes, paths);
     }
 
@@ -365,7 +370,7 @@ impl Engine {
     /// file now (unsaved text included) and the human's protected lines. Fine only when what
     /// the tool will write is exactly what Rein's merge would write.
     fn judge_intended(&mut self, w: &Intended) -> Judged {
-        let path = match self.sandbox.check(w.path()) {
+        let path = match self.sandbox.check_writable(w.path()) {
             Ok(p) => p,
             Err(e) => return Judged::Refuse(format!("rejected: {e}")),
         };
@@ -760,7 +765,7 @@ impl Engine {
         let Some(raw) = mv.target() else {
             return self.step_failed(action, "not a write");
         };
-        let path = match self.sandbox.check(raw) {
+        let path = match self.sandbox.check_writable(raw) {
             Ok(p) => p,
             Err(e) => return self.step_failed(action, e.to_string()),
         };
@@ -903,6 +908,7 @@ impl Engine {
         merged: bool,
     ) -> Flow {
         self.record_intent(&action, path, &bytes);
+        self.save_ignored(path, Some(&bytes));
         let flow = match self.sandbox.write(path, &bytes) {
             Err(e) => self.step_failed(action, e.to_string()),
             Ok(()) => {
@@ -1330,6 +1336,7 @@ impl Engine {
     fn start_terminal(&mut self, action: String, cmd: &str, limit: Option<usize>) -> Flow {
         let tag = self.state().task.id.clone();
         let confine = self.confinement(cmd);
+        self.save_named_ignored(&Evidence::command(&self.roots, cmd));
         let tap = exec::Tap::default();
         let started = self.terminals.start(
             &self.root,
@@ -1471,6 +1478,7 @@ impl Engine {
         } else {
             None
         };
+        self.save_named_ignored(&Evidence::command(&self.roots, cmd));
         let tap = exec::Tap::default();
         let mut proc = match Process::spawn_tagged(
             &self.root,
@@ -1906,20 +1914,20 @@ impl Engine {
             action: why,
         })?;
         if !snap.created {
-            return Ok(None);
+            let submodules = self.note_submodules(why, Author::Human);
+            return Ok((!submodules.is_empty()).then(|| Report {
+                submodules,
+                ..Report::default()
+            }));
         }
         self.tip = Some(snap.id.clone());
         let changes = match &prev {
             Some(p) => self.ckpt.diff(p, &snap.id)?,
             None => Vec::new(),
         };
-        Ok(Some(self.record_human(
-            n,
-            why,
-            &changes,
-            Some(snap.id),
-            hold,
-        )))
+        let mut report = self.record_human(n, why, &changes, Some(snap.id), hold);
+        report.submodules = self.note_submodules(why, Author::Human);
+        Ok(Some(report))
     }
 
     /// Records the human's changes: a step, `humanChanges`, protected lines, and holds.
@@ -2006,9 +2014,8 @@ impl Engine {
         );
         Report {
             changes: files,
-            head_moved: None,
-            note: None,
             checkpoint,
+            ..Report::default()
         }
     }
 

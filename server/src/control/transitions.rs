@@ -473,6 +473,9 @@ impl Engine {
         if !keep_changes {
             let undone = self.revert_agent_changes(None)?;
             (reverted, left, kept) = (undone.files, undone.left, undone.kept);
+            let ignored = self.revert_ignored();
+            reverted += ignored.files;
+            left.extend(ignored.left);
             let snap = self.ckpt.snapshot(SnapshotMeta {
                 step: n,
                 author: Author::Human,
@@ -682,7 +685,7 @@ impl Engine {
     /// Removes the directories on the way to `raw` (deepest first) that are empty now and were
     /// made at or after `since` (unix seconds, when the agent step that added the file began):
     /// the ones that step made for it. Stops at the first that stays; a failure is only logged.
-    fn remove_made_dirs(&self, raw: &[u8], since: i64) {
+    pub(super) fn remove_made_dirs(&self, raw: &[u8], since: i64) {
         let since = std::time::UNIX_EPOCH + std::time::Duration::from_secs(since.max(0) as u64);
         let mut dir = raw;
         while let Some(cut) = dir.iter().rposition(|&b| b == b'/') {
@@ -1124,7 +1127,11 @@ impl Engine {
         // The agent's steps after the checkpoint are taken back, exactly; what the person
         // changed and what nothing attributes stay (docs/agents.md, "Who made a change").
         let undone = self.revert_agent_changes(Some(&target))?;
-        let files = undone.files;
+        let ignored = self.rewind_ignored(&target)?;
+        let files = undone.files + ignored.len();
+        for path in ignored {
+            (self.notify)(super::Notice::Wrote { path });
+        }
         self.views.clear();
         let short: String = target.chars().take(10).collect();
         if let Some(r) = self.absorb(false, &format!("rewound to checkpoint {short}"))? {

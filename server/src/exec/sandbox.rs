@@ -13,6 +13,7 @@
 //! Reads, writes and removals take paths as bytes: a file name need not be UTF-8 on Unix,
 //! and a checkpoint that holds such a file must be able to put it back or take it out.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
@@ -111,6 +112,36 @@ impl Sandbox {
         Ok(clean)
     }
 
+    /// [`Sandbox::check`] for a path an agent writes: also refused inside a submodule or any
+    /// repository of its own, whose files no checkpoint of this repository holds (abort could
+    /// not take such a write back, nor tell it from the person's).
+    pub fn check_writable(&self, rel: &str) -> Result<String, ExecError> {
+        let clean = self.check(rel)?;
+        self.outside_nested(clean.as_bytes())?;
+        Ok(clean)
+    }
+
+    /// Refuses a path under a directory (below the root) that holds a `.git`.
+    fn outside_nested(&self, clean: &[u8]) -> Result<(), ExecError> {
+        let mut cut = 0;
+        while let Some(at) = clean[cut..].iter().position(|&b| b == b'/') {
+            let dir = &clean[..cut + at];
+            let git = self.root.join(OsStr::from_bytes(dir)).join(".git");
+            if std::fs::symlink_metadata(git).is_ok() {
+                return Err(ExecError::PathRefused {
+                    path: shown(clean),
+                    why: format!(
+                        "{} is a submodule or a repository of its own, which Rein's checkpoints do not hold (an abort could not take the change back); leave it to the person, or start a task in {} itself",
+                        shown(dir),
+                        shown(dir)
+                    ),
+                });
+            }
+            cut += at + 1;
+        }
+        Ok(())
+    }
+
     /// Validates `rel` as a directory in the tree (every component a real directory, no
     /// symlinks) and returns it clean; a missing directory is an error naming it.
     pub fn check_dir(&self, rel: &str) -> Result<String, ExecError> {
@@ -169,6 +200,7 @@ impl Sandbox {
     /// and creating missing parent directories inside the tree.
     pub fn write(&self, rel: impl AsRef<[u8]>, content: &[u8]) -> Result<(), ExecError> {
         let clean = lexical(rel.as_ref())?;
+        self.outside_nested(&clean)?;
         let (parents, name) = split(&clean);
         let Some(dir) = self.walk(&clean, &parents, true)? else {
             return Err(io_error(&clean, Errno::ENOENT));

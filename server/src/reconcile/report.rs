@@ -39,6 +39,10 @@ pub struct Report {
     /// The checkpoint that recorded the human's changes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<String>,
+    /// Submodules whose files changed (no checkpoint holds a submodule's files, so they are
+    /// named, not listed file by file).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub submodules: Vec<String>,
 }
 
 impl FileReport {
@@ -85,8 +89,11 @@ impl Report {
                 to.as_deref().unwrap_or("(none)")
             ));
         }
-        if self.changes.is_empty() {
+        if self.changes.is_empty() && self.submodules.is_empty() {
             out.push_str("No files changed.\n");
+        }
+        for sub in &self.submodules {
+            out.push_str(&format!("- files inside the submodule {sub} changed\n"));
         }
         for c in &self.changes {
             let kind = match c.kind {
