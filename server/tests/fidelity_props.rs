@@ -1,6 +1,7 @@
 //! The fidelity property (issue 25): over generated repositories with real shapes (CRLF and
 //! non-UTF-8 files, exec bits, symlinks, `eol=crlf` and a filter driver in `.gitattributes`,
-//! an LFS file when `git-lfs` is installed, `core.autocrlf`), random interleavings of the
+//! an LFS file when `git-lfs` is installed, `core.autocrlf`, ignored files, a submodule),
+//! random interleavings of the
 //! agent's writes by every route Rein runs (its own writes, commands whose line names the
 //! file, `chmod`, `ln`, `rm`, new files) with the person's changes (from a terminal, through
 //! an editor buffer saved, staged with `git add`, made while paused or while holding control)
@@ -64,6 +65,12 @@ enum AgentOp {
     Remove(usize),
     /// A write move making a new file.
     Create,
+    /// A write move over the ignored `a.env`.
+    WriteIgnored,
+    /// A write move making the ignored `build/agent-K.log`.
+    CreateIgnored,
+    /// A write move into the submodule (refused).
+    IntoSubmodule,
 }
 
 fn agent_op() -> impl Strategy<Value = AgentOp> {
@@ -74,6 +81,9 @@ fn agent_op() -> impl Strategy<Value = AgentOp> {
         1 => (0..AGENT_FILES).prop_map(AgentOp::Relink),
         1 => (0..AGENT_FILES).prop_map(AgentOp::Remove),
         1 => Just(AgentOp::Create),
+        1 => Just(AgentOp::WriteIgnored),
+        1 => Just(AgentOp::CreateIgnored),
+        1 => Just(AgentOp::IntoSubmodule),
     ]
 }
 
@@ -94,6 +104,10 @@ enum HumanOp {
     Create,
     /// `rm` from a terminal.
     Remove(usize),
+    /// The ignored `h.env` from a terminal.
+    Ignored,
+    /// A file inside the submodule from a terminal.
+    InSubmodule,
 }
 
 fn human_op() -> impl Strategy<Value = HumanOp> {
@@ -105,6 +119,8 @@ fn human_op() -> impl Strategy<Value = HumanOp> {
         1 => (0..HUMAN_FILES).prop_map(HumanOp::Staged),
         1 => Just(HumanOp::Create),
         1 => (0..HUMAN_FILES).prop_map(HumanOp::Remove),
+        1 => Just(HumanOp::Ignored),
+        1 => Just(HumanOp::InSubmodule),
     ]
 }
 
@@ -142,7 +158,7 @@ fn lfs_available() -> bool {
 
 /// Makes the repository: every file in its shape, committed, with the attributes, the filter
 /// and (with `autocrlf`) `core.autocrlf=true` set before the commit.
-fn make_repo(shapes: &[Shape], autocrlf: bool) -> tempfile::TempDir {
+fn make_repo(shapes: &[Shape], autocrlf: bool, upstream: &Path) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path();
     git(root, &["init", "-q", "-b", "main"]);
@@ -163,6 +179,9 @@ fn make_repo(shapes: &[Shape], autocrlf: bool) -> tempfile::TempDir {
         attributes.push_str("*.psd filter=lfs diff=lfs merge=lfs -text\n");
     }
     std::fs::write(root.join(".gitattributes"), attributes).expect("attributes");
+    std::fs::write(root.join(".gitignore"), "*.env\nbuild/\n").expect("ignore");
+    std::fs::write(root.join("a.env"), "agent side secret\n").expect("a.env");
+    std::fs::write(root.join("h.env"), "human side secret\n").expect("h.env");
     let names: Vec<String> = (0..AGENT_FILES)
         .map(|i| agent_file(i, shapes))
         .chain((0..HUMAN_FILES).map(|i| human_file(i, shapes)))
@@ -188,6 +207,20 @@ fn make_repo(shapes: &[Shape], autocrlf: bool) -> tempfile::TempDir {
     }
     git(root, &["add", "-A"]);
     git(root, &["commit", "-q", "-m", "shapes"]);
+    let url = upstream.to_string_lossy().into_owned();
+    git(
+        root,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &url,
+            "sub",
+        ],
+    );
+    git(root, &["commit", "-q", "-m", "sub"]);
     dir
 }
 
@@ -229,6 +262,17 @@ fn script(ops: &[AgentOp], shapes: &[Shape], root: &Path) -> (serde_json::Value,
                 let p = format!("agent-new-{k}.txt");
                 created.push(p.clone());
                 json!({"write": {"path": p, "content": format!("new {k}\n")}})
+            }
+            AgentOp::WriteIgnored => {
+                json!({"write": {"path": "a.env", "content": format!("agent {k}\n")}})
+            }
+            AgentOp::CreateIgnored => {
+                let p = format!("build/agent-{k}.log");
+                created.push(p.clone());
+                json!({"write": {"path": p, "content": format!("log {k}\n")}})
+            }
+            AgentOp::IntoSubmodule => {
+                json!({"write": {"path": "sub/lib.txt", "content": format!("agent {k}\n")}})
             }
         };
         let mut step = step;
@@ -272,21 +316,25 @@ async fn run_case(
     agent: Vec<AgentOp>,
     human: Vec<(usize, HumanOp)>,
 ) -> Result<(), String> {
-    let dir = make_repo(&shapes, autocrlf);
+    let upstream = repo(&[("lib.txt", "lib\n")]);
+    let dir = make_repo(&shapes, autocrlf, upstream.path());
     let root = dir.path();
     let agent_paths: Vec<String> = (0..AGENT_FILES).map(|i| agent_file(i, &shapes)).collect();
     let human_paths: Vec<String> = (0..HUMAN_FILES).map(|i| human_file(i, &shapes)).collect();
     let start_nodes: BTreeMap<String, Node> = agent_paths
         .iter()
         .chain(&human_paths)
+        .chain(&["a.env".to_owned()])
         .map(|p| (p.clone(), node(root, p)))
         .collect();
+    let sub_start = node(root, "sub/lib.txt");
     let (steps, created) = script(&agent, &shapes, root);
     let mut run = start(root, steps);
     run.until("step 0", |s| !s.steps.is_empty()).await;
     // What the person's files must end as.
     let mut expected: BTreeMap<String, Node> = human_paths
         .iter()
+        .chain(&["h.env".to_owned(), "sub/lib.txt".to_owned()])
         .map(|p| (p.clone(), node(root, p)))
         .collect();
     let mut human = human;
@@ -364,24 +412,38 @@ async fn run_case(
                 let _ = std::fs::remove_file(root.join(&p));
                 expected.insert(p, None);
             }
+            HumanOp::Ignored | HumanOp::InSubmodule => {
+                let p = if matches!(op, HumanOp::Ignored) {
+                    "h.env"
+                } else {
+                    "sub/lib.txt"
+                };
+                change_on_disk(root, p, k);
+                expected.insert(p.to_owned(), node(root, p));
+            }
         }
     }
     after_steps(&mut run, agent.len()).await;
     // A decision (a write to a file the person holds, say) is answered to let the run go.
     while run.state.status == Status::AwaitingDecision {
-        let d = run.state.decisions[0].clone();
+        let Some(d) = run.state.decisions.first().cloned() else {
+            break;
+        };
         let choice = if d.options.iter().any(|o| o == "deny") {
             "deny"
         } else {
             d.options[0].as_str()
         };
-        let _ = run
+        if let Ok(reply) = run
             .handle
             .call(Request::Decide {
                 decision_id: d.id.clone(),
                 choice: choice.to_owned(),
             })
-            .await;
+            .await
+        {
+            run.state = reply.state().clone();
+        }
         after_steps(&mut run, agent.len()).await;
     }
     // The stop: an abort, or a rewind to step 0 (after a pause) and then an abort that keeps
@@ -407,8 +469,9 @@ async fn run_case(
     if end.status != Status::Aborted {
         return Err(format!("not aborted: {:?}", end.status));
     }
-    // Every byte, mode and link: the agent's files as at the start, the person's as left.
-    for p in &agent_paths {
+    // Every byte, mode and link: the agent's files as at the start (its ignored one too), the
+    // person's as left (theirs ignored and in the submodule too).
+    for p in agent_paths.iter().chain(&["a.env".to_owned()]) {
         let now = node(root, p);
         if now != start_nodes[p] {
             return Err(format!(
@@ -439,7 +502,9 @@ async fn run_case(
         if agent_paths.iter().chain(&created).any(|a| a == p) {
             return Err(format!("git status shows the agent's {p}: {status}"));
         }
-        if !expected.contains_key(p) {
+        // The submodule shows as changed inside when the person changed it.
+        let inside = p == "sub" && expected.get("sub/lib.txt") != Some(&sub_start);
+        if !expected.contains_key(p) && !inside {
             return Err(format!(
                 "git status shows {p}, which nobody changed: {status}"
             ));
