@@ -309,3 +309,81 @@ async fn rewind_puts_back_converted_bytes_modes_and_links_exactly() {
     assert_git_clean(root, "after rewind");
     run.call(Request::Abort { keep_changes: true }).await;
 }
+
+// Items 7, 8, 10
+
+const X_PY: &str = "def answer():\n    return 41\n";
+const X_PY_STALE: &str = "def answer():\n    return 41\n\n\ndef double(x):\n    return 2 * x\n";
+
+/// Starts an agent that reads `src/x.py`, runs a command (marked `marker`) until taken over,
+/// then writes `src/x.py` from what it read and finishes; takes over while the command runs,
+/// lets `human` change the tree, and hands back. Returns the state once the task is done.
+async fn stale_write_after(
+    root: &Path,
+    marker: &str,
+    human: impl FnOnce(&Path),
+) -> rein::state::TaskState {
+    let cmd = format!("sh -c 'sleep 600; : {marker}'");
+    let mut run = start(
+        root,
+        json!([
+            {"read": "src/x.py"},
+            {"run": {"cmd": cmd}},
+            {"write": {"path": "src/x.py", "content": X_PY_STALE}},
+            {"finish": "added double"}
+        ]),
+    );
+    eventually("the command to start", || !pids_with(marker).is_empty()).await;
+    run.call(Request::Takeover { reason: None }).await;
+    human(root);
+    run.call(Request::Handback { note: None }).await;
+    run.until("done", |s| s.status == Status::Done).await
+}
+
+/// The step of the agent's write, which must have been refused with `reason`.
+fn refused_write(s: &rein::state::TaskState, reason: &str) {
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.action == "write src/x.py")
+        .unwrap_or_else(|| panic!("no write step: {:#?}", s.steps));
+    assert_eq!(step.status, rein::state::StepStatus::Failed, "{step:#?}");
+    let told = step.detail.as_deref().unwrap_or_default();
+    assert!(told.contains(reason), "the agent is told: {told}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_write_does_not_recreate_a_file_the_human_deleted() {
+    let dir = repo(&[("src/x.py", X_PY), ("src/keep.py", "keep\n")]);
+    let root = dir.path();
+    let s = stale_write_after(root, "deleted-marker-7107", |root| {
+        std::fs::remove_file(root.join("src/x.py")).expect("rm");
+    })
+    .await;
+    assert!(!root.join("src/x.py").exists(), "recreated");
+    refused_write(
+        &s,
+        "src/x.py was deleted by the person supervising you; do not recreate it",
+    );
+    assert_eq!(git(root, &["status", "--porcelain"]), " D src/x.py\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_write_does_not_recreate_a_file_the_human_renamed_and_names_where_it_went() {
+    let dir = repo(&[("src/x.py", X_PY), ("src/keep.py", "keep\n")]);
+    let root = dir.path();
+    let s = stale_write_after(root, "renamed-marker-7108", |root| {
+        git(root, &["mv", "src/x.py", "src/y.py"]);
+    })
+    .await;
+    assert!(!root.join("src/x.py").exists(), "recreated");
+    assert_eq!(read(root, "src/y.py"), X_PY);
+    refused_write(
+        &s,
+        "src/x.py was deleted by the person supervising you (renamed to src/y.py); do not recreate it",
+    );
+    assert_eq!(
+        git(root, &["status", "--porcelain"]),
+        "R  src/x.py -> src/y.py\n"
+    );
+}

@@ -12,6 +12,7 @@ mod handover;
 mod moves;
 mod output;
 mod plan;
+mod removed;
 mod transcript;
 mod transitions;
 
