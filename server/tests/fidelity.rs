@@ -387,3 +387,56 @@ async fn a_stale_write_does_not_recreate_a_file_the_human_renamed_and_names_wher
         "R  src/x.py -> src/y.py\n"
     );
 }
+
+/// Pauses once the agent has written `a.txt` (and `b.txt`), lets `human` take changes into
+/// git, resumes and aborts. Returns the stop reason.
+async fn abort_after_git(root: &Path, human: impl FnOnce(&Path)) -> String {
+    let mut run = start(
+        root,
+        json!([
+            {"write": {"path": "a.txt", "content": "a\nthe agent's\n"}},
+            {"write": {"path": "b.txt", "content": "b\nthe agent's\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    agent_steps(&mut run, 2).await;
+    run.call(Request::Pause).await;
+    human(root);
+    run.call(Request::Resume).await;
+    abort(&mut run).await;
+    run.state.stop_reason.clone().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_keeps_the_agents_change_the_human_committed() {
+    let dir = repo(&[("a.txt", "a\n"), ("b.txt", "b\n")]);
+    let root = dir.path();
+    let why = abort_after_git(root, |root| {
+        git(root, &["commit", "-q", "-a", "-m", "take the agent's edit"]);
+    })
+    .await;
+    // Was ` M a.txt` / ` M b.txt`: the revert of the commit, for the next `git commit -a`.
+    assert_git_clean(root, "after abort");
+    assert_eq!(read(root, "a.txt"), "a\nthe agent's\n");
+    assert!(
+        why.contains("a.txt, which you committed") && why.contains("b.txt, which you committed"),
+        "{why}"
+    );
+    assert!(why.contains("removed from 0 file(s)"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_keeps_the_agents_change_the_human_staged_and_takes_back_the_rest() {
+    let dir = repo(&[("a.txt", "a\n"), ("b.txt", "b\n")]);
+    let root = dir.path();
+    let why = abort_after_git(root, |root| {
+        git(root, &["add", "a.txt"]);
+    })
+    .await;
+    assert_eq!(read(root, "a.txt"), "a\nthe agent's\n", "staged: kept");
+    assert_eq!(read(root, "b.txt"), "b\n", "not in git: taken back");
+    assert_eq!(git(root, &["status", "--porcelain"]), "M  a.txt\n");
+    assert!(why.contains("a.txt, which you staged"), "{why}");
+    assert!(!why.contains("b.txt, which"), "{why}");
+    assert!(why.contains("removed from 1 file(s)"), "{why}");
+}

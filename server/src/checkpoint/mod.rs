@@ -15,7 +15,8 @@
 //! split by concept: `chain` (the commits and refs), `resolve` (ids and `step:N`), `index` (the
 //! private index), `scan` (full and watched scans), `walk` (what a path on disk changes in a
 //! tree), `update` (tree updates on top of the tip), `diff` (changes between trees or against
-//! the working tree), `objects` (reading blobs and modes).
+//! the working tree), `objects` (reading blobs and modes), `user` (what the user's HEAD and
+//! index hold of a file).
 
 mod chain;
 mod convert;
@@ -30,6 +31,7 @@ mod sweep;
 #[cfg(test)]
 mod testutil;
 mod update;
+mod user;
 mod walk;
 
 use std::collections::BTreeMap;
@@ -47,6 +49,7 @@ pub use objects::blob_id;
 use pack::{remove_merged, Packs};
 use resolve::unknown;
 use scan::Live;
+pub use user::{InGit, UserGit};
 
 /// From this many files read in one step, its objects are written as one pack: git keeps a
 /// fetched pack from 100 objects on (`transfer.unpackLimit`), and a changed file is about a
