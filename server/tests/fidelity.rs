@@ -440,3 +440,83 @@ async fn abort_keeps_the_agents_change_the_human_staged_and_takes_back_the_rest(
     assert!(!why.contains("b.txt, which"), "{why}");
     assert!(why.contains("removed from 1 file(s)"), "{why}");
 }
+
+/// `chattr -R` with `flag` (`+i` or `-i`) on the repository's object store and refs; false
+/// when the file system or the user cannot (then the storage error cannot be made).
+fn immutable(root: &Path, flag: &str) -> bool {
+    Command::new("chattr")
+        .args(["-R", flag, ".git/objects", ".git/refs"])
+        .current_dir(root)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_storage_error_the_failed_steps_write_is_checkpointed_as_the_agents_and_aborted() {
+    let dir = repo(&[("a.txt", "a\n"), ("b.txt", "b\n")]);
+    let root = dir.path();
+    let flags = tempfile::tempdir().expect("flag dir");
+    let go = flags.path().join("go");
+    let cmd = format!(
+        "sh -c 'while [ ! -e {} ]; do sleep 0.02; done'",
+        go.display()
+    );
+    let mut run = start(
+        root,
+        json!([
+            {"write": {"path": "b.txt", "content": "b\nthe agent's\n"}},
+            {"run": {"cmd": cmd}},
+            {"write": {"path": "a.txt", "content": "a\nthe agent's\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let marker = go.display().to_string();
+    eventually("the command to start", || !pids_with(&marker).is_empty()).await;
+    if !immutable(root, "+i") {
+        println!("SKIPPED after_a_storage_error_the_failed_steps_write_is_checkpointed_as_the_agents_and_aborted: chattr +i failed (it needs root and a file system with attributes)");
+        std::fs::write(&go, "").expect("go");
+        return;
+    }
+    std::fs::write(&go, "").expect("go");
+    // The write's checkpoint fails, and the next boundary's scan stops the task.
+    let s = run.until("the stop", |s| s.status == Status::Paused).await;
+    let cleared = immutable(root, "-i");
+    assert!(cleared, "chattr -R -i");
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(why.contains("cannot checkpoint"), "{why}");
+    assert_eq!(read(root, "a.txt"), "a\nthe agent's\n");
+    run.call(Request::Resume).await;
+    // Answered while the agent thinks its next move, after the boundary that resumed it.
+    let s = run.call(Request::State).await.state().clone();
+    // The failed step's write is in a checkpoint of its own, the agent's; nothing was taken
+    // for the person's.
+    let write = s
+        .steps
+        .iter()
+        .find(|st| st.action == "write a.txt")
+        .expect("the write step");
+    assert_eq!(write.author, Author::Agent);
+    let before = s
+        .steps
+        .iter()
+        .rev()
+        .find(|st| st.n < write.n)
+        .expect("a step before");
+    assert_ne!(
+        write.checkpoint, before.checkpoint,
+        "a checkpoint of its own"
+    );
+    assert!(
+        s.steps
+            .iter()
+            .all(|st| st.author != Author::Human || st.n == 0),
+        "{:#?}",
+        s.steps
+    );
+    abort(&mut run).await;
+    let why = run.state.stop_reason.clone().unwrap_or_default();
+    assert_eq!(read(root, "a.txt"), "a\n", "{why}");
+    assert_eq!(read(root, "b.txt"), "b\n", "{why}");
+    assert!(why.contains("removed from 2 file(s)"), "{why}");
+    assert_git_clean(root, "after abort");
+}

@@ -21,6 +21,7 @@
 mod chain;
 mod convert;
 mod diff;
+mod failed;
 mod index;
 mod objects;
 mod pack;

@@ -1907,6 +1907,8 @@ impl Engine {
         hold: bool,
         why: &str,
     ) -> Result<Option<Report>, crate::checkpoint::CheckpointError> {
+        // What an agent step whose checkpoint failed wrote is its own, not found here.
+        self.catch_up()?;
         let n = self.next_n();
         let prev = self.tip.clone();
         let snap = self.ckpt.snapshot(SnapshotMeta {

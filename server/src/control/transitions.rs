@@ -460,6 +460,8 @@ impl Engine {
             agent.interrupt(crate::agent::Interrupt::Pause);
             self.settle_agent(acting, true);
         }
+        // A step whose checkpoint failed is the agent's, to take back with the others.
+        self.catch_up()?;
         let n = self.next_n();
         // The whole attempt stays recoverable under refs/rein/<task>/aborted.
         let snap = self.ckpt.snapshot(SnapshotMeta {
