@@ -2291,3 +2291,90 @@ async fn a_steer_waits_for_the_irreversible_command_instead_of_cancelling_its_tu
         "{prompts:#?}"
     );
 }
+
+// Issue 25 item 7: a stale write after handback does not recreate a file the person
+// removed, by either ACP route.
+
+const X_PY: &str = "def answer():\n    return 41\n";
+
+/// Takes over once the agent has read `src/x.py`, lets `human` change the tree, hands back
+/// and waits for the end.
+async fn take_over_and(run: &mut Run, sc: &Scenario, root: &Path, human: impl FnOnce(&Path)) {
+    sc.logged("read", 1).await;
+    run.until("the read step", |s| {
+        s.steps.iter().any(|st| st.action == "read src/x.py")
+    })
+    .await;
+    run.call(Request::Takeover { reason: None }).await;
+    sc.logged("stop", 1).await;
+    human(root);
+    run.call(Request::Handback { note: None }).await;
+    run.until("done", |s| s.status == Status::Done).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_fs_write_to_a_file_the_human_deleted_is_refused_with_the_reason() {
+    let dir = repo(&[("src/x.py", X_PY), ("a.txt", "a\n")]);
+    let root = dir.path();
+    let stale = format!("{X_PY}\n\ndef double(x):\n    return 2 * x\n");
+    let sc = scenario(json!({
+        "turns": [
+            [{"read": "src/x.py"}, {"wait_cancel": true}],
+            [{"write": {"path": "src/x.py", "content": stale}}, {"say": "added double"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    take_over_and(&mut run, &sc, root, |root| {
+        std::fs::remove_file(root.join("src/x.py")).expect("rm");
+    })
+    .await;
+    assert!(!root.join("src/x.py").exists(), "recreated");
+    let writes = sc.of("write");
+    assert_eq!(writes[0]["ok"], false, "{writes:#?}");
+    let why = writes[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("src/x.py was deleted by the person supervising you; do not recreate it"),
+        "the agent hears why: {why}"
+    );
+    assert_eq!(git(root, &["status", "--porcelain"]), " D src/x.py\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_a_tool_announces_to_a_file_the_human_renamed_is_refused_naming_the_new_name() {
+    let dir = repo(&[("src/x.py", X_PY), ("a.txt", "a\n")]);
+    let root = dir.path();
+    // New content throughout: nothing of the removed file comes back to tell a merge by.
+    let ask = json!({"permission": {"title": "Write src/x.py", "kind": "edit",
+        "raw": {"file_path": "src/x.py", "content": "print('hello')\n"}}});
+    let sc = scenario(json!({
+        "turns": [
+            [{"read": "src/x.py"}, {"wait_cancel": true}],
+            [ask, {"say": "rewrote it"}]
+        ]
+    }));
+    let mut run = start_acp(root, &sc);
+    take_over_and(&mut run, &sc, root, |root| {
+        std::fs::rename(root.join("src/x.py"), root.join("src/y.py")).expect("mv");
+    })
+    .await;
+    let outcomes: Vec<Value> = sc
+        .of("permission")
+        .iter()
+        .map(|p| p["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, vec![json!("reject")]);
+    let refused = run
+        .state
+        .steps
+        .iter()
+        .find(|st| st.action == "ask permission: Write src/x.py")
+        .expect("the permission's step");
+    assert_eq!(refused.status, StepStatus::Failed);
+    let why = refused.detail.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("src/x.py was deleted by the person supervising you (renamed to src/y.py)"),
+        "{why}"
+    );
+    assert!(!root.join("src/x.py").exists());
+    assert_eq!(read(root, "src/y.py"), X_PY);
+}

@@ -16,11 +16,13 @@
 //! private index), `scan` (full and watched scans), `walk` (what a path on disk changes in a
 //! tree), `update` (tree updates on top of the tip), `diff` (changes between trees or against
 //! the working tree), `objects` (reading blobs and modes), `ignored` (what ignored files held before the task's
-//! writes, kept apart from the checkpoints), `nested` (changes inside submodules).
+//! writes, kept apart from the checkpoints), `nested` (changes inside submodules), `user` (what the
+//! user's HEAD and index hold of a file), `failed` (catching up after a failed checkpoint).
 
 mod chain;
 mod convert;
 mod diff;
+mod failed;
 mod ignored;
 mod index;
 mod nested;
@@ -33,6 +35,7 @@ mod sweep;
 #[cfg(test)]
 mod testutil;
 mod update;
+mod user;
 mod walk;
 
 use std::collections::BTreeMap;
@@ -51,6 +54,7 @@ pub use objects::blob_id;
 use pack::{remove_merged, Packs};
 use resolve::unknown;
 use scan::Live;
+pub use user::{InGit, UserGit};
 
 /// From this many files read in one step, its objects are written as one pack: git keeps a
 /// fetched pack from 100 objects on (`transfer.unpackLimit`), and a changed file is about a

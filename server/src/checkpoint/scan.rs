@@ -109,8 +109,10 @@ impl Checkpoints {
     /// The first checkpoint of a chain is always created, even when it equals the base.
     pub fn snapshot(&mut self, meta: SnapshotMeta<'_>) -> Result<Snapshot> {
         self.writable()?;
-        let tree_id = self.refresh()?;
-        self.commit_tree(tree_id, meta)
+        let done = self
+            .refresh()
+            .and_then(|tree_id| self.commit_tree(tree_id, meta));
+        self.unless_failed(done)
     }
 
     /// Follows the working tree through file change notifications from the next scan on (a

@@ -199,6 +199,15 @@ impl Checkpoints {
         meta: SnapshotMeta<'_>,
         paths: &[P],
     ) -> Result<Snapshot> {
+        let done = self.step_snapshot(meta, paths);
+        self.unless_failed(done)
+    }
+
+    fn step_snapshot<P: AsRef<[u8]>>(
+        &mut self,
+        meta: SnapshotMeta<'_>,
+        paths: &[P],
+    ) -> Result<Snapshot> {
         self.writable()?;
         for p in paths {
             validate_rel_path(&String::from_utf8_lossy(p.as_ref()))?;
@@ -245,6 +254,16 @@ impl Checkpoints {
     /// working tree: unsaved editor text the human typed, recorded as theirs before an agent
     /// write takes it in. The next scan still records the file as it is on disk.
     pub fn snapshot_content(
+        &mut self,
+        meta: SnapshotMeta<'_>,
+        path: &str,
+        content: &[u8],
+    ) -> Result<Snapshot> {
+        let done = self.content_snapshot(meta, path, content);
+        self.unless_failed(done)
+    }
+
+    fn content_snapshot(
         &mut self,
         meta: SnapshotMeta<'_>,
         path: &str,

@@ -13,9 +13,11 @@ mod ignored;
 mod moves;
 mod output;
 mod plan;
+mod removed;
 mod submodules;
 mod transcript;
 mod transitions;
+mod uncheckpointed;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -429,6 +431,8 @@ struct Engine {
     told_version: u64,
     /// The task ended and the memory it freed was given back (once: it is a walk of the heap).
     released: bool,
+    /// Agent steps recorded without their checkpoint (a storage error), oldest first.
+    uncheckpointed: Vec<uncheckpointed::Uncheckpointed>,
     /// The agent's own tool calls running commands approved as irreversible, and the stops
     /// queued behind them.
     gate: gate::Gate,
@@ -1056,6 +1060,7 @@ impl Engine {
             extra: StepExtra::default(),
             told_version,
             released: false,
+            uncheckpointed: Vec::new(),
             gate: gate::Gate::default(),
             authorship: authorship::Ledger::default(),
             roots,
@@ -1542,7 +1547,10 @@ impl Engine {
             author: Author::Agent,
             action: &action,
         };
-        let snap = self.ckpt.snapshot_paths(meta, &paths);
+        // A step whose checkpoint failed before goes first, so the chain stays in order.
+        let snap = self
+            .catch_up()
+            .and_then(|()| self.ckpt.snapshot_paths(meta, &paths));
         let id = match snap {
             Ok(snap) => {
                 self.tip = Some(snap.id.clone());
@@ -1550,6 +1558,7 @@ impl Engine {
             }
             Err(e) => {
                 self.say(Level::Error, format!("cannot checkpoint step {n}: {e}"));
+                self.checkpoint_failed(n, &action, paths);
                 self.tip.clone()
             }
         };

@@ -381,6 +381,10 @@ impl Engine {
         let unsaved = self.buffers.get(&path);
         let now = unsaved.or(disk);
         let base = self.view_of(&path);
+        if let Some(why) = self.removed_by_human(&path, base.as_deref(), now.as_deref()) {
+            self.views.insert(path, None);
+            return Judged::Refuse(why);
+        }
         let protected = self.protected(&path);
         let now_text = now.as_deref().map(String::from_utf8_lossy);
         // What the tool itself will put in the file.
@@ -817,6 +821,11 @@ impl Engine {
         }
         let ours = unsaved.or(disk);
         let base = self.view_of(&path);
+        if let Some(why) = self.removed_by_human(&path, base.as_deref(), ours.as_deref()) {
+            // Told once: a write after this is a creation the agent chose knowing.
+            self.views.insert(path, None);
+            return self.step_failed(action, why);
+        }
         let protected = self.protected(&path);
         let (verdict, memory) = match &mv {
             Move::Write { content, .. } => (
@@ -1906,6 +1915,8 @@ impl Engine {
         hold: bool,
         why: &str,
     ) -> Result<Option<Report>, crate::checkpoint::CheckpointError> {
+        // What an agent step whose checkpoint failed wrote is its own, not found here.
+        self.catch_up()?;
         let n = self.next_n();
         let prev = self.tip.clone();
         let snap = self.ckpt.snapshot(SnapshotMeta {

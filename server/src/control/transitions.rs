@@ -4,7 +4,7 @@
 use super::{
     Advice, ControlError, Engine, Envelope, Flow, Level, Phase, Reply, Request, UserAction,
 };
-use crate::checkpoint::{CheckpointError, Checkpoints, EntryMode, Overlay, SnapshotMeta};
+use crate::checkpoint::{CheckpointError, Checkpoints, EntryMode, InGit, Overlay, SnapshotMeta};
 use crate::exec::{Node, NodeKind, Sandbox};
 use crate::reconcile::{verdict, FileReport};
 use crate::state::{
@@ -36,6 +36,8 @@ struct Undone {
     left: Vec<(String, String)>,
     /// Agent lines that stayed inside blocks the human edited.
     kept: Vec<KeptLines>,
+    /// Files whose agent change the person took into git (committed or staged), kept.
+    in_git: Vec<(String, InGit)>,
 }
 
 impl Request {
@@ -458,6 +460,8 @@ impl Engine {
             agent.interrupt(crate::agent::Interrupt::Pause);
             self.settle_agent(acting, true);
         }
+        // A step whose checkpoint failed is the agent's, to take back with the others.
+        self.catch_up()?;
         let n = self.next_n();
         // The whole attempt stays recoverable under refs/rein/<task>/aborted.
         let snap = self.ckpt.snapshot(SnapshotMeta {
@@ -470,12 +474,14 @@ impl Engine {
         let mut reverted = 0;
         let mut left = Vec::new();
         let mut kept = Vec::new();
+        let mut in_git = Vec::new();
         if !keep_changes {
             let undone = self.revert_agent_changes(None)?;
             (reverted, left, kept) = (undone.files, undone.left, undone.kept);
             let ignored = self.revert_ignored();
             reverted += ignored.files;
             left.extend(ignored.left);
+            in_git = undone.in_git;
             let snap = self.ckpt.snapshot(SnapshotMeta {
                 step: n,
                 author: Author::Human,
@@ -512,6 +518,22 @@ impl Engine {
                 "kept {} file(s) that changed while the agent ran, since Rein cannot tell who changed them: {}; discard one with rein.discardChange (the code action on the file) if it was the agent's",
                 unattributed.len(),
                 unattributed.join(", ")
+            );
+            self.say(Level::Warning, told.clone());
+            why.push_str("; ");
+            why.push_str(&told);
+        }
+        if !in_git.is_empty() {
+            let named: Vec<String> = in_git
+                .iter()
+                .map(|(path, how)| match how {
+                    InGit::Committed => format!("{path}, which you committed"),
+                    InGit::Staged => format!("{path}, which you staged"),
+                })
+                .collect();
+            let told = format!(
+                "kept the agent's changes you took into git: {}; revert them by hand if you did not mean to keep them",
+                named.join(", ")
             );
             self.say(Level::Warning, told.clone());
             why.push_str("; ");
@@ -571,6 +593,18 @@ impl Engine {
         // Kept agent lines by where they are in the content the file is to end with, carried
         // through each older step's revert as it moves them.
         let mut kept = std::collections::BTreeMap::<Vec<u8>, Vec<(usize, String)>>::new();
+        // What the person committed or staged is theirs: a path stops being taken back at the
+        // content git holds (on disk now, or left by an agent step), so the next `git commit
+        // -a` does not silently commit a revert of it.
+        let user = crate::checkpoint::UserGit::open(&self.root, self.state().task.base.as_deref())
+            .map_err(|e| tracing::warn!("cannot read HEAD and the index for abort: {e}"))
+            .ok();
+        let in_git = |path: &[u8], node: &Option<Node>| {
+            user.as_ref()
+                .zip(node.as_ref())
+                .and_then(|(u, n)| u.holds(path, &n.bytes))
+        };
+        let mut taken = std::collections::BTreeMap::<Vec<u8>, (String, InGit)>::new();
         let claimed = &self.state().claimed_changes;
         for (i, c) in list.iter().enumerate() {
             // An unattributed step's changes stay, but for those a later agent step's
@@ -593,7 +627,7 @@ impl Engine {
                     continue;
                 }
                 let key = change.path_bytes().to_vec();
-                if left.contains_key(&key) {
+                if left.contains_key(&key) || taken.contains_key(&key) {
                     continue;
                 }
                 if change.before.is_none() {
@@ -620,6 +654,14 @@ impl Engine {
                         }
                     },
                 };
+                let git_has = match touched.get(&key) {
+                    None => in_git(&key, &now).or_else(|| in_git(&key, &after)),
+                    Some(_) => in_git(&key, &after),
+                };
+                if let Some(how) = git_has {
+                    taken.insert(key, (change.path, how));
+                    continue;
+                }
                 if let Some(next) =
                     verdict::revert_node(side(&before), side(&after), side(&now), |k| {
                         k != NodeKind::Link
@@ -679,6 +721,7 @@ impl Engine {
             files: count,
             left: left.into_values().collect(),
             kept: stayed,
+            in_git: taken.into_values().collect(),
         })
     }
 
