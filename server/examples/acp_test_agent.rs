@@ -610,7 +610,9 @@ async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'
             .get("title")
             .and_then(Value::as_str)
             .unwrap_or("Edit a file");
-        let id = format!("edit-{path}");
+        // Unique in the session, as a harness's ids are (one edit of a file after another).
+        static EDITS: AtomicUsize = AtomicUsize::new(0);
+        let id = format!("edit-{}-{path}", EDITS.fetch_add(1, Ordering::SeqCst));
         let mut call = ToolCall::new(id.clone(), title)
             .kind(ToolKind::Edit)
             .status(ToolCallStatus::InProgress)

@@ -567,6 +567,213 @@ fn story(s: &TaskState) -> String {
     format!("steps: {steps:?}; stop: {:?}", s.stop_reason)
 }
 
+/// What an ACP agent does, by each route a harness writes: `fs/write_text_file`, a write it
+/// announces with its content and then makes without reporting, its own edit tool reporting
+/// the path, and a write nothing announces or reports (to a stray file of its own).
+#[derive(Debug, Clone, Copy)]
+enum AcpOp {
+    Fs(usize),
+    Announced(usize),
+    EditTool(usize),
+    Unannounced(usize),
+}
+
+fn acp_op() -> impl Strategy<Value = AcpOp> {
+    prop_oneof![
+        (0..AGENT_FILES).prop_map(AcpOp::Fs),
+        (0..AGENT_FILES).prop_map(AcpOp::Announced),
+        (0..AGENT_FILES).prop_map(AcpOp::EditTool),
+        (0..2usize).prop_map(AcpOp::Unannounced),
+    ]
+}
+
+/// The ACP test agent's scenario for `ops` (one turn that waits for the abort at its end),
+/// and the stray files its unannounced writes leave, with their last content.
+fn acp_scenario(
+    ops: &[AcpOp],
+    shapes: &[Shape],
+    dir: &Path,
+) -> (std::path::PathBuf, BTreeMap<String, Vec<u8>>) {
+    let mut actions = Vec::new();
+    let mut strays = BTreeMap::new();
+    for (k, op) in ops.iter().enumerate() {
+        let content = format!("agent {k}\r\nby acp\n");
+        match *op {
+            AcpOp::Fs(i) => {
+                actions.push(json!({"write": {"path": agent_file(i, shapes), "content": content}}))
+            }
+            AcpOp::Announced(i) => {
+                let p = agent_file(i, shapes);
+                let id = format!("t{k}");
+                actions.push(
+                    json!({"permission": {"id": id, "title": format!("Write {p}"), "kind": "edit",
+                    "raw": {"file_path": p, "content": content}}}),
+                );
+                actions.push(json!({"write_silently": {"path": p, "content": content}}));
+                actions.push(json!({"tool": {"id": id, "status": "completed", "update": true}}));
+            }
+            AcpOp::EditTool(i) => {
+                let p = agent_file(i, shapes);
+                actions.push(json!({"edit_file": {"path": p, "content": content, "title": format!("Edit {p}")}}));
+            }
+            AcpOp::Unannounced(j) => {
+                let p = format!("stray{j}.txt");
+                actions.push(json!({"write_silently": {"path": p, "content": content}}));
+                strays.insert(p, content.into_bytes());
+            }
+        }
+        actions.push(json!({"read": ".gitattributes"}));
+    }
+    // Its last step: every write of its was made by then.
+    actions.push(json!({"read": ".gitignore"}));
+    actions.push(json!({"wait_cancel": true}));
+    let file = dir.join("scenario.json");
+    // Steering: what the person did reaches it within its turn, which news would cut else.
+    let doc = json!({"log": dir.join("log.jsonl"), "steering": true, "turns": [actions]});
+    std::fs::write(&file, doc.to_string()).expect("scenario");
+    (file, strays)
+}
+
+async fn run_acp_case(
+    shapes: Vec<Shape>,
+    agent: Vec<AcpOp>,
+    human: Vec<(usize, HumanOp)>,
+) -> Result<(), String> {
+    // A harness writes text through its routes, never a link.
+    let shapes: Vec<Shape> = shapes
+        .into_iter()
+        .map(|s| {
+            if matches!(s, Shape::Link) {
+                Shape::Lf
+            } else {
+                s
+            }
+        })
+        .collect();
+    let upstream = repo(&[("lib.txt", "lib\n")]);
+    let dir = make_repo(&shapes, false, upstream.path());
+    let root = dir.path();
+    let agent_paths: Vec<String> = (0..AGENT_FILES).map(|i| agent_file(i, &shapes)).collect();
+    let human_paths: Vec<String> = (0..HUMAN_FILES).map(|i| human_file(i, &shapes)).collect();
+    let start_nodes: BTreeMap<String, Node> = agent_paths
+        .iter()
+        .map(|p| (p.clone(), node(root, p)))
+        .collect();
+    let scen = tempfile::tempdir().expect("scenario dir");
+    let (file, strays) = acp_scenario(&agent, &shapes, scen.path());
+    let mut run = start_agent(root, json!({"kind": "acp", "command": [agent_bin(), file]}));
+    run.until("step 0", |s| !s.steps.is_empty()).await;
+    let mut expected: BTreeMap<String, Node> = human_paths
+        .iter()
+        .map(|p| (p.clone(), node(root, p)))
+        .collect();
+    let mut human = human;
+    human.sort_by_key(|(at, _)| *at);
+    for (k, (at, op)) in human.into_iter().enumerate() {
+        after_steps(&mut run, at.min(agent.len())).await;
+        if run.state.status.is_terminal() {
+            return Err(format!("the task ended early: {:?}", run.state.stop_reason));
+        }
+        // Taking over would end the agent's turn: a change made while paused stands for it.
+        let op = match op {
+            HumanOp::WhileHolding(i) => HumanOp::WhilePaused(i),
+            HumanOp::Ignored | HumanOp::InSubmodule | HumanOp::Create => HumanOp::Disk(0),
+            other => other,
+        };
+        let p = |i: usize| human_paths[i].clone();
+        match op {
+            HumanOp::Disk(i) | HumanOp::Staged(i) => {
+                change_on_disk(root, &p(i), k);
+                if matches!(op, HumanOp::Staged(_)) {
+                    git(root, &["add", "--", &p(i)]);
+                }
+            }
+            HumanOp::Buffer(i) => {
+                let text = format!("typed {k}\n");
+                let _ = run.handle.call(Request::Hold { path: p(i) }).await;
+                std::fs::write(root.join(p(i)), &text).expect("save");
+                let _ = run
+                    .handle
+                    .call(Request::Buffer {
+                        path: p(i),
+                        content: None,
+                    })
+                    .await;
+            }
+            HumanOp::WhilePaused(i) => {
+                let paused = run.handle.call(Request::Pause).await.is_ok();
+                change_on_disk(root, &p(i), k);
+                if paused {
+                    run.handle
+                        .call(Request::Resume)
+                        .await
+                        .map_err(|e| format!("resume: {e}"))?;
+                }
+            }
+            HumanOp::Remove(i) => {
+                let _ = std::fs::remove_file(root.join(p(i)));
+            }
+            _ => {}
+        }
+        let i = match op {
+            HumanOp::Disk(i)
+            | HumanOp::Staged(i)
+            | HumanOp::Buffer(i)
+            | HumanOp::WhilePaused(i)
+            | HumanOp::Remove(i) => i,
+            _ => continue,
+        };
+        expected.insert(p(i), node(root, &p(i)));
+    }
+    run.until("the agent's last step", |s| {
+        s.steps.iter().any(|st| st.action == "read .gitignore")
+    })
+    .await;
+    let end = run
+        .handle
+        .call(Request::Abort {
+            keep_changes: false,
+        })
+        .await
+        .map_err(|e| format!("abort refused: {e}"))?
+        .state()
+        .clone();
+    for p in &agent_paths {
+        let now = node(root, p);
+        if now != start_nodes[p] {
+            return Err(format!(
+                "{p}: {now:?} after abort, was {:?}; {}",
+                start_nodes[p],
+                story(&end)
+            ));
+        }
+    }
+    for (p, want) in &expected {
+        if &node(root, p) != want {
+            return Err(format!(
+                "{p}: the person's change was not kept; {}",
+                story(&end)
+            ));
+        }
+    }
+    // Nothing announced or reported them: kept as the agent left them, and listed.
+    for (p, bytes) in &strays {
+        if std::fs::read(root.join(p)).ok().as_ref() != Some(bytes) {
+            return Err(format!(
+                "{p}, which nothing attributes, was not kept; {}",
+                story(&end)
+            ));
+        }
+        if !end.unattributed_changes.iter().any(|u| &u.path == p) {
+            return Err(format!(
+                "{p} is not listed as unattributed; {}",
+                story(&end)
+            ));
+        }
+    }
+    authors_are_right(root, &end, &agent_paths, &[], &human_paths)
+}
+
 fn cases() -> u32 {
     std::env::var("REIN_FIDELITY_CASES")
         .ok()
@@ -587,6 +794,18 @@ proptest! {
     ) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let result = rt.block_on(run_case(shapes, autocrlf, rewind, agent, human));
+        rt.shutdown_background();
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+
+    #[test]
+    fn abort_takes_back_every_acp_route_and_keeps_what_nothing_attributes(
+        shapes in proptest::collection::vec(shape(), AGENT_FILES + HUMAN_FILES),
+        agent in proptest::collection::vec(acp_op(), 1..6),
+        human in proptest::collection::vec((0usize..6, human_op()), 0..4),
+    ) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let result = rt.block_on(run_acp_case(shapes, agent, human));
         rt.shutdown_background();
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }

@@ -265,6 +265,9 @@ impl Engine {
                 }
             }
         }
+        // Evidence whatever comes of the request: a harness that writes after a refusal
+        // still wrote what it announced.
+        self.announce(kind, command.as_deref(), &clean, writes);
         if let Some(held) = clean.iter().find(|p| self.state().held_files.contains(p)) {
             if !matches!(kind.as_str(), "read" | "search" | "think") {
                 return self.ask_held(held.clone(), mv);
@@ -292,7 +295,6 @@ impl Engine {
                 }
             }
         }
-        self.announce(kind, command.as_deref(), &clean, writes);
         let ask = match kind.as_str() {
             "read" | "search" | "think" | "edit" | "delete" | "move" => None,
             "execute" => match command.as_deref().map(|c| self.cfg.policy.classify(c)) {
@@ -509,14 +511,17 @@ impl Engine {
         };
         // Repairs are worked out against the views before this step moves them. A repair may
         // act on a guess (it only puts lines back), so a change nothing attributes gets one
-        // too; one the person saved from the editor is theirs and left alone.
+        // too where the agent has a view of the file; one the person saved is theirs.
         let who: Vec<Who> = changes
             .iter()
             .map(|c| self.authorship.judge(c, &evidence))
             .collect();
         let mut repairs = Vec::new();
         for (c, who) in changes.iter().zip(&who) {
-            if *who == Who::Human {
+            // An unattributed change to a file the agent never read or wrote is no guess
+            // worth making: it is the person's own work far more likely than a stale write.
+            let guess = *who == Who::Unattributed && self.views.contains_key(&c.path);
+            if *who != Who::Agent && !guess {
                 continue;
             }
             let protected = self.protected(&c.path);

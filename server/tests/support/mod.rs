@@ -131,6 +131,14 @@ pub fn start(root: &Path, steps: serde_json::Value) -> Run {
     Run::new(handle, notices, state, root.to_owned())
 }
 
+/// Starts a task with the agent `spec` (any kind).
+pub fn start_agent(root: &Path, spec: serde_json::Value) -> Run {
+    let (notify, notices) = channel();
+    let (handle, state) =
+        control::start(root, "test goal", spec, test_config(), notify).expect("task starts");
+    Run::new(handle, notices, state, root.to_owned())
+}
+
 impl Run {
     /// A task as `control::start` or `control::recover` gave it.
     pub fn new(
