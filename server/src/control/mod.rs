@@ -7,14 +7,17 @@
 
 mod advice;
 mod authorship;
+mod commands;
 mod gate;
 mod handover;
+mod human;
 mod ignored;
 mod moves;
 mod output;
 mod plan;
 mod removed;
 mod submodules;
+mod tools;
 mod transcript;
 mod transitions;
 mod uncheckpointed;
