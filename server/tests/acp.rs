@@ -1431,12 +1431,6 @@ async fn a_terminal_the_sandbox_denied_is_hinted_told_and_run_again_on_approve()
     assert_eq!(d.kind, DecisionKind::SandboxDenied, "{d:?}");
     assert!(d.question.contains(&escape.display().to_string()), "{d:?}");
     assert!(!escape.exists(), "the confined terminal wrote outside");
-    let t = &sc.logged("terminal", 1).await[0];
-    let out = t["output"].as_str().unwrap_or("");
-    assert!(
-        out.contains("Permission denied") && out.contains("Rein's sandbox"),
-        "the agent reads the hint in the terminal's output: {t}"
-    );
     assert!(
         told.iter()
             .any(|m| m.contains("from-terminal.txt") && m.contains("sandbox")),
@@ -1447,6 +1441,16 @@ async fn a_terminal_the_sandbox_denied_is_hinted_told_and_run_again_on_approve()
         choice: "approve".into(),
     })
     .await;
+    // The decision may come before the agent read its terminal (the denied command can end
+    // before the step boundary that asks), and while it is open the agent's requests wait:
+    // its reading is looked at once the person answered. The approved re-run is a terminal
+    // of its own, so this one still holds the denied run's output.
+    let t = &sc.logged("terminal", 1).await[0];
+    let out = t["output"].as_str().unwrap_or("");
+    assert!(
+        out.contains("Permission denied") && out.contains("Rein's sandbox"),
+        "the agent reads the hint in the terminal's output: {t}"
+    );
     let s = run.until("done", |s| s.status == Status::Done).await;
     assert!(escape.exists(), "the approved re-run ran unconfined");
     let heard = sc
