@@ -405,6 +405,13 @@ impl Engine {
             self.complete(action, status, outcome, Touched::Tree(evidence))
         };
         self.last_result = answer;
+        // The agent's memory of a file its tool wrote is what it wrote: a later write of its
+        // is merged from there, not taken for the person's change (a spurious conflict).
+        for (c, w) in changes.iter().zip(&who) {
+            if *w == Who::Agent {
+                self.views.insert(c.path.clone(), c.after.clone());
+            }
+        }
         if let Some(id) = tool {
             // Its end is its step now: stops queued behind it land next.
             self.tool_ended(&id);
