@@ -1183,8 +1183,9 @@ impl Engine {
                 r.markdown()
             ));
         }
+        // One short line: an editor shows it on its command line.
         let mut told = format!(
-            "rewound to checkpoint {short}: the agent's changes after it were taken back from {files} file(s); yours and those Rein cannot attribute were kept"
+            "rewound {files} file(s) to checkpoint {short} (the agent's changes; yours kept)"
         );
         if !undone.kept.is_empty() {
             let named: Vec<String> = undone.kept.iter().map(KeptLines::describe).collect();
