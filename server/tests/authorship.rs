@@ -6,36 +6,10 @@
 mod support;
 
 use rein::control::{Reply, Request};
-use rein::state::{Author, ConstraintSource, Status, StepStatus, TaskState};
+use rein::state::{Author, ConstraintSource, Status, StepStatus};
 use ropey::Rope;
 use serde_json::json;
 use support::*;
-
-/// The step that recorded `path` as unattributed, checked as the state shows it.
-fn unattributed_step<'s>(s: &'s TaskState, path: &str) -> &'s rein::state::Step {
-    let u = s
-        .unattributed_changes
-        .iter()
-        .find(|u| u.path == path)
-        .unwrap_or_else(|| {
-            panic!(
-                "{path} among the unattributed: {:#?}",
-                s.unattributed_changes
-            )
-        });
-    let step = s
-        .steps
-        .iter()
-        .find(|st| st.n == u.at_step)
-        .expect("the step that recorded it");
-    assert_eq!(step.author, Author::Unattributed, "{step:?}");
-    assert!(
-        s.human_changes.iter().all(|h| h.path != path),
-        "{path} is not the human's either: {:#?}",
-        s.human_changes
-    );
-    step
-}
 
 /// Issue 25, case 1: while the agent's command runs, the person makes `notes.txt` from a
 /// terminal. The command's own output it names (`out.txt`) is the agent's and goes with the

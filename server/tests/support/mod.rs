@@ -348,3 +348,36 @@ pub fn assert_git_clean(root: &Path, why: &str) {
     );
     assert_eq!(git(root, &["diff", "--stat"]), "", "git diff: {why}");
 }
+
+/// The step that recorded `path` as unattributed (the newest such change), checked: of that
+/// author, saying so and naming the file; and the file neither among the human's changes nor
+/// held.
+pub fn unattributed_step<'s>(s: &'s TaskState, path: &str) -> &'s rein::state::Step {
+    let u = s
+        .unattributed_changes
+        .iter()
+        .rfind(|u| u.path == path)
+        .unwrap_or_else(|| {
+            panic!(
+                "{path} among the unattributed: {:#?}",
+                s.unattributed_changes
+            )
+        });
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.n == u.at_step)
+        .expect("the step that recorded it");
+    assert_eq!(step.author, rein::state::Author::Unattributed, "{step:?}");
+    assert!(
+        step.action.contains("Rein cannot tell who changed it") && step.action.contains(path),
+        "{step:?}"
+    );
+    assert!(
+        s.human_changes.iter().all(|h| h.path != path) && !s.held_files.contains(&path.to_owned()),
+        "{path} is not taken for the human's: {:#?} {:?}",
+        s.human_changes,
+        s.held_files
+    );
+    step
+}
