@@ -525,20 +525,7 @@ fn repo_with_submodule() -> (tempfile::TempDir, tempfile::TempDir) {
     let upstream = repo(&[("lib.txt", "lib\n")]);
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();
-    let url = upstream.path().to_string_lossy().into_owned();
-    git(
-        root,
-        &[
-            "-c",
-            "protocol.file.allow=always",
-            "submodule",
-            "add",
-            "-q",
-            &url,
-            "sub",
-        ],
-    );
-    git(root, &["commit", "-q", "-m", "add sub"]);
+    add_submodule(root, upstream.path());
     assert_git_clean(root, "with a submodule");
     (dir, upstream)
 }

@@ -207,20 +207,7 @@ fn make_repo(shapes: &[Shape], autocrlf: bool, upstream: &Path) -> tempfile::Tem
     }
     git(root, &["add", "-A"]);
     git(root, &["commit", "-q", "-m", "shapes"]);
-    let url = upstream.to_string_lossy().into_owned();
-    git(
-        root,
-        &[
-            "-c",
-            "protocol.file.allow=always",
-            "submodule",
-            "add",
-            "-q",
-            &url,
-            "sub",
-        ],
-    );
-    git(root, &["commit", "-q", "-m", "sub"]);
+    add_submodule(root, upstream);
     dir
 }
 

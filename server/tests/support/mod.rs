@@ -381,3 +381,21 @@ pub fn unattributed_step<'s>(s: &'s TaskState, path: &str) -> &'s rein::state::S
     );
     step
 }
+
+/// Adds the local repository `upstream` as the submodule `sub` of `root` and commits it.
+pub fn add_submodule(root: &Path, upstream: &Path) {
+    let url = upstream.to_string_lossy().into_owned();
+    git(
+        root,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &url,
+            "sub",
+        ],
+    );
+    git(root, &["commit", "-q", "-m", "add sub"]);
+}
