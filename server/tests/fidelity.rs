@@ -519,6 +519,221 @@ async fn abort_puts_back_ignored_files_an_acp_agent_wrote_through_its_routes() {
     assert_git_clean(root, "after abort");
 }
 
+/// A write to an ignored file that no command line names (a script does it): nothing could be
+/// saved before it, so Rein says so truly, blames nobody, and abort leaves the file and names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ignored_file_changed_by_a_command_that_does_not_name_it_is_reported_unrecorded() {
+    let dir = ignoring_repo();
+    let root = dir.path();
+    write(root, "tools/sneak.sh", "echo SECRET=script > .env\n");
+    git(root, &["add", "tools/sneak.sh"]);
+    git(root, &["commit", "-q", "-m", "a script"]);
+    write(root, "mine.log", "the person's\n");
+    std::fs::write(root.join(".gitignore"), ".env\nbuild/\n*.log\n").expect("write");
+    git(root, &["commit", "-qam", "ignore logs"]);
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "sh tools/sneak.sh"}},
+            {"ask": "go on?"},
+            {"run": {"cmd": "echo after > after.txt"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let s = run
+        .until("the report", |s| !s.unrecorded_ignored.is_empty())
+        .await;
+    let u = &s.unrecorded_ignored[0];
+    assert_eq!(
+        (u.path.as_str(), u.by_agent, u.gone),
+        (".env", false, false)
+    );
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.n == u.at_step)
+        .expect("its step");
+    assert_eq!(step.author, Author::Unattributed, "{}", step.action);
+    assert!(
+        step.action.contains(".env, which git ignores")
+            && step.action.contains("did not record its previous content"),
+        "{}",
+        step.action
+    );
+    // What the person changes while they hold control is not reported as the agent run's.
+    run.until("the question", |s| s.status == Status::AwaitingDecision)
+        .await;
+    run.call(Request::Takeover { reason: None }).await;
+    write(root, "mine.log", "the person's, changed\n");
+    run.call(Request::Handback { note: None }).await;
+    if let Some(d) = run.state.decisions.first().map(|d| d.id.clone()) {
+        run.call(Request::Decide {
+            decision_id: d,
+            choice: "yes".into(),
+        })
+        .await;
+    }
+    run.until("the step after the handback", |s| {
+        s.steps.iter().any(|st| st.action.contains("after.txt"))
+    })
+    .await;
+    assert_eq!(
+        run.state
+            .unrecorded_ignored
+            .iter()
+            .map(|u| u.path.as_str())
+            .collect::<Vec<_>>(),
+        [".env"]
+    );
+    abort(&mut run).await;
+    assert_eq!(
+        read(root, ".env"),
+        "SECRET=script\n",
+        "kept: not provably the agent's"
+    );
+    assert_eq!(read(root, "mine.log"), "the person's, changed\n");
+    let why = run.state.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("left 1 path(s) git ignores") && why.contains(".env"),
+        "{why}"
+    );
+    assert_git_clean(root, "after abort");
+}
+
+/// A harness writes an ignored file before it reports the tool that did (no permission, no
+/// announcement): the tool naming it makes the change the agent's, and Rein says its previous
+/// content was not recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ignored_file_a_harness_wrote_unannounced_is_the_agents_with_its_content_unrecorded() {
+    let dir = ignoring_repo();
+    let root = dir.path();
+    let log = tempfile::tempdir().expect("temp dir");
+    let scenario = log.path().join("scenario.json");
+    let events = log.path().join("log.jsonl");
+    let doc = json!({
+        "log": events,
+        "turns": [[
+            {"write_silently": {"path": ".env", "content": "SECRET=harness\n"}},
+            {"tool": {"id": "t1", "title": "Edit .env", "kind": "edit", "status": "completed",
+                "paths": [".env"]}},
+            {"read": "a.txt"},
+            {"wait_cancel": true}
+        ]]
+    });
+    std::fs::write(&scenario, doc.to_string()).expect("write scenario");
+    let (notify, notices) = channel();
+    let (handle, state) = rein::control::start(
+        root,
+        "test goal",
+        json!({"kind": "acp", "command": [agent_bin(), scenario]}),
+        test_config(),
+        notify,
+    )
+    .expect("task starts");
+    let mut run = Run::new(handle, notices, state, root.to_owned());
+    let s = run
+        .until("the report", |s| !s.unrecorded_ignored.is_empty())
+        .await;
+    let u = &s.unrecorded_ignored[0];
+    assert_eq!((u.path.as_str(), u.by_agent), (".env", true));
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.n == u.at_step)
+        .expect("its step");
+    assert_eq!(step.author, Author::Agent);
+    assert!(
+        step.action.starts_with(
+            "the agent changed .env, which git ignores; its previous content was not recorded"
+        ),
+        "{}",
+        step.action
+    );
+    abort(&mut run).await;
+    assert_eq!(read(root, ".env"), "SECRET=harness\n");
+}
+
+/// Directories a bare `mkdir` made hold nothing a checkpoint could: abort removes those the
+/// agent's commands made while they are empty, never one that was there before, nor one the
+/// person put a file in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_removes_the_empty_directories_the_agents_commands_made() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    std::fs::create_dir(root.join("pre")).expect("mkdir");
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "sh -c 'mkdir -p out/empty/deeper pre/sub'"}},
+            {"run": {"cmd": "sh -c 'mkdir solo filled'"}},
+            {"run": {"cmd": "sh -c 'mkdir made && echo x > made/file.txt'"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    agent_steps(&mut run, 3).await;
+    for d in ["out/empty/deeper", "pre/sub", "solo", "filled", "made"] {
+        assert!(root.join(d).is_dir(), "{d}");
+    }
+    run.call(Request::Pause).await;
+    write(root, "filled/mine.txt", "the person's\n");
+    abort(&mut run).await;
+    for gone in ["out", "pre/sub", "solo", "made"] {
+        assert!(!root.join(gone).exists(), "{gone} stayed");
+    }
+    assert!(root.join("pre").is_dir(), "there before the task");
+    // `made` went with the file the agent put in it (the revert of that file takes it).
+    assert_eq!(read(root, "filled/mine.txt"), "the person's\n");
+    let why = run.state.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("removed 5 empty directories the agent's commands made"),
+        "{why}"
+    );
+}
+
+/// The same through a harness's own terminal (an `execute` tool call its permission request
+/// announced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_removes_an_empty_directory_a_harness_command_made() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let log = tempfile::tempdir().expect("temp dir");
+    let scenario = log.path().join("scenario.json");
+    let events = log.path().join("log.jsonl");
+    let doc = json!({
+        "log": events,
+        "turns": [[
+            {"run": {"command": "mkdir -p cache/x", "id": "m1", "ask": true}},
+            {"read": "a.txt"},
+            {"wait_cancel": true}
+        ]]
+    });
+    std::fs::write(&scenario, doc.to_string()).expect("write scenario");
+    let (notify, notices) = channel();
+    let (handle, state) = rein::control::start(
+        root,
+        "test goal",
+        json!({"kind": "acp", "command": [agent_bin(), scenario]}),
+        test_config(),
+        notify,
+    )
+    .expect("task starts");
+    let mut run = Run::new(handle, notices, state, root.to_owned());
+    let s = run
+        .until("the question", |s| s.status == Status::AwaitingDecision)
+        .await;
+    run.call(Request::Decide {
+        decision_id: s.decisions[0].id.clone(),
+        choice: "approve".into(),
+    })
+    .await;
+    run.until("the directory", |s| !s.made_dirs.is_empty())
+        .await;
+    assert!(root.join("cache/x").is_dir());
+    abort(&mut run).await;
+    assert!(!root.join("cache").exists());
+    assert_git_clean(root, "after abort");
+}
+
 /// A repository with a real submodule `sub` (a local repository added with the file protocol
 /// allowed), holding `lib.txt`.
 fn repo_with_submodule() -> (tempfile::TempDir, tempfile::TempDir) {

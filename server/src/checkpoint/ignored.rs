@@ -52,6 +52,17 @@ impl IgnoredSave {
     }
 }
 
+/// An ignored path that changed, as the watcher saw it: what it held before is unknown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IgnoredChange {
+    /// The repo-relative path, as shown to a person.
+    pub path: String,
+    /// It is gone now.
+    pub gone: bool,
+    /// It is a directory (only its own entry was seen: its files are not watched).
+    pub dir: bool,
+}
+
 impl Checkpoints {
     /// Whether `path` (repo-relative bytes) is an ignored file: no checkpoint holds it (it is
     /// not in the tip's tree) and git ignores it. `link` says it is a symlink on disk.
@@ -67,6 +78,44 @@ impl Checkpoints {
             return Ok(false);
         };
         is_ignored(&self.repo, workdir, &rel, link)
+    }
+
+    /// The ignored paths the watcher saw change since the last call, each once: files and
+    /// directories no checkpoint holds and git ignores (what is inside an ignored directory
+    /// is not watched: only the directory appearing, going or changing its own entry is).
+    /// Empty when nothing is watched.
+    pub fn take_ignored_changes(&mut self) -> Result<Vec<IgnoredChange>> {
+        if self.live.is_none() || self.read_only {
+            return Ok(Vec::new());
+        }
+        self.drain_into_pending()?;
+        let seen = match self.live.as_mut() {
+            Some(live) => std::mem::take(&mut live.seen),
+            None => return Ok(Vec::new()),
+        };
+        let Some(workdir) = self.repo.workdir().map(Path::to_path_buf) else {
+            return Ok(Vec::new());
+        };
+        let tree = self.tip_tree()?;
+        let mut out = Vec::new();
+        for rel in seen {
+            match tree.get_path(&rel) {
+                Ok(_) => continue,
+                Err(e) if e.code() == ErrorCode::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+            let meta = std::fs::symlink_metadata(workdir.join(&rel)).ok();
+            let link = meta.as_ref().is_some_and(|m| m.file_type().is_symlink());
+            if !is_ignored(&self.repo, &workdir, &rel, link)? {
+                continue;
+            }
+            out.push(IgnoredChange {
+                path: rel.to_string_lossy().into_owned(),
+                gone: meta.is_none(),
+                dir: meta.is_some_and(|m| m.is_dir()),
+            });
+        }
+        Ok(out)
     }
 
     /// Saves what the ignored file `path` holds (`before`) ahead of a write, with what the

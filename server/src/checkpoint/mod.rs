@@ -48,7 +48,7 @@ use git2::{ErrorCode, Oid, Repository};
 use crate::state::Author;
 
 use chain::CHECKPOINTS_REF;
-pub use ignored::{IgnoredSave, Saved};
+pub use ignored::{IgnoredChange, IgnoredSave, Saved};
 use index::remove_if_exists;
 pub use objects::blob_id;
 use pack::{remove_merged, Packs};

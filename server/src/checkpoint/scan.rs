@@ -35,6 +35,10 @@ pub(super) struct Live {
     /// Paths drained from the watcher but not yet applied to `tree` (a diff against `tree`
     /// read them without writing objects).
     pub(super) pending: BTreeSet<PathBuf>,
+    /// Every path drained since the engine last asked which ignored files changed
+    /// (`Checkpoints::take_ignored_changes`): `pending` forgets paths once applied, this does
+    /// not.
+    pub(super) seen: BTreeSet<PathBuf>,
 }
 
 /// Whether the watcher should follow directory `rel`: not a repository of its own, and not
@@ -140,6 +144,7 @@ impl Checkpoints {
                     tree: None,
                     gitlinks: Vec::new(),
                     pending: BTreeSet::new(),
+                    seen: BTreeSet::new(),
                 });
                 true
             }
@@ -161,6 +166,7 @@ impl Checkpoints {
         let follow = |rel: &Path| follows(&self.repo, &index, &workdir, rel);
         match live.watcher.drain(&follow) {
             Drained::Paths(paths) => {
+                live.seen.extend(paths.iter().cloned());
                 live.pending.extend(paths);
                 Ok(true)
             }

@@ -301,6 +301,7 @@ impl Engine {
         }
         self.record_unattributed(&unknown);
         self.note_submodules("changed while the agent ran", Author::Unattributed);
+        self.note_unrecorded_ignored(evidence);
         self.claim(evidence);
         agents
     }

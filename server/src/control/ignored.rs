@@ -6,7 +6,10 @@
 //! What the write left is recorded when its step is: abort takes back only what is still the
 //! agent's (the same three-way revert as a tracked file's), so a change the person made to the
 //! file afterwards stays. A write Rein cannot see coming (a command that does not name the
-//! file) leaves nothing to restore from; docs/agents.md says so.
+//! file) leaves nothing to restore from: when the watcher sees an ignored file change while
+//! the agent holds control and nothing was saved of it, the change is recorded as a step that
+//! says so (the agent's where a tool call or command names the file, else unattributed) and
+//! listed in `unrecordedIgnored`, and abort names it as left.
 //!
 //! Must never: save or restore a file that a checkpoint holds (those are the chain's), nor a
 //! directory.
@@ -15,9 +18,10 @@ use std::collections::BTreeMap;
 
 use super::authorship::Evidence;
 use super::{ControlError, Engine, Level, Touched};
-use crate::checkpoint::{EntryMode, IgnoredSave, Saved};
+use crate::checkpoint::{EntryMode, IgnoredChange, IgnoredSave, Saved};
 use crate::exec::{Node, NodeKind};
 use crate::reconcile::verdict;
+use crate::state::{self, Author, Step, StepStatus, UnrecordedIgnored};
 
 /// What abort did to ignored files.
 #[derive(Debug, Default)]
@@ -92,6 +96,7 @@ impl Engine {
     /// that is ignored, or absent and would be. A named directory is not saved (it may hold a
     /// whole build); a write into it is one Rein cannot see coming.
     pub(super) fn save_named_ignored(&mut self, evidence: &Evidence) {
+        self.note_absent_named(evidence);
         for path in evidence.named_paths().to_vec() {
             // `save_ignored` passes over a directory: reading it as a file fails.
             self.save_ignored(&path, None);
@@ -123,6 +128,93 @@ impl Engine {
             if let Err(e) = self.ckpt.set_ignored_after(s.seq, &saved(now)) {
                 tracing::warn!(error = %e, "cannot record what the agent left in {}", s.shown());
             }
+        }
+    }
+
+    /// The agent gets control (a resume, a handback): ignored files changed before now are
+    /// not its, and saves made before now do not cover what it changes from here on.
+    pub(super) fn ignored_hold_begins(&mut self) {
+        if let Err(e) = self.ckpt.take_ignored_changes() {
+            tracing::debug!(error = %e, "cannot read which ignored files changed");
+        }
+        self.ignored_from = match self.ckpt.ignored_saves() {
+            Ok(saves) => saves.iter().map(|s| s.seq).max().unwrap_or(0),
+            Err(_) => self.ignored_from,
+        };
+    }
+
+    /// An agent step is being recorded: each ignored file the watcher saw change since the
+    /// last step, of which nothing was saved since the agent got control, is recorded as a
+    /// step saying its previous content was not recorded: the agent's where `evidence` names
+    /// it, else unattributed (never claimed for either on a guess).
+    pub(super) fn note_unrecorded_ignored(&mut self, evidence: &Evidence) {
+        let changes = match self.ckpt.take_ignored_changes() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read which ignored files changed");
+                return;
+            }
+        };
+        if changes.is_empty() {
+            return;
+        }
+        let saves = self.ckpt.ignored_saves().unwrap_or_default();
+        let from = self.ignored_from;
+        let covered = |c: &IgnoredChange| {
+            saves
+                .iter()
+                .any(|s| s.by_agent && s.seq > from && s.shown() == c.path)
+        };
+        let listed: Vec<String> = self
+            .state()
+            .unrecorded_ignored
+            .iter()
+            .map(|u| u.path.clone())
+            .collect();
+        for c in changes.iter().filter(|c| !covered(c)) {
+            let shown = if c.dir {
+                format!("{}/", c.path)
+            } else {
+                c.path.clone()
+            };
+            if listed.contains(&shown) {
+                continue;
+            }
+            let inside = format!("{}/", c.path);
+            let by_agent = evidence.names(&c.path)
+                || (c.dir
+                    && evidence
+                        .named_paths()
+                        .iter()
+                        .any(|p| p.starts_with(&inside)));
+            let verb = if c.gone { "removed" } else { "changed" };
+            let action = if by_agent {
+                format!("the agent {verb} {shown}, which git ignores; its previous content was not recorded, so abort cannot put it back")
+            } else {
+                format!("{shown}, which git ignores, was {verb} while the agent ran; Rein cannot tell who did it and did not record its previous content, so abort leaves it")
+            };
+            let author = if by_agent {
+                Author::Agent
+            } else {
+                Author::Unattributed
+            };
+            let n = self.next_n();
+            let tip = self.tip.clone();
+            let entry = UnrecordedIgnored {
+                path: shown.clone(),
+                by_agent,
+                gone: c.gone,
+                at_step: n,
+            };
+            self.commit(|s| {
+                s.push_step(Step::new(n, action.clone(), author, tip, StepStatus::Done));
+                s.unrecorded_ignored.push(entry);
+            });
+            super::journal(
+                &self.store,
+                "ignored_unrecorded",
+                serde_json::json!({ "n": n, "path": shown, "by_agent": by_agent, "at": state::now() }),
+            );
         }
     }
 

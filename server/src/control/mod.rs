@@ -12,6 +12,7 @@ mod gate;
 mod handover;
 mod human;
 mod ignored;
+mod made_dirs;
 mod moves;
 mod output;
 mod plan;
@@ -443,6 +444,11 @@ struct Engine {
     authorship: authorship::Ledger,
     /// The tree's root as commands and harnesses spell it.
     roots: authorship::Roots,
+    /// The newest save of an ignored file made before the agent last got control: a save
+    /// covers a change the watcher sees only when it is newer.
+    ignored_from: u32,
+    /// Paths a command about to run named that were absent (`made_dirs`).
+    absent_before: std::collections::BTreeSet<String>,
 }
 
 /// What a move leaves for its step's record beyond its outcome.
@@ -559,6 +565,8 @@ pub fn start(
         human_changes: Vec::new(),
         unattributed_changes: Vec::new(),
         claimed_changes: Vec::new(),
+        unrecorded_ignored: Vec::new(),
+        made_dirs: Vec::new(),
         stop_reason: None,
         agent_moves: 0,
         decisions_asked: 0,
@@ -1067,6 +1075,8 @@ impl Engine {
             gate: gate::Gate::default(),
             authorship: authorship::Ledger::default(),
             roots,
+            ignored_from: 0,
+            absent_before: Default::default(),
         }
     }
 
@@ -1539,6 +1549,9 @@ impl Engine {
         also: impl FnOnce(&mut TaskState),
     ) -> Flow {
         self.settle_ignored(&touched);
+        let made = matches!(touched, Touched::Tree(_))
+            .then(|| self.made_dirs())
+            .unwrap_or_default();
         let paths = match touched {
             Touched::Tree(evidence) => self.attribute(&evidence),
             Touched::Nothing => Vec::new(),
@@ -1610,6 +1623,10 @@ impl Engine {
                     .map(|p| p.id.clone()),
             };
             s.push_step(record);
+            s.made_dirs.extend(
+                made.into_iter()
+                    .map(|path| state::MadeDir { path, at_step: n }),
+            );
             s.last_agent_checkpoint = id.clone();
             s.agent_moves += 1;
             s.remaining_moves = remaining;

@@ -360,6 +360,7 @@ impl Engine {
                     self.add_note(report.markdown());
                 }
                 self.note_moved_head();
+                self.ignored_hold_begins();
             }
         }
         self.commit(|s| {
@@ -475,12 +476,14 @@ impl Engine {
         let mut left = Vec::new();
         let mut kept = Vec::new();
         let mut in_git = Vec::new();
+        let mut dirs = 0;
         if !keep_changes {
             let undone = self.revert_agent_changes(None)?;
             (reverted, left, kept) = (undone.files, undone.left, undone.kept);
             let ignored = self.revert_ignored();
             reverted += ignored.files;
             left.extend(ignored.left);
+            dirs = self.remove_dirs_commands_made();
             in_git = undone.in_git;
             let snap = self.ckpt.snapshot(SnapshotMeta {
                 step: n,
@@ -497,6 +500,12 @@ impl Engine {
                 "aborted by the user; the agent's changes were removed from {reverted} file(s), yours kept (attempt at refs/rein/{task}/aborted)"
             )
         };
+        if dirs > 0 {
+            why.push_str(&format!(
+                "; removed {dirs} empty director{} the agent's commands made",
+                if dirs == 1 { "y" } else { "ies" }
+            ));
+        }
         if !kept.is_empty() {
             let named: Vec<String> = kept.iter().map(KeptLines::describe).collect();
             let told = format!(
@@ -518,6 +527,22 @@ impl Engine {
                 "kept {} file(s) that changed while the agent ran, since Rein cannot tell who changed them: {}; discard one with rein.discardChange (the code action on the file) if it was the agent's",
                 unattributed.len(),
                 unattributed.join(", ")
+            );
+            self.say(Level::Warning, told.clone());
+            why.push_str("; ");
+            why.push_str(&told);
+        }
+        let unrecorded: Vec<String> = self
+            .state()
+            .unrecorded_ignored
+            .iter()
+            .map(|u| u.path.clone())
+            .collect();
+        if !unrecorded.is_empty() && !keep_changes {
+            let told = format!(
+                "left {} path(s) git ignores that changed while the agent ran, since what they held before was not recorded: {}",
+                unrecorded.len(),
+                unrecorded.join(", ")
             );
             self.say(Level::Warning, told.clone());
             why.push_str("; ");
@@ -853,6 +878,7 @@ impl Engine {
         report.note = note.filter(|n| !n.trim().is_empty());
         let noted = report.note.clone();
         self.reconcile_note = Some(report.markdown());
+        self.ignored_hold_begins();
         self.commit(|s| {
             s.status = Status::Running;
             s.held_files.clear();

@@ -93,6 +93,14 @@ pub struct TaskState {
     /// harness writes before it reports): the agent's, taken back by abort.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claimed_changes: Vec<ClaimedChange>,
+    /// Files git ignores that changed while the agent ran with nothing saved of what they held
+    /// before (no write Rein saw coming named them): abort cannot put them back, and says so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unrecorded_ignored: Vec<UnrecordedIgnored>,
+    /// Directories the agent's commands made (named by the command, absent before it): no
+    /// checkpoint holds a directory, so abort removes these itself while they are empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub made_dirs: Vec<MadeDir>,
     /// Why the run is not running (paused, awaiting a decision, handed over, ended).
     #[serde(default)]
     pub stop_reason: Option<String>,
@@ -700,6 +708,31 @@ pub struct UnattributedChange {
     pub at_step: u32,
     /// The checkpoint that recorded it (its parent holds the file as it was before).
     pub checkpoint: Option<String>,
+}
+
+/// A file (or directory) git ignores that changed while the agent ran, its previous content
+/// not recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnrecordedIgnored {
+    /// Repo-relative path (a directory's ends with `/`).
+    pub path: String,
+    /// Whether evidence (a tool call or command naming it) makes it the agent's change.
+    pub by_agent: bool,
+    /// Whether it is gone now.
+    pub gone: bool,
+    /// The step that recorded it.
+    pub at_step: u32,
+}
+
+/// A directory an agent's command made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MadeDir {
+    /// Repo-relative path.
+    pub path: String,
+    /// The agent step that made it.
+    pub at_step: u32,
 }
 
 /// An unattributed change that a later agent step's evidence named.

@@ -577,6 +577,8 @@ mod tests {
             human_changes: vec![],
             unattributed_changes: vec![],
             claimed_changes: vec![],
+            unrecorded_ignored: vec![],
+            made_dirs: vec![],
             stop_reason: None,
             agent_moves: 0,
             decisions_asked: 0,
