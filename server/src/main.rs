@@ -257,7 +257,11 @@ fn gc(dir: &Path, keep_tasks: Option<u64>, keep_days: Option<u64>, dry_run: bool
     }
     let mut freed = 0;
     for t in &sweep.tasks {
-        let status = t.status.map_or("unreadable", |s| s.as_str());
+        let status = match &t.worktree {
+            Some(_) => "worktree removed",
+            None => t.status.map_or("unreadable", |s| s.as_str()),
+        };
+        let verb = if dry_run { "would remove" } else { "removed" };
         let what = match t.kept {
             Some(rein::gc::Kept::Current) => "kept (the current task)".to_owned(),
             Some(rein::gc::Kept::Live) => "kept (not ended)".to_owned(),
@@ -267,15 +271,20 @@ fn gc(dir: &Path, keep_tasks: Option<u64>, keep_days: Option<u64>, dry_run: bool
             Some(rein::gc::Kept::Young) => {
                 format!("kept (touched within {} days)", retention.keep_days)
             }
-            None => {
-                freed += t.bytes;
-                let verb = if dry_run { "would remove" } else { "removed" };
-                format!(
-                    "{verb} ({} refs, {} KiB)",
-                    t.refs.len(),
-                    t.bytes.div_ceil(1024)
-                )
-            }
+            None => match &t.worktree {
+                Some(w) => format!(
+                    "{verb} ({} refs; git no longer lists its worktree {w})",
+                    t.refs.len()
+                ),
+                None => {
+                    freed += t.bytes;
+                    format!(
+                        "{verb} ({} refs, {} KiB)",
+                        t.refs.len(),
+                        t.bytes.div_ceil(1024)
+                    )
+                }
+            },
         };
         out!("{}  {:<17}  {what}", t.id, status)?;
     }
