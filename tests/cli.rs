@@ -531,7 +531,9 @@ fn gc_removes_a_removed_worktrees_tasks_and_keeps_every_other_worktrees() {
     assert!(
         said.contains(&format!("{}  worktree removed", ids[0]))
             && said.contains("its worktree gone")
-            && said.contains("removed 1 task(s)"),
+            && said.contains("removed 1 task(s)")
+            && said.contains("worktree locked (")
+            && said.contains("is missing and locked: its 1 task(s) stay while it is locked"),
         "{said}"
     );
     let left = refs();

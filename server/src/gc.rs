@@ -71,11 +71,27 @@ pub struct TaskEntry {
     pub worktree: Option<String>,
 }
 
+/// A linked worktree git still lists, whose directory is missing, with Rein tasks in its git
+/// dir: they stay until git lets the worktree go, and the person is told how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingWorktree {
+    /// Its name (its git dir is `<common>/worktrees/<name>`).
+    pub name: String,
+    /// Where git last knew its directory.
+    pub path: PathBuf,
+    /// Locked (`git worktree lock`): `git worktree prune` leaves it.
+    pub locked: bool,
+    /// How many tasks its git dir holds.
+    pub tasks: usize,
+}
+
 /// The result of a sweep.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sweep {
-    /// Every task found, newest first.
+    /// Every task found, newest first: this worktree's, then those of removed worktrees.
     pub tasks: Vec<TaskEntry>,
+    /// Linked worktrees whose directory is missing and whose tasks therefore stay.
+    pub missing: Vec<MissingWorktree>,
 }
 
 impl Sweep {
@@ -201,7 +217,44 @@ pub fn sweep(
     if !removed.is_empty() && !dry_run {
         remove_scratch(&std::env::temp_dir(), &removed);
     }
+    sweep.missing = missing_worktrees(&repo);
     Ok(sweep)
+}
+
+/// The linked worktrees git lists whose directory is missing (`Worktree::validate` fails)
+/// and whose git dir holds tasks. Whether one was moved, is on a drive not mounted, or was
+/// deleted, only the person knows: so its tasks stay, and they are told.
+fn missing_worktrees(repo: &git2::Repository) -> Vec<MissingWorktree> {
+    let Ok(names) = repo.worktrees() else {
+        return Vec::new();
+    };
+    let mut missing = Vec::new();
+    for name in names.iter().flatten().flatten() {
+        let Ok(wt) = repo.find_worktree(name) else {
+            continue;
+        };
+        if wt.validate().is_ok() {
+            continue;
+        }
+        let tasks_dir =
+            StateStore::rein_dir(&repo.commondir().join("worktrees").join(name)).join("tasks");
+        let tasks = fs::read_dir(tasks_dir).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .count()
+        });
+        if tasks == 0 {
+            continue;
+        }
+        missing.push(MissingWorktree {
+            name: name.to_owned(),
+            path: wt.path().to_owned(),
+            locked: matches!(wt.is_locked(), Ok(git2::WorktreeLockStatus::Locked(_))),
+            tasks,
+        });
+    }
+    missing.sort_by(|a, b| a.name.cmp(&b.name));
+    missing
 }
 
 /// The tasks of linked worktrees git no longer lists (removed or pruned), as the common dir
@@ -662,6 +715,12 @@ mod tests {
             12,
             "a dry run removes nothing"
         );
+        let missing: Vec<_> = dry
+            .missing
+            .iter()
+            .map(|w| (w.name.as_str(), w.locked, w.tasks))
+            .collect();
+        assert_eq!(missing, [("locked", true, 1), ("moved", false, 1)]);
 
         // Any worktree's sweep does it, whatever the retention keeps of its own.
         let s = sweep(&made[1].0, keep_all, SystemTime::now(), false).expect("sweep");
@@ -693,6 +752,7 @@ mod tests {
         );
         let again = sweep(root, keep_all, SystemTime::now(), false).expect("sweep");
         assert_eq!(again.removed().count(), 0);
+        assert_eq!(again.missing.len(), 1, "only the locked one is missing now");
     }
 
     #[test]

@@ -251,7 +251,7 @@ fn gc(dir: &Path, keep_tasks: Option<u64>, keep_days: Option<u64>, dry_run: bool
     retention.keep_tasks = keep_tasks.unwrap_or(retention.keep_tasks);
     retention.keep_days = keep_days.unwrap_or(retention.keep_days);
     let sweep = rein::gc::sweep(&root, retention, std::time::SystemTime::now(), dry_run)?;
-    if sweep.tasks.is_empty() {
+    if sweep.tasks.is_empty() && sweep.missing.is_empty() {
         out!("no Rein task in this repository")?;
         return Ok(0);
     }
@@ -287,6 +287,14 @@ fn gc(dir: &Path, keep_tasks: Option<u64>, keep_days: Option<u64>, dry_run: bool
             },
         };
         out!("{}  {:<17}  {what}", t.id, status)?;
+    }
+    for w in &sweep.missing {
+        let (name, path, n) = (&w.name, w.path.display(), w.tasks);
+        if w.locked {
+            out!("worktree {name} ({path}) is missing and locked: its {n} task(s) stay while it is locked")?;
+        } else {
+            out!("worktree {name} ({path}) is missing: its {n} task(s) stay while git lists it; `git worktree repair` if you moved it, else `git worktree prune` then `rein gc` removes them")?;
+        }
     }
     let n = sweep.removed().count();
     let verb = if dry_run { "would remove" } else { "removed" };
