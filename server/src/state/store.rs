@@ -12,6 +12,10 @@
 //! rewritten in place and emptied, never replaced or removed, once a task has one: every
 //! write step records and clears it, and on a file system without a journal each file
 //! created after one deleted costs the allocator a scan past the deleted inode.
+//!
+//! A task made in a linked worktree is also recorded in the common git dir (`linked_dir`):
+//! removing the worktree takes its task directories, not the refs every worktree shares, and
+//! the record is what lets gc remove those.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
