@@ -144,8 +144,8 @@ impl StateStore {
             log_from: 0,
         };
         store.write()?;
-        // After the task's directory, so a marker always names a task that was made; before
-        // its refs (the first checkpoint), so no ref of it lacks the marker.
+        // After the task's directory, so a record always names a task that was made; before
+        // its refs (the first checkpoint), so no ref of it lacks the record.
         if let Err(e) = Self::record_linked(git_dir, &store.state.task.id) {
             tracing::warn!("the task's worktree is not recorded; after `git worktree remove` its refs stay until removed by hand: {e}");
         }
