@@ -464,6 +464,109 @@ fn gc_removes_old_finished_tasks_and_their_refs_and_keeps_the_current() {
 }
 
 #[test]
+fn gc_removes_a_removed_worktrees_tasks_and_keeps_every_other_worktrees() {
+    let dir = repo(
+        &[("a.txt", "one\n")],
+        json!([{"write": {"path": "b.txt", "content": "b\n"}}, {"finish": "f"}]),
+    );
+    let root = dir.path();
+    let wts = tempfile::tempdir().expect("temp dir");
+    let at = |name: &str| wts.path().join(name);
+    let run = |dir: &std::path::Path| {
+        let plan = dir.join(".rein/plan.json");
+        let out = rein(&[
+            "run",
+            "--plan",
+            plan.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    };
+    let git_dir = |dir: &std::path::Path| -> std::path::PathBuf {
+        rein_e2e::git(dir, &["rev-parse", "--absolute-git-dir"])
+            .trim()
+            .into()
+    };
+    let current = |git_dir: &std::path::Path| {
+        std::fs::read_to_string(git_dir.join("rein/current")).expect("current")
+    };
+    run(root);
+    let main_id = current(&root.join(".git"));
+    let mut ids = Vec::new();
+    let mut git_dirs = Vec::new();
+    for name in ["gone", "kept", "locked"] {
+        rein_e2e::git(root, &["worktree", "add", "-q", at(name).to_str().unwrap()]);
+        run(&at(name));
+        git_dirs.push(git_dir(&at(name)));
+        ids.push(current(&git_dirs[ids.len()]));
+    }
+    let refs = || rein_e2e::git(root, &["for-each-ref", "--format=%(refname)", "refs/rein"]);
+    assert_eq!(refs().lines().count(), 4);
+    let gone_tip = rein_e2e::git(
+        root,
+        &["rev-parse", &format!("refs/rein/{}/checkpoints", ids[0])],
+    );
+    // The person commits the agent's file and removes the worktree, as git asks; another
+    // worktree is locked, then its directory goes (a drive unplugged): git keeps it listed.
+    rein_e2e::git(&at("gone"), &["add", "-A"]);
+    rein_e2e::git(&at("gone"), &["commit", "-q", "-m", "keep b"]);
+    rein_e2e::git(root, &["worktree", "remove", at("gone").to_str().unwrap()]);
+    rein_e2e::git(
+        root,
+        &[
+            "worktree",
+            "lock",
+            "--reason",
+            "on a usb drive",
+            at("locked").to_str().unwrap(),
+        ],
+    );
+    std::fs::remove_dir_all(at("locked")).expect("rm");
+    rein_e2e::git(root, &["worktree", "prune"]);
+    assert!(rein_e2e::git(root, &["worktree", "list"]).contains("locked"));
+
+    let out = rein(&["gc", at("kept").to_str().unwrap()]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{said}{}", text(&out.stderr));
+    assert!(
+        said.contains(&format!("{}  worktree removed", ids[0]))
+            && said.contains("its worktree gone")
+            && said.contains("removed 1 task(s)")
+            && said.contains("worktree locked (")
+            && said.contains("is missing and locked: its 1 task(s) stay while it is locked"),
+        "{said}"
+    );
+    let left = refs();
+    assert!(!left.contains(&ids[0]), "{left}");
+    for id in [&main_id, &ids[1], &ids[2]] {
+        assert!(
+            left.contains(&format!("refs/rein/{id}/checkpoints")),
+            "{left}"
+        );
+    }
+    assert!(root.join(".git/rein/tasks").join(&main_id).is_dir());
+    for i in [1, 2] {
+        assert!(git_dirs[i].join("rein/tasks").join(&ids[i]).is_dir());
+    }
+    // git's own view: the removed task's checkpoints are reachable from no ref.
+    let reachable = rein_e2e::git(root, &["rev-list", "--all"]);
+    assert!(!reachable.contains(gone_tip.trim()), "{reachable}");
+    assert_eq!(
+        rein_e2e::git(&at("kept"), &["status", "--porcelain"]),
+        "?? b.txt\n"
+    );
+
+    // Run again from the main worktree: nothing more goes.
+    let again = rein(&["gc", root.to_str().unwrap()]);
+    assert!(
+        text(&again.stdout).contains("removed 0 task(s)"),
+        "{}",
+        text(&again.stdout)
+    );
+    assert_eq!(refs(), left);
+}
+
+#[test]
 fn log_transcript_prints_the_task_as_a_conversation() {
     let dir = repo(
         &[("a.txt", "one\n")],

@@ -251,13 +251,17 @@ fn gc(dir: &Path, keep_tasks: Option<u64>, keep_days: Option<u64>, dry_run: bool
     retention.keep_tasks = keep_tasks.unwrap_or(retention.keep_tasks);
     retention.keep_days = keep_days.unwrap_or(retention.keep_days);
     let sweep = rein::gc::sweep(&root, retention, std::time::SystemTime::now(), dry_run)?;
-    if sweep.tasks.is_empty() {
+    if sweep.tasks.is_empty() && sweep.missing.is_empty() {
         out!("no Rein task in this repository")?;
         return Ok(0);
     }
     let mut freed = 0;
     for t in &sweep.tasks {
-        let status = t.status.map_or("unreadable", |s| s.as_str());
+        let status = match &t.worktree {
+            Some(_) => "worktree removed",
+            None => t.status.map_or("unreadable", |s| s.as_str()),
+        };
+        let verb = if dry_run { "would remove" } else { "removed" };
         let what = match t.kept {
             Some(rein::gc::Kept::Current) => "kept (the current task)".to_owned(),
             Some(rein::gc::Kept::Live) => "kept (not ended)".to_owned(),
@@ -267,17 +271,30 @@ fn gc(dir: &Path, keep_tasks: Option<u64>, keep_days: Option<u64>, dry_run: bool
             Some(rein::gc::Kept::Young) => {
                 format!("kept (touched within {} days)", retention.keep_days)
             }
-            None => {
-                freed += t.bytes;
-                let verb = if dry_run { "would remove" } else { "removed" };
-                format!(
-                    "{verb} ({} refs, {} KiB)",
-                    t.refs.len(),
-                    t.bytes.div_ceil(1024)
-                )
-            }
+            None => match &t.worktree {
+                Some(w) => format!(
+                    "{verb} ({} refs; git no longer lists its worktree {w})",
+                    t.refs.len()
+                ),
+                None => {
+                    freed += t.bytes;
+                    format!(
+                        "{verb} ({} refs, {} KiB)",
+                        t.refs.len(),
+                        t.bytes.div_ceil(1024)
+                    )
+                }
+            },
         };
         out!("{}  {:<17}  {what}", t.id, status)?;
+    }
+    for w in &sweep.missing {
+        let (name, path, n) = (&w.name, w.path.display(), w.tasks);
+        if w.locked {
+            out!("worktree {name} ({path}) is missing and locked: its {n} task(s) stay while it is locked")?;
+        } else {
+            out!("worktree {name} ({path}) is missing: its {n} task(s) stay while git lists it; `git worktree repair` if you moved it, else `git worktree prune` then `rein gc` removes them")?;
+        }
     }
     let n = sweep.removed().count();
     let verb = if dry_run { "would remove" } else { "removed" };

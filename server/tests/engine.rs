@@ -1284,3 +1284,71 @@ async fn trust_an_answer_after_the_human_changed_the_file_again_keeps_that_chang
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starting_a_task_sweeps_the_refs_of_a_removed_worktrees_tasks() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let wts = tempfile::tempdir().unwrap();
+    let (gone, kept) = (wts.path().join("gone"), wts.path().join("kept"));
+    let mut ids = Vec::new();
+    for wt in [&gone, &kept] {
+        git(root, &["worktree", "add", "-q", wt.to_str().unwrap()]);
+        let mut run = start(
+            wt,
+            json!([{"write": {"path": "b.txt", "content": "b\n"}}, {"finish": "done"}]),
+        );
+        run.until("done", |s| s.status == Status::Done).await;
+        ids.push(run.state.task.id.clone());
+    }
+    let mut first = start(root, json!([{"finish": "done"}]));
+    first.until("done", |s| s.status == Status::Done).await;
+    let refs = || git(root, &["for-each-ref", "--format=%(refname)", "refs/rein"]);
+    assert!(refs().contains(&format!("refs/rein/{}/checkpoints", ids[0])));
+    // The person keeps the agent's file and removes the worktree, as git asks.
+    git(&gone, &["add", "-A"]);
+    git(&gone, &["commit", "-q", "-m", "keep b"]);
+    git(root, &["worktree", "remove", gone.to_str().unwrap()]);
+
+    let (notify, notices) = channel();
+    let mut cfg = test_config();
+    cfg.retention = Some(rein::gc::Retention::default());
+    let (handle, state) = rein::control::start(
+        root,
+        "second",
+        json!({"kind": "script", "steps": [{"finish": "done"}]}),
+        cfg,
+        notify,
+    )
+    .unwrap();
+    let mut second = Run::new(handle, notices, state, root.to_owned());
+    second.until("done", |s| s.status == Status::Done).await;
+    // The sweep runs off the start's path: wait for it, not for a time.
+    for _ in 0..12_000 {
+        if !refs().contains(&ids[0]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let left = refs();
+    assert!(
+        !left.contains(&ids[0]),
+        "the removed worktree's task: {left}"
+    );
+    for id in [&ids[1], &first.state.task.id, &second.state.task.id] {
+        assert!(
+            left.contains(&format!("refs/rein/{id}/checkpoints")),
+            "{id}: {left}"
+        );
+    }
+    let kept_git_dir = git(&kept, &["rev-parse", "--absolute-git-dir"]);
+    assert!(std::path::Path::new(kept_git_dir.trim())
+        .join("rein/tasks")
+        .join(&ids[1])
+        .is_dir());
+    assert!(root
+        .join(".git/rein/tasks")
+        .join(&first.state.task.id)
+        .is_dir());
+    assert_eq!(read(&kept, "b.txt"), "b\n");
+}

@@ -12,6 +12,10 @@
 //! rewritten in place and emptied, never replaced or removed, once a task has one: every
 //! write step records and clears it, and on a file system without a journal each file
 //! created after one deleted costs the allocator a scan past the deleted inode.
+//!
+//! A task made in a linked worktree is also recorded in the common git dir (`linked_dir`):
+//! removing the worktree takes its task directories, not the refs every worktree shares, and
+//! the record is what lets gc remove those.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
@@ -140,9 +144,53 @@ impl StateStore {
             log_from: 0,
         };
         store.write()?;
+        // After the task's directory, so a record always names a task that was made; before
+        // its refs (the first checkpoint), so no ref of it lacks the record.
+        if let Err(e) = Self::record_linked(git_dir, &store.state.task.id) {
+            tracing::warn!("the task's worktree is not recorded; after `git worktree remove` its refs stay until removed by hand: {e}");
+        }
         let current = Self::rein_dir(git_dir).join("current");
         write_atomic(&current, store.state.task.id.as_bytes())?;
         Ok(store)
+    }
+
+    /// Where the common git dir records which linked worktree each task started in one was
+    /// made in: a file per task id holding the worktree's name (its git dir is
+    /// `<common>/worktrees/<name>`). `git worktree remove` and `prune` delete that git dir,
+    /// task directories included, but not the refs every worktree shares: this record is what
+    /// tells gc the refs are a removed worktree's and not another's.
+    pub fn linked_dir(common_dir: &Path) -> PathBuf {
+        Self::rein_dir(common_dir).join("linked")
+    }
+
+    /// When `git_dir` is a linked worktree's (`<common>/worktrees/<name>`, with a `commondir`
+    /// file), records that task `id` is that worktree's; nothing for the main worktree, whose
+    /// tasks live in the common dir itself. Writing it again changes nothing.
+    pub fn record_linked(git_dir: &Path, id: &str) -> Result<(), StateError> {
+        let commondir = git_dir.join("commondir");
+        let common = match fs::read_to_string(&commondir) {
+            Ok(c) => git_dir.join(c.trim_end_matches(['\n', '\r'])),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io("read", &commondir)(e)),
+        };
+        // Outside git's layout no name would find the worktree's git dir again.
+        let in_worktrees = git_dir
+            .parent()
+            .and_then(Path::file_name)
+            .is_some_and(|n| n == "worktrees");
+        let Some(name) = git_dir.file_name().and_then(|n| n.to_str()) else {
+            return Ok(());
+        };
+        if !in_worktrees {
+            return Ok(());
+        }
+        let dir = Self::linked_dir(&common);
+        let path = dir.join(id);
+        if fs::read_to_string(&path).is_ok_and(|held| held == name) {
+            return Ok(());
+        }
+        fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+        write_atomic(&path, name.as_bytes())
     }
 
     /// Opens an existing task.
@@ -643,6 +691,27 @@ mod tests {
             StateStore::open(dir.path(), "../x"),
             Err(StateError::NoSuchTask(_))
         ));
+    }
+
+    #[test]
+    fn a_task_made_in_a_linked_worktree_is_recorded_in_the_common_dir() {
+        // git's layout: the linked worktree's git dir is <common>/worktrees/<name>, with a
+        // `commondir` file pointing back (as `git worktree add` writes it).
+        let common = tempfile::tempdir().unwrap();
+        let linked = common.path().join("worktrees").join("feature");
+        fs::create_dir_all(&linked).unwrap();
+        fs::write(linked.join("commondir"), "../..\n").unwrap();
+        StateStore::create(&linked, sample()).unwrap();
+        let record = StateStore::linked_dir(common.path()).join("t1");
+        assert_eq!(fs::read_to_string(&record).unwrap(), "feature");
+        // The main worktree's tasks live in the common dir: no record.
+        let mut main = sample();
+        main.task.id = "t2".into();
+        StateStore::create(common.path(), main).unwrap();
+        assert!(!StateStore::linked_dir(common.path()).join("t2").exists());
+        // Recording again changes nothing.
+        StateStore::record_linked(&linked, "t1").unwrap();
+        assert_eq!(fs::read_to_string(&record).unwrap(), "feature");
     }
 
     #[test]
