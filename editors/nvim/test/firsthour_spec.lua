@@ -76,6 +76,51 @@ T.scenario("missing server binary", {
       T.eq(count_messages("was not found", before), 1)
       T.contains(H.messages[before + 1].msg, "cargo install --path server")
       T.contains(H.messages[before + 1].msg, "cmd = {")
+      -- :Rein start says so before asking for a goal: nothing typed is lost to it.
+      local prompts = #H.prompts
+      before = #H.messages
+      H.cmd("Rein start")
+      vim.wait(200, function()
+        return false
+      end)
+      T.eq(#H.prompts, prompts, "no goal asked: " .. vim.inspect(H.prompts))
+      T.eq(count_messages("was not found", before), 1)
+      vim.cmd("%bwipeout!")
+    end,
+  },
+})
+
+-- A command that cannot apply is refused before any prompt -----------------------------
+
+T.scenario("refused before asking", {
+  {
+    ":Rein handback while the agent holds control asks no note and says why; so does :Rein steer on an ended task",
+    function()
+      local root = H.repo({ ["a.txt"] = "a\n" }, {
+        steps = { { read = "a.txt", think_ms = 600000 } },
+      })
+      vim.cmd("cd " .. vim.fn.fnameescape(root))
+      H.setup()
+      vim.cmd("edit " .. vim.fn.fnameescape(root .. "/a.txt"))
+      H.wait_client()
+      H.cmd("Rein start read a.txt")
+      H.wait_status("running")
+      local prompts = #H.prompts
+      local before = #H.messages
+      H.cmd("Rein handback")
+      T.wait(function()
+        return count_messages("nothing to hand back", before) == 1
+      end, "the server's refusal")
+      T.eq(#H.prompts, prompts, "no note asked: " .. vim.inspect(H.prompts))
+      T.eq(H.state().status, "running")
+      H.cmd("Rein abort keep")
+      H.wait_status("aborted")
+      before = #H.messages
+      H.cmd("Rein steer")
+      T.wait(function()
+        return count_messages("the task has ended", before) == 1
+      end, "the server's refusal")
+      T.eq(#H.prompts, prompts, "no steer asked: " .. vim.inspect(H.prompts))
       vim.cmd("%bwipeout!")
     end,
   },

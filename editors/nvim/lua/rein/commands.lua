@@ -39,6 +39,26 @@ local function current_state()
   return nil
 end
 
+local ended = { done = true, aborted = true, failed = true }
+
+--- Whether the state the user sees says `command` cannot apply, so no prompt should be opened
+--- for it: the command is then sent bare and the server's refusal (its words, naming what to
+--- do) is shown instead. The server still decides; this only spares typing into a prompt
+--- whose answer would be thrown away.
+local function refused_before_asking(command)
+  local st = current_state()
+  if not st then
+    return false
+  end
+  if ended[st.status] then
+    return true
+  end
+  if command == "handback" then
+    return st.status ~= "human"
+  end
+  return false
+end
+
 local function client_root()
   local c = rein().get_client(0)
   return c and c.config.root_dir or rein().root_of(vim.uv.cwd())
@@ -84,6 +104,9 @@ sub.start = {
     end, M.agent_names())
   end,
   run = function(args)
+    if not rein().reachable() then
+      return
+    end
     local agents = rein().config.agents
     local name, rest = args:match("^agent=(%S+)%s*(.-)$")
     if name then
@@ -173,7 +196,9 @@ sub.steer = {
     end
     if args ~= "" then
       go(args)
-    else
+    elseif refused_before_asking("steer") then
+      rein().exec("steer", { text = "" })
+    elseif rein().reachable() then
       input(extra.range and "Rein steer (about these lines): " or "Rein steer: ", nil, go)
     end
   end,
@@ -271,6 +296,8 @@ sub.handback = {
     end
     if args ~= "" then
       go(args)
+    elseif refused_before_asking("handback") then
+      rein().exec("handback", {})
     else
       input("Note for the agent (optional): ", nil, go)
     end

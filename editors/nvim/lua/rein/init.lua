@@ -478,6 +478,13 @@ local function can_start(quiet)
   return false
 end
 
+--- Whether a :Rein command can reach a server: one runs for this buffer, or the binary is
+--- there to start (else says why, with the fix). Checked before a prompt, so nothing typed
+--- into it is lost to a missing server.
+function M.reachable()
+  return M.get_client(0) ~= nil or can_start(false)
+end
+
 --- Starts (or reuses) the client for `root`; attaches `bufnr` when given. `quiet`: a missing
 --- server binary already said is not said again. Returns the client id or nil.
 function M.start(root, bufnr, quiet)
