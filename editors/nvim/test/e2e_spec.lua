@@ -125,6 +125,10 @@ T.scenario("start, pause, steer, take over, edit, hand back", {
       T.eq(#s.heldFiles, 0)
       T.match(H.statusline(), "^Rein: done · %d+ steps$")
       T.contains(H.messages_text(), "the agent finished")
+      -- The steer queued while paused is said delivered (else "queued" stays on the line).
+      local c1 = s.constraints[1]
+      T.eq(c1.status, "delivered")
+      T.contains(H.messages_text(), ("Rein: steer c1 delivered at step %d"):format(c1.deliveredAtStep))
       -- $/progress reached Neovim's native handling: begin … end on the task's token.
       local kinds = {}
       for _, p in ipairs(progress) do

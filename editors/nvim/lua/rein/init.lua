@@ -188,7 +188,7 @@ function M._set_state(client_id, state)
       end
     end
     if same_task then
-      M._notify_comment_steers(old, state)
+      M._notify_steers(old, state)
     end
   end
 end
@@ -276,13 +276,19 @@ function M._apply_delta(client_id, d, no_fetch)
 end
 
 --- Says once for each `rein:` comment the server sent (on save): a new constraint whose
---- source is a comment. Steers sent with `:Rein steer` are confirmed by the command itself.
-function M._notify_comment_steers(old, new)
+--- source is a comment (steers sent with `:Rein steer` are confirmed by the command itself);
+--- and once for each steer the agent got.
+function M._notify_steers(old, new)
   local known = {}
   for _, c in ipairs(type(old.constraints) == "table" and old.constraints or {}) do
-    known[c.id] = true
+    known[c.id] = c.status or "queued"
   end
   for _, c in ipairs(type(new.constraints) == "table" and new.constraints or {}) do
+    -- "steer c1 queued" would stay on the command line after the agent got it: say it did.
+    if known[c.id] == "queued" and c.status == "delivered" then
+      local at = tonumber(c.deliveredAtStep)
+      notify(("steer %s delivered%s"):format(tostring(c.id), at and (" at step " .. at) or ""))
+    end
     if c.source == "comment" and not known[c.id] then
       local where = type(c.location) == "table"
           and (" (%s:%d)"):format(tostring(c.location.path), (tonumber(c.location.line) or 0) + 1)
