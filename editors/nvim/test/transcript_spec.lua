@@ -239,8 +239,15 @@ T.scenario("see what the agent is doing", {
       vim.cmd("edit " .. vim.fn.fnameescape(root .. "/farewell.txt"))
       vim.api.nvim_buf_set_lines(0, 0, -1, false, { "goodbye" })
       H.cmd("write")
+      local report_win = vim.fn.bufwinid("rein://handover")
+      local wins = #vim.api.nvim_list_wins()
       H.cmd("Rein handback farewell written")
       H.wait_status("done")
+      -- The reconcile report takes the handover's window: no new split.
+      T.wait(function()
+        return vim.fn.bufwinid("rein://reconcile") == report_win
+      end, "the reconcile report in the handover's window")
+      T.eq(#vim.api.nvim_list_wins(), wins, "no new window")
       wait_transcript("■ done: greeting written and checked")
       local text = transcript_text()
       T.match(text, "step %d+ ✎ you: ")

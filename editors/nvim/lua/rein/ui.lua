@@ -425,17 +425,21 @@ function M.state_live(client_id, state, how)
   return buf, win
 end
 
---- kind ("handover" / "reconcile") -> the window its report was last shown in.
+--- kind ("report" for the handover and reconcile reports, "state", …) -> the window it was
+--- last shown in.
 M._report_wins = {}
 
 --- Shows a handover / reconcile report (Markdown) where `config.report` says, reusing the
---- kind's window while it is open.
+--- reports' one window while it is open.
 function M.report(kind, markdown)
   local how = rein().config.report
   if how == false then
     return
   end
-  return M.show(kind, vim.split(markdown, "\n", { plain = true }), {
+  -- One window for both reports: the reconcile report follows the handover it answers,
+  -- so a take over and a hand back leave one window, not two more splits.
+  return M.show("report", vim.split(markdown, "\n", { plain = true }), {
+    name = "rein://" .. kind,
     how = how,
     title = kind == "handover" and "Rein handover" or "Rein reconcile",
     focus = rein().config.report_focus,
