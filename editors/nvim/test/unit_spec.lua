@@ -382,6 +382,25 @@ T.test("live output: a header, chunks joined across lines, paused/resumed, the e
   rein.config.output_lines = 2000
 end)
 
+T.test("live output: the first chunk after a resume comes after the resumed marker", function()
+  local out = require("rein.output")
+  local function send(p)
+    out.on_output(991, vim.tbl_extend("force", { taskId = "t", id = "7-1", step = 7, command = "sh slow.sh", terminal = vim.NIL, skipped = 0, state = "running" }, p))
+  end
+  send({ seq = 1, chunk = "first\n" })
+  send({ seq = 2, chunk = "", state = "paused" })
+  -- The server sends what the thawed command printed with the state that says it runs again.
+  send({ seq = 3, chunk = "second\n", state = "running" })
+  local lines = vim.api.nvim_buf_get_lines(out.buf(), 0, -1, false)
+  T.eq(vim.list_slice(lines, #lines - 3), {
+    "first",
+    "── paused (the command is frozen; :Rein resume thaws it)",
+    "── resumed",
+    "second",
+  })
+  send({ seq = 4, chunk = "", state = "ended", exit = { code = 0, signal = vim.NIL } })
+end)
+
 T.test("a step's diff spans its checkpoint and the one before it", function()
   local diff = require("rein.diff")
   local steps = {

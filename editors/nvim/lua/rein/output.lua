@@ -202,14 +202,17 @@ function M.on_output(client_id, p)
   if (tonumber(p.skipped) or 0) > 0 then
     mark(("… %d bytes not shown"):format(p.skipped), "ReinMuted")
   end
+  -- A resume is said before what the command printed since it; a pause after what it
+  -- printed before it.
+  if p.state ~= "paused" and c.state == "paused" then
+    mark("── resumed", "ReinControl")
+  end
   if text ~= "" then
     append(text)
     keep_tail(c, text)
   end
   if p.state == "paused" and c.state ~= "paused" then
     mark("── paused (the command is frozen; :Rein resume thaws it)", "ReinWarn")
-  elseif p.state == "running" and c.state == "paused" then
-    mark("── resumed", "ReinControl")
   elseif p.state == "ended" then
     c.exit = s(p.exit)
     mark("■ " .. M.exit_text(c.exit), (type(c.exit) == "table" and c.exit.code == 0) and "ReinDone" or "ReinFailed")
