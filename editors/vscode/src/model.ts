@@ -249,9 +249,11 @@ export function statusText(state: TaskState | null | undefined, server: ServerPh
       }
       break;
     case 'paused':
+      // The step it stopped in (a frozen command's, or the next one), as "running" names it
+      // and the view's "Running …" row does: one number for one step everywhere.
       text = state.stopReason?.startsWith('interrupted')
-        ? `$(debug-pause) Paused: interrupted · step ${n}`
-        : `$(debug-pause) Paused · step ${n}`;
+        ? `$(debug-pause) Paused: interrupted · step ${n + 1}`
+        : `$(debug-pause) Paused · step ${n + 1}`;
       tone = 'warning';
       break;
     case 'awaiting_decision': {
@@ -380,16 +382,20 @@ export interface CheckpointChoice {
   step: number;
 }
 
-/** Checkpoints to rewind to, newest first, one per checkpoint id. */
+/**
+ * Steps to rewind to, newest first: every step that ended on a checkpoint, once each (a read
+ * ends on the checkpoint before it, and is listed too), named `step:N` as the server resolves
+ * it, so the picker shows the same steps as the transcript and Neovim's.
+ */
 export function checkpointChoices(state: TaskState): CheckpointChoice[] {
-  const seen = new Set<string>();
+  const seen = new Set<number>();
   const out: CheckpointChoice[] = [];
   const steps = [...(state.steps ?? [])].sort((a, b) => b.n - a.n);
   for (const s of steps) {
-    if (!s.checkpoint || seen.has(s.checkpoint)) continue;
-    seen.add(s.checkpoint);
+    if (!s.checkpoint || seen.has(s.n)) continue;
+    seen.add(s.n);
     out.push({
-      checkpoint: s.checkpoint,
+      checkpoint: `step:${s.n}`,
       step: s.n,
       label: `Step ${s.n}: ${s.action}`,
       description: `${s.author} · ${s.checkpoint.slice(0, 8)}${s.status === 'done' ? '' : ` · ${s.status.replace('_', ' ')}`}`,

@@ -90,8 +90,10 @@ test('status text: a stop queued behind an approved command says so at once', ()
 });
 
 test('status text: paused, interrupted, decisions', () => {
-  assert.equal(statusText(mk({ status: 'paused', steps: steps.slice(0, 2) })).text, '$(debug-pause) Paused · step 2');
-  assert.equal(statusText(mk({ status: 'paused', stopReason: 'interrupted: rein stopped' })).text, '$(debug-pause) Paused: interrupted · step 0');
+  // The step it stopped in, as running says it (steps 1 and 2 done: paused in step 3).
+  assert.equal(statusText(mk({ status: 'running', steps: steps.slice(0, 2) })).text, '$(sync~spin) Agent running · step 3');
+  assert.equal(statusText(mk({ status: 'paused', steps: steps.slice(0, 2) })).text, '$(debug-pause) Paused · step 3');
+  assert.equal(statusText(mk({ status: 'paused', stopReason: 'interrupted: rein stopped' })).text, '$(debug-pause) Paused: interrupted · step 1');
   const d = (kind: any) => mk({ status: 'awaiting_decision', decisions: [{ id: 'd1', kind, question: 'Run ./deploy.sh?', options: ['approve', 'deny'] }] });
   assert.equal(statusText(d('approve_command')).text, '$(debug-pause) Paused: needs approval');
   assert.equal(statusText(d('question')).text, '$(debug-pause) Paused: agent asks you');
@@ -139,12 +141,15 @@ test('legal controls follow the status', () => {
   assert.ok(isActive(mk({ status: 'human' })));
 });
 
-test('checkpoint choices: newest first, one per checkpoint', () => {
-  const c = checkpointChoices(mk({ steps }));
-  assert.deepEqual(c.map((x) => x.checkpoint), ['cccc3333', 'bbbb2222', 'aaaa1111']);
+test('checkpoint choices: every step that has a checkpoint, once, newest first, as step:N', () => {
+  // Step 3 shares step 2's checkpoint (a command that changed nothing): listed all the same.
+  const c = checkpointChoices(mk({ steps: [{ n: 0, action: 'working tree at start', author: 'human' as const, status: 'done' as const, checkpoint: 'ffff0000' }, ...steps] }));
+  assert.deepEqual(c.map((x) => x.checkpoint), ['step:4', 'step:3', 'step:2', 'step:1', 'step:0']);
   assert.equal(c[0].label, 'Step 4: your edits');
   assert.equal(c[0].description, 'human · cccc3333');
   assert.equal(c[1].step, 3);
+  assert.equal(c[1].description, 'agent · bbbb2222');
+  assert.equal(c[4].label, 'Step 0: working tree at start');
 });
 
 test('step range spans the previous checkpoint to this one', () => {
