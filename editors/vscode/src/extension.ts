@@ -783,7 +783,24 @@ function askSteerText(title?: string): Promise<{ text: string; urgent: boolean }
   });
 }
 
+/**
+ * Whether the state on screen says `command` cannot apply now. Then it is sent bare and the
+ * server's refusal (its words, naming what to do) is shown, instead of a prompt whose answer
+ * would be thrown away. The server still decides; this only spares the typing.
+ */
+function refusedBeforeAsking(command: 'steer' | 'takeover' | 'handback'): boolean {
+  if (!state) return false;
+  if (state.status === 'done' || state.status === 'aborted' || state.status === 'failed') return true;
+  if (command === 'handback') return state.status !== 'human';
+  if (command === 'takeover') return state.status === 'human';
+  return false;
+}
+
 async function steer(): Promise<void> {
+  if (refusedBeforeAsking('steer')) {
+    await call('rein.steer', { text: '' });
+    return;
+  }
   const t = await askSteerText();
   if (!t) return;
   const res = await call<{ constraintId: string }>('rein.steer', { text: t.text, ...(t.urgent ? { urgent: true } : {}) });
@@ -799,7 +816,7 @@ async function steerSelection(uriArg?: vscode.Uri, rangeArg?: unknown): Promise<
     range = sel.isEmpty ? editor.document.lineAt(sel.active.line).range : new vscode.Range(sel.start, sel.end);
     uri = editor.document.uri;
   }
-  if (!uri || !range || !client) {
+  if (!uri || !range || !client || refusedBeforeAsking('steer')) {
     return steer();
   }
   const t = await askSteerText(`Steer about ${path.basename(uri.fsPath)}:${range.start.line + 1}${range.end.line !== range.start.line ? `-${range.end.line + 1}` : ''}`);
@@ -840,6 +857,10 @@ function askReason(): Thenable<string | undefined> {
 }
 
 async function takeover(): Promise<void> {
+  if (refusedBeforeAsking('takeover')) {
+    await call('rein.takeover', {});
+    return;
+  }
   const reason = await askReason();
   if (reason === undefined) return;
   await call('rein.takeover', reason.trim() ? { reason: reason.trim() } : {});
@@ -866,8 +887,8 @@ async function saveBeforeHandback(): Promise<boolean> {
 }
 
 async function handback(): Promise<void> {
-  if (state && state.control.holder !== 'human') {
-    void vscode.window.showWarningMessage('Rein: the agent holds control, so there is nothing to hand back; take over first.');
+  if (refusedBeforeAsking('handback')) {
+    await call('rein.handback', {});
     return;
   }
   if (!(await saveBeforeHandback())) return;

@@ -166,6 +166,11 @@ async function showReinView() {
   const active = await page.locator('.activitybar .action-item.checked a[aria-label^="Rein"]').count();
   if (!active) await page.locator('.activitybar .action-item a[aria-label^="Rein"]').first().click();
 }
+/** Clears every notification, so the next one read is new. */
+async function closeToasts() {
+  await palette('Notifications: Clear All Notifications');
+  await closeQuickInput();
+}
 /** The texts of the notification toasts on screen. */
 async function toasts() {
   return (await page.locator('.notification-toast').allInnerTexts()).map((t) => t.replace(/\s+/g, ' ').trim());
@@ -455,6 +460,14 @@ async function scenario() {
   const idle = await waitStatus(/no task/, 90_000).catch((e) => e.message);
   check('status bar shows "no task" once the server is up', /no task/.test(idle), idle);
   await shot('idle');
+  // The empty Rein view reads as text: a setting named by a link, no raw Markdown backticks.
+  await showReinView();
+  const welcome = await waitFor('the empty Rein view', async () => {
+    const t = (await page.locator('#workbench\\.parts\\.sidebar .welcome-view-content').allInnerTexts()).join(' ');
+    return t.includes('No Rein task') ? t : false;
+  }, 15_000).catch((e) => e.message);
+  check('the empty Rein view names the agent setting without raw backticks', welcome.includes('Rein: Agent') && !welcome.includes('`'), welcome);
+  await shot('empty-view');
 
   // 2. Start task from the palette (goal asked; agent from the rein.agent setting).
   await palette('Rein: Start Task');
@@ -712,6 +725,14 @@ async function scenario() {
     return t.includes('── paused: the command is frozen') ? t : false;
   }, 20_000).catch((e) => e.message);
   check('pausing mid-command says "paused" in the output terminal, before the command ended', /── paused: the command is frozen/.test(pausedOut) && !ranYet() && !/10 passed/.test(pausedOut), String(pausedOut).slice(-300));
+  // One step number for the frozen command: the status bar's and the view's "Running" row's.
+  const pausedAt = await waitStatus(/Paused · step \d+/).catch((e) => e.message);
+  const isPausedRow = (x) => /^Running \.\/test\.sh\s*step \d+ · paused/.test(x);
+  const pausedRows = await waitTree('the paused command in the view', (r) => r.some(isPausedRow), 10_000).catch((e) => e.message);
+  const pausedRow = Array.isArray(pausedRows) ? pausedRows.map((r) => r.replace(/\s+/g, ' ').trim()).find(isPausedRow) : pausedRows;
+  const barStep = /step (\d+)/.exec(String(pausedAt))?.[1];
+  const rowStep = /step (\d+)/.exec(String(pausedRow))?.[1];
+  check('paused mid-command, the status bar and the view name the same step', barStep !== undefined && barStep === rowStep, `${pausedAt} / ${pausedRow}`);
   await palette('Rein: Resume the Agent');
   // The terminal shows its last rows: remember what scrolled past.
   const seen = { resumed: false, passed: false, exit: false };
@@ -816,6 +837,17 @@ async function scenario() {
     (e) => check('an answered decision stays in the Rein view as answered ("you approved `./check.sh`"), none open', false, e.message),
   );
 
+  // 10b. On the finished task, Steer, Take Over and Hand Back open no prompt: the server's
+  // refusal says why (nothing typed is lost), in the words the view uses.
+  for (const [title, want] of [['Rein: Steer the Agent', /task has ended/], ['Rein: Take Over', /task has ended/], ['Rein: Hand Back', /task has ended/]]) {
+    await closeToasts();
+    await palette(title);
+    const said = await waitFor(`the refusal of ${title}`, async () => ((await toasts()).find((t) => want.test(t)) ?? false), 15_000).catch((e) => e.message);
+    const prompted = await quickInput().locator('.quick-input-title', { hasText: title }).isVisible();
+    check(`${title} on the finished task: refused before any prompt`, want.test(String(said)) && !prompted, String(said));
+    await closeQuickInput();
+  }
+
   // 11. The files on disk: agent and human work both there; the user's branch untouched.
   const greet = readFileSync(join(repo, 'src/greet.py'), 'utf8');
   check('src/greet.py has the agent edit and the human edit', greet.includes('"hello " + name') && greet.includes(HUMAN_LINE), greet);
@@ -898,6 +930,19 @@ async function scenario() {
   // 13. Rewind (palette, quick pick of checkpoints): the tree goes back to the end of a step.
   await palette('Rein: Rewind');
   await quickInput().locator('.quick-input-title', { hasText: 'Rein: Rewind' }).waitFor({ timeout: 15_000 });
+  // Every step is offered once, the start and reads included (one per checkpoint hid them).
+  const rewindInput = quickInput().locator('input[type="text"]').first();
+  const rewindRows = async (text) => {
+    await rewindInput.fill(text);
+    await quickInput().locator('.monaco-list-row', { hasText: text }).first().waitFor({ timeout: 10_000 }).catch(() => {});
+    await sleep(200);
+    return quickInput().locator('.monaco-list-row', { hasText: text }).count();
+  };
+  const startRows = await rewindRows('working tree at start');
+  const readRows = await rewindRows(': read ');
+  const readSteps = (diskState()?.steps ?? []).filter((st) => st.action.startsWith('read ') && st.checkpoint).length;
+  check('the rewind picker offers the start and each read step', startRows === 1 && readSteps > 0 && readRows >= Math.min(readSteps, 5), `start ${startRows}, reads ${readRows} of ${readSteps}`);
+  await rewindInput.fill('write NOTES.md');
   const notesPick = quickInput().locator('.monaco-list-row', { hasText: 'write NOTES.md' }).first();
   await notesPick.waitFor({ timeout: 15_000 });
   await notesPick.click();
