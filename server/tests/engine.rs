@@ -1070,6 +1070,67 @@ async fn list_and_search_are_confined_and_respect_gitignore() {
     );
 }
 
+/// The agent calls an item done whose step was denied, or failed: the state says so beside the
+/// item, so no view repeats a "done" Rein's own record contradicts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_item_marked_done_after_its_step_was_denied_or_failed_says_so() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"plan": ["write the config", "push the branch", "read back"]},
+            {"write": {"path": ".GIT/config", "content": "x"}, "item": 1},
+            {"run": {"cmd": "git push origin main"}, "item": 2},
+            {"read": "a.txt", "item": 3},
+            {"plan": [{"text": "write the config", "status": "done"}, {"text": "push the branch", "status": "done"}, {"text": "read back", "status": "done"}]},
+            {"finish": "all done"}
+        ]),
+    );
+    let s = run
+        .until("the question", |s| s.status == Status::AwaitingDecision)
+        .await;
+    run.call(Request::Decide {
+        decision_id: s.decisions[0].id.clone(),
+        choice: "deny".into(),
+    })
+    .await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let step_of = |item: &str| {
+        s.steps
+            .iter()
+            .rev()
+            .find(|st| st.plan_item.as_deref() == Some(item))
+            .map(|st| st.n)
+            .expect("the item's step")
+    };
+    let claims: Vec<(PlanStatus, Option<String>)> = s
+        .plan
+        .iter()
+        .map(|p| (p.status, p.contradicted.clone()))
+        .collect();
+    assert_eq!(
+        claims,
+        [
+            (
+                PlanStatus::Done,
+                Some(format!(
+                    "marked done by the agent; its step {} failed",
+                    step_of("p1")
+                ))
+            ),
+            (
+                PlanStatus::Done,
+                Some(format!(
+                    "marked done by the agent; its step {} was not done on your word",
+                    step_of("p2")
+                ))
+            ),
+            (PlanStatus::Done, None),
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_item_the_human_edited_by_hand_stays_as_they_left_it() {
     let dir = repo(&[("a.txt", "a\n")]);

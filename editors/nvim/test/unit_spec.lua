@@ -208,6 +208,15 @@ T.test("the plan: real statuses and true counts; no progress said instead of sta
   T.contains(text, "## Plan\n(the agent reports no plan progress)\n- read it\n- write it (high)\n- test it (edited by you)")
   T.no_contains(text, "[ ]")
   T.eq(ui.plan_summary(state({ plan = stale, planProgress = false })), nil)
+  -- An item the agent calls done whose step Rein recorded as not done is not shown as done.
+  local why = "marked done by the agent; its step 5 was not done on your word"
+  local claimed = {
+    { id = "p1", text = "read it", status = "done" },
+    { id = "p2", text = "push it", status = "done", contradicted = why },
+  }
+  text = table.concat(ui.state_lines(state({ plan = claimed, planProgress = true })), "\n")
+  T.contains(text, "## Plan · 1 of 2 done, 1 marked done, not done")
+  T.contains(text, "- [!] push it (" .. why .. ")")
 end)
 
 T.test("state float steps: the agent's words, its thinking folded, every refusal in the agent's text, output folded", function()

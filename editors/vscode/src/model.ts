@@ -27,6 +27,8 @@ export interface PlanItem {
   priority?: string | null;
   /** The human edited it by hand: the agent's plan updates leave it alone. */
   editedByHuman?: boolean;
+  /** The agent calls it done, but Rein's record of its last step says otherwise (why). */
+  contradicted?: string | null;
 }
 
 /** An ACP agent's own tool call behind a step. */
@@ -462,13 +464,17 @@ export interface PlanSummary {
 export function planSummary(state: TaskState): PlanSummary {
   const plan = state.plan ?? [];
   const progress = planReported(state);
-  const done = plan.filter((p) => p.status === 'done').length;
+  // An item the agent calls done whose step Rein recorded as not done is not counted done.
+  const done = plan.filter((p) => p.status === 'done' && !p.contradicted).length;
+  const doubtful = plan.filter((p) => p.status === 'done' && p.contradicted).length;
   const skipped = plan.filter((p) => p.status === 'skipped').length;
-  const active = progress ? plan.find((p) => p.status === 'active') : undefined;
+  // Waiting on a decision, the agent is not at its active item: the head says what it waits on.
+  const waiting = (state.decisions ?? []).length > 0;
+  const active = progress && !waiting ? plan.find((p) => p.status === 'active') : undefined;
   let description: string;
   if (!plan.length) description = 'none yet';
   else if (!progress) description = `${plan.length} item${plan.length === 1 ? '' : 's'} · no progress reported`;
-  else description = `${done}/${plan.length - skipped} done${skipped ? ` · ${skipped} skipped` : ''}`;
+  else description = `${done}/${plan.length - skipped} done${doubtful ? ` · ${doubtful} marked done, not done` : ''}${skipped ? ` · ${skipped} skipped` : ''}`;
   return { progress, total: plan.length, done, skipped, active, description };
 }
 
@@ -502,15 +508,17 @@ export function planIcon(status: PlanItem['status']): string {
 export function planRow(item: PlanItem, progress: boolean): { label: string; description: string; icon: string; tooltip: string } {
   const status = item.status ?? 'pending';
   const parts: string[] = [];
-  if (progress && status !== 'pending') parts.push(PLAN_STATUS_WORDS[status]);
+  if (progress && status !== 'pending') parts.push(item.contradicted && status === 'done' ? item.contradicted : PLAN_STATUS_WORDS[status]);
   if (item.editedByHuman) parts.push('edited by you');
   if (item.priority && item.priority !== 'medium') parts.push(`${item.priority} priority`);
   const tip = [item.text, ''];
   tip.push(progress ? `Status: ${PLAN_STATUS_WORDS[status]}.` : `${NO_PLAN_PROGRESS}, so whether this is done is not known.`);
+  if (item.contradicted) tip.push(`Rein's record says otherwise: ${item.contradicted}.`);
   if (item.priority) tip.push(`Priority: ${item.priority}.`);
   if (item.editedByHuman) tip.push('You edited this item by hand: the agent\'s plan updates leave it as you left it.');
   if (item.id) tip.push(`Plan item ${item.id}.`);
-  return { label: item.text, description: parts.join(' · '), icon: progress ? planIcon(status) : 'circle-small-filled', tooltip: tip.join('\n') };
+  const icon = !progress ? 'circle-small-filled' : item.contradicted && status === 'done' ? 'warning' : planIcon(status);
+  return { label: item.text, description: parts.join(' · '), icon, tooltip: tip.join('\n') };
 }
 
 export function stepIcon(step: Step): string {

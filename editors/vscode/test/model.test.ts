@@ -336,6 +336,21 @@ test('plan rows: status, the human\'s edits, priority', () => {
   assert.equal(planRow({ text: 'x', status: 'pending', priority: 'high' }, true).description, 'high priority');
 });
 
+test('an item the agent calls done whose step was not done says so and is not counted done', () => {
+  const why = 'marked done by the agent; its step 5 was not done on your word';
+  const plan = plan5.map((p, i) => ({ ...p, status: 'done' as const, ...(i === 1 ? { contradicted: why } : {}) }));
+  assert.equal(planSummary(mk({ plan, planProgress: true })).description, '4/5 done · 1 marked done, not done');
+  const row = planRow(plan[1], true);
+  assert.equal(row.description, why);
+  assert.equal(row.icon, 'warning');
+  assert.match(row.tooltip, /Rein's record says otherwise/);
+  // Waiting on a decision, "now:" does not name the active item.
+  const active = plan5.map((p, i) => ({ ...p, status: i === 2 ? ('active' as const) : ('pending' as const) }));
+  assert.equal(planSummary(mk({ plan: active, planProgress: true })).active?.text, plan5[2].text);
+  const decision = { id: 'd1', kind: 'approve_command' as const, question: 'git push?', options: ['approve', 'deny'] };
+  assert.equal(planSummary(mk({ plan: active, planProgress: true, status: 'awaiting_decision', decisions: [decision] })).active, undefined);
+});
+
 test('a step shows what the agent said, what it was told, and where its thought is', () => {
   const refused = {
     n: 4,

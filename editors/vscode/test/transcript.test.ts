@@ -130,8 +130,11 @@ test('the head: goal, where the run is, the plan, what waits for you', () => {
   const head = renderHead(s);
   assert.match(head, /<h1>Add a &lt;farewell&gt;<\/h1>/);
   assert.match(head, /Paused: needs approval/);
-  assert.match(head, /Plan 1\/2 done — now: Write/);
+  // Waiting for approval, the agent is not at "Write": the head says what it waits on instead.
+  assert.match(head, /Plan 1\/2 done</);
+  assert.doesNotMatch(head, /now: Write/);
   assert.match(head, /Waiting for you: Run `git tag v1`\?/);
+  assert.match(renderHead({ ...s, status: 'running', decisions: [] }), /Plan 1\/2 done — now: Write/);
   assert.match(renderHead(null), /No Rein task/);
 });
 

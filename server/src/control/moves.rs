@@ -184,6 +184,7 @@ impl Engine {
             Touched::Nothing,
             |s| {
                 s.plan = plan::merge(&s.plan, &items);
+                s.check_plan_claims();
                 s.plan_progress |= progress;
             },
         );

@@ -139,6 +139,30 @@ impl TaskState {
     /// Adds a step at the end.
     pub fn push_step(&mut self, step: Step) {
         self.steps.push(Arc::new(step));
+        self.check_plan_claims();
+    }
+
+    /// Marks each plan item the agent calls done whose last step Rein recorded was not done
+    /// (denied, failed, rolled back): Rein does not repeat a claim its own record contradicts.
+    pub fn check_plan_claims(&mut self) {
+        for item in &mut self.plan {
+            let last =
+                self.steps.iter().rev().find(|st| {
+                    st.author == Author::Agent && st.plan_item.as_deref() == Some(&item.id)
+                });
+            item.contradicted = match (item.status, last) {
+                (PlanStatus::Done, Some(st)) => {
+                    let how = match st.status {
+                        StepStatus::Done => None,
+                        StepStatus::Failed => Some("failed"),
+                        StepStatus::Skipped => Some("was not done on your word"),
+                        StepStatus::RolledBack => Some("was rolled back"),
+                    };
+                    how.map(|how| format!("marked done by the agent; its step {} {how}", st.n))
+                }
+                _ => None,
+            };
+        }
     }
 }
 
@@ -350,6 +374,11 @@ pub struct PlanItem {
     /// it as the human left it.
     #[serde(default, skip_serializing_if = "is_false")]
     pub edited_by_human: bool,
+    /// Set when the agent calls it done but the last step Rein recorded for it was not done:
+    /// what the record says ("marked done by the agent; its step 7 was not done on your
+    /// word"). Shown beside the item instead of a plain "done".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contradicted: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -375,6 +404,7 @@ impl PlanItem {
             status,
             priority: None,
             edited_by_human: false,
+            contradicted: None,
         }
     }
 }

@@ -50,8 +50,7 @@ local function plan_lines(v, items, progress, indent)
   for _, p in ipairs(items) do
     local text = ("%s: %s"):format(p.id or "?", ui.plan_item_text(p))
     if progress then
-      local mark = ui.plan_marks[p.status] or "[ ]"
-      local hl = ({ done = "ReinDone", active = "ReinActive" })[p.status] or "ReinMuted"
+      local mark, hl = ui.plan_mark(p)
       v:add(("%s%s %s"):format(indent, mark, text), { { #indent, #indent + #mark, hl } })
     else
       v:add(indent .. "- " .. text)
@@ -130,11 +129,14 @@ function M.render(v, entries, ctx)
           -- What moved, on one line: "plan: [x] p1: read · [>] p2: write".
           local line, hls = "plan:", { { 0, 5, "ReinMuted" } }
           for i, p in ipairs(moved) do
-            local mark = e.progress ~= false and (require("rein.ui").plan_marks[p.status] or "[ ]") or "-"
+            local mark, hl = require("rein.ui").plan_mark(p)
+            if e.progress == false then
+              mark = "-"
+            end
             local sep = i == 1 and " " or " · "
             local at = #line + #sep
             line = ("%s%s%s %s: %s"):format(line, sep, mark, p.id or "?", require("rein.ui").plan_item_text(p))
-            table.insert(hls, { at, at + #mark, ({ done = "ReinDone", active = "ReinActive" })[p.status] or "ReinMuted" })
+            table.insert(hls, { at, at + #mark, hl })
           end
           if e.by == "human" then
             line = line .. " (by you)"

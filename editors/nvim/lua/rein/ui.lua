@@ -32,6 +32,21 @@ end
 
 local plan_marks = { pending = "[ ]", active = "[>]", done = "[x]", skipped = "[-]" }
 M.plan_marks = plan_marks
+local plan_hl = { done = "ReinDone", active = "ReinActive", skipped = "ReinMuted" }
+
+--- Whether the agent calls item `p` done while Rein's record of its step says otherwise.
+local function doubtful(p)
+  return p.status == "done" and str(p.contradicted) ~= nil
+end
+
+--- An item's status mark and its highlight: "[!]" for an item the agent calls done whose
+--- step Rein recorded as not done.
+function M.plan_mark(p)
+  if doubtful(p) then
+    return "[!]", "ReinWarn"
+  end
+  return plan_marks[p.status] or "[ ]", plan_hl[p.status] or "ReinMuted"
+end
 
 --- How far the plan is, in words: "2 of 5 done, 1 in progress, 1 skipped"; nil when the
 --- agent reports no progress on it (then its statuses say nothing).
@@ -40,11 +55,15 @@ function M.plan_summary(state)
   if #plan == 0 or state.planProgress == false then
     return nil
   end
-  local n = { pending = 0, active = 0, done = 0, skipped = 0 }
+  local n = { pending = 0, active = 0, done = 0, skipped = 0, doubtful = 0 }
   for _, p in ipairs(plan) do
-    n[p.status] = (n[p.status] or 0) + 1
+    local k = doubtful(p) and "doubtful" or p.status
+    n[k] = (n[k] or 0) + 1
   end
   local parts = { ("%d of %d done"):format(n.done, #plan - n.skipped) }
+  if n.doubtful > 0 then
+    table.insert(parts, ("%d marked done, not done"):format(n.doubtful))
+  end
   if n.active > 0 then
     table.insert(parts, ("%d in progress"):format(n.active))
   end
@@ -63,10 +82,11 @@ function M.plan_item_text(p)
   if p.editedByHuman == true then
     s = s .. " (edited by you)"
   end
+  if doubtful(p) then
+    s = s .. " (" .. p.contradicted .. ")"
+  end
   return s
 end
-
-local plan_hl = { done = "ReinDone", active = "ReinActive", skipped = "ReinMuted" }
 
 --- Adds the plan to a view: each item with its status, or, when the agent reports no
 --- progress, the items alone under a line that says so (their statuses would be stale).
@@ -81,10 +101,10 @@ function M.add_plan(v, state, indent)
     return
   end
   for _, p in ipairs(plan) do
-    local mark = plan_marks[p.status] or "[ ]"
+    local mark, hl = M.plan_mark(p)
     local line = ("%s- %s %s"):format(indent, mark, M.plan_item_text(p))
     local at = #indent + 2
-    v:add(line, { { at, at + #mark, plan_hl[p.status] or "ReinMuted" } })
+    v:add(line, { { at, at + #mark, hl } })
   end
 end
 
