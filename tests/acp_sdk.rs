@@ -319,6 +319,20 @@ fn a_terminal_streams_and_the_agent_kills_it(sdk: Sdk) {
         {"say": "killed it"}
     ]]}));
     let mut lsp = start(sdk, root, &sc, json!({}));
+    // Its line writes late.txt by redirection, so it is asked first (issue 28).
+    let s = wait_status(&mut lsp, "awaiting_decision");
+    let d = &s["decisions"][0];
+    assert!(
+        d["question"]
+            .as_str()
+            .is_some_and(|q| q.contains("writes `late.txt` through a redirection")),
+        "{d}"
+    );
+    let id = d["id"].as_str().expect("decision id").to_owned();
+    lsp.ok(
+        "rein.decide",
+        json!({"decisionId": id, "choice": "approve"}),
+    );
     let s = wait_status(&mut lsp, "done");
     assert_eq!(s["summary"], "killed it");
     let partial = &sc.of("terminal_partial")[0];

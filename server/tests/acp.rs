@@ -211,6 +211,52 @@ async fn permissions_follow_the_policy_the_humans_decisions_and_held_files() {
     assert_eq!(read(root, "held.txt"), "mine\n");
 }
 
+/// An agent that asks to run a command writing a file by redirection is asked about, never
+/// allowed by its first word (`printf` is on the allow-list); a pipe to `tail` is allowed
+/// unasked (issue 28).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execute_permission_for_a_redirection_into_the_tree_is_asked() {
+    let dir = repo(&[("m.py", "print(1)\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"run": {"command": "printf ok 2>&1 | tail -n 1", "title": "print ok", "ask": true}},
+            {"run": {"command": "printf 'x' > m.py", "title": "write m.py", "ask": true}},
+            {"say": "asked"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run
+        .until("the question", |s| s.status == Status::AwaitingDecision)
+        .await;
+    let d = s.decisions[0].clone();
+    assert_eq!(d.kind, DecisionKind::ApproveCommand);
+    assert_eq!(d.detail.as_deref(), Some("printf 'x' > m.py"));
+    assert!(
+        d.question
+            .contains("it writes `m.py` through a redirection"),
+        "{}",
+        d.question
+    );
+    assert_eq!(
+        sc.of("permission")
+            .iter()
+            .map(|p| p["outcome"].clone())
+            .collect::<Vec<_>>(),
+        vec![json!("allow")],
+        "the pipe was allowed unasked, the write waits"
+    );
+    run.call(Request::Decide {
+        decision_id: d.id,
+        choice: "deny".into(),
+    })
+    .await;
+    let s = run.until("done", |s| s.status.is_terminal()).await;
+    assert_eq!(s.status, Status::Done, "{:?}", s.stop_reason);
+    assert_eq!(sc.of("permission")[1]["outcome"], "reject");
+    assert_eq!(read(root, "m.py"), "print(1)\n", "denied, nothing written");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trust_a_stale_write_after_handback_keeps_the_humans_fix() {
     let dir = repo(&[("src/lib.rs", BUGGY)]);
@@ -682,8 +728,9 @@ async fn a_terminal_streams_while_it_runs_and_the_agent_can_kill_it() {
     let root = dir.path();
     let sc = scenario(json!({
         "turns": [[
+            // `sh -c`, which the tests' policy allows: a bare redirection would ask (issue 28).
             {"terminal": {
-                "command": "echo line1; sleep 10; echo line10; echo x > finished.txt",
+                "command": "sh", "args": ["-c", "echo line1; sleep 10; echo line10; echo x > finished.txt"],
                 "poll": "line1", "kill": true}},
             {"say": "killed it"}
         ]]
@@ -735,7 +782,8 @@ async fn pause_freezes_a_terminal_and_take_over_ends_it() {
     let root = dir.path();
     let sc = scenario(json!({
         "sessions": [
-            [[{"terminal": {"command": "echo go; sleep 2; echo late > late.txt", "poll": "go"}},
+            // `sh -c`, which the tests' policy allows: a bare redirection would ask (issue 28).
+            [[{"terminal": {"command": "sh", "args": ["-c", "echo go; sleep 2; echo late > late.txt"], "poll": "go"}},
               {"say": "first"}]],
             [[{"say": "second"}]]
         ]
@@ -1155,7 +1203,9 @@ async fn abort_ends_a_running_terminal() {
     let pidfile = root.join("pid.txt");
     let sc = scenario(json!({
         "turns": [[
-            {"terminal": {"command": "echo $$ > pid.txt; echo go; sleep 30; echo late > late.txt",
+            // `sh -c`, which the tests' policy allows: a bare redirection would ask (issue 28).
+            {"terminal": {"command": "sh",
+                "args": ["-c", "echo $$ > pid.txt; echo go; sleep 30; echo late > late.txt"],
                 "poll": "go"}},
             {"say": "waited"}
         ]]
