@@ -1354,32 +1354,85 @@ async fn a_turn_refused_for_want_of_a_login_carries_the_agents_advice() {
     );
 }
 
+/// A stray print on stdout once the session is open costs only its line, as with the
+/// official SDKs: the task goes on in the same session, the first such line is told once
+/// (with the agent's next step), every one is logged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_line_that_is_not_an_acp_message_pauses_naming_it_and_resume_starts_again() {
+async fn a_stray_line_after_the_handshake_is_told_once_and_the_session_goes_on() {
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();
     let sc = scenario(json!({
-        "sessions": [
-            [[{"garbage": "Loading model weights... done"}, {"read": "a.txt"}, {"say": "never"}]],
-            [[{"say": "clean this time"}]]
-        ]
+        "turns": [[
+            {"garbage": "Loading model weights... done"},
+            {"read": "a.txt"},
+            {"garbage": "{ debug: 'second' }"},
+            {"write": {"path": "a.txt", "content": "b\n"}},
+            {"say": "wrote"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("done", |s| s.status.is_terminal()).await;
+    assert_eq!(s.status, Status::Done, "{:?}", s.stop_reason);
+    assert_eq!(s.summary.as_deref(), Some("wrote"));
+    assert_eq!(
+        read(root, "a.txt"),
+        "b\n",
+        "what came after the lines was taken"
+    );
+    assert_eq!(sc.of("start").len(), 1, "one process, one session");
+    assert_eq!(sc.of("read")[0]["ok"], true);
+    let told: Vec<&str> = s
+        .steps
+        .iter()
+        .filter_map(|st| st.detail.as_deref())
+        .filter(|d| d.contains("not an ACP message"))
+        .collect();
+    assert_eq!(told.len(), 1, "told once: {told:?}");
+    assert!(
+        told[0].contains("\"Loading model weights... done\"")
+            && told[0].contains("stderr")
+            && told[0].contains("ignored it and went on"),
+        "{}",
+        told[0]
+    );
+    let text = control::transcript(root, 0).expect("transcript").to_text();
+    assert_eq!(
+        text.matches("Loading model weights").count(),
+        1,
+        "the transcript warns once: {text}"
+    );
+    assert!(!text.contains("second"), "{text}");
+}
+
+/// Before the handshake is over a line that is not an ACP message fails the start at once,
+/// naming the line: an agent that prints there is misconfigured, not chatty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_that_is_not_an_acp_message_during_the_handshake_fails_the_start_naming_it() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "garbage_on_initialize": "Loading model weights... done",
+        "turns": [[{"say": "never"}]]
     }));
     let mut run = start_acp(root, &sc);
     let s = run.until("paused", |s| s.status == Status::Paused).await;
     let why = s.stop_reason.clone().unwrap_or_default();
     assert!(
-        why.contains("not an ACP message")
+        why.contains("could not start")
+            && why.contains("not an ACP message")
             && why.contains("\"Loading model weights... done\"")
             && why.contains("stderr"),
         "{why}"
     );
-    assert!(
-        sc.of("read").iter().all(|r| r["ok"] != true),
-        "nothing after it is taken"
-    );
-    run.call(Request::Resume).await;
-    let s = run.until("done", |s| s.status == Status::Done).await;
-    assert_eq!(s.summary.as_deref(), Some("clean this time"));
+    assert!(sc.of("session").is_empty(), "no session was opened");
+    let pid = pid_of(&sc.of("start")[0]);
+    for _ in 0..3000 {
+        if gone(pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(gone(pid), "the agent was ended");
 }
 
 /// Bytes that are not UTF-8 are a protocol error, never decoded with U+FFFD in their place:
