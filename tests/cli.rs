@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use rein_e2e::{rein_bin, repo, PATIENCE};
 use serde_json::json;
 
-const SUBCOMMANDS: [&str; 9] = [
+const SUBCOMMANDS: [&str; 10] = [
     "lsp",
     "demo",
     "run",
@@ -17,6 +17,7 @@ const SUBCOMMANDS: [&str; 9] = [
     "log",
     "restore",
     "gc",
+    "policy",
     "schema",
     "completions",
 ];
@@ -124,6 +125,7 @@ fn a_closed_stdout_ends_every_subcommand_quietly() {
         &["completions", "bash"][..],
         &["restore", "step:0", root][..],
         &["gc", "--dry-run", root][..],
+        &["policy", root][..],
         &["--help"][..],
         &["log", "--help"][..],
         &["--version"][..],
@@ -375,6 +377,47 @@ fn run_wait_takes_typed_ahead_answers() {
     let status: serde_json::Value =
         serde_json::from_slice(&rein(&["status", root]).stdout).unwrap();
     assert_eq!(status["status"], "aborted");
+}
+
+#[test]
+fn policy_prints_the_default_and_the_repositorys_rules() {
+    let dir = repo(&[("a.txt", "one\n")], json!([]));
+    let root = dir.path();
+    std::fs::write(
+        root.join("rein.toml"),
+        "[policy]\nallow = [{ cmd = \"npm ci\", network = true }]\nirreversible = [\"./ship.sh\"]\n",
+    )
+    .expect("write rein.toml");
+    let out = rein(&["policy", root.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    let line = |rule: &str| {
+        printed
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{rule} ")))
+            .unwrap_or_else(|| panic!("no line for {rule}: {printed}"))
+            .to_owned()
+    };
+    assert!(
+        line("printf").ends_with("prints formatted text"),
+        "{printed}"
+    );
+    assert!(line("git push").contains("publishes"), "{printed}");
+    assert!(line("npm ci").ends_with("added by rein.toml or the editor's settings"));
+    assert!(line("./ship.sh").ends_with("added by rein.toml or the editor's settings"));
+    assert!(printed.contains("a redirection (`> f`"), "{printed}");
+    assert!(
+        printed.contains("Network: the sandbox lets these reach it"),
+        "{printed}"
+    );
+    // Outside any repository: the defaults.
+    let out = Command::new(rein_bin())
+        .args(["policy"])
+        .current_dir("/")
+        .output()
+        .expect("rein runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("npm ci"));
 }
 
 #[test]

@@ -39,7 +39,8 @@
 //! A turn ends with `end_turn` after its actions.
 //! At start: `"crash_at_start": CODE` exits before reading anything, `"crash_on_initialize":
 //! CODE` on receiving `initialize` (both saying so on stderr first), `"silent": true` never
-//! answers `initialize`; `"initialize_ms": N` answers it only after N ms.
+//! answers `initialize`; `"garbage_on_initialize": TEXT` writes TEXT as a raw line on stdout
+//! on receiving `initialize`, before answering it; `"initialize_ms": N` answers it only after N ms.
 //! With `late_steering`, a steer wakes the turn but is answered `promptRequired` only once
 //! that turn has ended (the race where a correction arrives as the agent finishes).
 //! With `auth`, the agent offers those auth methods (each described as "run `acp-test-agent
@@ -242,6 +243,14 @@ async fn main() {
                 if let Some(code) = crash_on_initialize {
                     eprintln!("acp_test_agent: crashing on initialize with code {code}");
                     std::process::exit(code);
+                }
+                if let Some(t) = a
+                    .scenario
+                    .get("garbage_on_initialize")
+                    .and_then(Value::as_str)
+                {
+                    let _ = a.raw.unbounded_send(t.as_bytes().to_vec());
+                    a.log(json!({"event": "garbage"}));
                 }
                 if let Some(ms) = a.scenario.get("initialize_ms").and_then(Value::as_u64) {
                     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;

@@ -105,6 +105,11 @@ pub enum Cmd {
         /// The repository.
         dir: Option<PathBuf>,
     },
+    /// The command policy in force: what runs without asking, what always asks, and why.
+    Policy {
+        /// The repository whose rein.toml adds rules (default: the current directory).
+        dir: Option<PathBuf>,
+    },
     /// The JSON Schema of the task state file.
     Schema,
     /// A shell completion script, on standard output.

@@ -210,6 +210,24 @@ fn run(cli: Cli) -> Result<i32> {
             dry_run,
             dir,
         } => gc(&dir_or_here(dir)?, keep_tasks, keep_days, dry_run),
+        Cmd::Policy { dir } => {
+            let file = match rein::checkpoint::workdir_root(&dir_or_here(dir)?) {
+                Ok(root) => rein::lsp::config::read_file(&root).map_err(anyhow::Error::msg)?,
+                Err(_) => None,
+            };
+            let (cfg, problems) = rein::lsp::config::Sources {
+                file,
+                ..Default::default()
+            }
+            .resolve();
+            for p in problems {
+                eprintln!("rein.toml: {p}");
+            }
+            std::io::stdout()
+                .lock()
+                .write_all(cfg.engine().policy.explain().as_bytes())?;
+            Ok(0)
+        }
         Cmd::Schema => {
             out!("{}", serde_json::to_string_pretty(&rein::state::schema())?)?;
             Ok(0)

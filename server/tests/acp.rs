@@ -211,6 +211,52 @@ async fn permissions_follow_the_policy_the_humans_decisions_and_held_files() {
     assert_eq!(read(root, "held.txt"), "mine\n");
 }
 
+/// An agent that asks to run a command writing a file by redirection is asked about, never
+/// allowed by its first word (`printf` is on the allow-list); a pipe to `tail` is allowed
+/// unasked (issue 28).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execute_permission_for_a_redirection_into_the_tree_is_asked() {
+    let dir = repo(&[("m.py", "print(1)\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"run": {"command": "printf ok 2>&1 | tail -n 1", "title": "print ok", "ask": true}},
+            {"run": {"command": "printf 'x' > m.py", "title": "write m.py", "ask": true}},
+            {"say": "asked"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run
+        .until("the question", |s| s.status == Status::AwaitingDecision)
+        .await;
+    let d = s.decisions[0].clone();
+    assert_eq!(d.kind, DecisionKind::ApproveCommand);
+    assert_eq!(d.detail.as_deref(), Some("printf 'x' > m.py"));
+    assert!(
+        d.question
+            .contains("it writes `m.py` through a redirection"),
+        "{}",
+        d.question
+    );
+    assert_eq!(
+        sc.of("permission")
+            .iter()
+            .map(|p| p["outcome"].clone())
+            .collect::<Vec<_>>(),
+        vec![json!("allow")],
+        "the pipe was allowed unasked, the write waits"
+    );
+    run.call(Request::Decide {
+        decision_id: d.id,
+        choice: "deny".into(),
+    })
+    .await;
+    let s = run.until("done", |s| s.status.is_terminal()).await;
+    assert_eq!(s.status, Status::Done, "{:?}", s.stop_reason);
+    assert_eq!(sc.of("permission")[1]["outcome"], "reject");
+    assert_eq!(read(root, "m.py"), "print(1)\n", "denied, nothing written");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trust_a_stale_write_after_handback_keeps_the_humans_fix() {
     let dir = repo(&[("src/lib.rs", BUGGY)]);
@@ -682,8 +728,9 @@ async fn a_terminal_streams_while_it_runs_and_the_agent_can_kill_it() {
     let root = dir.path();
     let sc = scenario(json!({
         "turns": [[
+            // `sh -c`, which the tests' policy allows: a bare redirection would ask (issue 28).
             {"terminal": {
-                "command": "echo line1; sleep 10; echo line10; echo x > finished.txt",
+                "command": "sh", "args": ["-c", "echo line1; sleep 10; echo line10; echo x > finished.txt"],
                 "poll": "line1", "kill": true}},
             {"say": "killed it"}
         ]]
@@ -735,7 +782,8 @@ async fn pause_freezes_a_terminal_and_take_over_ends_it() {
     let root = dir.path();
     let sc = scenario(json!({
         "sessions": [
-            [[{"terminal": {"command": "echo go; sleep 2; echo late > late.txt", "poll": "go"}},
+            // `sh -c`, which the tests' policy allows: a bare redirection would ask (issue 28).
+            [[{"terminal": {"command": "sh", "args": ["-c", "echo go; sleep 2; echo late > late.txt"], "poll": "go"}},
               {"say": "first"}]],
             [[{"say": "second"}]]
         ]
@@ -1155,7 +1203,9 @@ async fn abort_ends_a_running_terminal() {
     let pidfile = root.join("pid.txt");
     let sc = scenario(json!({
         "turns": [[
-            {"terminal": {"command": "echo $$ > pid.txt; echo go; sleep 30; echo late > late.txt",
+            // `sh -c`, which the tests' policy allows: a bare redirection would ask (issue 28).
+            {"terminal": {"command": "sh",
+                "args": ["-c", "echo $$ > pid.txt; echo go; sleep 30; echo late > late.txt"],
                 "poll": "go"}},
             {"say": "waited"}
         ]]
@@ -1304,32 +1354,85 @@ async fn a_turn_refused_for_want_of_a_login_carries_the_agents_advice() {
     );
 }
 
+/// A stray print on stdout once the session is open costs only its line, as with the
+/// official SDKs: the task goes on in the same session, the first such line is told once
+/// (with the agent's next step), every one is logged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_line_that_is_not_an_acp_message_pauses_naming_it_and_resume_starts_again() {
+async fn a_stray_line_after_the_handshake_is_told_once_and_the_session_goes_on() {
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();
     let sc = scenario(json!({
-        "sessions": [
-            [[{"garbage": "Loading model weights... done"}, {"read": "a.txt"}, {"say": "never"}]],
-            [[{"say": "clean this time"}]]
-        ]
+        "turns": [[
+            {"garbage": "Loading model weights... done"},
+            {"read": "a.txt"},
+            {"garbage": "{ debug: 'second' }"},
+            {"write": {"path": "a.txt", "content": "b\n"}},
+            {"say": "wrote"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("done", |s| s.status.is_terminal()).await;
+    assert_eq!(s.status, Status::Done, "{:?}", s.stop_reason);
+    assert_eq!(s.summary.as_deref(), Some("wrote"));
+    assert_eq!(
+        read(root, "a.txt"),
+        "b\n",
+        "what came after the lines was taken"
+    );
+    assert_eq!(sc.of("start").len(), 1, "one process, one session");
+    assert_eq!(sc.of("read")[0]["ok"], true);
+    let told: Vec<&str> = s
+        .steps
+        .iter()
+        .filter_map(|st| st.detail.as_deref())
+        .filter(|d| d.contains("not an ACP message"))
+        .collect();
+    assert_eq!(told.len(), 1, "told once: {told:?}");
+    assert!(
+        told[0].contains("\"Loading model weights... done\"")
+            && told[0].contains("stderr")
+            && told[0].contains("ignored it and went on"),
+        "{}",
+        told[0]
+    );
+    let text = control::transcript(root, 0).expect("transcript").to_text();
+    assert_eq!(
+        text.matches("Loading model weights").count(),
+        1,
+        "the transcript warns once: {text}"
+    );
+    assert!(!text.contains("second"), "{text}");
+}
+
+/// Before the handshake is over a line that is not an ACP message fails the start at once,
+/// naming the line: an agent that prints there is misconfigured, not chatty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_that_is_not_an_acp_message_during_the_handshake_fails_the_start_naming_it() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "garbage_on_initialize": "Loading model weights... done",
+        "turns": [[{"say": "never"}]]
     }));
     let mut run = start_acp(root, &sc);
     let s = run.until("paused", |s| s.status == Status::Paused).await;
     let why = s.stop_reason.clone().unwrap_or_default();
     assert!(
-        why.contains("not an ACP message")
+        why.contains("could not start")
+            && why.contains("not an ACP message")
             && why.contains("\"Loading model weights... done\"")
             && why.contains("stderr"),
         "{why}"
     );
-    assert!(
-        sc.of("read").iter().all(|r| r["ok"] != true),
-        "nothing after it is taken"
-    );
-    run.call(Request::Resume).await;
-    let s = run.until("done", |s| s.status == Status::Done).await;
-    assert_eq!(s.summary.as_deref(), Some("clean this time"));
+    assert!(sc.of("session").is_empty(), "no session was opened");
+    let pid = pid_of(&sc.of("start")[0]);
+    for _ in 0..3000 {
+        if gone(pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(gone(pid), "the agent was ended");
 }
 
 /// Bytes that are not UTF-8 are a protocol error, never decoded with U+FFFD in their place:

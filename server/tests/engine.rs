@@ -823,6 +823,63 @@ async fn a_gated_command_waits_for_approval_then_runs_to_completion() {
     assert!(s.decisions.is_empty());
 }
 
+/// `printf` is on the default allow-list, but a line that writes a file it names (a
+/// redirection into the tree) asks, saying which file and how; pipes, `2>&1` and /dev/null
+/// are no writes and run unasked (issue 28).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirection_into_the_tree_asks_even_for_an_allowed_program() {
+    let dir = repo(&[("m.py", "print(1)\n")]);
+    let root = dir.path();
+    let (notify, notices) = channel();
+    // The default policy, as a user has it (the tests' own lets `sh` through).
+    let (handle, state) = rein::control::start(
+        root,
+        "test goal",
+        json!({"kind": "script", "steps": [
+            {"run": "printf ok 2>&1 | tail -n 1 > /dev/null"},
+            {"run": "printf 'x' > m.py"},
+            {"finish": "f"}
+        ]}),
+        rein::control::EngineConfig::default(),
+        notify,
+    )
+    .expect("task starts");
+    let mut run = Run::new(handle, notices, state, root.to_owned());
+    let s = run
+        .until("the question", |s| s.status == Status::AwaitingDecision)
+        .await;
+    let d = &s.decisions[0];
+    assert_eq!(d.kind, DecisionKind::ApproveCommand);
+    assert_eq!(
+        d.question,
+        "The agent wants to run `printf 'x' > m.py`: it writes `m.py` through a redirection. Approve?"
+    );
+    assert_eq!(
+        read(root, "m.py"),
+        "print(1)\n",
+        "nothing ran before the answer"
+    );
+    let ran = &s.steps.last().expect("the first command's step");
+    assert!(
+        ran.action.contains("printf ok") && ran.status == StepStatus::Done,
+        "the pipe ran unasked: {ran:?}"
+    );
+    let id = d.id.clone();
+    run.call(Request::Decide {
+        decision_id: id,
+        choice: "approve".into(),
+    })
+    .await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(read(root, "m.py"), "x", "approved, it ran");
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.action.contains("printf 'x'"))
+        .expect("its step");
+    assert_eq!(step.author, Author::Agent);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abort_during_an_approved_command_is_queued_behind_it_and_then_lands() {
     let dir = repo(&[("a.txt", "a\n")]);

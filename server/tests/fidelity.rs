@@ -536,7 +536,7 @@ async fn an_ignored_file_changed_by_a_command_that_does_not_name_it_is_reported_
         json!([
             {"run": {"cmd": "sh tools/sneak.sh"}},
             {"ask": "go on?"},
-            {"run": {"cmd": "echo after > after.txt"}},
+            {"run": {"cmd": "sh -c 'echo after > after.txt'"}},
             {"read": "a.txt", "think_ms": 600000}
         ]),
     );

@@ -130,6 +130,8 @@ pub struct AcpAgent {
     /// News is queued for the next prompt that would have cancelled the turn, had a guarded
     /// tool not been running: the turn is cancelled once it is over.
     news_held: bool,
+    /// Rein's word on a stray line the agent wrote to stdout, for its next step.
+    note: Option<String>,
 }
 
 struct Link {
@@ -328,6 +330,7 @@ impl AcpAgent {
             commands_to_end: false,
             delivered: Vec::new(),
             delivered_report: None,
+            note: None,
             guarded: Vec::new(),
             news_held: false,
         })
@@ -667,6 +670,10 @@ impl AcpAgent {
             }
             Event::Request(inc) => self.request(*inc),
             Event::Update(n) => self.update(*n),
+            Event::Stray(text) => {
+                self.note.get_or_insert(text);
+                None
+            }
             Event::PromptDone { turn, result } => self.prompt_done(turn, result),
             Event::Steered { text, injected } => {
                 self.steers_pending = self.steers_pending.saturating_sub(1);
@@ -852,6 +859,14 @@ impl AcpAgent {
             thought: std::mem::take(&mut self.thinking),
             ..Words::default()
         }
+    }
+
+    /// The proposal with Rein's note on the agent's stdout, if one waits to be told.
+    fn noted(&mut self, mut p: Proposal) -> Proposal {
+        if p.words.note.is_none() {
+            p.words.note = self.note.take();
+        }
+        p
     }
 
     /// The finish, with the agent's last words.
@@ -1348,7 +1363,7 @@ impl Agent for AcpAgent {
                 self.kick(ctx)?;
                 let ev = shared.next().await;
                 if let Some(out) = self.handle(ev) {
-                    return out;
+                    return out.map(|p| self.noted(p));
                 }
             }
         })
@@ -1423,6 +1438,9 @@ impl Agent for AcpAgent {
             .into_iter()
             .filter_map(|n| self.update(n))
             .filter_map(Result::ok)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|p| self.noted(p))
             .collect()
     }
 

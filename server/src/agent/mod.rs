@@ -168,6 +168,9 @@ pub struct Words {
     pub tool: Option<ToolCall>,
     /// Output the agent's own tool reported (ACP tool text content): a command's output.
     pub output: String,
+    /// Rein's own remark on how the agent behaved on its way to the move (a stray line on an
+    /// ACP agent's stdout), kept with the step's detail: never the agent's words.
+    pub note: Option<String>,
 }
 
 impl Words {
@@ -178,6 +181,7 @@ impl Words {
             && self.plan_item.is_none()
             && self.tool.is_none()
             && self.output.is_empty()
+            && self.note.is_none()
     }
 }
 

@@ -1586,6 +1586,11 @@ impl Engine {
             .detail
             .or_else(|| (status != StepStatus::Done || !extra.quiet).then(|| outcome.text.clone()))
             .filter(|d| !d.trim().is_empty());
+        // Rein's remark on the agent (a stray line on its stdout) goes with what came of it.
+        let detail = match (detail, &words.note) {
+            (Some(d), Some(note)) => Some(format!("{d}\n{note}")),
+            (d, note) => d.or_else(|| note.clone()),
+        };
         let output = extra
             .output
             .or_else(|| (!words.output.is_empty()).then(|| (words.output.clone(), false)));

@@ -3,8 +3,11 @@
 //! A rule is a word prefix: `"git diff"` matches `git diff --stat` but not `git difftool`
 //! or `/usr/bin/git diff`. A command line runs only if every simple command in it,
 //! including those inside `$(...)` and backticks, matches an allow rule, matches no
-//! irreversible rule, sets no environment variables and redirects output only to files
-//! inside the working tree. Whatever the shell reader cannot follow is asked about.
+//! irreversible rule, sets no environment variables and writes no file it names (a
+//! redirection, `tee`, an in-place edit): an allow rule vouches for a program, not for what
+//! its line may overwrite, so `printf x > m.py` asks like any write the person did not agree
+//! to. Whatever the shell reader cannot follow is asked about. A rule allowing a shell
+//! (`sh`) lets the script it is given run unread: the line is judged, not the script.
 //!
 //! "Irreversible" marks commands whose effects may reach past what Rein (or git) can undo:
 //! other machines, the rest of the filesystem, history git cannot restore. The person sees
@@ -43,105 +46,128 @@ pub enum Verdict {
 }
 
 /// Read-only or local commands an agent runs all the time: inspecting files, building and
-/// testing. Build and test commands run project code by design; their effects stay in the tree.
-const DEFAULT_ALLOW: &[&str] = &[
-    "ls",
-    "cat",
-    "echo",
-    "true",
-    "false",
-    "sleep",
-    "grep",
-    "rg",
-    "find",
-    "wc",
-    "head",
-    "tail",
-    "diff",
-    "test",
-    "[",
-    "pwd",
-    "printf",
-    "cargo build",
-    "cargo test",
-    "cargo check",
-    "cargo fmt",
-    "cargo clippy",
-    "npm test",
-    "npm run test",
-    "make",
-    "pytest",
-    "python -m pytest",
-    "python3 -m pytest",
-    "go test",
-    "go build",
-    "go vet",
-    "git status",
-    "git diff",
-    "git log",
-    "git show",
-    "git --no-pager status",
-    "git --no-pager diff",
-    "git --no-pager log",
-    "git --no-pager show",
+/// testing, each with what it is for (`rein policy` prints them). Build and test commands run
+/// project code by design; their effects stay in the tree. None of them may write a file its
+/// line names (a redirection, `tee`, an in-place edit): that always asks (`write_problem`).
+const DEFAULT_ALLOW: &[(&str, &str)] = &[
+    ("ls", "lists files"),
+    ("cat", "prints files"),
+    ("echo", "prints its arguments"),
+    ("true", "does nothing, successfully"),
+    ("false", "does nothing, unsuccessfully"),
+    ("sleep", "waits"),
+    ("grep", "searches files"),
+    ("rg", "searches files (ripgrep; not with --pre)"),
+    (
+        "find",
+        "lists files by name or kind (not with -exec, -delete, -fprint…)",
+    ),
+    ("wc", "counts lines, words and bytes"),
+    ("head", "prints the start of files"),
+    ("tail", "prints the end of files"),
+    ("diff", "compares files"),
+    ("test", "checks a file or a string"),
+    ("[", "checks a file or a string"),
+    ("pwd", "prints the working directory"),
+    ("printf", "prints formatted text"),
+    ("cargo build", "builds a Rust project (into target/)"),
+    ("cargo test", "builds and runs a Rust project's tests"),
+    ("cargo check", "type-checks a Rust project"),
+    ("cargo fmt", "formats a Rust project's sources in place"),
+    ("cargo clippy", "lints a Rust project"),
+    ("npm test", "runs a Node project's tests"),
+    ("npm run test", "runs a Node project's tests"),
+    (
+        "make",
+        "builds the project's Makefile targets (not install, deploy or publish)",
+    ),
+    ("pytest", "runs Python tests"),
+    ("python -m pytest", "runs Python tests"),
+    ("python3 -m pytest", "runs Python tests"),
+    ("go test", "builds and runs a Go module's tests"),
+    ("go build", "builds a Go module"),
+    ("go vet", "checks a Go module"),
+    ("git status", "shows what changed (reads the repository)"),
+    (
+        "git diff",
+        "shows changes (reads; not with --output or --ext-diff)",
+    ),
+    ("git log", "shows history (reads)"),
+    ("git show", "shows a commit or a file at one (reads)"),
+    ("git --no-pager status", "as git status"),
+    ("git --no-pager diff", "as git diff"),
+    ("git --no-pager log", "as git log"),
+    ("git --no-pager show", "as git show"),
 ];
 
-/// Commands whose effects leave the tree or destroy what git could restore. `git commit` is
-/// deliberately absent: it is local and undone with `git reset`, so it merely asks.
-const DEFAULT_IRREVERSIBLE: &[&str] = &[
-    // Publishing: once others have it, it cannot be taken back.
-    "git push",
-    "git send-email",
-    "npm publish",
-    "yarn publish",
-    "pnpm publish",
-    "cargo publish",
-    "cargo yank",
-    "twine upload",
-    "gem push",
-    "docker push",
-    "podman push",
-    "gh pr create",
-    "gh pr merge",
-    "gh release create",
-    "gh repo delete",
-    // Other machines and infrastructure.
-    "ssh",
-    "scp",
-    "sftp",
-    "rsync",
-    "kubectl apply",
-    "kubectl delete",
-    "kubectl create",
-    "kubectl replace",
-    "kubectl patch",
-    "kubectl scale",
-    "kubectl drain",
-    "helm install",
-    "helm upgrade",
-    "helm uninstall",
-    "terraform apply",
-    "terraform destroy",
-    "tofu apply",
-    "tofu destroy",
-    "pulumi up",
-    "pulumi destroy",
-    // Work git keeps no copy of: untracked files, uncommitted changes, dropped refs.
-    "git clean",
-    "git reset --hard",
-    "git branch -D",
-    "git stash drop",
-    "git stash clear",
-    "git reflog expire",
-    // The rest of the machine.
-    "make install",
-    "sudo",
-    "doas",
-    "su",
-    "dd",
-    "mkfs",
-    "shutdown",
-    "reboot",
+/// Commands whose effects leave the tree or destroy what git could restore, each with why.
+/// `git commit` is deliberately absent: it is local and undone with `git reset`, so it merely
+/// asks.
+const DEFAULT_IRREVERSIBLE: &[(&str, &str)] = &[
+    ("git push", PUBLISHES),
+    ("git send-email", PUBLISHES),
+    ("npm publish", PUBLISHES),
+    ("yarn publish", PUBLISHES),
+    ("pnpm publish", PUBLISHES),
+    ("cargo publish", PUBLISHES),
+    ("cargo yank", PUBLISHES),
+    ("twine upload", PUBLISHES),
+    ("gem push", PUBLISHES),
+    ("docker push", PUBLISHES),
+    ("podman push", PUBLISHES),
+    ("gh pr create", PUBLISHES),
+    ("gh pr merge", PUBLISHES),
+    ("gh release create", PUBLISHES),
+    ("gh repo delete", PUBLISHES),
+    ("ssh", ELSEWHERE),
+    ("scp", ELSEWHERE),
+    ("sftp", ELSEWHERE),
+    ("rsync", ELSEWHERE),
+    ("kubectl apply", ELSEWHERE),
+    ("kubectl delete", ELSEWHERE),
+    ("kubectl create", ELSEWHERE),
+    ("kubectl replace", ELSEWHERE),
+    ("kubectl patch", ELSEWHERE),
+    ("kubectl scale", ELSEWHERE),
+    ("kubectl drain", ELSEWHERE),
+    ("helm install", ELSEWHERE),
+    ("helm upgrade", ELSEWHERE),
+    ("helm uninstall", ELSEWHERE),
+    ("terraform apply", ELSEWHERE),
+    ("terraform destroy", ELSEWHERE),
+    ("tofu apply", ELSEWHERE),
+    ("tofu destroy", ELSEWHERE),
+    ("pulumi up", ELSEWHERE),
+    ("pulumi destroy", ELSEWHERE),
+    ("git clean", UNKEPT),
+    ("git reset --hard", UNKEPT),
+    ("git branch -D", UNKEPT),
+    ("git stash drop", UNKEPT),
+    ("git stash clear", UNKEPT),
+    ("git reflog expire", UNKEPT),
+    ("make install", MACHINE),
+    ("sudo", MACHINE),
+    ("doas", MACHINE),
+    ("su", MACHINE),
+    ("dd", MACHINE),
+    ("mkfs", MACHINE),
+    ("shutdown", MACHINE),
+    ("reboot", MACHINE),
+];
+
+const PUBLISHES: &str = "publishes: once others have it, it cannot be taken back";
+const ELSEWHERE: &str = "acts on other machines or infrastructure";
+const UNKEPT: &str = "destroys work git keeps no copy of (untracked files, changes, refs)";
+const MACHINE: &str = "acts on the rest of the machine";
+
+/// What always asks whatever the allow-list says, for `rein policy` and the docs.
+const ALWAYS_ASKED: &[&str] = &[
+    "a command line that writes a file it names inside the working tree: a redirection (`> f`, `>> f`, `&> f`, `<> f`), `tee f`, an in-place edit (`sed -i`, `perl -i`, `ruby -i`), `dd of=f`, `sort -o f`; also inside `$(…)`, after a pipe, and when the program is allow-listed (`printf x > m.py` asks). Output to /dev/null, /dev/stdout or /dev/stderr and descriptor copies (`2>&1`, `>&2`) are no writes",
+    "the same writing to a path outside the tree (`/tmp/x`, `~/x`, `../x`) or into `.git`, flagged as impossible to undo",
+    "a write whose file is only known at run time (`> $OUT`)",
+    "a command that sets an environment variable (`FOO=1 ls`) or whose program is only known at run time (`$CMD`)",
+    "what Rein cannot follow: subshells, `if`/`for`/`while`, here-documents, `$((…))`, process substitution",
+    "`rm` of a path outside the tree or only known at run time, `curl`/`wget` sending data, a program or task named like a deployment (flagged as impossible to undo)",
 ];
 
 /// Flags that make an otherwise harmless program run other programs or write files.
@@ -162,13 +188,17 @@ const TASK_RUNNERS: &[&str] = &[
     "make", "just", "npm", "yarn", "pnpm", "bun", "mvn", "gradle", "gradlew", "rake",
 ];
 
+/// Shells: an allow rule naming one lets the scripts it is given run unread.
+const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "fish"];
+
 /// Output redirection targets that are not files.
 const DEVICE_TARGETS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr"];
 
 impl Default for Policy {
     fn default() -> Self {
-        let own =
-            |rules: &[&str]| -> Vec<String> { rules.iter().map(|r| (*r).to_owned()).collect() };
+        let own = |rules: &[(&str, &str)]| -> Vec<String> {
+            rules.iter().map(|(r, _)| (*r).to_owned()).collect()
+        };
         Self {
             allow: own(DEFAULT_ALLOW),
             irreversible: own(DEFAULT_IRREVERSIBLE),
@@ -191,6 +221,68 @@ impl Policy {
                     .iter()
                     .any(|rule| matches_rule(rule, &c.words, false))
             })
+    }
+
+    /// The rules in force and what each means, for `rein policy`: the allow-list (the
+    /// defaults with their meanings, then the rules added by configuration), the irreversible
+    /// list, what asks whatever the allow-list says, the network rules and the sandbox.
+    pub fn explain(&self) -> String {
+        fn section<'a>(
+            out: &mut String,
+            title: &str,
+            rules: &'a [String],
+            defaults: &[(&str, &'a str)],
+        ) {
+            out.push_str(title);
+            out.push('\n');
+            let width = rules.iter().map(|r| r.chars().count()).max().unwrap_or(0);
+            for rule in rules.iter().filter(|r| !r.trim().is_empty()) {
+                let meaning = defaults
+                    .iter()
+                    .find(|(d, _)| d == rule)
+                    .map_or("added by rein.toml or the editor's settings", |(_, m)| *m);
+                out.push_str(&format!("  {rule:<width$}  {meaning}\n"));
+            }
+            out.push('\n');
+        }
+        let mut out = String::new();
+        section(
+            &mut out,
+            "Run without asking (allow-list; a rule is a word prefix: `git diff` allows `git diff --stat`, not `git difftool` or `/usr/bin/git diff`; every command of a line, pipes and `$(…)` included, must match one):",
+            &self.allow,
+            DEFAULT_ALLOW,
+        );
+        section(
+            &mut out,
+            "Always asked, flagged as impossible to undo (irreversible; matched by the program's basename, before the allow-list):",
+            &self.irreversible,
+            DEFAULT_IRREVERSIBLE,
+        );
+        out.push_str("Asked whatever the allow-list says:\n");
+        for rule in ALWAYS_ASKED {
+            out.push_str(&format!("  - {rule}\n"));
+        }
+        if let Some(shell) = self.allow.iter().find(|r| {
+            r.split_whitespace()
+                .next()
+                .is_some_and(|p| SHELLS.contains(&basename(p)))
+        }) {
+            out.push_str(&format!("  (but the rule `{shell}` lets the script a shell is given, `sh -c '…'`, run unread: Rein judges the line, not the script)\n"));
+        }
+        out.push('\n');
+        if self.network.is_empty() {
+            out.push_str("Network: no command may reach it from the sandbox.\n");
+        } else {
+            out.push_str("Network: the sandbox lets these reach it (every command of the line must match one):\n");
+            for rule in &self.network {
+                out.push_str(&format!("  {rule}\n"));
+            }
+        }
+        out.push_str(&format!(
+            "Sandbox: {} (docs/agents.md, \"Sandbox\").\n",
+            self.sandbox.as_str()
+        ));
+        out
     }
 
     /// Decides whether `cmd` (a `sh -c` command line) may run without asking.
@@ -236,7 +328,7 @@ impl Policy {
         if let Some(reason) = irreversible_by_arguments(words) {
             return Some((reason, true));
         }
-        if let Some(found) = redirect_problem(command) {
+        if let Some(found) = write_problem(command) {
             return Some(found);
         }
         if let Some(name) = command.assignments.first() {
@@ -388,16 +480,15 @@ fn is_flag(arg: &str, flag: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('='))
 }
 
-/// Output redirected outside the tree (irreversible) or to a name known only at run time.
-fn redirect_problem(command: &SimpleCommand) -> Option<(String, bool)> {
-    for redirect in &command.redirects {
-        if redirect.kind != RedirectKind::Output {
-            continue;
-        }
-        let target = &redirect.target;
+/// A file the command line names as one it writes: into the tree it asks (Rein would record
+/// the write, but the person never agreed to it; an allow rule names a program, not what it
+/// may overwrite), outside the tree or into `.git` it is irreversible (no checkpoint holds
+/// it), and a name known only at run time asks.
+fn write_problem(command: &SimpleCommand) -> Option<(String, bool)> {
+    for (target, how) in written_files(command) {
         if target.dynamic {
             return Some((
-                "it redirects output to a file whose name is only known at run time".into(),
+                format!("it writes to a file whose name is only known at run time ({how})"),
                 false,
             ));
         }
@@ -407,14 +498,151 @@ fn redirect_problem(command: &SimpleCommand) -> Option<(String, bool)> {
         if let Err(why) = normalize(&target.text) {
             return Some((
                 format!(
-                    "it writes to `{}`, which the agent may not write: {why}",
+                    "it writes to `{}` ({how}), which the agent may not write: {why}",
                     target.text
                 ),
                 true,
             ));
         }
+        return Some((format!("it writes `{}` {how}", target.text), false));
     }
     None
+}
+
+/// The files one simple command says it writes, each with how (for the question): output
+/// redirections, and the files of writers that are not redirections (`tee`, in-place
+/// editors, `dd of=`, `sort -o`), whatever their program's allow rule.
+fn written_files(command: &SimpleCommand) -> Vec<(Word, &'static str)> {
+    let mut files: Vec<(Word, &'static str)> = command
+        .redirects
+        .iter()
+        .filter(|r| r.kind == RedirectKind::Output)
+        .map(|r| (r.target.clone(), "through a redirection"))
+        .collect();
+    let Some((program, args)) = command.words.split_first() else {
+        return files;
+    };
+    if program.dynamic {
+        return files;
+    }
+    // The value of `-oFILE`, `--output=FILE`, `of=FILE`, as the word it is.
+    let value = |w: &Word, after: usize| Word {
+        text: w.text[after..].to_owned(),
+        dynamic: w.dynamic,
+    };
+    let named = |words: Vec<&Word>, how: &'static str| -> Vec<(Word, &'static str)> {
+        words.into_iter().map(|w| (w.clone(), how)).collect()
+    };
+    match basename(&program.text) {
+        "tee" => files.extend(named(operands(args, &[]), "through `tee`")),
+        "sed" => files.extend(named(
+            in_place(args, "ef", "l", &["expression", "file"]),
+            "through `sed -i`",
+        )),
+        "perl" => files.extend(named(in_place(args, "eE", "", &[]), "through `perl -i`")),
+        "ruby" => files.extend(named(in_place(args, "e", "Ir", &[]), "through `ruby -i`")),
+        "dd" => files.extend(
+            args.iter()
+                .filter(|w| w.text.starts_with("of="))
+                .map(|w| (value(w, 3), "through `dd of=`")),
+        ),
+        "sort" => {
+            let mut rest = args.iter();
+            while let Some(w) = rest.next() {
+                let how = "through `sort -o`";
+                if w.text == "-o" || w.text == "--output" {
+                    files.extend(rest.next().map(|f| (f.clone(), how)));
+                } else if w.text.starts_with("--output=") {
+                    files.push((value(w, "--output=".len()), how));
+                } else if w.text.starts_with("-o") {
+                    files.push((value(w, 2), how));
+                }
+            }
+        }
+        _ => {}
+    }
+    files
+}
+
+/// A program's operands: its words that are not options (all of them after `--`; `-` is
+/// standard input or output, no file), less the values of the options in `valued`.
+fn operands<'a>(args: &'a [Word], valued: &[&str]) -> Vec<&'a Word> {
+    let mut found = Vec::new();
+    let mut options_done = false;
+    let mut skip_next = false;
+    for w in args {
+        if std::mem::take(&mut skip_next) || w.text == "-" {
+            continue;
+        }
+        if options_done || !w.text.starts_with('-') {
+            found.push(w);
+        } else if w.text == "--" {
+            options_done = true;
+        } else if valued.contains(&w.text.as_str()) {
+            skip_next = true;
+        }
+    }
+    found
+}
+
+/// The files an in-place editor (`sed -i`, `perl -pi`, `ruby -i`) edits: none unless `-i` is
+/// given (alone, in a cluster of short options, with a backup suffix, or `--in-place`); then
+/// its operands less the script, which is the first operand unless an option gave it (a short
+/// one in `script`, a long one in `script_long`). A short option in `script` or `valued` takes
+/// the rest of its cluster or the next word as its value, so `-ei` is no in-place flag.
+fn in_place<'a>(
+    args: &'a [Word],
+    script: &str,
+    valued: &str,
+    script_long: &[&str],
+) -> Vec<&'a Word> {
+    let mut editing = false;
+    let mut script_given = false;
+    let mut takes_next: Vec<&str> = Vec::new();
+    for w in args {
+        let text = w.text.as_str();
+        if text == "--" {
+            break;
+        }
+        if text == "-" || !text.starts_with('-') {
+            continue;
+        }
+        if let Some(long) = text.strip_prefix("--") {
+            let (name, has_value) = match long.split_once('=') {
+                Some((name, _)) => (name, true),
+                None => (long, false),
+            };
+            if name == "in-place" {
+                editing = true;
+            } else if script_long.contains(&name) {
+                script_given = true;
+                if !has_value {
+                    takes_next.push(text);
+                }
+            }
+            continue;
+        }
+        for (i, c) in text.char_indices().skip(1) {
+            if c == 'i' {
+                editing = true;
+                break;
+            }
+            if script.contains(c) || valued.contains(c) {
+                script_given |= script.contains(c);
+                if i + c.len_utf8() == text.len() {
+                    takes_next.push(text);
+                }
+                break;
+            }
+        }
+    }
+    if !editing {
+        return Vec::new();
+    }
+    operands(args, &takes_next)
+        .into_iter()
+        .skip(usize::from(!script_given))
+        .collect()
 }
 
 /// A flag that turns an allowed program into one that runs commands or writes files.
@@ -474,7 +702,7 @@ mod tests {
             ),
             ("git status; git diff --stat", Run),
             ("git --no-pager log -5", Run),
-            ("echo hello > notes/out.txt 2>&1", Run),
+            ("echo hello > notes/out.txt 2>&1", Ask),
             ("grep -r foo . 2>/dev/null", Run),
             ("find . -name '*.rs'", Run),
             ("python -m pytest -x tests/", Run),
@@ -548,7 +776,7 @@ mod tests {
             ("ls > ~/x", Irreversible),
             ("cat ~/.ssh/config", Run),
             ("echo x > .git/hooks/pre-commit", Irreversible),
-            ("ls > 'a b.txt'", Run),
+            ("ls > 'a b.txt'", Ask),
             ("curl https://example.com", Ask),
         ];
         for (cmd, want) in table {
@@ -569,6 +797,251 @@ mod tests {
             panic!("push must ask");
         };
         assert!(reason.contains("`git push` cannot be undone"), "{reason}");
+    }
+
+    /// The reason `policy` gives for asking about `cmd`, and whether it is irreversible;
+    /// None when it runs.
+    fn reason(policy: &Policy, cmd: &str) -> Option<(String, bool)> {
+        match policy.classify(cmd) {
+            Verdict::Run => None,
+            Verdict::Ask {
+                reason,
+                irreversible,
+            } => Some((reason, irreversible)),
+        }
+    }
+
+    #[test]
+    fn a_line_that_writes_a_file_it_names_asks_whatever_the_allow_list_says() {
+        // A user who allow-listed the writers themselves: the rule names a program, not
+        // what its line may overwrite.
+        let policy = Policy {
+            allow: [
+                "printf", "echo", "cat", "tee", "sed", "perl", "ruby", "dd", "sort",
+            ]
+            .iter()
+            .map(|r| (*r).to_owned())
+            .chain(Policy::default().allow)
+            .collect(),
+            irreversible: Vec::new(),
+            ..Policy::default()
+        };
+        let asks = |cmd: &str, why: &str| {
+            let Some((reason, irreversible)) = reason(&policy, cmd) else {
+                panic!("{cmd:?} ran unasked");
+            };
+            assert!(!irreversible, "{cmd:?}: {reason}");
+            assert_eq!(reason, why, "{cmd:?}");
+        };
+        asks(
+            "printf 'x' > m.py",
+            "it writes `m.py` through a redirection",
+        );
+        asks(
+            "echo x >> notes.txt",
+            "it writes `notes.txt` through a redirection",
+        );
+        asks("echo x 1>m.py", "it writes `m.py` through a redirection");
+        asks("echo x &> m.py", "it writes `m.py` through a redirection");
+        asks("echo x &>> m.py", "it writes `m.py` through a redirection");
+        asks("echo x >| m.py", "it writes `m.py` through a redirection");
+        asks("echo x >& m.py", "it writes `m.py` through a redirection");
+        asks("cat <> m.py", "it writes `m.py` through a redirection");
+        asks(
+            "echo x 2> err.log",
+            "it writes `err.log` through a redirection",
+        );
+        asks(
+            "cargo test 2>&1 > log.txt",
+            "it writes `log.txt` through a redirection",
+        );
+        asks(
+            "cargo test 2>&1 | tee log.txt",
+            "it writes `log.txt` through `tee`",
+        );
+        asks("echo x | tee -a a.txt", "it writes `a.txt` through `tee`");
+        asks(
+            "echo x | tee - -- -b.txt",
+            "it writes `-b.txt` through `tee`",
+        );
+        asks(
+            "echo $(printf x > m.py)",
+            "it writes `m.py` through a redirection",
+        );
+        asks(
+            "ls && echo x > m.py; ls",
+            "it writes `m.py` through a redirection",
+        );
+        asks("sed -i 's/a/b/' m.py", "it writes `m.py` through `sed -i`");
+        asks(
+            "sed -i.bak -e 's/a/b/' m.py",
+            "it writes `m.py` through `sed -i`",
+        );
+        asks("sed -Ei 's/a/b/' m.py", "it writes `m.py` through `sed -i`");
+        asks(
+            "sed --in-place --expression=s/a/b/ m.py",
+            "it writes `m.py` through `sed -i`",
+        );
+        asks(
+            "sed -n -i -e p -e p m.py",
+            "it writes `m.py` through `sed -i`",
+        );
+        asks(
+            "perl -pi -e 's/a/b/' m.py",
+            "it writes `m.py` through `perl -i`",
+        );
+        asks(
+            "perl -i.orig -pe 's/a/b/' m.py",
+            "it writes `m.py` through `perl -i`",
+        );
+        asks("ruby -i -pe 'x' m.py", "it writes `m.py` through `ruby -i`");
+        asks(
+            "dd if=/dev/zero of=m.bin count=1",
+            "it writes `m.bin` through `dd of=`",
+        );
+        asks("sort -o m.txt m.txt", "it writes `m.txt` through `sort -o`");
+        asks(
+            "sort --output=m.txt m.txt",
+            "it writes `m.txt` through `sort -o`",
+        );
+        asks("sort -om.txt m.txt", "it writes `m.txt` through `sort -o`");
+        asks(
+            "echo x > $OUT",
+            "it writes to a file whose name is only known at run time (through a redirection)",
+        );
+        asks(
+            "echo x | tee \"$F\"",
+            "it writes to a file whose name is only known at run time (through `tee`)",
+        );
+        // Outside the tree or into `.git`: no checkpoint holds it.
+        for cmd in [
+            "echo x > /tmp/x",
+            "cargo test > /tmp/log 2>&1",
+            "echo x | tee ~/x",
+            "sed -i s/a/b/ ../other/m.py",
+            "echo x > .git/config",
+            "dd if=a of=/dev/sda",
+        ] {
+            let Some((reason, irreversible)) = reason(&policy, cmd) else {
+                panic!("{cmd:?} ran unasked");
+            };
+            assert!(irreversible, "{cmd:?}: {reason}");
+            assert!(reason.contains("which the agent may not write"), "{reason}");
+        }
+        // No write: pipes, descriptor copies, devices, reading, editors not in place.
+        for cmd in [
+            "cargo test 2>&1 | tail -n 20",
+            "cargo test 2>&1",
+            "cargo build >&2",
+            "echo hi > /dev/null",
+            "grep -r x . 2>/dev/null",
+            "cargo test &>/dev/null",
+            "echo x 1>&2 2>&-",
+            "echo x | tee",
+            "echo x | tee -a -",
+            "echo x | tee /dev/null",
+            "echo x > /dev/stderr",
+            "cat < m.py",
+            "sed 's/a/b/' m.py",
+            "sed -n -e p m.py",
+            "sed -e 's/i/j/' m.py",
+            "perl -ne 'print if /i/' m.py",
+            "perl -e 'print 1' m.py",
+            "dd if=m.bin",
+            "sort -r m.txt",
+            "printf '%s\\n' '> m.py'",
+            "echo 'a > b'",
+        ] {
+            assert_eq!(reason(&policy, cmd), None, "{cmd:?}");
+        }
+    }
+
+    #[test]
+    fn the_default_allow_list_lets_no_write_through() {
+        for (cmd, why) in [
+            (
+                "printf 'x' > m.py",
+                "it writes `m.py` through a redirection",
+            ),
+            ("echo x > m.py", "it writes `m.py` through a redirection"),
+            (
+                "cat a.txt > b.txt",
+                "it writes `b.txt` through a redirection",
+            ),
+            (
+                "git diff > fix.patch",
+                "it writes `fix.patch` through a redirection",
+            ),
+            (
+                "cargo test 2>&1 | tee out.log",
+                "it writes `out.log` through `tee`",
+            ),
+            ("sed -i 's/a/b/' m.py", "it writes `m.py` through `sed -i`"),
+        ] {
+            assert_eq!(
+                reason(&Policy::default(), cmd),
+                Some((why.into(), false)),
+                "{cmd:?}"
+            );
+        }
+        for cmd in [
+            "cargo test 2>&1 | tail",
+            "echo hi > /dev/null",
+            "git --no-pager diff 2>/dev/null | head",
+        ] {
+            assert_eq!(Policy::default().classify(cmd), Verdict::Run, "{cmd:?}");
+        }
+    }
+
+    #[test]
+    fn explain_gives_every_rule_its_meaning_and_marks_added_ones() {
+        let policy = Policy {
+            allow: Policy::default()
+                .allow
+                .into_iter()
+                .chain(["npm install".to_owned()])
+                .collect(),
+            network: vec!["npm install".into()],
+            ..Policy::default()
+        };
+        let text = policy.explain();
+        for (rule, meaning) in DEFAULT_ALLOW.iter().chain(DEFAULT_IRREVERSIBLE) {
+            assert!(
+                text.lines().any(
+                    |l| l.trim_start().starts_with(&format!("{rule} ")) && l.ends_with(meaning)
+                ),
+                "{rule}: {text}"
+            );
+        }
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start().starts_with("npm install ")
+                    && l.ends_with("added by rein.toml or the editor's settings")),
+            "{text}"
+        );
+        assert!(text.contains("a redirection (`> f`"), "{text}");
+        assert!(text.contains("Sandbox: workspace-write"), "{text}");
+        assert!(!text.contains("run unread"), "{text}");
+        let shell = Policy {
+            allow: vec!["bash -c".into()],
+            ..Policy::default()
+        };
+        assert!(shell
+            .explain()
+            .contains("the rule `bash -c` lets the script"));
+    }
+
+    #[test]
+    fn the_docs_list_the_default_rules() {
+        let docs =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/agents.md"))
+                .expect("docs/agents.md");
+        for (rule, _) in DEFAULT_ALLOW.iter().chain(DEFAULT_IRREVERSIBLE) {
+            assert!(
+                docs.contains(&format!("`{rule}`")),
+                "docs/agents.md does not list `{rule}`"
+            );
+        }
     }
 
     #[test]

@@ -143,6 +143,9 @@ pub(super) enum Event {
         /// The agent took the message into its running turn.
         injected: bool,
     },
+    /// The agent wrote a line to stdout that is not an ACP message after the handshake
+    /// (said once per process): the words for the person.
+    Stray(String),
     /// The agent process ended.
     Exited {
         /// Its exit status, in words.

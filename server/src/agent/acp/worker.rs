@@ -156,6 +156,13 @@ enum Done {
     ),
     /// The agent broke the protocol on its stdout; the text names the line.
     Broken(String),
+    /// A line on its stdout that is not an ACP message (a stray print), left out of the
+    /// connection: the text names it; `after` is how many responses came before it (so a
+    /// line that followed the handshake's last answer is told from one inside it).
+    Stray {
+        why: String,
+        after: usize,
+    },
 }
 
 struct Worker {
@@ -189,6 +196,11 @@ struct Worker {
     failed: Option<String>,
     /// How the agent broke the protocol, which outranks what followed from it.
     broken: Option<String>,
+    /// Stray lines on its stdout since the session opened (each logged, the first told).
+    strays: usize,
+    /// A stray line that came after the answer to the handshake's latest request, before the
+    /// handshake ended: inside it (and so fatal) if another request followed, else tolerated.
+    stray_in_handshake: Option<(String, usize)>,
     /// The handshake's clock and the request awaiting its answer.
     handshake: Rc<Handshake>,
     /// Asks the stdout pump for a flush; gone once the connection is closed.
@@ -270,6 +282,8 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
         opened: false,
         failed: None,
         broken: None,
+        strays: 0,
+        stray_in_handshake: None,
         handshake,
         flush: Some(flush_tx),
     };
@@ -521,6 +535,8 @@ struct Handshake {
     /// The request awaiting its answer, so a report says which one the agent never answered,
     /// whichever of its exit and the closed connection is seen first.
     stage: Cell<&'static str>,
+    /// How many requests it has sent so far.
+    asked: Cell<usize>,
     /// The agent is frozen (paused): it cannot answer, so its time does not count.
     frozen: Cell<bool>,
     /// When it was last thawed: a request's time starts again from there.
@@ -533,6 +549,7 @@ impl Handshake {
         Handshake {
             limit,
             stage: Cell::new("initialize"),
+            asked: Cell::new(0),
             frozen: Cell::new(false),
             thawed_at: Cell::new(None),
             thawed: Notify::new(),
@@ -561,6 +578,7 @@ where
     Req: agent_client_protocol::JsonRpcRequest,
 {
     hs.stage.set(method);
+    hs.asked.set(hs.asked.get() + 1);
     let answer = cx.send_request(req).block_task();
     tokio::pin!(answer);
     let mut since = Instant::now();
@@ -982,6 +1000,12 @@ impl Worker {
     fn finished(&mut self, done: Done) {
         match done {
             Done::Setup(Ok(opened)) => {
+                if let Some((why, after)) = self.stray_in_handshake.take() {
+                    if after < self.handshake.asked.get() {
+                        return self.break_protocol(why);
+                    }
+                    self.stray(why);
+                }
                 self.opened = true;
                 // What runs now is the harness itself (its CLI, its app server); what starts
                 // later is the agent's commands, which take over ends.
@@ -1000,11 +1024,17 @@ impl Worker {
             Done::Setup(Err(SetupError::Closed)) => {
                 self.expect_exit("it closed its connection during the handshake");
             }
-            Done::Broken(why) => {
-                if self.broken.is_none() {
-                    self.broken = Some(why.clone());
+            Done::Broken(why) => self.break_protocol(why),
+            // Once the session is open a stray print costs nothing but its line, as the
+            // official SDKs have it; during the handshake it fails the start, naming the line.
+            Done::Stray { why, .. } if self.opened => self.stray(why),
+            Done::Stray { why, after } if after < self.handshake.asked.get() => {
+                self.break_protocol(why)
+            }
+            Done::Stray { why, after } => {
+                if self.stray_in_handshake.is_none() {
+                    self.stray_in_handshake = Some((why, after));
                 }
-                self.terminate(&why);
             }
             Done::Prompt(turn, r) => {
                 if self.prompt == Some(turn) {
@@ -1041,6 +1071,28 @@ impl Worker {
                 }
                 self.shared.push(Event::Steered { text, injected });
             }
+        }
+    }
+
+    /// The agent broke the protocol: it is ended, and the break outranks what follows from it.
+    fn break_protocol(&mut self, why: String) {
+        if self.broken.is_none() {
+            self.broken = Some(why.clone());
+        }
+        self.terminate(&why);
+    }
+
+    /// A stray line after the handshake: logged with its count, the first one told.
+    fn stray(&mut self, why: String) {
+        self.strays += 1;
+        tracing::warn!(
+            "{why}; Rein ignored it and went on ({} such line(s) from this agent process)",
+            self.strays
+        );
+        if self.strays == 1 {
+            self.shared.push(Event::Stray(format!(
+                "{why}. Rein ignored it and went on; any further such lines are only logged"
+            )));
         }
     }
 
@@ -1131,10 +1183,12 @@ async fn read_line(
     Ok(Some(!ended && buf.len() > cap))
 }
 
-/// Passes the agent's stdout on line by line into `lines`. A line that is not an ACP message
-/// (not UTF-8, not a JSON object: a log line, a stray print) breaks the protocol: it is
-/// reported on `done`, naming the line, and nothing after it is read. Never decoded lossily: a
-/// U+FFFD put in place of a bad byte could end up in a file through `fs/write_text_file`.
+/// Passes the agent's stdout on line by line into `lines`. A line that is not UTF-8 breaks the
+/// protocol (it may be a message Rein cannot read, owed an answer): it is reported on `done`,
+/// naming the line, and nothing after it is read. Never decoded lossily: a U+FFFD put in place
+/// of a bad byte could end up in a file through `fs/write_text_file`. A line that is no JSON
+/// object (a log line, a stray print) is left out and reported on `done` as a stray, with how
+/// many responses came before it: the worker decides what it costs.
 /// A flush (`k` on `flushes`, asked once the agent is stopped) reads whatever the pipe holds
 /// right now without waiting, passes it on, then passes on a `_rein/flushed {k}` notification:
 /// the connection dispatches in order, so when that marker is handled everything the agent
@@ -1146,6 +1200,7 @@ async fn pump_stdout(
     mut flushes: mpsc::UnboundedReceiver<u64>,
 ) {
     let mut pending = Vec::new();
+    let mut responses = 0;
     let mut chunk = vec![0u8; 64 * 1024];
     let mut flushing = true;
     loop {
@@ -1157,7 +1212,7 @@ async fn pump_stdout(
                     continue;
                 };
                 let ended = read_available(&stdout, &mut chunk, &mut pending);
-                if !pass_lines(&mut pending, ended, &lines, &done) {
+                if !pass_lines(&mut pending, ended, &lines, &done, &mut responses) {
                     return;
                 }
                 let marker = serde_json::json!({"jsonrpc": "2.0", "method": FLUSHED, "params": {"k": k}});
@@ -1167,12 +1222,12 @@ async fn pump_stdout(
             }
             read = stdout.read(&mut chunk) => match read {
                 Ok(0) => {
-                    pass_lines(&mut pending, true, &lines, &done);
+                    pass_lines(&mut pending, true, &lines, &done, &mut responses);
                     return;
                 }
                 Ok(n) => {
                     pending.extend_from_slice(&chunk[..n]);
-                    if !pass_lines(&mut pending, false, &lines, &done) {
+                    if !pass_lines(&mut pending, false, &lines, &done, &mut responses) {
                         return;
                     }
                 }
@@ -1199,13 +1254,14 @@ fn read_available(stdout: &ChildStdout, chunk: &mut [u8], pending: &mut Vec<u8>)
 }
 
 /// Passes on every whole line in `pending` (and, at the end of input, the rest), blank ones
-/// skipped; false once the connection is gone or the agent broke the protocol (a message too
-/// long, a line that is not a message: said on `done`).
+/// skipped, counting the responses in `responses`; false once the connection is gone or the
+/// agent broke the protocol (a message too long, a line not UTF-8: said on `done`).
 fn pass_lines(
     pending: &mut Vec<u8>,
     ended: bool,
     lines: &futures::channel::mpsc::UnboundedSender<io::Result<String>>,
     done: &mpsc::UnboundedSender<Done>,
+    responses: &mut usize,
 ) -> bool {
     let too_long = || {
         let _ = done.send(Done::Broken(
@@ -1220,7 +1276,7 @@ fn pass_lines(
         if line.len() > MAX_LINE + 1 {
             return too_long();
         }
-        if !send_line(line, lines, done) {
+        if !send_line(line, lines, done, responses) {
             return false;
         }
     }
@@ -1230,7 +1286,7 @@ fn pass_lines(
     }
     if ended && !pending.is_empty() {
         let rest = std::mem::take(pending);
-        return send_line(&rest, lines, done);
+        return send_line(&rest, lines, done, responses);
     }
     true
 }
@@ -1239,45 +1295,74 @@ fn send_line(
     line: &[u8],
     lines: &futures::channel::mpsc::UnboundedSender<io::Result<String>>,
     done: &mpsc::UnboundedSender<Done>,
+    responses: &mut usize,
 ) -> bool {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.iter().all(u8::is_ascii_whitespace) {
         return true;
     }
-    match not_a_message(line.to_vec()) {
-        Ok(line) => lines.unbounded_send(Ok(line)).is_ok(),
-        Err(why) => {
+    match read_message(line.to_vec()) {
+        Ok((line, response)) => {
+            *responses += usize::from(response);
+            lines.unbounded_send(Ok(line)).is_ok()
+        }
+        Err(NotAMessage::Stray(why)) => {
+            let after = *responses;
+            done.send(Done::Stray { why, after }).is_ok()
+        }
+        Err(NotAMessage::Broken(why)) => {
             let _ = done.send(Done::Broken(why));
             false
         }
     }
 }
 
-/// The line as text if it can be an ACP message (UTF-8, a JSON object), else why not,
-/// quoting its start.
-fn not_a_message(bytes: Vec<u8>) -> Result<String, String> {
+/// Why a line is not an ACP message.
+#[derive(Debug)]
+enum NotAMessage {
+    /// It is no JSON object: a print, a log line.
+    Stray(String),
+    /// It is not UTF-8: it may be a message Rein cannot read.
+    Broken(String),
+}
+
+/// The fields that tell a response (an `id`, no `method`) from a request or notification.
+#[derive(serde::Deserialize)]
+struct Shape {
+    id: Option<serde::de::IgnoredAny>,
+    method: Option<serde::de::IgnoredAny>,
+}
+
+/// The line as text if it can be an ACP message (UTF-8, a JSON object), with whether it is a
+/// response; else why not, quoting its start.
+fn read_message(bytes: Vec<u8>) -> Result<(String, bool), NotAMessage> {
     const RULE: &str = "an ACP agent writes only JSON-RPC messages to stdout, one per line (logs belong on stderr)";
     let line = match String::from_utf8(bytes) {
         Ok(line) => line,
         Err(e) => {
             let at = e.utf8_error().valid_up_to();
             let bytes = e.into_bytes();
-            return Err(format!(
+            return Err(NotAMessage::Broken(format!(
                 "it wrote a line to stdout that is not UTF-8 (byte 0x{:02x} at offset {at}): {}; {RULE}",
                 bytes[at],
                 quoted(&String::from_utf8_lossy(&bytes))
-            ));
+            )));
         }
     };
-    let object = line.trim_start().starts_with('{')
-        && serde_json::from_str::<serde::de::IgnoredAny>(&line).is_ok();
-    if object {
-        Ok(line)
-    } else {
-        Err(format!(
+    let shape = line
+        .trim_start()
+        .starts_with('{')
+        .then(|| serde_json::from_str::<Shape>(&line).ok())
+        .flatten();
+    match shape {
+        Some(shape) => {
+            let response = shape.id.is_some() && shape.method.is_none();
+            Ok((line, response))
+        }
+        None => Err(NotAMessage::Stray(format!(
             "it wrote a line to stdout that is not an ACP message: {}; {RULE}",
             quoted(&line)
-        ))
+        ))),
     }
 }
 
@@ -1343,8 +1428,9 @@ mod tests {
     fn a_flush_passes_whole_lines_and_keeps_a_partial_one() {
         let (tx, mut rx) = futures::channel::mpsc::unbounded();
         let (done, mut broken) = mpsc::unbounded_channel();
+        let mut responses = 0;
         let mut pending = b"{\"a\":1}\r\n\n  \n{\"b\":2}\n{\"c\":".to_vec();
-        assert!(pass_lines(&mut pending, false, &tx, &done));
+        assert!(pass_lines(&mut pending, false, &tx, &done, &mut responses));
         let got: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
             .map(|l| l.expect("a line"))
             .collect();
@@ -1352,7 +1438,7 @@ mod tests {
         assert_eq!(pending, br#"{"c":"#);
         // At the end of input the rest is passed on as it is.
         pending.extend_from_slice(b"3}");
-        assert!(pass_lines(&mut pending, true, &tx, &done));
+        assert!(pass_lines(&mut pending, true, &tx, &done, &mut responses));
         assert_eq!(
             rx.try_recv().ok().map(|l| l.expect("a line")),
             Some(r#"{"c":3}"#.to_owned())
@@ -1360,14 +1446,43 @@ mod tests {
         assert!(pending.is_empty());
         // A partial line longer than any message ends the connection, said to it.
         let mut huge = vec![b'x'; MAX_LINE + 1];
-        assert!(!pass_lines(&mut huge, false, &tx, &done));
+        assert!(!pass_lines(&mut huge, false, &tx, &done, &mut responses));
         assert!(matches!(broken.try_recv(), Ok(Done::Broken(why)) if why.contains("64 MiB")));
-        // A line that is not a message breaks the protocol, quoted.
-        let mut stray = b"hello from a print\n".to_vec();
-        assert!(!pass_lines(&mut stray, false, &tx, &done));
-        assert!(
-            matches!(broken.try_recv(), Ok(Done::Broken(why)) if why.contains("hello from a print"))
-        );
+        // A line that is not UTF-8 breaks the protocol, quoted.
+        let mut bad = b"caf\xe9\n".to_vec();
+        assert!(!pass_lines(&mut bad, false, &tx, &done, &mut responses));
+        assert!(matches!(broken.try_recv(), Ok(Done::Broken(why)) if why.contains("0xe9")));
+        assert_eq!(responses, 0);
+    }
+
+    #[test]
+    fn a_stray_line_is_left_out_and_said_with_the_responses_before_it() {
+        let (tx, mut rx) = futures::channel::mpsc::unbounded();
+        let (done, mut said) = mpsc::unbounded_channel();
+        let mut responses = 0;
+        let mut pending = concat!(
+            "{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{}}\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"fs/read_text_file\"}\n",
+            "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\"}\n",
+            "hello from a print\n",
+            "{ debug: 1 }\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1,\"message\":\"no\"}}\n",
+        )
+        .as_bytes()
+        .to_vec();
+        assert!(pass_lines(&mut pending, false, &tx, &done, &mut responses));
+        let passed = std::iter::from_fn(|| rx.try_recv().ok()).count();
+        assert_eq!(passed, 4, "the messages go on, the strays do not");
+        assert_eq!(responses, 2);
+        let strays: Vec<(String, usize)> = std::iter::from_fn(|| said.try_recv().ok())
+            .map(|d| match d {
+                Done::Stray { why, after } => (why, after),
+                _ => panic!("only strays are said"),
+            })
+            .collect();
+        assert_eq!(strays.len(), 2);
+        assert!(strays[0].0.contains("\"hello from a print\"") && strays[0].0.contains("stderr"));
+        assert_eq!((strays[0].1, strays[1].1), (1, 1));
     }
 
     #[tokio::test]
