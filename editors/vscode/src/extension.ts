@@ -108,6 +108,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
     icon: vscode.Uri.joinPath(context.extensionUri, 'media', 'rein.svg'),
   });
 
+  context.subscriptions.push(
+    vscode.window.registerWebviewPanelSerializer(TranscriptPanel.viewType, {
+      deserializeWebviewPanel: (panel) => transcript.restore(panel),
+    }),
+  );
+
   tree = new ReinTree(() => repoRoot);
   treeView = vscode.window.createTreeView('rein.task', { treeDataProvider: tree, showCollapseAll: false });
   context.subscriptions.push(treeView);

@@ -52,12 +52,35 @@ export class TranscriptPanel {
       return;
     }
     const column = vscode.window.activeTextEditor ? vscode.ViewColumn.Beside : vscode.ViewColumn.Active;
-    this.panel = vscode.window.createWebviewPanel('rein.transcript', 'Rein: Transcript', column, {
-      enableScripts: true,
-      // The transcript keeps its scroll position and what you expanded while it is hidden.
-      retainContextWhenHidden: true,
-      localResourceRoots: [],
-    });
+    await this.attach(vscode.window.createWebviewPanel(TranscriptPanel.viewType, 'Rein: Transcript', column, TranscriptPanel.options));
+  }
+
+  /** The panel's type, for VS Code to restore it after a reload (`registerWebviewPanelSerializer`). */
+  static readonly viewType = 'rein.transcript';
+
+  private static readonly options: vscode.WebviewPanelOptions & vscode.WebviewOptions = {
+    enableScripts: true,
+    // The transcript keeps its scroll position and what you expanded while it is hidden.
+    retainContextWhenHidden: true,
+    localResourceRoots: [],
+  };
+
+  /**
+   * A transcript VS Code kept open across a reload (or a quit and reopen): it is filled again
+   * from the task, where it was, instead of staying an empty pane.
+   */
+  async restore(panel: vscode.WebviewPanel): Promise<void> {
+    if (this.panel) {
+      // Already opened meanwhile: one transcript, not two.
+      panel.dispose();
+      return;
+    }
+    panel.webview.options = TranscriptPanel.options;
+    await this.attach(panel);
+  }
+
+  private async attach(panel: vscode.WebviewPanel): Promise<void> {
+    this.panel = panel;
     this.panel.iconPath = this.host.icon;
     this.panel.onDidDispose(() => {
       this.panel = undefined;
@@ -267,6 +290,8 @@ body.vscode-high-contrast .entry { border: 1px solid var(--vscode-contrastBorder
 // were there, and sends clicks on links back.
 const SCRIPT = `
 const vscode = acquireVsCodeApi();
+// Marks the panel as one to bring back after a reload (its content is fetched again then).
+vscode.setState({ transcript: true });
 const list = document.getElementById('entries');
 const head = document.getElementById('head');
 const live = document.getElementById('live');

@@ -39,7 +39,7 @@ const steps = [
   { plan: [{ text: PLAN_ITEMS[0], status: 'active' }, ...PLAN_ITEMS.slice(1)], think_ms: 1200, say: 'I will read the greeter, then add a farewell beside it.' },
   { read: 'src/greet.py', item: 1, say: SAY_READ, think_ms: 2000 },
   // Refused by Rein (the repository's own .git): the person sees what the agent was told.
-  { write: { path: '.GIT/config', content: '[core]\n' }, item: 1, say: 'Setting up the repository config first.', think_ms: 1500 },
+  { write: { path: '.GIT/config', content: '[core]\n' }, item: 2, say: 'Setting up the repository config first.', think_ms: 1500 },
   { edit: { path: 'src/greet.py', old: 'return "hi " + name', new: 'return "hello " + name' }, item: 2, say: 'The greeting should say hello rather than hi.', think_ms: 2500 },
   { write: { path: 'NOTES.md', content: '# Notes\n\nThe greeter says hello.\n' }, item: 3, say: 'Notes first, so the change is written down.', think_ms: 4000 },
   { write: { path: 'src/farewell.py', content: 'def farewell(name):\n    return "bye " + name\n' }, item: 4, say: SAY_FAREWELL, think_ms: 4000 },
@@ -274,7 +274,7 @@ async function webviewFrame(what, selector, timeout = 20_000) {
   }, timeout);
 }
 /** The open transcript's frame. */
-const transcriptFrame = () => webviewFrame('the transcript webview', '#entries');
+const transcriptFrame = (timeout) => webviewFrame('the transcript webview', '#entries', timeout);
 /** The transcript's entries as text, one per entry. */
 async function transcriptEntries(f) {
   return (await f.locator('#entries > li.entry').allInnerTexts()).map((t) => t.replace(/\s+/g, ' ').trim());
@@ -1032,6 +1032,7 @@ async function scenario() {
   await shot('aborted');
 
   await longTask();
+  await reopened();
 
   if (SHOT && midShot) {
     copyFileSync(midShot, SHOT);
@@ -1085,6 +1086,29 @@ async function longTask() {
     check('"Earlier steps" opens on pages of 100 steps', Array.isArray(pages), Array.isArray(pages) ? '' : String(pages));
   }
   await shot('long-task');
+}
+
+// 16. Quit and reopen (a reload of the window): the transcript that was open comes back
+// filled from the task, not as an empty pane.
+async function reopened() {
+  await palette('Rein: Show Transcript');
+  await transcriptFrame();
+  await page.reload();
+  await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
+  // Its tab came back; shown, it fills from the task (no Show Transcript: that would open a
+  // new one).
+  const tab = page.locator('.tab', { hasText: 'Rein: Transcript' }).first();
+  const tabBack = await tab.waitFor({ timeout: 30_000 }).then(() => true, () => false);
+  check('after a reload the transcript\'s tab is still there', tabBack);
+  if (tabBack) await tab.click();
+  const back = await waitFor('the transcript after the reload', async () => {
+    const f = await transcriptFrame(5_000).catch(() => null);
+    if (!f) return false;
+    const e = await transcriptEntries(f);
+    return e.some((x) => x.includes('a long task')) ? e : false;
+  }, 90_000).catch((e) => e.message);
+  check('after a reload the open transcript comes back with the task, not empty', Array.isArray(back), Array.isArray(back) ? '' : String(back));
+  await shot('reopened');
 }
 
 const started = Date.now();
