@@ -416,8 +416,8 @@ fn a_confined_command_cannot_signal_rein() {
     assert!(lsp.alive(), "Rein survived");
     assert_eq!(
         read(root, "ppid.txt").trim(),
-        lsp.pid().to_string(),
-        "the command's parent is Rein itself"
+        lsp.engine_pid().to_string(),
+        "the command's parent is Rein's engine itself, alive"
     );
     let st = step_statuses(&s);
     assert!(

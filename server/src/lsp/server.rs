@@ -22,9 +22,8 @@ use super::editor::Editor;
 use super::log::LogLine;
 use super::sync::{Change, Synced};
 use super::transport::{self, Frame, Incoming};
-use crate::control::{
-    self, Advice, ControlError, Handle, Level, Notice, Reply, Request, UserAction,
-};
+use crate::control::{Advice, ControlError, Level, Notice, Reply, Request, UserAction};
+use crate::engine::{Heard, Place, Remote};
 use crate::state::{ConstraintSource, ConstraintStatus, DecisionKind, Status, TaskState};
 use crate::steer::SteerComment;
 
@@ -55,12 +54,18 @@ pub(super) enum ReplyTo {
 /// Everything the loop handles, in one total order.
 pub(super) enum Event {
     Client(Incoming),
-    Engine(Notice),
     Reply {
         to: ReplyTo,
         command: String,
         result: Result<Reply, ControlError>,
     },
+    /// The engine answered `rein.start`.
+    Started {
+        id: RequestId,
+        result: Result<Box<TaskState>, ControlError>,
+    },
+    /// The link to the engine opened the task, or was lost.
+    Link(Heard),
     Log(LogLine),
 }
 
@@ -129,7 +134,7 @@ struct Progress {
 /// The server's whole state, owned by the loop thread.
 pub(super) struct Server {
     out: Sender<Frame>,
-    events: Sender<Event>,
+    pub(super) events: Sender<Event>,
     pub(super) rt: tokio::runtime::Runtime,
     initialized: bool,
     shutting_down: bool,
@@ -145,7 +150,13 @@ pub(super) struct Server {
     sources: Sources,
     pub(super) config: Config,
     pub(super) docs: Documents,
-    pub(super) engine: Option<Handle>,
+    /// The connection to this working tree's engine (from `initialized` on).
+    pub(super) link: Option<Remote>,
+    /// The same, once the engine has a task open: requests go to it.
+    pub(super) engine: Option<Remote>,
+    /// Requests that came before the engine first said what it has open: answered after,
+    /// so none is answered as if there were no task while the engine is still recovering it.
+    waiting_for_engine: Option<Vec<RpcRequest>>,
     pub(super) state: Option<TaskState>,
     /// What the client was last sent of the state.
     synced: Synced,
@@ -210,7 +221,9 @@ pub fn run(
         sources: Sources::default(),
         config: Config::default(),
         docs: Documents::new(),
+        link: None,
         engine: None,
+        waiting_for_engine: None,
         state: None,
         synced: Synced::default(),
         steer_sent: HashMap::new(),
@@ -236,13 +249,8 @@ pub fn run(
             break code;
         }
     };
-    if let Some(engine) = server.engine.take() {
-        // Leave a running task paused, not half-done, when the editor goes away.
-        let reply = engine.send(Request::Shutdown);
-        let _ = server.rt.block_on(async {
-            tokio::time::timeout(std::time::Duration::from_secs(5), reply).await
-        });
-    }
+    // The task is the engine's, not this editor's: leaving only closes the connection (the
+    // engine ends this client's holds and buffers, and decides what an unattended task does).
     drop(server);
     if let Ok(w) = writer {
         let _ = w.join();
@@ -272,12 +280,13 @@ impl Server {
                 let _ = self.out.send(frame);
             }
             Event::Client(Incoming::Closed) => return Some(if self.shutting_down { 0 } else { 1 }),
-            Event::Engine(notice) => self.on_notice(notice),
             Event::Reply {
                 to,
                 command,
                 result,
             } => self.on_reply(to, &command, result),
+            Event::Started { id, result } => self.on_started(id, result),
+            Event::Link(heard) => self.on_link(heard),
             Event::Log(line) => self.notify(
                 "window/logMessage",
                 json!({"type": line.level, "message": line.text}),
@@ -375,14 +384,6 @@ impl Server {
         });
     }
 
-    /// A callback that feeds engine notices into the loop.
-    pub(super) fn notify_fn(&self) -> control::Notify {
-        let tx = self.events.clone();
-        Arc::new(move |n| {
-            let _ = tx.send(Event::Engine(n));
-        })
-    }
-
     /// True while a task can still take steps or commands.
     pub(super) fn task_active(&self) -> bool {
         self.engine.is_some() && self.state.as_ref().is_some_and(|s| !s.status.is_terminal())
@@ -407,13 +408,19 @@ impl Server {
                 )),
             );
         }
+        if let Some(waiting) = self.waiting_for_engine.as_mut().filter(|_| {
+            matches!(
+                req.method.as_str(),
+                "workspace/executeCommand" | "textDocument/codeAction"
+            )
+        }) {
+            waiting.push(req);
+            return;
+        }
         match req.method.as_str() {
             "initialize" => self.initialize(req),
             "shutdown" => {
                 self.shutting_down = true;
-                if let Some(engine) = &self.engine {
-                    engine.tell(Request::Shutdown);
-                }
                 self.respond(req.id, Ok(Value::Null));
             }
             "workspace/executeCommand" => self.execute_command(req),
@@ -562,21 +569,88 @@ impl Server {
         };
         self.reload_rein_toml();
         self.fetch_configuration();
-        let recovered = {
-            let _rt = self.rt.enter();
-            control::recover(&root, self.config.engine(), self.notify_fn())
-        };
-        match recovered {
-            Ok(Some((handle, state))) => {
-                self.engine = Some(handle);
-                self.remember_comments(&state);
-                self.on_state(state, None);
+        let place = match Place::of(&root) {
+            Ok(p) => p,
+            Err(e) => {
+                self.show(MessageType::ERROR, &format!("Rein cannot run here: {e}"));
+                return;
             }
-            Ok(None) => {}
-            Err(e) => self.show(
+        };
+        // The engine is joined (or started, recovering an interrupted task) off the loop:
+        // what it has open arrives as `Heard::Opened`.
+        let tx = self.events.clone();
+        let listen: crate::engine::Listener = Arc::new(move |h| {
+            let _ = tx.send(Event::Link(h));
+        });
+        self.waiting_for_engine = Some(Vec::new());
+        let _rt = self.rt.enter();
+        self.link = Some(Remote::open(
+            place,
+            "lsp",
+            self.config.settings(),
+            true,
+            listen,
+        ));
+    }
+
+    /// What the link to the engine says: the task it has open (after every connection), its
+    /// notices, or that it was lost (it connects again by itself).
+    fn on_link(&mut self, heard: Heard) {
+        let first = matches!(heard, Heard::Opened(_) | Heard::Lost(_));
+        self.hear(heard);
+        if first {
+            for req in self.waiting_for_engine.take().unwrap_or_default() {
+                self.on_request(req);
+            }
+        }
+    }
+
+    fn hear(&mut self, heard: Heard) {
+        match heard {
+            Heard::Opened(Ok(Some(state))) => {
+                self.engine = self.link.clone();
+                self.remember_comments(&state);
+                self.on_state(*state, None);
+                // A new engine knows nothing of this editor's unsaved work.
+                self.share_buffers();
+            }
+            Heard::Opened(Ok(None)) => {}
+            Heard::Opened(Err(e)) => self.show(
                 MessageType::ERROR,
                 &format!("cannot reopen this repository's Rein task: {e}"),
             ),
+            Heard::Notice(n) => self.on_notice(n),
+            Heard::Lost(why) => tracing::warn!("{why}"),
+        }
+    }
+
+    /// Tells the engine this editor's unsaved buffers, holding each whose difference from
+    /// the disk is more than steer comments: the human's work in progress, which the agent
+    /// sees and respects, whichever client started the task.
+    pub(super) fn share_buffers(&mut self) {
+        let (Ok(root), Some(engine)) = (&self.root, &self.engine) else {
+            return;
+        };
+        let active = self.state.as_ref().is_some_and(|s| !s.status.is_terminal());
+        for (uri, doc) in self.docs.iter() {
+            let Some(path) = self.rel_path(uri) else {
+                continue;
+            };
+            let text = doc.rope();
+            let disk = std::fs::read_to_string(root.join(&path)).ok();
+            if disk.as_ref().is_some_and(|d| *text == **d) {
+                continue;
+            }
+            let hold = disk
+                .as_ref()
+                .is_none_or(|d| !crate::steer::differ_only_in_steers(d, &text.to_string()));
+            engine.tell(Request::Buffer {
+                path: path.clone(),
+                content: Some(text.clone()),
+            });
+            if hold && active {
+                engine.tell(Request::Hold { path });
+            }
         }
     }
 
@@ -609,6 +683,9 @@ impl Server {
             self.show(MessageType::ERROR, &p);
         }
         self.config = cfg;
+        if let Some(link) = &self.link {
+            link.set_settings(self.config.settings());
+        }
     }
 
     fn on_response(&mut self, r: Response) {
@@ -929,6 +1006,14 @@ impl Server {
         {
             return;
         }
+        // A task another client started (or this one): the engine has it open now.
+        let new_task = self
+            .state
+            .as_ref()
+            .is_none_or(|old| old.task.id != s.task.id);
+        if self.engine.is_none() {
+            self.engine = self.link.clone();
+        }
         let params = self.synced.params(&s, change, self.caps.state_deltas);
         self.notify("rein/stateChanged", params);
         // The state says what is held now (a release may have ended a hold).
@@ -936,6 +1021,9 @@ impl Server {
         self.update_progress(&s);
         self.ask_decisions(&s);
         self.state = Some(s);
+        if new_task {
+            self.share_buffers();
+        }
         let uris: Vec<Uri> = self.docs.iter().map(|(u, _)| u.clone()).collect();
         for uri in uris {
             self.publish(&uri);
