@@ -560,8 +560,16 @@ fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Resu
             follow: false,
             partial: std::collections::HashMap::new(),
         };
-        out!("task {} started in {}", run.state.task.id, dir.display())?;
-        let result = run.follow(&mut rx).await;
+        let started = out!("task {} started in {}", run.state.task.id, dir.display());
+        let result = match started {
+            Ok(()) => run.follow(&mut rx).await,
+            Err(e) => Err(e.into()),
+        };
+        if result.as_ref().is_ok_and(|code| *code == 0 || *code == 1) {
+            // The engine answers once it has finished with the ended task (its private
+            // index released): what `rein run` leaves is settled when it returns.
+            let _ = remote.call(Request::State).await;
+        }
         if result
             .as_ref()
             .map_or(true, |code| *code != 0 && *code != 1)
