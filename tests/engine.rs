@@ -186,6 +186,42 @@ fn an_editor_leaving_mid_task_leaves_the_agent_running_for_the_other() {
 }
 
 #[test]
+fn an_editor_leaving_ends_its_holds_only() {
+    let dir = repo(
+        &[("a.txt", "a\n"), ("b.txt", "b\n")],
+        json!([{"read": "a.txt", "think_ms": 600000}]),
+    );
+    let root = dir.path();
+    let (mut a, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    let (mut b, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    a.ok("rein.start", json!({"goal": "g"}));
+    b.wait_state("the task, from B", |s| status(s) == "running");
+    let type_in = |lsp: &mut Lsp, path: &str| {
+        let u = lsp.open(path, &read(root, path));
+        lsp.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [{"text": "unsaved\n"}]}),
+        );
+    };
+    type_in(&mut a, "a.txt");
+    type_in(&mut b, "b.txt");
+    a.wait_state("both held", |s| {
+        s["heldFiles"].as_array().is_some_and(|h| h.len() == 2)
+    });
+    drop(a);
+    let s = b.wait_state("A's hold ended with A", |s| {
+        s["heldFiles"] == json!(["b.txt"])
+    });
+    assert_eq!(status(&s), "running", "{s:#}");
+    b.wait_notification("why the hold ended", 0, |n| {
+        n["method"] == "window/showMessage"
+            && n["params"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("the editor that held a.txt disconnected"))
+    });
+}
+
+#[test]
 fn the_last_client_gone_pauses_a_running_task_and_the_engine_ends() {
     let dir = repo(
         &[("a.txt", "a\n")],

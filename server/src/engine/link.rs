@@ -6,7 +6,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -381,8 +380,9 @@ async fn greet(stream: UnixStream, client: &str) -> Result<Conn, EngineError> {
     }
 }
 
-/// Starts `rein engine` for `place`, detached: its own process group, no terminal, standard
-/// error to the engine's log. A thread waits for it so it never lingers as a zombie of this
+/// Starts `rein engine` for `place`, detached (it makes itself a session of its own, so no
+/// terminal's Ctrl-C or hangup reaches it; no standard input or output; standard error to the
+/// engine's log). A thread waits for it so it never lingers as a zombie of this
 /// client; it outlives the client otherwise.
 fn start_engine(place: &Place) -> Result<(), EngineError> {
     let io = |what: String| move |source| EngineError::Io { what, source };
@@ -401,7 +401,6 @@ fn start_engine(place: &Place) -> Result<(), EngineError> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
-        .process_group(0)
         .spawn()
         .map_err(io(format!("cannot start {} engine", exe.display())))?;
     std::thread::Builder::new()
