@@ -212,11 +212,20 @@ async fn link(
             }
         }
         tokio::select! {
-            out = rx.recv() => match out {
-                None => return,
-                Some(Out::Settings(s)) => settings = s,
-                Some(out) => backlog.push_back(out),
-            },
+            out = rx.recv() => {
+                let Some(first) = out else { return };
+                // Whatever else is queued goes out with it, a buffer's text only once.
+                let mut more = vec![first];
+                while let Ok(out) = rx.try_recv() {
+                    more.push(out);
+                }
+                for out in more {
+                    match out {
+                        Out::Settings(s) => settings = s,
+                        out => queue(&mut backlog, out),
+                    }
+                }
+            }
             line = next_line(&mut conn) => match line {
                 Some(l) => match serde_json::from_str::<ToClient>(&l) {
                     Ok(ToClient::Answer { id, result }) => {
@@ -252,6 +261,26 @@ async fn link(
             },
         }
     }
+}
+
+/// Queues `out`; a buffer's text replaces the text of the same buffer queued just before it
+/// (with only other buffers between), which nobody read: an editor sends the whole text on
+/// each keystroke, and a burst of them costs one write, not one per keystroke.
+fn queue(backlog: &mut VecDeque<Out>, out: Out) {
+    if let Out::Ask(Ask::Control(Request::Buffer { path, .. }), None) = &out {
+        let superseded = backlog
+            .iter()
+            .rev()
+            .take_while(|o| matches!(o, Out::Ask(Ask::Control(Request::Buffer { .. }), None)))
+            .position(|o| {
+                matches!(o, Out::Ask(Ask::Control(Request::Buffer { path: p, .. }), None) if p == path)
+            });
+        if let Some(back) = superseded {
+            let at = backlog.len() - 1 - back;
+            backlog.remove(at);
+        }
+    }
+    backlog.push_back(out);
 }
 
 async fn next_line(conn: &mut Option<Conn>) -> Option<String> {
@@ -410,4 +439,54 @@ fn start_engine(place: &Place) -> Result<(), EngineError> {
         })
         .map_err(io("cannot start a thread".into()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buffer(path: &str, text: &str) -> Out {
+        Out::Ask(
+            Ask::Control(Request::Buffer {
+                path: path.into(),
+                content: Some(ropey::Rope::from_str(text)),
+            }),
+            None,
+        )
+    }
+
+    fn texts(backlog: &VecDeque<Out>) -> Vec<String> {
+        backlog
+            .iter()
+            .map(|o| match o {
+                Out::Ask(Ask::Control(Request::Buffer { path, content }), _) => {
+                    format!(
+                        "{path}={}",
+                        content.as_ref().map(|c| c.to_string()).unwrap_or_default()
+                    )
+                }
+                Out::Ask(a, _) => format!("{a:?}"),
+                Out::Settings(_) => "settings".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_burst_of_keystrokes_sends_the_last_text_of_each_buffer_but_never_across_a_request() {
+        let mut backlog = VecDeque::new();
+        for out in [
+            buffer("a", "1"),
+            buffer("b", "1"),
+            buffer("a", "2"),
+            Out::Ask(Ask::Control(Request::Hold { path: "a".into() }), None),
+            buffer("a", "3"),
+            buffer("a", "4"),
+        ] {
+            queue(&mut backlog, out);
+        }
+        assert_eq!(
+            texts(&backlog),
+            ["b=1", "a=2", "Control(Hold { path: \"a\" })", "a=4"]
+        );
+    }
 }
