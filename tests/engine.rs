@@ -159,6 +159,36 @@ fn two_editors_share_one_task_and_every_control_works_from_either() {
 }
 
 #[test]
+fn a_commands_answer_comes_before_the_notices_of_what_followed_it() {
+    let steps = json!([
+        {"run": {"cmd": "echo shipped", "irreversible": true}},
+        {"finish": "shipped"}
+    ]);
+    let dir = repo(&[("a.txt", "a\n")], steps);
+    let root = dir.path();
+    let (mut a, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    a.answer_decisions = Some("approve".into());
+    for round in 0..20 {
+        let before = a.notifications.len();
+        let r = a.ok("rein.start", json!({"goal": format!("round {round}")}));
+        let answered = r["state"]["version"].as_u64().expect("a version");
+        for n in &a.notifications[before..] {
+            if n["method"] == "rein/stateChanged" {
+                let p = &n["params"];
+                let v = p["version"].as_u64().or(p["state"]["version"].as_u64());
+                assert!(
+                    v <= Some(answered),
+                    "round {round}: a state at version {v:?} came before the answer at {answered}"
+                );
+            }
+        }
+        a.wait_state("done", |s| status(s) == "done");
+    }
+    drop(a);
+    wait_no_engine(root);
+}
+
+#[test]
 fn an_editor_leaving_mid_task_leaves_the_agent_running_for_the_other() {
     let mut steps = writes(6, 100);
     steps.push(json!({"finish": "all written"}));

@@ -345,8 +345,10 @@ enum Event {
     Engine(Notice),
     /// The engine has the task open (again, after a reconnection).
     Opened(Result<Option<Box<TaskState>>, ControlError>),
-    /// The connection to the engine ended or could not be made.
+    /// The connection to the engine ended.
     Lost(String),
+    /// No engine could be reached.
+    Unreachable(String),
     /// A line the human typed (None: standard input ended).
     Line(Option<String>),
 }
@@ -380,17 +382,21 @@ async fn join(
     let place = Place::of(dir)?;
     let settings = file_settings(&place.root);
     let listen: rein::engine::Listener = std::sync::Arc::new(move |h| {
-        let _ = tx.send(match h {
+        let event = match h {
             Heard::Opened(r) => Event::Opened(r),
             Heard::Notice(n) => Event::Engine(n),
             Heard::Lost(why) => Event::Lost(why),
-        });
+            Heard::Unreachable(why) => Event::Unreachable(why),
+            // This client asks with `call` and `ask`, never in order with the notices.
+            Heard::Answer { .. } => return,
+        };
+        let _ = tx.send(event);
     });
     let remote = Remote::open(place, "cli", settings, true, listen);
     loop {
         match rx.recv().await {
             Some(Event::Opened(r)) => return Ok((remote, r?)),
-            Some(Event::Lost(why)) => anyhow::bail!("{why}"),
+            Some(Event::Lost(why) | Event::Unreachable(why)) => anyhow::bail!("{why}"),
             Some(_) => {}
             None => anyhow::bail!("the link to the Rein engine ended"),
         }
@@ -629,6 +635,7 @@ impl Run<'_> {
                     }
                 }
                 Event::Opened(_) => {}
+                Event::Unreachable(why) => anyhow::bail!("{why}"),
                 Event::Lost(why) => {
                     eprintln!("rein: {why}");
                     // Asking reconnects (a new engine recovers the task), or says why not.

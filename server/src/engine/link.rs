@@ -39,9 +39,20 @@ pub enum Heard {
     Opened(Result<Option<Box<TaskState>>, ControlError>),
     /// A notice of the task.
     Notice(Notice),
-    /// The connection ended or could not be made; the text says why. The next request
-    /// connects again (and a dead engine is replaced, recovering the task).
+    /// The connection ended; the text says why. The link connects again (a dead engine is
+    /// replaced, recovering the task).
     Lost(String),
+    /// No engine could be reached, or it refused this client; the text says why and what to
+    /// do. The next request tries again.
+    Unreachable(String),
+    /// The answer to `Remote::ask_in_order` under `tag`, in its place among the notices: a
+    /// client hears the answer before the notices of what happened after it.
+    Answer {
+        /// The caller's tag.
+        tag: u64,
+        /// What the engine answered.
+        result: Result<Answer, ControlError>,
+    },
 }
 
 /// Where a client's link reports.
@@ -52,6 +63,8 @@ enum Responder {
     Answer(oneshot::Sender<Result<Answer, ControlError>>),
     /// The link's own `open`, told to the listener.
     Opened,
+    /// Told to the listener as `Heard::Answer` with this tag.
+    InOrder(u64),
 }
 
 enum Out {
@@ -123,6 +136,12 @@ impl Remote {
         rx
     }
 
+    /// Asks anything of the engine; the answer comes to the listener as `Heard::Answer` with
+    /// `tag`, in order with the notices.
+    pub fn ask_in_order(&self, ask: Ask, tag: u64) {
+        let _ = self.tx.send(Out::Ask(ask, Some(Responder::InOrder(tag))));
+    }
+
     /// The settings a later reconnection opens the task with.
     pub fn set_settings(&self, settings: Settings) {
         let _ = self.tx.send(Out::Settings(settings));
@@ -177,7 +196,7 @@ async fn link(
                             fail(r, ControlError::Remote(why.clone()), &listen);
                         }
                     }
-                    listen(Heard::Lost(why));
+                    listen(Heard::Unreachable(why));
                 }
             }
         }
@@ -241,7 +260,7 @@ async fn link(
                         bye = true;
                         tracing::info!("the Rein engine says: {reason}");
                     }
-                    Ok(ToClient::Refused { message }) => listen(Heard::Lost(message)),
+                    Ok(ToClient::Refused { message }) => listen(Heard::Unreachable(message)),
                     Ok(ToClient::Welcome { .. }) => {}
                     Err(e) => tracing::warn!("the Rein engine sent a line that is not a message: {e}"),
                 },
@@ -319,6 +338,10 @@ fn fail(r: Responder, e: ControlError, listen: &Listener) {
             let _ = tx.send(Err(e));
         }
         Responder::Opened => listen(Heard::Opened(Err(e))),
+        Responder::InOrder(tag) => listen(Heard::Answer {
+            tag,
+            result: Err(e),
+        }),
     }
 }
 
@@ -340,6 +363,7 @@ fn respond(r: Responder, result: Result<Answer, WireError>, listen: &Listener) {
             Answer::Opened { state } => state,
             _ => None,
         }))),
+        Responder::InOrder(tag) => listen(Heard::Answer { tag, result }),
     }
 }
 

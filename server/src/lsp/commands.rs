@@ -6,10 +6,10 @@ use lsp_types::MessageType;
 use serde_json::{json, Map, Value};
 
 use super::editor::Editor;
-use super::server::{rpc_error, Event, ReplyTo, Server};
+use super::server::{rpc_error, Awaited, ReplyTo, Server};
 use crate::agent::AgentError;
 use crate::control::{self, ControlError, Reply, Request};
-use crate::engine::wire::{Answer, Ask};
+use crate::engine::wire::Ask;
 use crate::state::{ConstraintSource, Location, TaskState};
 
 /// Every command the server executes, as advertised in `executeCommandProvider`.
@@ -342,22 +342,14 @@ impl Server {
                 "Rein has no engine for this workspace (see the message it showed at start-up)",
             ));
         };
-        let rx = link.ask(Ask::Start {
+        let ask = Ask::Start {
             goal,
             agent,
             settings: self.config.settings(),
-        });
-        let tx = self.events.clone();
-        self.rt.spawn(async move {
-            let result = match rx.await.unwrap_or(Err(ControlError::Gone)) {
-                Ok(Answer::Started { state }) => Ok(state),
-                Ok(other) => Err(ControlError::Remote(format!(
-                    "the Rein engine answered a start with {other:?}"
-                ))),
-                Err(e) => Err(e),
-            };
-            let _ = tx.send(Event::Started { id, result });
-        });
+        };
+        let link = link.clone();
+        let tag = self.await_engine(Awaited::Start(id));
+        link.ask_in_order(ask, tag);
         Ok(())
     }
 

@@ -22,10 +22,24 @@ use super::editor::Editor;
 use super::log::LogLine;
 use super::sync::{Change, Synced};
 use super::transport::{self, Frame, Incoming};
-use crate::control::{Advice, ControlError, Level, Notice, Reply, Request, UserAction};
+use crate::control::{Advice, ControlError, Level, Notice, Request, UserAction};
+use crate::engine::wire::{Answer, Ask};
 use crate::engine::{Heard, Place, Remote};
 use crate::state::{ConstraintSource, ConstraintStatus, DecisionKind, Status, TaskState};
 use crate::steer::SteerComment;
+
+/// Who waits for an answer of the engine.
+#[derive(Debug)]
+pub(super) enum Awaited {
+    /// A control request's reply.
+    Reply { to: ReplyTo, command: String },
+    /// `rein.start`, answering this client request.
+    Start(RequestId),
+}
+
+fn unexpected(a: &Answer) -> ControlError {
+    ControlError::Remote(format!("the Rein engine answered with {a:?}"))
+}
 
 /// Who waits for an engine reply.
 #[derive(Debug, Clone)]
@@ -54,17 +68,8 @@ pub(super) enum ReplyTo {
 /// Everything the loop handles, in one total order.
 pub(super) enum Event {
     Client(Incoming),
-    Reply {
-        to: ReplyTo,
-        command: String,
-        result: Result<Reply, ControlError>,
-    },
-    /// The engine answered `rein.start`.
-    Started {
-        id: RequestId,
-        result: Result<Box<TaskState>, ControlError>,
-    },
-    /// The link to the engine opened the task, or was lost.
+    /// What the link to the engine heard: the task it opened, a notice, an answer (in order
+    /// with the notices), or that it was lost.
     Link(Heard),
     Log(LogLine),
 }
@@ -157,6 +162,9 @@ pub(super) struct Server {
     /// Requests that came before the engine first said what it has open: answered after,
     /// so none is answered as if there were no task while the engine is still recovering it.
     waiting_for_engine: Option<Vec<RpcRequest>>,
+    /// Who waits for which answer of the engine, by tag.
+    awaited: HashMap<u64, Awaited>,
+    next_tag: u64,
     pub(super) state: Option<TaskState>,
     /// What the client was last sent of the state.
     synced: Synced,
@@ -224,6 +232,8 @@ pub fn run(
         link: None,
         engine: None,
         waiting_for_engine: None,
+        awaited: HashMap::new(),
+        next_tag: 0,
         state: None,
         synced: Synced::default(),
         steer_sent: HashMap::new(),
@@ -280,12 +290,6 @@ impl Server {
                 let _ = self.out.send(frame);
             }
             Event::Client(Incoming::Closed) => return Some(if self.shutting_down { 0 } else { 1 }),
-            Event::Reply {
-                to,
-                command,
-                result,
-            } => self.on_reply(to, &command, result),
-            Event::Started { id, result } => self.on_started(id, result),
             Event::Link(heard) => self.on_link(heard),
             Event::Log(line) => self.notify(
                 "window/logMessage",
@@ -364,24 +368,46 @@ impl Server {
 
     /// Sends `req` to the engine; its reply comes back to the loop as an event.
     pub(super) fn forward(&mut self, to: ReplyTo, command: &str, req: Request) {
-        let Some(engine) = &self.engine else {
+        let Some(engine) = self.engine.clone() else {
             let err = ControlError::NotNow(
                 Advice::text("no task is active; start one with ").action(UserAction::Start),
             );
             self.on_reply(to, command, Err(err));
             return;
         };
-        let rx = engine.send(req);
-        let tx = self.events.clone();
-        let command = command.to_owned();
-        self.rt.spawn(async move {
-            let result = rx.await.unwrap_or(Err(ControlError::Gone));
-            let _ = tx.send(Event::Reply {
-                to,
-                command,
-                result,
-            });
+        let tag = self.await_engine(Awaited::Reply {
+            to,
+            command: command.to_owned(),
         });
+        engine.ask_in_order(Ask::Control(req), tag);
+    }
+
+    /// Remembers who waits for the engine's answer under the tag returned.
+    pub(super) fn await_engine(&mut self, who: Awaited) -> u64 {
+        self.next_tag += 1;
+        self.awaited.insert(self.next_tag, who);
+        self.next_tag
+    }
+
+    /// The engine answered: whoever waited gets it, before any later notice.
+    fn on_answer(&mut self, tag: u64, result: Result<Answer, ControlError>) {
+        match self.awaited.remove(&tag) {
+            Some(Awaited::Reply { to, command }) => {
+                let result = result.and_then(|a| match a {
+                    Answer::Reply(r) => Ok(r),
+                    other => Err(unexpected(&other)),
+                });
+                self.on_reply(to, &command, result);
+            }
+            Some(Awaited::Start(id)) => {
+                let result = result.and_then(|a| match a {
+                    Answer::Started { state } => Ok(state),
+                    other => Err(unexpected(&other)),
+                });
+                self.on_started(id, result);
+            }
+            None => {}
+        }
     }
 
     /// True while a task can still take steps or commands.
@@ -596,7 +622,10 @@ impl Server {
     /// What the link to the engine says: the task it has open (after every connection), its
     /// notices, or that it was lost (it connects again by itself).
     fn on_link(&mut self, heard: Heard) {
-        let first = matches!(heard, Heard::Opened(_) | Heard::Lost(_));
+        let first = matches!(
+            heard,
+            Heard::Opened(_) | Heard::Lost(_) | Heard::Unreachable(_)
+        );
         self.hear(heard);
         if first {
             for req in self.waiting_for_engine.take().unwrap_or_default() {
@@ -621,6 +650,8 @@ impl Server {
             ),
             Heard::Notice(n) => self.on_notice(n),
             Heard::Lost(why) => tracing::warn!("{why}"),
+            Heard::Unreachable(why) => self.show(MessageType::ERROR, &format!("Rein: {why}")),
+            Heard::Answer { tag, result } => self.on_answer(tag, result),
         }
     }
 
