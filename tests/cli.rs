@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use rein_e2e::{rein_bin, repo, PATIENCE};
 use serde_json::json;
 
-const SUBCOMMANDS: [&str; 9] = [
+const SUBCOMMANDS: [&str; 18] = [
     "lsp",
     "demo",
     "run",
@@ -19,6 +19,15 @@ const SUBCOMMANDS: [&str; 9] = [
     "gc",
     "schema",
     "completions",
+    "pause",
+    "resume",
+    "steer",
+    "abort",
+    "takeover",
+    "handback",
+    "decide",
+    "rewind",
+    "stop",
 ];
 
 fn rein(args: &[&str]) -> Output {
