@@ -352,6 +352,47 @@ fn editors_starting_at_once_share_the_one_engine_that_won_the_lock() {
 }
 
 #[test]
+fn a_linked_worktree_has_an_engine_and_a_task_of_its_own() {
+    let dir = repo(
+        &[("a.txt", "a\n")],
+        json!([{"read": "a.txt", "think_ms": 600000}]),
+    );
+    let root = dir.path();
+    let linked_parent = tempfile::tempdir().unwrap();
+    let linked = linked_parent.path().join("linked");
+    git(
+        root,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "other",
+            linked.to_str().unwrap(),
+        ],
+    );
+    std::fs::create_dir_all(linked.join(".rein")).unwrap();
+    std::fs::copy(root.join(".rein/plan.json"), linked.join(".rein/plan.json")).unwrap();
+    let (mut main, _) = Lsp::start(root, json!({}), Value::Null);
+    let (mut other, _) = Lsp::start(&linked, json!({}), Value::Null);
+    assert_ne!(main.engine_pid(), other.engine_pid());
+    main.ok("rein.start", json!({"goal": "main"}));
+    let s = other.ok("rein.state", json!({}));
+    assert!(
+        s["state"].is_null(),
+        "the linked worktree has no task: {s:#}"
+    );
+    let r = other.ok("rein.start", json!({"goal": "linked"}));
+    assert_eq!(r["state"]["task"]["goal"], "linked");
+    let s = main.ok("rein.state", json!({}));
+    assert_eq!(s["state"]["task"]["goal"], "main");
+    drop(main);
+    drop(other);
+    wait_no_engine(root);
+    wait_no_engine(&linked);
+}
+
+#[test]
 fn the_terminal_pauses_steers_and_takes_over_a_task_an_editor_started() {
     let dir = repo(
         &[("a.txt", "a\n")],
