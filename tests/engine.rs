@@ -216,6 +216,43 @@ fn an_editor_leaving_mid_task_leaves_the_agent_running_for_the_other() {
 }
 
 #[test]
+fn an_editors_unsaved_edits_reach_the_engine_edit_by_edit() {
+    let dir = repo(
+        &[("a.txt", "one\ntwo\n")],
+        json!([{"read": "a.txt", "think_ms": 600000}]),
+    );
+    let root = dir.path();
+    let (mut a, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    a.ok("rein.start", json!({"goal": "g"}));
+    let u = a.open("a.txt", "one\ntwo\n");
+    for (version, (line, from, to, text)) in [(0, 3, 3, "é"), (1, 3, 3, " 2"), (0, 0, 1, "O")]
+        .into_iter()
+        .enumerate()
+    {
+        a.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": u, "version": version + 2}, "contentChanges": [
+                {"range": {"start": {"line": line, "character": from}, "end": {"line": line, "character": to}}, "text": text}
+            ]}),
+        );
+    }
+    a.ok("rein.takeover", json!({}));
+    let r = a.ok("rein.handback", json!({}));
+    let change = r["reconcile"]["changes"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["path"] == "a.txt"))
+        .unwrap_or_else(|| panic!("a.txt among the changes: {r:#}"))
+        .clone();
+    assert_eq!(change["unsaved"], true, "{change:#}");
+    let diff = change["diff"].as_str().unwrap();
+    assert!(
+        diff.contains("+Oneé\n") && diff.contains("+two 2\n"),
+        "{diff}"
+    );
+    assert_eq!(read(root, "a.txt"), "one\ntwo\n", "unsaved, not written");
+}
+
+#[test]
 fn an_editor_leaving_ends_its_holds_only() {
     let dir = repo(
         &[("a.txt", "a\n"), ("b.txt", "b\n")],

@@ -126,8 +126,8 @@ struct Client {
     writer: tokio::task::JoinHandle<()>,
     /// Said hello and was welcomed: notices go to it.
     welcomed: bool,
-    /// Paths it sent unsaved text for.
-    buffers: HashSet<String>,
+    /// The unsaved text it sent, by path (its edits apply to it).
+    buffers: HashMap<String, ropey::Rope>,
     /// Paths it asked to hold.
     holds: HashSet<String>,
 }
@@ -223,7 +223,7 @@ impl Host {
                         out,
                         writer,
                         welcomed: false,
-                        buffers: HashSet::new(),
+                        buffers: HashMap::new(),
                         holds: HashSet::new(),
                     },
                 );
@@ -345,6 +345,7 @@ impl Host {
                 answer(self, result);
             }
             Ask::Control(req) => self.control(client, id, req),
+            Ask::Edit { path, splices } => self.edit(client, path, &splices),
             Ask::Stop => {
                 self.stopping = true;
                 match self.task.clone() {
@@ -422,9 +423,9 @@ impl Host {
             match &req {
                 Request::Buffer {
                     path,
-                    content: Some(_),
+                    content: Some(text),
                 } => {
-                    c.buffers.insert(path.clone());
+                    c.buffers.insert(path.clone(), text.clone());
                 }
                 Request::Buffer {
                     path,
@@ -460,12 +461,43 @@ impl Host {
             return;
         }
         let Some(task) = &self.task else { return };
+        let Some(id) = id else {
+            task.tell(req);
+            return;
+        };
         let rx = task.send(req);
         let events = self.events.clone();
         tokio::spawn(async move {
             let result = rx.await.unwrap_or(Err(ControlError::Gone));
-            let _ = events.send(Event::Answered { client, id, result });
+            let _ = events.send(Event::Answered {
+                client,
+                id: Some(id),
+                result,
+            });
         });
+    }
+
+    /// Edits to a buffer the client sent whole before: the engine gets the text they make
+    /// (a rope: O(1) to hand over).
+    fn edit(&mut self, client: u64, path: String, splices: &[super::wire::Splice]) {
+        let Some(rope) = self
+            .clients
+            .get_mut(&client)
+            .and_then(|c| c.buffers.get_mut(&path))
+        else {
+            // Sent before this connection had its text (edits queued across a reconnection):
+            // the client sends the whole text again once the engine has opened.
+            tracing::info!("client {client}: edits to {path}, whose text it has not sent here");
+            return;
+        };
+        if !splices.iter().all(|s| s.apply(rope)) {
+            tracing::warn!("client {client}: an edit to {path} does not fit its text; ignored");
+            return;
+        }
+        let content = Some(rope.clone());
+        if let Some(task) = &self.task {
+            task.tell(Request::Buffer { path, content });
+        }
     }
 
     /// A client left: the holds and unsaved buffers only it had end (another client's on the
@@ -475,21 +507,23 @@ impl Host {
             return;
         };
         tracing::info!("client {client} left");
-        let others = |pick: fn(&Client) -> &HashSet<String>| -> HashSet<String> {
-            self.clients
-                .values()
-                .flat_map(|c| pick(c).iter().cloned())
-                .collect()
-        };
-        let held_elsewhere = others(|c| &c.holds);
-        let open_elsewhere = others(|c| &c.buffers);
+        let held_elsewhere: HashSet<String> = self
+            .clients
+            .values()
+            .flat_map(|c| c.holds.iter().cloned())
+            .collect();
+        let open_elsewhere: HashSet<String> = self
+            .clients
+            .values()
+            .flat_map(|c| c.buffers.keys().cloned())
+            .collect();
         let Some(task) = &self.task else { return };
         let mut holds: Vec<String> = gone.holds.difference(&held_elsewhere).cloned().collect();
         holds.sort();
         if !holds.is_empty() {
             task.tell(Request::EndHolds { paths: holds });
         }
-        for path in gone.buffers.difference(&open_elsewhere) {
+        for path in gone.buffers.keys().filter(|p| !open_elsewhere.contains(*p)) {
             task.tell(Request::Buffer {
                 path: path.clone(),
                 content: None,

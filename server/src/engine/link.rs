@@ -125,6 +125,11 @@ impl Remote {
         let _ = self.tx.send(Out::Ask(Ask::Control(req), None));
     }
 
+    /// Asks anything of the engine without an answer (a buffer's edits).
+    pub fn tell_ask(&self, ask: Ask) {
+        let _ = self.tx.send(Out::Ask(ask, None));
+    }
+
     /// Asks anything of the engine (start, stop).
     pub fn ask(&self, ask: Ask) -> oneshot::Receiver<Result<Answer, ControlError>> {
         let (tx, rx) = oneshot::channel();

@@ -68,8 +68,40 @@ pub enum Ask {
     },
     /// A control request on the open task.
     Control(Request),
+    /// Edits to a buffer whose whole text this client sent before (`buffer`), in order: a
+    /// keystroke costs its own size on the socket, not the buffer's.
+    Edit {
+        /// Repo-relative path.
+        path: String,
+        /// The edits, oldest first.
+        splices: Vec<Splice>,
+    },
     /// Stop the engine: a running task is paused first.
     Stop,
+}
+
+/// One edit of a buffer's text, in chars: `removed` chars at `at` replaced by `text`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Splice {
+    /// Where, in chars from the start.
+    pub at: usize,
+    /// How many chars it removes.
+    pub removed: usize,
+    /// What it inserts there.
+    pub text: String,
+}
+
+impl Splice {
+    /// Applies the edit to `rope`; false (and `rope` unchanged) when it does not fit.
+    pub fn apply(&self, rope: &mut ropey::Rope) -> bool {
+        let end = self.at.checked_add(self.removed);
+        if end.is_none_or(|e| e > rope.len_chars()) {
+            return false;
+        }
+        rope.remove(self.at..self.at + self.removed);
+        rope.insert(self.at, &self.text);
+        true
+    }
 }
 
 /// What the engine sends.
@@ -279,6 +311,34 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn splices_replay_edits_and_refuse_what_does_not_fit() {
+        let mut r = ropey::Rope::from_str("héllo\nworld\n");
+        let edits = [
+            Splice {
+                at: 1,
+                removed: 1,
+                text: "e".into(),
+            },
+            Splice {
+                at: 6,
+                removed: 0,
+                text: "big ".into(),
+            },
+        ];
+        for e in &edits {
+            assert!(round_trip(e).apply(&mut r));
+        }
+        assert_eq!(r.to_string(), "hello\nbig world\n");
+        let too_far = Splice {
+            at: 10,
+            removed: 99,
+            text: String::new(),
+        };
+        assert!(!too_far.apply(&mut r));
+        assert_eq!(r.to_string(), "hello\nbig world\n");
     }
 
     #[test]

@@ -162,6 +162,8 @@ pub(super) struct Server {
     /// Requests that came before the engine first said what it has open: answered after,
     /// so none is answered as if there were no task while the engine is still recovering it.
     waiting_for_engine: Option<Vec<RpcRequest>>,
+    /// The buffers whose whole text the engine has from this server: their edits go alone.
+    engine_buffers: HashSet<String>,
     /// Who waits for which answer of the engine, by tag.
     awaited: HashMap<u64, Awaited>,
     next_tag: u64,
@@ -232,6 +234,7 @@ pub fn run(
         link: None,
         engine: None,
         waiting_for_engine: None,
+        engine_buffers: HashSet::new(),
         awaited: HashMap::new(),
         next_tag: 0,
         state: None,
@@ -649,7 +652,11 @@ impl Server {
                 &format!("cannot reopen this repository's Rein task: {e}"),
             ),
             Heard::Notice(n) => self.on_notice(n),
-            Heard::Lost(why) => tracing::warn!("{why}"),
+            Heard::Lost(why) => {
+                // The next engine (or connection) has none of this editor's buffers.
+                self.engine_buffers.clear();
+                tracing::warn!("{why}");
+            }
             Heard::Unreachable(why) => self.show(MessageType::ERROR, &format!("Rein: {why}")),
             Heard::Answer { tag, result } => self.on_answer(tag, result),
         }
@@ -675,6 +682,7 @@ impl Server {
             let hold = disk
                 .as_ref()
                 .is_none_or(|d| !crate::steer::differ_only_in_steers(d, &text.to_string()));
+            self.engine_buffers.insert(path.clone());
             engine.tell(Request::Buffer {
                 path: path.clone(),
                 content: Some(text.clone()),
@@ -844,12 +852,28 @@ impl Server {
         let Some(doc) = self.docs.get_mut(uri) else {
             return;
         };
+        let splices = doc.take_splices();
         if let (Some(path), Some(engine)) = (path, &self.engine) {
-            let content = doc.is_dirty().then(|| doc.rope().clone());
-            engine.tell(Request::Buffer {
-                path: path.clone(),
-                content,
-            });
+            // The engine gets the whole text once, then each edit: a keystroke costs its own
+            // size on the socket, not the buffer's.
+            if !doc.is_dirty() {
+                self.engine_buffers.remove(&path);
+                engine.tell(Request::Buffer {
+                    path: path.clone(),
+                    content: None,
+                });
+            } else if !self.engine_buffers.contains(&path) {
+                self.engine_buffers.insert(path.clone());
+                engine.tell(Request::Buffer {
+                    path: path.clone(),
+                    content: Some(doc.rope().clone()),
+                });
+            } else if !splices.is_empty() {
+                engine.tell_ask(Ask::Edit {
+                    path: path.clone(),
+                    splices,
+                });
+            }
             if hold && doc.holds_an_edit() {
                 self.hold_asked.insert(path.clone());
                 engine.tell(Request::Hold { path });
@@ -871,6 +895,7 @@ impl Server {
             self.reload_rein_toml();
         }
         if let (Some(path), Some(engine)) = (self.rel_path(&uri), &self.engine) {
+            self.engine_buffers.remove(&path);
             engine.tell(Request::Buffer {
                 path,
                 content: None,
@@ -900,6 +925,7 @@ impl Server {
         let uri = p.text_document.uri;
         self.docs.close(&uri);
         if let (Some(path), Some(engine)) = (self.rel_path(&uri), &self.engine) {
+            self.engine_buffers.remove(&path);
             engine.tell(Request::Buffer {
                 path,
                 content: None,
