@@ -78,6 +78,18 @@ fn writes_landed(events: &[Value], path: &str) -> usize {
         .count()
 }
 
+/// A child process killed if the test ends before it does (a failed assertion).
+struct Killed(Option<std::process::Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 fn writes(n: usize, think_ms: u64) -> Vec<Value> {
     (0..n)
         .map(|i| json!({"write": {"path": format!("f{i}.txt"), "content": format!("{i}\n")}, "think_ms": think_ms}))
@@ -444,14 +456,16 @@ fn the_terminal_pauses_steers_and_takes_over_a_task_an_editor_started() {
     let opts = json!({"policy": {"allow": ["printf"]}});
     let (mut a, _) = Lsp::start(root, Lsp::rich_client(), opts);
     // `rein status --follow` from before the start: it waits for the task, then streams it.
-    let follow = Command::new(rein_bin())
-        .args(["status", "--follow", root.to_str().unwrap()])
-        .env(GRACE_VAR, "0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("rein status --follow");
+    let mut follow = Killed(Some(
+        Command::new(rein_bin())
+            .args(["status", "--follow", root.to_str().unwrap()])
+            .env(GRACE_VAR, "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rein status --follow"),
+    ));
     a.ok("rein.start", json!({"goal": "g"}));
     a.wait_state("the command ran", |s| agent_steps(s) >= 2);
     let out = on(root, &["pause"]);
@@ -506,6 +520,9 @@ fn the_terminal_pauses_steers_and_takes_over_a_task_an_editor_started() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     a.wait_state("aborted from the terminal", |s| status(s) == "aborted");
     let followed = follow
+        .0
+        .take()
+        .expect("the follower")
         .wait_with_output()
         .expect("follow ends with the task");
     let printed = text(&followed.stdout);
