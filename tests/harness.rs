@@ -587,11 +587,22 @@ pub fn engine_pid(root: &Path) -> Option<u32> {
 pub fn kill9_engine(root: &Path) {
     let Some(pid) = engine_pid(root) else { return };
     let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    // Gone once its lock is: a killed process shows as a zombie while its other threads
+    // still exit, its lock and sockets still held.
     let until = Instant::now() + PATIENCE;
-    while processes().iter().any(|p| p.pid == pid && p.state != 'Z') {
+    while holds_a_lock(pid) {
         assert!(Instant::now() < until, "engine {pid} survived SIGKILL");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Whether `pid` holds a file lock (`/proc/locks`, which lists the holder of each).
+pub fn holds_a_lock(pid: u32) -> bool {
+    std::fs::read_to_string("/proc/locks").is_ok_and(|locks| {
+        locks
+            .lines()
+            .any(|l| l.split_whitespace().nth(4) == Some(pid.to_string().as_str()))
+    })
 }
 
 /// Waits until no engine runs on the working tree at `root` (engines end once no client is

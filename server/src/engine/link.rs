@@ -211,17 +211,23 @@ async fn link(
                 let Out::Ask(ask, responder) = out else {
                     continue;
                 };
-                let msg = match responder {
-                    Some(r) => {
-                        next += 1;
-                        pending.insert(next, r);
-                        ToEngine::Ask { id: next, ask }
-                    }
-                    None => ToEngine::Tell { ask },
+                let msg = match &responder {
+                    Some(_) => ToEngine::Ask {
+                        id: next + 1,
+                        ask: ask.clone(),
+                    },
+                    None => ToEngine::Tell { ask: ask.clone() },
                 };
                 if !write(c, &msg).await {
+                    // Never delivered (the engine is gone): it goes to the next engine,
+                    // after its `open`, instead of failing as if it might have been taken.
+                    backlog.push_front(Out::Ask(ask, responder));
                     broken = true;
                     break;
+                }
+                if let Some(r) = responder {
+                    next += 1;
+                    pending.insert(next, r);
                 }
             }
             if broken {
@@ -229,7 +235,7 @@ async fn link(
                 lost(
                     &mut pending,
                     &listen,
-                    "the connection to the Rein engine broke",
+                    "the connection to the Rein engine broke; connecting again",
                 );
                 want = true;
                 continue;
@@ -329,7 +335,10 @@ async fn write(c: &mut Conn, msg: &ToEngine) -> bool {
 
 fn lost(pending: &mut HashMap<u64, Responder>, listen: &Listener, why: &str) {
     for (_, r) in pending.drain() {
-        fail(r, ControlError::Gone, listen);
+        let e = ControlError::Remote(
+            "the Rein engine stopped before answering, so this may or may not have been done; Rein is connecting again (a new engine recovers the task): look at the task, then try again".into(),
+        );
+        fail(r, e, listen);
     }
     listen(Heard::Lost(why.to_owned()));
 }

@@ -422,7 +422,16 @@ pub fn kill9_rein(mut client: std::process::Child, root: &Path) {
     let _ = kill(Pid::from_raw(client.id() as i32), Signal::SIGSTOP);
     if let Some(pid) = engine_pid(root) {
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        while !matches!(proc_state(pid), None | Some('Z')) {
+        // Gone once its lock is (`/proc/locks` names each holder): a killed process shows as
+        // a zombie while its other threads still exit, its lock and sockets still held.
+        let holds = || {
+            std::fs::read_to_string("/proc/locks").is_ok_and(|locks| {
+                locks
+                    .lines()
+                    .any(|l| l.split_whitespace().nth(4) == Some(pid.to_string().as_str()))
+            })
+        };
+        while holds() {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
