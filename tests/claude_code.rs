@@ -357,7 +357,7 @@ fn e_pause_freezes_the_harness_command_and_resume_lets_it_finish_as_the_agents()
     let paused = lsp.ok("rein.pause", json!({}));
     assert_eq!(status(&paused["state"]), "paused", "{paused:#}");
     // Every process of the command stops (state T) soon after the pause.
-    let rein = lsp.pid();
+    let rein = lsp.engine_pid();
     wait_for(&mut lsp, "the command's processes to be stopped", |_| {
         let ps = command_procs(rein, "late.txt");
         !ps.is_empty() && ps.iter().all(|p| p.state == 'T')
@@ -452,7 +452,7 @@ fn during_a_command(command: &str, body: Value) {
         "wait long",
     );
     wait_command(&mut lsp, "never.txt");
-    let rein = lsp.pid();
+    let rein = lsp.engine_pid();
     let harness = harness_proc(rein, "claude-agent-acp")
         .unwrap_or_else(|| panic!("no harness under rein:{}", show(&descendants(rein))));
     // Paused and resumed while the command runs: how long until all of it is stopped.
@@ -536,7 +536,7 @@ fn h_the_harness_killed_mid_turn_pauses_the_task_with_a_clear_message() {
     ]}));
     let mut lsp = start(root, &model, Value::Null, "write a");
     model.wait_turn(1);
-    let rein = lsp.pid();
+    let rein = lsp.engine_pid();
     // The adapter is rein's direct child (node running claude-agent-acp).
     let adapter = descendants(rein)
         .into_iter()
@@ -860,7 +860,7 @@ fn m_a_pause_during_an_approved_irreversible_bash_waits_for_its_end() {
         "rein.decide",
         json!({"decisionId": id, "choice": "approve"}),
     );
-    let rein = lsp.pid();
+    let rein = lsp.engine_pid();
     wait_for(&mut lsp, "Claude Code to run the command", |_| {
         !command_procs(rein, "deploy.sh").is_empty()
     });

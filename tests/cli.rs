@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use rein_e2e::{rein_bin, repo, PATIENCE};
 use serde_json::json;
 
-const SUBCOMMANDS: [&str; 10] = [
+const SUBCOMMANDS: [&str; 19] = [
     "lsp",
     "demo",
     "run",
@@ -20,6 +20,15 @@ const SUBCOMMANDS: [&str; 10] = [
     "policy",
     "schema",
     "completions",
+    "pause",
+    "resume",
+    "steer",
+    "abort",
+    "takeover",
+    "handback",
+    "decide",
+    "rewind",
+    "stop",
 ];
 
 fn rein(args: &[&str]) -> Output {

@@ -537,7 +537,7 @@ fn takeover_during_a_command_ends_its_processes() {
     wait_procs("never-taken.txt", "Codex to run the command", |ps| {
         ps.iter().any(|p| p.cmdline.starts_with("sleep"))
     });
-    let rein = lsp.pid();
+    let rein = lsp.engine_pid();
     let harness = harness_proc(rein, "codex-acp").expect("codex-acp runs under rein");
     report_pause(
         "Codex",
@@ -763,7 +763,7 @@ fn codex_killed_mid_turn_pauses_the_task_with_a_clear_message() {
     let root = dir.path();
     let mut lsp = start(root, &codex, "write a", Value::Null);
     codex.wait_turns(2);
-    let rein = lsp.pid();
+    let rein = lsp.engine_pid();
     let adapter = rein_e2e::descendants(rein)
         .into_iter()
         .find(|p| p.ppid == rein && p.cmdline.contains("codex-acp"))

@@ -333,7 +333,7 @@ fn e_pause_freezes_the_command_gemini_runs_and_resume_lets_it_finish_as_the_agen
     wait_command(&mut lsp, "late.txt");
     let paused = lsp.ok("rein.pause", json!({}));
     assert_eq!(status(&paused["state"]), "paused", "{paused:#}");
-    let rein = lsp.pid();
+    let rein = lsp.engine_pid();
     wait_for(&mut lsp, "the command's processes to be stopped", |_| {
         let ps = command_procs(rein, "late.txt");
         !ps.is_empty() && ps.iter().all(|p| p.state == 'T')
@@ -418,7 +418,7 @@ fn during_a_command(command: &str, body: Value) {
         "wait long",
     );
     wait_command(&mut lsp, "never.txt");
-    let rein = lsp.pid();
+    let rein = lsp.engine_pid();
     let cli = descendants(rein)
         .into_iter()
         .find(|p| p.ppid == rein && p.state != 'Z')
@@ -501,7 +501,7 @@ fn h_gemini_killed_mid_turn_pauses_the_task_with_a_clear_message() {
     ]}));
     let mut lsp = start(root, &model, Value::Null, "write a");
     model.wait_turn(1);
-    let rein = lsp.pid();
+    let rein = lsp.engine_pid();
     let cli = descendants(rein)
         .into_iter()
         .find(|p| p.ppid == rein)

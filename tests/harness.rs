@@ -207,6 +207,10 @@ impl Lsp {
         let mut child = Command::new(rein_bin())
             .arg("lsp")
             .current_dir(root)
+            // The engine this server starts pauses a running task as soon as its last client
+            // is gone, and ends: a test's engine never outlives it (a test that reloads its
+            // editor gives a grace of its own).
+            .env(GRACE_VAR, "0")
             .envs(env.iter().map(|(k, v)| (k, v)))
             .env(
                 "RUST_LOG",
@@ -502,10 +506,33 @@ impl Lsp {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Kills the server with SIGKILL — no shutdown, no flush, no destructor — and reaps it.
+    /// Kills Rein with SIGKILL — no shutdown, no flush, no destructor: the working tree's
+    /// engine (which runs the task), and this server. The server is stopped first, so it
+    /// cannot start another engine in between, nor leave the engine alone to pause the task.
     pub fn kill9(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-STOP", &self.child.id().to_string()])
+            .status();
+        kill9_engine(&self.root);
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// The process id of the working tree's engine (the process that runs the task, its
+    /// agent and commands), once it runs.
+    pub fn engine_pid(&self) -> u32 {
+        let until = Instant::now() + PATIENCE;
+        loop {
+            if let Some(pid) = engine_pid(&self.root) {
+                return pid;
+            }
+            assert!(
+                Instant::now() < until,
+                "no engine runs on {}",
+                self.root.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Reads messages until `stop` holds or `until` passes; says whether `stop` held.
@@ -531,6 +558,64 @@ impl Drop for Lsp {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The variable that sets a new engine's grace period alone, in milliseconds.
+pub const GRACE_VAR: &str = "REIN_ENGINE_GRACE_MS";
+
+/// The git dir of the working tree at `root`.
+pub fn git_dir(root: &Path) -> PathBuf {
+    PathBuf::from(git(root, &["rev-parse", "--absolute-git-dir"]).trim())
+}
+
+/// The pid of the engine running on the working tree at `root` (its lock file names it; the
+/// process must be alive and be a `rein engine`).
+pub fn engine_pid(root: &Path) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(git_dir(root).join("rein/engine.lock"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    processes()
+        .into_iter()
+        .find(|p| p.pid == pid && p.state != 'Z' && p.cmdline.contains(" engine"))
+        .map(|p| p.pid)
+}
+
+/// SIGKILLs the engine of the working tree at `root`, if one runs, and waits until it is gone.
+pub fn kill9_engine(root: &Path) {
+    let Some(pid) = engine_pid(root) else { return };
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    // Gone once its lock is: a killed process shows as a zombie while its other threads
+    // still exit, its lock and sockets still held.
+    let until = Instant::now() + PATIENCE;
+    while holds_a_lock(pid) {
+        assert!(Instant::now() < until, "engine {pid} survived SIGKILL");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether `pid` holds a file lock (`/proc/locks`, which lists the holder of each).
+pub fn holds_a_lock(pid: u32) -> bool {
+    std::fs::read_to_string("/proc/locks").is_ok_and(|locks| {
+        locks
+            .lines()
+            .any(|l| l.split_whitespace().nth(4) == Some(pid.to_string().as_str()))
+    })
+}
+
+/// Waits until no engine runs on the working tree at `root` (engines end once no client is
+/// left and no task runs); panics if one is still there after `PATIENCE`.
+pub fn wait_no_engine(root: &Path) {
+    let until = Instant::now() + PATIENCE;
+    while engine_pid(root).is_some() {
+        assert!(
+            Instant::now() < until,
+            "an engine still runs on {}",
+            root.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

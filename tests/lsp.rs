@@ -914,16 +914,26 @@ fn takeover_rewind_and_release_work_over_the_protocol() {
 }
 
 #[test]
-fn a_restarted_server_recovers_the_task_as_paused() {
+fn a_reloaded_editor_finds_the_task_still_running_and_a_killed_engine_is_recovered_paused() {
     let dir = repo(
         &[("a.txt", "a\n")],
         json!([{"write": {"path": "b.txt", "content": "b\n"}}, {"read": "a.txt", "think_ms": 600000}]),
     );
     let root = dir.path();
-    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    // A grace longer than the test: the reload never races the engine's pause.
+    let patient = [(GRACE_VAR.to_owned(), "3600000".to_owned())];
+    let (mut lsp, _) = Lsp::start_env(root, json!({}), Value::Null, &patient);
     lsp.ok("rein.start", json!({"goal": "g"}));
     lsp.wait_state("a step", |s| agent_steps(s) >= 1);
-    drop(lsp); // the editor dies without a shutdown
+    let engine = lsp.engine_pid();
+    drop(lsp); // the editor dies without a shutdown (a reload)
+    let (mut lsp, _) = Lsp::start_env(root, json!({}), Value::Null, &patient);
+    let s = lsp.wait_state("the live task", |s| !s.is_null());
+    assert_eq!(status(&s), "running", "{s:#}");
+    assert_eq!(lsp.engine_pid(), engine, "the same engine, never restarted");
+    assert!(s["stopReason"].is_null(), "{s:#}");
+    // Kill -9 of the engine: the next client recovers the task, every step kept.
+    lsp.kill9();
     let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
     let s = lsp.wait_state("recovered", |s| !s.is_null());
     assert_eq!(status(&s), "paused");

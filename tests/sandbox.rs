@@ -430,8 +430,8 @@ fn a_confined_command_cannot_signal_rein() {
         .to_owned();
     assert_eq!(
         printed,
-        lsp.pid().to_string(),
-        "the command's parent is Rein itself"
+        lsp.engine_pid().to_string(),
+        "the command's parent is Rein's engine itself"
     );
     let st = step_statuses(&s);
     assert!(

@@ -60,9 +60,102 @@ pub enum Cmd {
         /// The repository.
         dir: Option<PathBuf>,
     },
-    /// The current task's state, as JSON.
+    /// The current task's state, as JSON; with --follow, its changes and its commands'
+    /// output as they come, from the engine.
     Status {
+        /// Stream the task from the working tree's engine (started if none runs) until it
+        /// ends or the engine stops.
+        #[arg(long)]
+        follow: bool,
         /// The repository.
+        dir: Option<PathBuf>,
+    },
+    /// Pause the running task (every editor and terminal sees it).
+    #[command(after_help = CONTROL_HELP)]
+    Pause {
+        /// The repository.
+        #[arg(long, short = 'C', value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Resume a paused task.
+    #[command(after_help = CONTROL_HELP)]
+    Resume {
+        /// The repository.
+        #[arg(long, short = 'C', value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Steer the agent: a correction it gets before its next move.
+    #[command(after_help = CONTROL_HELP)]
+    Steer {
+        /// The correction.
+        text: String,
+        /// Cut the step in flight first (it is rolled back to the last checkpoint).
+        #[arg(long)]
+        urgent: bool,
+        /// The repository.
+        #[arg(long, short = 'C', value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Abort the task: the agent's changes are taken back (kept with --keep-changes).
+    #[command(after_help = CONTROL_HELP)]
+    Abort {
+        /// Leave the working tree as it is.
+        #[arg(long)]
+        keep_changes: bool,
+        /// The repository.
+        #[arg(long, short = 'C', value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Take control from the agent; prints the handover.
+    #[command(after_help = CONTROL_HELP)]
+    Takeover {
+        /// Why, for the record.
+        #[arg(long)]
+        reason: Option<String>,
+        /// The repository.
+        #[arg(long, short = 'C', value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Give control back to the agent, which reads what you changed first.
+    #[command(after_help = CONTROL_HELP)]
+    Handback {
+        /// A note for the agent.
+        #[arg(long)]
+        note: Option<String>,
+        /// The repository.
+        #[arg(long, short = 'C', value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Answer an open decision (its id and options are in `rein status`).
+    #[command(after_help = CONTROL_HELP)]
+    Decide {
+        /// The decision's id.
+        id: String,
+        /// One of its options (free text for a question).
+        choice: String,
+        /// The repository.
+        #[arg(long, short = 'C', value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Put the working tree back to a checkpoint of the running task (the present is
+    /// checkpointed first).
+    #[command(after_help = CONTROL_HELP)]
+    Rewind {
+        /// A checkpoint id, an abbreviation or step:N (see `rein log`).
+        checkpoint: String,
+        /// The repository.
+        #[arg(long, short = 'C', value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Stop the working tree's engine; a running task is paused first and kept.
+    Stop {
+        /// The repository.
+        dir: Option<PathBuf>,
+    },
+    /// Be the working tree's engine (editors and commands start this themselves).
+    #[command(hide = true)]
+    Engine {
+        /// The working tree.
         dir: Option<PathBuf>,
     },
     /// The current task's checkpoints, newest first; with --transcript, the task as a
@@ -121,6 +214,9 @@ pub enum Cmd {
     #[command(hide = true)]
     Version,
 }
+
+/// What the control subcommands share.
+const CONTROL_HELP: &str = "Acts on the task of the working tree's engine, the one every editor and terminal on it shares (started if none runs, recovering an interrupted task). Exit status: 0 done; 1 there is no task or the action does not apply now (the message says what does); 2 the engine could not be reached.";
 
 fn parse_json(text: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))

@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod checkpoint;
 pub mod control;
+pub mod engine;
 pub mod exec;
 pub mod gc;
 pub mod lsp;

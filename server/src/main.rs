@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser};
-use rein::control::{Handle, Notice, OutputChunk, OutputState, Reply, Request, UserAction};
+use rein::control::{
+    Advice, ControlError, Notice, OutputChunk, OutputState, Reply, Request, UserAction,
+};
+use rein::engine::{Heard, Place, Remote};
 use rein::state::{Status, TaskState};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -168,7 +171,11 @@ fn run(cli: Cli) -> Result<i32> {
             };
             run_task(spec, &goal, wait, &dir_or_here(dir)?)
         }
-        Cmd::Status { dir } => {
+        Cmd::Status { follow: true, dir } => {
+            init_stderr_log();
+            follow_status(&dir_or_here(dir)?)
+        }
+        Cmd::Status { follow: false, dir } => {
             match rein::control::load(&dir_or_here(dir)?)? {
                 Some(s) => out!("{}", serde_json::to_string_pretty(&s)?)?,
                 None => out!("no Rein task in this repository")?,
@@ -226,6 +233,42 @@ fn run(cli: Cli) -> Result<i32> {
             std::io::stdout()
                 .lock()
                 .write_all(cfg.engine().policy.explain().as_bytes())?;
+            Ok(0)
+        }
+        Cmd::Pause { dir } => act(dir, Request::Pause),
+        Cmd::Resume { dir } => act(dir, Request::Resume),
+        Cmd::Steer { text, urgent, dir } => act(
+            dir,
+            Request::Steer {
+                text,
+                location: None,
+                source: rein::state::ConstraintSource::Command,
+                urgent,
+            },
+        ),
+        Cmd::Abort { keep_changes, dir } => act(dir, Request::Abort { keep_changes }),
+        Cmd::Takeover { reason, dir } => act(dir, Request::Takeover { reason }),
+        Cmd::Handback { note, dir } => act(dir, Request::Handback { note }),
+        Cmd::Decide { id, choice, dir } => act(
+            dir,
+            Request::Decide {
+                decision_id: id,
+                choice,
+            },
+        ),
+        Cmd::Rewind { checkpoint, dir } => act(dir, Request::Rewind { checkpoint }),
+        Cmd::Stop { dir } => stop(&dir_or_here(dir)?),
+        Cmd::Engine { dir } => {
+            init_stderr_log();
+            let dir = dir_or_here(dir)?;
+            // Its own session: no terminal's hangup or Ctrl-C reaches the task.
+            let _ = nix::unistd::setsid();
+            match rein::engine::serve(&dir)? {
+                rein::engine::Served::Ended => {}
+                rein::engine::Served::AlreadyRunning => {
+                    tracing::info!("another process is this working tree's engine");
+                }
+            }
             Ok(0)
         }
         Cmd::Schema => {
@@ -332,30 +375,211 @@ fn init_stderr_log() {
         .try_init();
 }
 
-/// What `rein run` waits on.
+/// What a terminal client waits on.
 enum Event {
     Engine(Notice),
+    /// The engine has the task open (again, after a reconnection).
+    Opened(Result<Option<Box<TaskState>>, ControlError>),
+    /// The connection to the engine ended.
+    Lost(String),
+    /// No engine could be reached.
+    Unreachable(String),
     /// A line the human typed (None: standard input ended).
     Line(Option<String>),
 }
 
+type Events = tokio::sync::mpsc::UnboundedReceiver<Event>;
+
+/// The settings a terminal client gives the engine: `rein.toml`'s.
+fn file_settings(root: &Path) -> rein::engine::Settings {
+    let file = rein::lsp::config::read_file(root).unwrap_or_else(|e| {
+        eprintln!("{e}; using the default settings");
+        None
+    });
+    let (cfg, problems) = rein::lsp::config::Sources {
+        file,
+        ..Default::default()
+    }
+    .resolve();
+    for p in problems {
+        eprintln!("rein.toml: {p}");
+    }
+    cfg.settings()
+}
+
+/// Joins the working tree's engine (starting one if none runs): the handle, what the engine
+/// says from now on, and the task it has open. Must run inside the runtime.
+async fn join(
+    dir: &Path,
+    tx: tokio::sync::mpsc::UnboundedSender<Event>,
+    rx: &mut Events,
+) -> Result<(Remote, Option<Box<TaskState>>)> {
+    let place = Place::of(dir)?;
+    let settings = file_settings(&place.root);
+    let listen: rein::engine::Listener = std::sync::Arc::new(move |h| {
+        let event = match h {
+            Heard::Opened(r) => Event::Opened(r),
+            Heard::Notice(n) => Event::Engine(n),
+            Heard::Lost(why) => Event::Lost(why),
+            Heard::Unreachable(why) => Event::Unreachable(why),
+            // This client asks with `call` and `ask`, never in order with the notices.
+            Heard::Answer { .. } => return,
+        };
+        let _ = tx.send(event);
+    });
+    let remote = Remote::open(place, "cli", settings, true, listen);
+    loop {
+        match rx.recv().await {
+            Some(Event::Opened(r)) => return Ok((remote, r?)),
+            Some(Event::Lost(why) | Event::Unreachable(why)) => anyhow::bail!("{why}"),
+            Some(_) => {}
+            None => anyhow::bail!("the link to the Rein engine ended"),
+        }
+    }
+}
+
+/// An engine's advice, its actions named as commands of this terminal.
+fn for_terminal(advice: &Advice) -> String {
+    advice.render(|a| match a {
+        UserAction::Start => "`rein run`".to_owned(),
+        UserAction::Release => "rein.release (from an editor)".to_owned(),
+        other => format!("`rein {}`", other.name()),
+    })
+}
+
+/// `rein pause | resume | steer | abort | takeover | handback | decide | rewind`: one
+/// request to the working tree's engine, on the task every client shares.
+fn act(dir: Option<PathBuf>, req: Request) -> Result<i32> {
+    init_stderr_log();
+    let dir = dir_or_here(dir)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (remote, state) = join(&dir, tx, &mut rx).await?;
+        if state.is_none() {
+            eprintln!("rein: there is no Rein task in this repository; start one with `rein run` or from an editor");
+            return Ok(1);
+        }
+        match remote.call(req).await {
+            Ok(reply) => {
+                let s = reply.state();
+                match &reply {
+                    Reply::Steered { constraint_id, .. } => {
+                        out!("steer {constraint_id} queued: the agent gets it before its next move")?
+                    }
+                    Reply::Handover { handover, .. } => out!("{}", handover.markdown)?,
+                    Reply::Handback { report, .. } => out!("{}", report.markdown())?,
+                    _ => {}
+                }
+                let why = s.stop_reason.as_deref().map_or(String::new(), |r| format!(": {r}"));
+                out!("task {} is {}{why}", s.task.id, s.status.as_str())?;
+                Ok(0)
+            }
+            Err(ControlError::NotNow(advice)) => {
+                eprintln!("rein: {}", for_terminal(&advice));
+                Ok(1)
+            }
+            Err(ControlError::BadArgument(why)) => {
+                eprintln!("rein: {why}");
+                Ok(1)
+            }
+            Err(e) => Err(e.into()),
+        }
+    })
+}
+
+/// `rein stop`: the engine pauses a running task and ends.
+fn stop(dir: &Path) -> Result<i32> {
+    init_stderr_log();
+    let place = Place::of(dir)?;
+    if std::os::unix::net::UnixStream::connect(&place.socket).is_err() {
+        eprintln!("rein: no Rein engine runs on {}", place.root.display());
+        return Ok(1);
+    }
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (remote, _) = join(dir, tx, &mut rx).await?;
+        match remote.ask(rein::engine::wire::Ask::Stop).await {
+            Ok(Ok(rein::engine::wire::Answer::Stopping { state })) => {
+                match state {
+                    Some(s) => out!(
+                        "the Rein engine stopped; task {} is {}",
+                        s.task.id,
+                        s.status.as_str()
+                    )?,
+                    None => out!("the Rein engine stopped")?,
+                }
+                Ok(0)
+            }
+            Ok(Ok(other)) => anyhow::bail!("the Rein engine answered stop with {other:?}"),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => anyhow::bail!("the Rein engine did not answer"),
+        }
+    })
+}
+
+/// `rein status --follow`: the task's steps, stops and command output as they come, until
+/// it ends (a task started meanwhile is followed from its start).
+fn follow_status(dir: &Path) -> Result<i32> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (remote, state) = join(dir, tx, &mut rx).await?;
+        let state = match state {
+            Some(s) => *s,
+            None => {
+                out!("no Rein task in this repository yet; waiting for one to start")?;
+                loop {
+                    match rx.recv().await {
+                        Some(Event::Engine(Notice::State { state, .. })) => break *state,
+                        Some(Event::Opened(Ok(Some(s)))) => break *s,
+                        Some(_) => {}
+                        None => return Ok(0),
+                    }
+                }
+            }
+        };
+        let mut run = Run {
+            handle: &remote,
+            seen: 0,
+            state: Box::new(state),
+            asked: None,
+            wait: false,
+            follow: true,
+            partial: std::collections::HashMap::new(),
+        };
+        out!("task {}: {}", run.state.task.id, run.state.task.goal)?;
+        if let Some(code) = run.on_state()? {
+            return Ok(code);
+        }
+        run.follow(&mut rx).await
+    })
+}
+
 /// `rein run`: a task in the terminal, one line per step, until it ends or stops for the
-/// human (then, with `wait`, the human answers on standard input).
+/// human (then, with `wait`, the human answers on standard input). The task runs in the
+/// working tree's engine, which every editor on it shares.
 fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Result<i32> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let engine_tx = tx.clone();
-        let notify: rein::control::Notify = std::sync::Arc::new(move |n| {
-            let _ = engine_tx.send(Event::Engine(n));
-        });
-        let (handle, state) = rein::control::start(
-            dir,
-            goal,
-            spec,
-            rein::control::EngineConfig::default(),
-            notify,
-        )?;
+        let (remote, _) = join(dir, tx.clone(), &mut rx).await?;
+        let settings = file_settings(&rein::checkpoint::workdir_root(dir)?);
+        let started = remote
+            .ask(rein::engine::wire::Ask::Start {
+                goal: goal.to_owned(),
+                agent: spec,
+                settings,
+            })
+            .await
+            .unwrap_or(Err(ControlError::Gone));
+        let state = match started {
+            Ok(rein::engine::wire::Answer::Started { state }) => state,
+            Ok(other) => anyhow::bail!("the Rein engine answered a start with {other:?}"),
+            Err(ControlError::NotNow(advice)) => anyhow::bail!("{}", for_terminal(&advice)),
+            Err(e) => return Err(e.into()),
+        };
         if wait {
             // Blocking reads belong on their own thread; it ends with the process.
             std::thread::spawn(move || {
@@ -367,25 +591,34 @@ fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Resu
                 }
                 let _ = tx.send(Event::Line(None));
             });
-        } else {
-            // Only the engine feeds the channel then: should it stop, the loop sees the end.
-            drop(tx);
         }
         let mut run = Run {
-            handle: &handle,
+            handle: &remote,
             seen: state.steps.len(),
-            state: Box::new(state),
+            state,
             asked: None,
             wait,
+            follow: false,
             partial: std::collections::HashMap::new(),
         };
-        let result = run.follow(&mut rx, dir).await;
+        let started = out!("task {} started in {}", run.state.task.id, dir.display());
+        let result = match started {
+            Ok(()) => run.follow(&mut rx).await,
+            Err(e) => Err(e.into()),
+        };
+        if result.as_ref().is_ok_and(|code| *code == 0 || *code == 1) {
+            // The engine answers once it has finished with the ended task (its private
+            // index released): what `rein run` leaves is settled when it returns.
+            let _ = remote.call(Request::State).await;
+        }
         if result
             .as_ref()
             .map_or(true, |code| *code != 0 && *code != 1)
+            && run.state.status == Status::Running
         {
-            // Leave the task paused, not half-done (also when the output was closed).
-            let _ = handle.call(Request::Shutdown).await;
+            // Leave the task paused, not half-done (also when the output was closed): this
+            // terminal was following it.
+            let _ = remote.call(Request::Pause).await;
         }
         match result {
             Err(e) if closed_pipe(&e) => {
@@ -401,24 +634,21 @@ fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Resu
 
 /// The progress of one `rein run`.
 struct Run<'a> {
-    handle: &'a Handle,
+    handle: &'a Remote,
     state: Box<TaskState>,
     /// Steps already printed.
     seen: usize,
     /// The stop last put to the human, so it is asked once.
     asked: Option<String>,
     wait: bool,
+    /// `rein status --follow`: stops are shown, never answered or ended on.
+    follow: bool,
     /// Each running command's output line not yet ended, by the command's id.
     partial: std::collections::HashMap<String, String>,
 }
 
 impl Run<'_> {
-    async fn follow(
-        &mut self,
-        rx: &mut tokio::sync::mpsc::UnboundedReceiver<Event>,
-        dir: &Path,
-    ) -> Result<i32> {
-        out!("task {} started in {}", self.state.task.id, dir.display())?;
+    async fn follow(&mut self, rx: &mut Events) -> Result<i32> {
         while let Some(event) = rx.recv().await {
             match event {
                 // A reply may have brought a newer state than a notice still queued.
@@ -433,6 +663,25 @@ impl Run<'_> {
                 Event::Engine(Notice::Message { text, .. }) => eprintln!("{text}"),
                 Event::Engine(Notice::Wrote { .. }) => {}
                 Event::Engine(Notice::Output(o)) => self.on_output(&o)?,
+                Event::Opened(Ok(Some(s))) if s.version > self.state.version => {
+                    self.state = s;
+                    if let Some(code) = self.on_state()? {
+                        return Ok(code);
+                    }
+                }
+                Event::Opened(_) => {}
+                Event::Unreachable(why) => anyhow::bail!("{why}"),
+                Event::Lost(why) => {
+                    eprintln!("rein: {why}");
+                    // Asking reconnects (a new engine recovers the task), or says why not.
+                    let reply = self.handle.call(Request::State).await?;
+                    if reply.state().version > self.state.version {
+                        *self.state = reply.state().clone();
+                        if let Some(code) = self.on_state()? {
+                            return Ok(code);
+                        }
+                    }
+                }
                 Event::Line(Some(line)) => {
                     if let Some(code) = self.on_line(line.trim()).await? {
                         return Ok(code);
@@ -502,7 +751,8 @@ impl Run<'_> {
         let reason = s.stop_reason.clone().unwrap_or_default();
         if s.status.is_terminal() {
             out!("{}: {reason}", s.status.as_str())?;
-            return Ok(Some(if s.status == Status::Done { 0 } else { 1 }));
+            let failed = s.status != Status::Done && !self.follow;
+            return Ok(Some(i32::from(failed)));
         }
         if !self.stopped() {
             self.asked = None;
@@ -541,6 +791,9 @@ impl Run<'_> {
             if s.status != Status::AwaitingDecision {
                 out!("type resume, abort or steer TEXT")?;
             }
+            return Ok(None);
+        }
+        if self.follow {
             return Ok(None);
         }
         out!("rein run stops here: the task needs you. Answer it in an editor, or run with --wait to answer here; rein status shows the state")?;

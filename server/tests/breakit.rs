@@ -153,11 +153,6 @@ fn rein_run(root: &Path, plan: &Path, steps: serde_json::Value) -> Child {
         .expect("rein run starts")
 }
 
-fn kill9(mut child: Child) {
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reaped");
-}
-
 // ---- hostile agents ------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -549,7 +544,7 @@ async fn a_temporary_file_left_by_a_crashed_write_is_not_taken_for_the_humans() 
         json!([{"write": {"path": "big.txt", "content": big}}, {"finish": "f"}]),
     );
     eventually("a write in flight", || !temp_leftovers(root).is_empty()).await;
-    kill9(child);
+    kill9_rein(child, root);
     assert!(
         !temp_leftovers(root).is_empty(),
         "the kill landed inside the write"
@@ -621,7 +616,7 @@ async fn an_agent_write_cut_before_its_checkpoint_stays_the_agents() {
         std::fs::metadata(root.join("big.txt")).is_ok_and(|m| m.len() == big.len() as u64)
     })
     .await;
-    kill9(child);
+    kill9_rein(child, root);
     let on_disk = control::load(root).unwrap().expect("a task");
     assert!(
         agent_steps(&on_disk).is_empty(),

@@ -44,7 +44,7 @@ async fn kill_9_mid_task_then_recover_resumes_as_paused_with_every_step() {
             std::fs::write(&plan, json!({ "steps": steps }).to_string()).unwrap();
         };
         write_plan(3_600_000);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
+        let child = Command::new(env!("CARGO_BIN_EXE_rein"))
             .args(["run", "--plan", plan.to_str().unwrap()])
             .arg(root)
             .stdout(Stdio::null())
@@ -56,8 +56,7 @@ async fn kill_9_mid_task_then_recover_resumes_as_paused_with_every_step() {
         })
         .await;
         // SIGKILL: no destructor, no flush, no goodbye.
-        child.kill().unwrap();
-        child.wait().unwrap();
+        kill9_rein(child, root);
         write_plan(0);
         let before = control::load(root)
             .unwrap()
@@ -163,8 +162,7 @@ async fn kill_9_with_a_stop_queued_behind_an_agents_irreversible_command_recover
         status().is_some_and(|s| s.queued_stop.is_some())
     })
     .await;
-    child.kill().unwrap();
-    child.wait().unwrap();
+    kill9_rein(child, root);
     let (notify, notices) = channel();
     let (handle, s) = control::recover(root, test_config(), notify)
         .unwrap()

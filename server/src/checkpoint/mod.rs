@@ -100,7 +100,7 @@ pub struct CheckpointInfo {
 }
 
 /// How a file differs between two states.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ChangeKind {
     /// Present only on the newer side.

@@ -5,7 +5,8 @@
 use std::fmt;
 
 /// An action the user can take on a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum UserAction {
     /// Start a new task.
     Start,
@@ -62,14 +63,15 @@ impl UserAction {
 }
 
 /// One piece of a message: words, or an action the user can take.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 enum Part {
     Text(String),
     Action(UserAction),
 }
 
 /// A message for the user that names actions, rendered by whoever shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Advice(Vec<Part>);
 
 impl Advice {

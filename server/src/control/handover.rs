@@ -2,7 +2,7 @@
 //! the goal, why it stopped, what it was doing and about to do in its own words, the plan
 //! as done / in progress / pending, the steps taken, open decisions and the diff stat.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ControlError, Engine};
 use crate::checkpoint::ChangeKind;
@@ -12,7 +12,7 @@ use crate::state::{
 };
 
 /// One file changed since the task started.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FileStat {
     /// Repo-relative path.
@@ -26,7 +26,7 @@ pub struct FileStat {
 }
 
 /// What the agent said, in its own words.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HandoverWords {
     /// Its message (the last 4 KiB).
@@ -36,7 +36,7 @@ pub struct HandoverWords {
 }
 
 /// What the agent had lined up when it stopped.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HandoverNext {
     /// Its next move, said as a step is, when it knew it.
@@ -48,7 +48,7 @@ pub struct HandoverNext {
 }
 
 /// The plan by status.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HandoverPlan {
     /// Whether the agent reports progress; when not, every item is in `pending`.
@@ -64,7 +64,7 @@ pub struct HandoverPlan {
 }
 
 /// What the human is handed on takeover.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Handover {
     /// The task's goal.

@@ -71,8 +71,9 @@ impl Default for EngineConfig {
     }
 }
 
-/// What a caller asks of the engine.
-#[derive(Debug, Clone, PartialEq)]
+/// What a caller asks of the engine (also the engine socket's requests: docs/protocol.md).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum Request {
     /// The current state.
     State,
@@ -140,7 +141,14 @@ pub enum Request {
         path: String,
         /// The buffer's text, as a rope: an editor can send one per keystroke at O(1) cost
         /// (a clone shares the text), and the engine makes bytes of it only when it reads it.
+        #[serde(with = "rope_text")]
         content: Option<Rope>,
+    },
+    /// The client that held these files went away: their holds end (and its unsaved text
+    /// with them), as when the only editor disconnects.
+    EndHolds {
+        /// Repo-relative paths.
+        paths: Vec<String>,
     },
     /// The line changes the agent's latest step made to this file (for revert/keep).
     AgentHunks {
@@ -157,7 +165,8 @@ pub enum Request {
 }
 
 /// What the engine answers.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum Reply {
     /// The state after the request.
     State(Box<TaskState>),
@@ -238,10 +247,14 @@ pub enum ControlError {
     /// The engine is no longer running.
     #[error("the Rein engine has stopped; start or recover the task again")]
     Gone,
+    /// A failure the engine process reported to a client, in its words.
+    #[error("{0}")]
+    Remote(String),
 }
 
 /// How bad a message is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Level {
     /// For information.
     Info,
@@ -252,7 +265,8 @@ pub enum Level {
 }
 
 /// What the engine tells the outside, in the order things happen.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum Notice {
     /// The state changed (sent after every change).
     State {
@@ -279,6 +293,23 @@ pub enum Notice {
     },
     /// A command the agent runs printed, was paused or resumed, or ended.
     Output(Box<OutputChunk>),
+}
+
+/// A buffer's rope as its text on the wire.
+mod rope_text {
+    use ropey::Rope;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(rope: &Option<Rope>, s: S) -> Result<S::Ok, S::Error> {
+        match rope {
+            Some(r) => s.collect_str(r),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Rope>, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.map(|t| Rope::from_str(&t)))
+    }
 }
 
 /// Where notices go.

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Notice, Notify};
 use crate::exec::{Exit, Tap};
@@ -15,7 +15,7 @@ use crate::exec::{Exit, Tap};
 pub const EVERY: Duration = Duration::from_millis(100);
 
 /// Where a command stands, as `rein/output` says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OutputState {
     /// It runs (or just started).
@@ -27,7 +27,7 @@ pub enum OutputState {
 }
 
 /// How a command ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputExit {
     /// Its exit code, when it exited.
     pub code: Option<i32>,
@@ -45,7 +45,7 @@ impl From<Exit> for OutputExit {
 }
 
 /// One `rein/output` notification: what a command printed since the last one.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OutputChunk {
     /// The task.

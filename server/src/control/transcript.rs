@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{ControlError, Engine, FileStat, OutputExit};
@@ -19,7 +19,7 @@ use crate::state::{
 };
 
 /// The task as a conversation, from some entry on.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Transcript {
     /// The task (`None` when the repository has none).
@@ -31,7 +31,7 @@ pub struct Transcript {
 }
 
 /// One entry of the transcript; `at` is when it happened (RFC 3339).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(
     tag = "kind",
     rename_all = "snake_case",

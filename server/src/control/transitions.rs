@@ -192,6 +192,10 @@ impl Engine {
             Request::Rewind { checkpoint } => (self.rewind(&checkpoint), Flow::Continue),
             Request::DiscardChange { path } => (self.discard_change(&path), Flow::Continue),
             Request::Hold { path } => (self.hold(&path), Flow::Continue),
+            Request::EndHolds { paths } => {
+                self.end_holds_of(&paths);
+                (Ok(Reply::State(self.boxed_state())), Flow::Continue)
+            }
             Request::AgentHunks { path } => (self.agent_hunks(&path), Flow::Continue),
             Request::Transcript { since } => (
                 self.transcript(since).map(|t| Reply::Transcript {
@@ -1098,6 +1102,23 @@ impl Engine {
     /// last saved, and the transcript says so.
     pub(super) fn end_holds(&mut self, restarted: bool) {
         let held = self.state().held_files.clone();
+        self.end_these_holds(held, restarted);
+    }
+
+    /// Ends the holds on `paths` only: the client that held them disconnected while other
+    /// clients, with holds of their own, stay.
+    fn end_holds_of(&mut self, paths: &[String]) {
+        let held = self
+            .state()
+            .held_files
+            .iter()
+            .filter(|h| paths.contains(h))
+            .cloned()
+            .collect();
+        self.end_these_holds(held, false);
+    }
+
+    fn end_these_holds(&mut self, held: Vec<String>, restarted: bool) {
         if held.is_empty() || self.state().status.is_terminal() {
             return;
         }
@@ -1128,7 +1149,7 @@ impl Engine {
             "holds_ended",
             serde_json::json!({ "paths": held, "unsaved": unsaved, "why": why }),
         );
-        self.commit(|s| s.held_files.clear());
+        self.commit(|s| s.held_files.retain(|h| !held.contains(h)));
         self.say(Level::Warning, why);
     }
 

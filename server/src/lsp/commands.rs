@@ -6,10 +6,11 @@ use lsp_types::MessageType;
 use serde_json::{json, Map, Value};
 
 use super::editor::Editor;
-use super::server::{rpc_error, ReplyTo, Server};
+use super::server::{rpc_error, Awaited, ReplyTo, Server};
 use crate::agent::AgentError;
 use crate::control::{self, ControlError, Reply, Request};
-use crate::state::{ConstraintSource, Location};
+use crate::engine::wire::Ask;
+use crate::state::{ConstraintSource, Location, TaskState};
 
 /// Every command the server executes, as advertised in `executeCommandProvider`.
 pub const COMMANDS: &[&str] = &[
@@ -335,46 +336,38 @@ impl Server {
                 super::config::no_agent_message(self.editor),
             ));
         };
-        let started = {
-            let _rt = self.rt.enter();
-            control::start(&root, &goal, agent, self.config.engine(), self.notify_fn())
+        let Some(link) = &self.link else {
+            return Err(rpc_error(
+                ErrorCode::RequestFailed,
+                "Rein has no engine for this workspace (see the message it showed at start-up)",
+            ));
         };
-        let (handle, state) = started.map_err(|e| to_rpc(e, self.editor))?;
-        if let Some(old) = self.engine.replace(handle) {
-            old.tell(Request::Shutdown);
-        }
+        let ask = Ask::Start {
+            goal,
+            agent,
+            settings: self.config.settings(),
+        };
+        let link = link.clone();
+        let tag = self.await_engine(Awaited::Start(id));
+        link.ask_in_order(ask, tag);
+        Ok(())
+    }
+
+    /// The engine answered `rein.start`.
+    pub(super) fn on_started(
+        &mut self,
+        id: RequestId,
+        result: Result<Box<TaskState>, ControlError>,
+    ) {
+        let state = match result {
+            Ok(s) => *s,
+            Err(e) => return self.respond(id, Err(to_rpc(e, self.editor))),
+        };
         self.spend_comments();
-        // Unsaved buffers are the human's work in progress: the agent sees and respects them.
-        // A buffer whose only difference is steer comments is not held (a steer is a message).
-        let dirty: Vec<(String, ropey::Rope, bool)> = self
-            .docs
-            .iter()
-            .filter_map(|(uri, doc)| {
-                let path = self.rel_path(uri)?;
-                let text = doc.rope();
-                let disk = std::fs::read_to_string(root.join(&path)).ok();
-                let hold = disk
-                    .as_ref()
-                    .is_none_or(|d| !crate::steer::differ_only_in_steers(d, &text.to_string()));
-                disk.is_none_or(|d| *text != d)
-                    .then(|| (path, text.clone(), hold))
-            })
-            .collect();
-        if let Some(engine) = &self.engine {
-            for (path, text, hold) in dirty {
-                engine.tell(Request::Buffer {
-                    path: path.clone(),
-                    content: Some(text),
-                });
-                if hold {
-                    engine.tell(Request::Hold { path });
-                }
-            }
-        }
         let task_id = state.task.id.clone();
+        // This editor's unsaved buffers are shared as the new task's state arrives.
         self.on_state(state.clone(), None);
         self.respond(id, Ok(json!({ "taskId": task_id, "state": state })));
-        Ok(())
     }
 
     /// Answers whoever waited for an engine reply.

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::editor::Editor;
 use crate::control::{EngineConfig, SandboxMode};
+use crate::engine::{Settings, WhenAlone};
 use crate::gc::Retention;
 
 /// The plan file the scripted agent plays when no agent is configured and the repository has
@@ -34,6 +35,10 @@ pub struct Config {
     pub network: Vec<String>,
     /// How many finished tasks a repository keeps (swept when a task starts).
     pub retention: Retention,
+    /// What the engine does with a running task once no client is connected.
+    pub when_alone: WhenAlone,
+    /// How long it waits first (None: the engine's default).
+    pub alone_grace: Option<Duration>,
 }
 
 impl Default for Config {
@@ -47,6 +52,8 @@ impl Default for Config {
             sandbox: SandboxMode::default(),
             network: Vec::new(),
             retention: Retention::default(),
+            when_alone: WhenAlone::default(),
+            alone_grace: None,
         }
     }
 }
@@ -165,6 +172,19 @@ impl Sources {
                 }
             }
         }
+        if let Some(v) = merged.pointer("/engine/whenAlone").filter(|v| !v.is_null()) {
+            match v.as_str() {
+                Some("pause") => cfg.when_alone = WhenAlone::Pause,
+                Some("keep-running") => cfg.when_alone = WhenAlone::KeepRunning,
+                _ => problems.push("rein setting \"engine.whenAlone\" must be \"pause\" or \"keep-running\"; using \"pause\"".into()),
+            }
+        }
+        if let Some(v) = merged.pointer("/engine/graceMs").filter(|v| !v.is_null()) {
+            match v.as_u64().filter(|ms| *ms <= 86_400_000) {
+                Some(ms) => cfg.alone_grace = Some(Duration::from_millis(ms)),
+                None => problems.push("rein setting \"engine.graceMs\" must be a whole number of milliseconds up to 86400000; using the default (10000)".into()),
+            }
+        }
         if let Some(v) = merged.get("killGraceMs").filter(|v| !v.is_null()) {
             match v.as_u64().filter(|ms| *ms <= 600_000) {
                 Some(ms) => cfg.kill_grace = Duration::from_millis(ms),
@@ -219,6 +239,11 @@ impl Config {
         e.kill_grace = self.kill_grace;
         e.retention = Some(self.retention);
         e
+    }
+
+    /// What a client tells the engine: the engine settings and its lifetime settings.
+    pub fn settings(&self) -> Settings {
+        Settings::new(&self.engine(), self.when_alone, self.alone_grace)
     }
 }
 

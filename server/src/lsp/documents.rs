@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use lsp_types::{Position, PositionEncodingKind, Range, TextDocumentContentChangeEvent, Uri};
 use ropey::{Rope, RopeSlice};
 
+use crate::engine::wire::Splice;
 use crate::steer::{self, LineSplice, SteerComment};
 
 /// The negotiated unit of `Position.character`.
@@ -98,6 +99,9 @@ pub struct Document {
     /// known again (saved, or written by the agent), an edit away from this text is theirs,
     /// even one that makes the buffer equal the file.
     opened: Option<Rope>,
+    /// The edits applied since they were last taken (`take_splices`), in char offsets: what
+    /// the engine, which holds the buffer's text from before them, needs to follow it.
+    splices: Vec<Splice>,
 }
 
 /// What is known of where a buffer first differs from the file on disk, so that the dirty
@@ -135,6 +139,7 @@ impl Document {
             steers,
             behind_agent: false,
             opened: None,
+            splices: Vec::new(),
         }
     }
 
@@ -151,22 +156,34 @@ impl Document {
         let mut text = self.text.clone();
         let mut divergence = self.divergence;
         let mut steps = Vec::with_capacity(changes.len());
+        let mut splices = Vec::with_capacity(changes.len());
         for change in changes {
             let step = match change.range {
                 // The text as sent scans faster than the rope's lines.
                 None => {
+                    splices.push(Splice {
+                        at: 0,
+                        removed: text.len_chars(),
+                        text: change.text.clone(),
+                    });
                     text = Rope::from_str(&change.text);
                     divergence = divergence.after_edit_at(0);
                     Rescan::All(&change.text)
                 }
                 Some(range) => {
-                    let (lines, start) = splice(&mut text, range, &change.text, enc)?;
+                    let (lines, start, chars) = splice(&mut text, range, &change.text, enc)?;
+                    splices.push(Splice {
+                        at: chars.start,
+                        removed: chars.end - chars.start,
+                        text: change.text.clone(),
+                    });
                     divergence = divergence.after_edit_at(start);
                     Rescan::Lines(lines, text.clone())
                 }
             };
             steps.push(step);
         }
+        self.splices.extend(splices);
         for step in steps {
             match step {
                 Rescan::All(all) => self.steers = steer::scan(all),
@@ -184,6 +201,11 @@ impl Document {
     /// The whole buffer, shared with the document: a clone costs O(1), not a copy of the text.
     pub fn rope(&self) -> &Rope {
         &self.text
+    }
+
+    /// The edits applied since the last call, oldest first.
+    pub fn take_splices(&mut self) -> Vec<Splice> {
+        std::mem::take(&mut self.splices)
     }
 
     /// The steer comments in the buffer, in line order.
@@ -466,7 +488,7 @@ fn splice(
     range: Range,
     insert: &str,
     enc: Encoding,
-) -> Result<(LineSplice, usize), DocumentError> {
+) -> Result<(LineSplice, usize, std::ops::Range<usize>), DocumentError> {
     let old_lines = text.len_lines();
     let (start, end) = char_range(text, range, enc)?;
     let start_byte = text.char_to_byte(start);
@@ -480,7 +502,7 @@ fn splice(
         removed: old_lines - kept_after - first,
         inserted,
     };
-    Ok((lines, start_byte))
+    Ok((lines, start_byte, start..end))
 }
 
 /// A rope line without its terminator, borrowed when it sits in one chunk.
@@ -1325,6 +1347,25 @@ mod tests {
                 } else {
                     prop_assert_eq!(back, Ok(idx));
                 }
+            }
+        }
+
+        /// The engine follows a buffer by its edits: replayed on the text it had, they give
+        /// the buffer's text, whatever the encoding, line ends, wide chars or refused batches.
+        #[test]
+        fn splices_replayed_give_the_buffer(
+            initial in steery_text(),
+            enc in encoding_strategy(),
+            batches in prop::collection::vec(prop::collection::vec(steer_event(), 1..4), 0..12),
+        ) {
+            let mut doc = Document::new(&initial, 0);
+            let mut engine = Rope::from_str(&initial);
+            for batch in batches {
+                let _ = doc.apply_changes(&batch, enc);
+                for s in doc.take_splices() {
+                    prop_assert!(s.apply(&mut engine), "{:?} fits", s);
+                }
+                prop_assert_eq!(engine.to_string(), doc.rope().to_string());
             }
         }
 

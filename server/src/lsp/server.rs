@@ -22,11 +22,24 @@ use super::editor::Editor;
 use super::log::LogLine;
 use super::sync::{Change, Synced};
 use super::transport::{self, Frame, Incoming};
-use crate::control::{
-    self, Advice, ControlError, Handle, Level, Notice, Reply, Request, UserAction,
-};
+use crate::control::{Advice, ControlError, Level, Notice, Request, UserAction};
+use crate::engine::wire::{Answer, Ask};
+use crate::engine::{Heard, Place, Remote};
 use crate::state::{ConstraintSource, ConstraintStatus, DecisionKind, Status, TaskState};
 use crate::steer::SteerComment;
+
+/// Who waits for an answer of the engine.
+#[derive(Debug)]
+pub(super) enum Awaited {
+    /// A control request's reply.
+    Reply { to: ReplyTo, command: String },
+    /// `rein.start`, answering this client request.
+    Start(RequestId),
+}
+
+fn unexpected(a: &Answer) -> ControlError {
+    ControlError::Remote(format!("the Rein engine answered with {a:?}"))
+}
 
 /// Who waits for an engine reply.
 #[derive(Debug, Clone)]
@@ -55,12 +68,9 @@ pub(super) enum ReplyTo {
 /// Everything the loop handles, in one total order.
 pub(super) enum Event {
     Client(Incoming),
-    Engine(Notice),
-    Reply {
-        to: ReplyTo,
-        command: String,
-        result: Result<Reply, ControlError>,
-    },
+    /// What the link to the engine heard: the task it opened, a notice, an answer (in order
+    /// with the notices), or that it was lost.
+    Link(Heard),
     Log(LogLine),
 }
 
@@ -129,7 +139,7 @@ struct Progress {
 /// The server's whole state, owned by the loop thread.
 pub(super) struct Server {
     out: Sender<Frame>,
-    events: Sender<Event>,
+    pub(super) events: Sender<Event>,
     pub(super) rt: tokio::runtime::Runtime,
     initialized: bool,
     shutting_down: bool,
@@ -145,7 +155,18 @@ pub(super) struct Server {
     sources: Sources,
     pub(super) config: Config,
     pub(super) docs: Documents,
-    pub(super) engine: Option<Handle>,
+    /// The connection to this working tree's engine (from `initialized` on).
+    pub(super) link: Option<Remote>,
+    /// The same, once the engine has a task open: requests go to it.
+    pub(super) engine: Option<Remote>,
+    /// Requests that came before the engine first said what it has open: answered after,
+    /// so none is answered as if there were no task while the engine is still recovering it.
+    waiting_for_engine: Option<Vec<RpcRequest>>,
+    /// The buffers whose whole text the engine has from this server: their edits go alone.
+    engine_buffers: HashSet<String>,
+    /// Who waits for which answer of the engine, by tag.
+    awaited: HashMap<u64, Awaited>,
+    next_tag: u64,
     pub(super) state: Option<TaskState>,
     /// What the client was last sent of the state.
     synced: Synced,
@@ -210,7 +231,12 @@ pub fn run(
         sources: Sources::default(),
         config: Config::default(),
         docs: Documents::new(),
+        link: None,
         engine: None,
+        waiting_for_engine: None,
+        engine_buffers: HashSet::new(),
+        awaited: HashMap::new(),
+        next_tag: 0,
         state: None,
         synced: Synced::default(),
         steer_sent: HashMap::new(),
@@ -236,13 +262,8 @@ pub fn run(
             break code;
         }
     };
-    if let Some(engine) = server.engine.take() {
-        // Leave a running task paused, not half-done, when the editor goes away.
-        let reply = engine.send(Request::Shutdown);
-        let _ = server.rt.block_on(async {
-            tokio::time::timeout(std::time::Duration::from_secs(5), reply).await
-        });
-    }
+    // The task is the engine's, not this editor's: leaving only closes the connection (the
+    // engine ends this client's holds and buffers, and decides what an unattended task does).
     drop(server);
     if let Ok(w) = writer {
         let _ = w.join();
@@ -272,12 +293,7 @@ impl Server {
                 let _ = self.out.send(frame);
             }
             Event::Client(Incoming::Closed) => return Some(if self.shutting_down { 0 } else { 1 }),
-            Event::Engine(notice) => self.on_notice(notice),
-            Event::Reply {
-                to,
-                command,
-                result,
-            } => self.on_reply(to, &command, result),
+            Event::Link(heard) => self.on_link(heard),
             Event::Log(line) => self.notify(
                 "window/logMessage",
                 json!({"type": line.level, "message": line.text}),
@@ -355,32 +371,46 @@ impl Server {
 
     /// Sends `req` to the engine; its reply comes back to the loop as an event.
     pub(super) fn forward(&mut self, to: ReplyTo, command: &str, req: Request) {
-        let Some(engine) = &self.engine else {
+        let Some(engine) = self.engine.clone() else {
             let err = ControlError::NotNow(
                 Advice::text("no task is active; start one with ").action(UserAction::Start),
             );
             self.on_reply(to, command, Err(err));
             return;
         };
-        let rx = engine.send(req);
-        let tx = self.events.clone();
-        let command = command.to_owned();
-        self.rt.spawn(async move {
-            let result = rx.await.unwrap_or(Err(ControlError::Gone));
-            let _ = tx.send(Event::Reply {
-                to,
-                command,
-                result,
-            });
+        let tag = self.await_engine(Awaited::Reply {
+            to,
+            command: command.to_owned(),
         });
+        engine.ask_in_order(Ask::Control(req), tag);
     }
 
-    /// A callback that feeds engine notices into the loop.
-    pub(super) fn notify_fn(&self) -> control::Notify {
-        let tx = self.events.clone();
-        Arc::new(move |n| {
-            let _ = tx.send(Event::Engine(n));
-        })
+    /// Remembers who waits for the engine's answer under the tag returned.
+    pub(super) fn await_engine(&mut self, who: Awaited) -> u64 {
+        self.next_tag += 1;
+        self.awaited.insert(self.next_tag, who);
+        self.next_tag
+    }
+
+    /// The engine answered: whoever waited gets it, before any later notice.
+    fn on_answer(&mut self, tag: u64, result: Result<Answer, ControlError>) {
+        match self.awaited.remove(&tag) {
+            Some(Awaited::Reply { to, command }) => {
+                let result = result.and_then(|a| match a {
+                    Answer::Reply(r) => Ok(r),
+                    other => Err(unexpected(&other)),
+                });
+                self.on_reply(to, &command, result);
+            }
+            Some(Awaited::Start(id)) => {
+                let result = result.and_then(|a| match a {
+                    Answer::Started { state } => Ok(state),
+                    other => Err(unexpected(&other)),
+                });
+                self.on_started(id, result);
+            }
+            None => {}
+        }
     }
 
     /// True while a task can still take steps or commands.
@@ -407,13 +437,19 @@ impl Server {
                 )),
             );
         }
+        if let Some(waiting) = self.waiting_for_engine.as_mut().filter(|_| {
+            matches!(
+                req.method.as_str(),
+                "workspace/executeCommand" | "textDocument/codeAction"
+            )
+        }) {
+            waiting.push(req);
+            return;
+        }
         match req.method.as_str() {
             "initialize" => self.initialize(req),
             "shutdown" => {
                 self.shutting_down = true;
-                if let Some(engine) = &self.engine {
-                    engine.tell(Request::Shutdown);
-                }
                 self.respond(req.id, Ok(Value::Null));
             }
             "workspace/executeCommand" => self.execute_command(req),
@@ -562,21 +598,98 @@ impl Server {
         };
         self.reload_rein_toml();
         self.fetch_configuration();
-        let recovered = {
-            let _rt = self.rt.enter();
-            control::recover(&root, self.config.engine(), self.notify_fn())
-        };
-        match recovered {
-            Ok(Some((handle, state))) => {
-                self.engine = Some(handle);
-                self.remember_comments(&state);
-                self.on_state(state, None);
+        let place = match Place::of(&root) {
+            Ok(p) => p,
+            Err(e) => {
+                self.show(MessageType::ERROR, &format!("Rein cannot run here: {e}"));
+                return;
             }
-            Ok(None) => {}
-            Err(e) => self.show(
+        };
+        // The engine is joined (or started, recovering an interrupted task) off the loop:
+        // what it has open arrives as `Heard::Opened`.
+        let tx = self.events.clone();
+        let listen: crate::engine::Listener = Arc::new(move |h| {
+            let _ = tx.send(Event::Link(h));
+        });
+        self.waiting_for_engine = Some(Vec::new());
+        let _rt = self.rt.enter();
+        self.link = Some(Remote::open(
+            place,
+            "lsp",
+            self.config.settings(),
+            true,
+            listen,
+        ));
+    }
+
+    /// What the link to the engine says: the task it has open (after every connection), its
+    /// notices, or that it was lost (it connects again by itself).
+    fn on_link(&mut self, heard: Heard) {
+        let first = matches!(
+            heard,
+            Heard::Opened(_) | Heard::Lost(_) | Heard::Unreachable(_)
+        );
+        self.hear(heard);
+        if first {
+            for req in self.waiting_for_engine.take().unwrap_or_default() {
+                self.on_request(req);
+            }
+        }
+    }
+
+    fn hear(&mut self, heard: Heard) {
+        match heard {
+            Heard::Opened(Ok(Some(state))) => {
+                self.engine = self.link.clone();
+                self.remember_comments(&state);
+                self.on_state(*state, None);
+                // A new engine knows nothing of this editor's unsaved work.
+                self.share_buffers();
+            }
+            Heard::Opened(Ok(None)) => {}
+            Heard::Opened(Err(e)) => self.show(
                 MessageType::ERROR,
                 &format!("cannot reopen this repository's Rein task: {e}"),
             ),
+            Heard::Notice(n) => self.on_notice(n),
+            Heard::Lost(why) => {
+                // The next engine (or connection) has none of this editor's buffers.
+                self.engine_buffers.clear();
+                tracing::warn!("{why}");
+            }
+            Heard::Unreachable(why) => self.show(MessageType::ERROR, &format!("Rein: {why}")),
+            Heard::Answer { tag, result } => self.on_answer(tag, result),
+        }
+    }
+
+    /// Tells the engine this editor's unsaved buffers, holding each whose difference from
+    /// the disk is more than steer comments: the human's work in progress, which the agent
+    /// sees and respects, whichever client started the task.
+    pub(super) fn share_buffers(&mut self) {
+        let (Ok(root), Some(engine)) = (&self.root, &self.engine) else {
+            return;
+        };
+        let active = self.state.as_ref().is_some_and(|s| !s.status.is_terminal());
+        for (uri, doc) in self.docs.iter() {
+            let Some(path) = self.rel_path(uri) else {
+                continue;
+            };
+            let text = doc.rope();
+            let disk = std::fs::read_to_string(root.join(&path)).ok();
+            if disk.as_ref().is_some_and(|d| *text == **d) {
+                continue;
+            }
+            let hold = disk
+                .as_ref()
+                .is_none_or(|d| !crate::steer::differ_only_in_steers(d, &text.to_string()));
+            self.engine_buffers.insert(path.clone());
+            engine.tell(Request::Buffer {
+                path: path.clone(),
+                content: Some(text.clone()),
+            });
+            if hold && active {
+                engine.tell(Request::Hold { path });
+            }
         }
     }
 
@@ -609,6 +722,9 @@ impl Server {
             self.show(MessageType::ERROR, &p);
         }
         self.config = cfg;
+        if let Some(link) = &self.link {
+            link.set_settings(self.config.settings());
+        }
     }
 
     fn on_response(&mut self, r: Response) {
@@ -736,12 +852,28 @@ impl Server {
         let Some(doc) = self.docs.get_mut(uri) else {
             return;
         };
+        let splices = doc.take_splices();
         if let (Some(path), Some(engine)) = (path, &self.engine) {
-            let content = doc.is_dirty().then(|| doc.rope().clone());
-            engine.tell(Request::Buffer {
-                path: path.clone(),
-                content,
-            });
+            // The engine gets the whole text once, then each edit: a keystroke costs its own
+            // size on the socket, not the buffer's.
+            if !doc.is_dirty() {
+                self.engine_buffers.remove(&path);
+                engine.tell(Request::Buffer {
+                    path: path.clone(),
+                    content: None,
+                });
+            } else if !self.engine_buffers.contains(&path) {
+                self.engine_buffers.insert(path.clone());
+                engine.tell(Request::Buffer {
+                    path: path.clone(),
+                    content: Some(doc.rope().clone()),
+                });
+            } else if !splices.is_empty() {
+                engine.tell_ask(Ask::Edit {
+                    path: path.clone(),
+                    splices,
+                });
+            }
             if hold && doc.holds_an_edit() {
                 self.hold_asked.insert(path.clone());
                 engine.tell(Request::Hold { path });
@@ -763,6 +895,7 @@ impl Server {
             self.reload_rein_toml();
         }
         if let (Some(path), Some(engine)) = (self.rel_path(&uri), &self.engine) {
+            self.engine_buffers.remove(&path);
             engine.tell(Request::Buffer {
                 path,
                 content: None,
@@ -792,6 +925,7 @@ impl Server {
         let uri = p.text_document.uri;
         self.docs.close(&uri);
         if let (Some(path), Some(engine)) = (self.rel_path(&uri), &self.engine) {
+            self.engine_buffers.remove(&path);
             engine.tell(Request::Buffer {
                 path,
                 content: None,
@@ -929,6 +1063,14 @@ impl Server {
         {
             return;
         }
+        // A task another client started (or this one): the engine has it open now.
+        let new_task = self
+            .state
+            .as_ref()
+            .is_none_or(|old| old.task.id != s.task.id);
+        if self.engine.is_none() {
+            self.engine = self.link.clone();
+        }
         let params = self.synced.params(&s, change, self.caps.state_deltas);
         self.notify("rein/stateChanged", params);
         // The state says what is held now (a release may have ended a hold).
@@ -936,6 +1078,9 @@ impl Server {
         self.update_progress(&s);
         self.ask_decisions(&s);
         self.state = Some(s);
+        if new_task {
+            self.share_buffers();
+        }
         let uris: Vec<Uri> = self.docs.iter().map(|(u, _)| u.clone()).collect();
         for uri in uris {
             self.publish(&uri);

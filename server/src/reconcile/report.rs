@@ -1,13 +1,13 @@
 //! The reconcile report: what the human changed since the agent last acted, told to both
 //! sides (the agent as Markdown before its next move, the editor as JSON).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::merge;
 use crate::checkpoint::{ChangeKind, FileChange};
 
 /// One file the human changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FileReport {
     /// Repo-relative path.
@@ -25,7 +25,7 @@ pub struct FileReport {
 }
 
 /// What changed while the human held control or while the agent was not looking.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
     /// Files the human changed.
@@ -41,7 +41,7 @@ pub struct Report {
     pub checkpoint: Option<String>,
     /// Submodules whose files changed (no checkpoint holds a submodule's files, so they are
     /// named, not listed file by file).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub submodules: Vec<String>,
 }
 

@@ -399,3 +399,42 @@ pub fn add_submodule(root: &Path, upstream: &Path) {
     );
     git(root, &["commit", "-q", "-m", "add sub"]);
 }
+
+/// The pid of the engine of the working tree at `root`, when one runs (its lock file names
+/// it; the process must be alive and be a `rein engine`).
+pub fn engine_pid(root: &Path) -> Option<i32> {
+    let git_dir = rein::checkpoint::git_dir(root).ok()?;
+    let pid: i32 = std::fs::read_to_string(git_dir.join("rein/engine.lock"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let alive = !matches!(proc_state(pid), None | Some('Z'));
+    (alive && String::from_utf8_lossy(&cmd).contains("\0engine\0")).then_some(pid)
+}
+
+/// Kills Rein with SIGKILL: `client` (a `rein run`) and the engine running its task on
+/// `root`. The client is stopped first, so it cannot start another engine in between.
+pub fn kill9_rein(mut client: std::process::Child, root: &Path) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let _ = kill(Pid::from_raw(client.id() as i32), Signal::SIGSTOP);
+    if let Some(pid) = engine_pid(root) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        // Gone once its lock is (`/proc/locks` names each holder): a killed process shows as
+        // a zombie while its other threads still exit, its lock and sockets still held.
+        let holds = || {
+            std::fs::read_to_string("/proc/locks").is_ok_and(|locks| {
+                locks
+                    .lines()
+                    .any(|l| l.split_whitespace().nth(4) == Some(pid.to_string().as_str()))
+            })
+        };
+        while holds() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    client.kill().expect("SIGKILL");
+    client.wait().expect("reaped");
+}

@@ -50,9 +50,12 @@ impl Msg {
 
 /// A running `rein lsp`.
 pub struct Client {
+    /// The working tree it serves.
+    root: std::path::PathBuf,
     child: Child,
     /// An `Option` so that dropping the client can close it first: on end of input the server
-    /// shuts its engine down, which kills any command the agent still runs.
+    /// leaves its engine, which pauses the task (killing any command the agent still runs) and
+    /// ends.
     stdin: Option<ChildStdin>,
     rx: mpsc::Receiver<Msg>,
     /// Responses that arrived while the bench waited for something else, by request id.
@@ -87,6 +90,9 @@ impl Client {
             .arg("lsp")
             .current_dir(root)
             .envs(super::git_env())
+            // The engine this server starts pauses its task and ends as soon as the server
+            // is gone: no bench run leaves one behind.
+            .env(rein::engine::host::GRACE_VAR, "0")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log_file)
@@ -100,6 +106,7 @@ impl Client {
             .spawn(move || read_frames(stdout, tx))
             .context("starting the reader thread")?;
         Ok(Client {
+            root: root.to_owned(),
             child,
             stdin: Some(stdin),
             rx,
@@ -146,8 +153,27 @@ impl Client {
         Ok(client)
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+    /// The pid of the working tree's engine, the process that runs the task (its agent,
+    /// commands, checkpoints): its lock file names it once it runs.
+    pub fn engine_pid(&self) -> Result<u32> {
+        let lock = rein::checkpoint::git_dir(&self.root)?.join("rein/engine.lock");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let pid = fs::read_to_string(&lock)
+                .ok()
+                .and_then(|t| t.trim().parse::<u32>().ok())
+                .filter(|pid| {
+                    fs::read(format!("/proc/{pid}/cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains("\0engine\0"))
+                });
+            if let Some(pid) = pid {
+                return Ok(pid);
+            }
+            if Instant::now() > deadline {
+                bail!("no Rein engine runs on {}", self.root.display());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Writes raw bytes; the instant returned is taken just before the write.

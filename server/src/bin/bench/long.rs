@@ -202,7 +202,7 @@ fn long_task(rein: &Path, scratch: &Path, n: usize, deltas: bool, run: usize) ->
     let reply = lsp.response(id, Instant::now() + PATIENCE)?;
     result_of(&reply, "rein.start")?;
     let started = reply.at;
-    let pid = lsp.pid();
+    let pid = lsp.engine_pid()?;
     let cpu_at_start = client::cpu_ticks(pid)?;
     // The arrival of the state that first held each number of steps.
     let mut reached: Vec<Option<Instant>> = vec![None; n + 3];
@@ -320,7 +320,7 @@ fn queued_stops(rein: &Path, scratch: &Path, reps: usize) -> Result<Vec<QueuedRo
             )?;
             // Running: its shell is a child of the server.
             let deadline = Instant::now() + PATIENCE;
-            while client::children_running(lsp.pid(), &file).is_empty() {
+            while client::children_running(lsp.engine_pid()?, &file).is_empty() {
                 if Instant::now() > deadline {
                     bail!(
                         "the approved command never started (server log: {})",

@@ -431,7 +431,7 @@ fn ready(lsp: &mut Client, case: Case, mix: &mut Mix, seen: &mut BTreeSet<u32>) 
                 lsp,
                 json!({"kind": "script", "steps": [{"run": {"cmd": LONG_COMMAND}}]}),
             )?;
-            let pid = lsp.pid();
+            let pid = lsp.engine_pid()?;
             let deadline = Instant::now() + PATIENCE;
             loop {
                 let new: Vec<u32> = client::children_running(pid, LONG_NEEDLE)
@@ -586,7 +586,7 @@ fn control_case(
             let control = Control::ALL[which];
             let task = ready(lsp, case, mix, &mut seen)?;
             if settle {
-                client::wait_idle(lsp.pid(), Duration::from_millis(100), PATIENCE)?;
+                client::wait_idle(lsp.engine_pid()?, Duration::from_millis(100), PATIENCE)?;
             }
             let (state_ms, reply_ms) = measure(lsp, &task, control)?;
             let entry = samples.entry(which).or_default();
@@ -1322,7 +1322,7 @@ fn memory(
     let dir = repo.dir.canonicalize()?;
 
     let mut lsp = Client::start(rein, &dir, log, init_options())?;
-    let pid = lsp.pid();
+    let pid = lsp.engine_pid()?;
     client::wait_idle(pid, Duration::from_millis(300), Duration::from_secs(10))?;
     let (idle_rss, _) = client::rss_kib(pid)?;
 
