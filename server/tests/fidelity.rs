@@ -325,6 +325,33 @@ fn ignoring_repo() -> tempfile::TempDir {
     dir
 }
 
+/// Starts a task whose agent is the ACP test agent playing `turns`; returns the run, the
+/// directory holding its scenario and log (kept while the test runs), and the log's path.
+fn start_acp(
+    root: &Path,
+    turns: serde_json::Value,
+) -> (Run, tempfile::TempDir, std::path::PathBuf) {
+    let log = tempfile::tempdir().expect("temp dir");
+    let scenario = log.path().join("scenario.json");
+    let events = log.path().join("log.jsonl");
+    let doc = json!({"log": events, "turns": turns});
+    std::fs::write(&scenario, doc.to_string()).expect("write scenario");
+    let (notify, notices) = channel();
+    let (handle, state) = rein::control::start(
+        root,
+        "test goal",
+        json!({"kind": "acp", "command": [agent_bin(), scenario]}),
+        test_config(),
+        notify,
+    )
+    .expect("task starts");
+    (
+        Run::new(handle, notices, state, root.to_owned()),
+        log,
+        events,
+    )
+}
+
 /// The permission bits of `path` under `root`.
 fn mode(root: &Path, path: &str) -> u32 {
     use std::os::unix::fs::PermissionsExt;
@@ -471,12 +498,9 @@ async fn abort_puts_back_ignored_files_an_acp_agent_wrote_through_its_routes() {
     let dir = ignoring_repo();
     let root = dir.path();
     let env = std::fs::read(root.join(".env")).expect("read");
-    let log = tempfile::tempdir().expect("temp dir");
-    let scenario = log.path().join("scenario.json");
-    let events = log.path().join("log.jsonl");
-    let doc = json!({
-        "log": events,
-        "turns": [[
+    let (mut run, _log, events) = start_acp(
+        root,
+        json!([[
             {"read": ".env"},
             {"permission": {"id": "w", "title": "Write .env", "kind": "edit",
                 "raw": {"file_path": ".env", "content": "SECRET=acp\n"}}},
@@ -484,19 +508,8 @@ async fn abort_puts_back_ignored_files_an_acp_agent_wrote_through_its_routes() {
             {"write": {"path": "build/agent.log", "content": "acp log\n"}},
             {"read": "a.txt"},
             {"wait_cancel": true}
-        ]]
-    });
-    std::fs::write(&scenario, doc.to_string()).expect("write scenario");
-    let (notify, notices) = channel();
-    let (handle, state) = rein::control::start(
-        root,
-        "test goal",
-        json!({"kind": "acp", "command": [agent_bin(), scenario]}),
-        test_config(),
-        notify,
-    )
-    .expect("task starts");
-    let mut run = Run::new(handle, notices, state, root.to_owned());
+        ]]),
+    );
     let read_done = || {
         std::fs::read_to_string(&events)
             .unwrap_or_default()
@@ -607,30 +620,16 @@ async fn an_ignored_file_changed_by_a_command_that_does_not_name_it_is_reported_
 async fn an_ignored_file_a_harness_wrote_unannounced_is_the_agents_with_its_content_unrecorded() {
     let dir = ignoring_repo();
     let root = dir.path();
-    let log = tempfile::tempdir().expect("temp dir");
-    let scenario = log.path().join("scenario.json");
-    let events = log.path().join("log.jsonl");
-    let doc = json!({
-        "log": events,
-        "turns": [[
+    let (mut run, _log, _) = start_acp(
+        root,
+        json!([[
             {"write_silently": {"path": ".env", "content": "SECRET=harness\n"}},
             {"tool": {"id": "t1", "title": "Edit .env", "kind": "edit", "status": "completed",
                 "paths": [".env"]}},
             {"read": "a.txt"},
             {"wait_cancel": true}
-        ]]
-    });
-    std::fs::write(&scenario, doc.to_string()).expect("write scenario");
-    let (notify, notices) = channel();
-    let (handle, state) = rein::control::start(
-        root,
-        "test goal",
-        json!({"kind": "acp", "command": [agent_bin(), scenario]}),
-        test_config(),
-        notify,
-    )
-    .expect("task starts");
-    let mut run = Run::new(handle, notices, state, root.to_owned());
+        ]]),
+    );
     let s = run
         .until("the report", |s| !s.unrecorded_ignored.is_empty())
         .await;
@@ -696,28 +695,14 @@ async fn abort_removes_the_empty_directories_the_agents_commands_made() {
 async fn abort_removes_an_empty_directory_a_harness_command_made() {
     let dir = repo(&[("a.txt", "a\n")]);
     let root = dir.path();
-    let log = tempfile::tempdir().expect("temp dir");
-    let scenario = log.path().join("scenario.json");
-    let events = log.path().join("log.jsonl");
-    let doc = json!({
-        "log": events,
-        "turns": [[
+    let (mut run, _log, _) = start_acp(
+        root,
+        json!([[
             {"run": {"command": "mkdir -p cache/x", "id": "m1", "ask": true}},
             {"read": "a.txt"},
             {"wait_cancel": true}
-        ]]
-    });
-    std::fs::write(&scenario, doc.to_string()).expect("write scenario");
-    let (notify, notices) = channel();
-    let (handle, state) = rein::control::start(
-        root,
-        "test goal",
-        json!({"kind": "acp", "command": [agent_bin(), scenario]}),
-        test_config(),
-        notify,
-    )
-    .expect("task starts");
-    let mut run = Run::new(handle, notices, state, root.to_owned());
+        ]]),
+    );
     let s = run
         .until("the question", |s| s.status == Status::AwaitingDecision)
         .await;
