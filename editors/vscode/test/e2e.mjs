@@ -613,6 +613,23 @@ async function scenario() {
   await palette('Rein: Resume the Agent');
   const resumed = await waitStatus(/Agent running/).catch((e) => e.message);
   check('Resume from the palette: status bar says running again', /Agent running/.test(resumed), resumed);
+  // 5d. The terminal is a client of the same engine: `rein pause` there pauses the task this
+  // window started, and the status bar follows; `rein resume` there resumes it.
+  let cliOut = '';
+  try {
+    cliOut = execFileSync(REIN_BIN, ['pause'], { cwd: repo, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (e) {
+    cliOut = `failed: ${e.stderr ?? e.message}`;
+  }
+  const cliPaused = await waitStatus(/Paused/).catch((e) => e.message);
+  check('rein pause in a terminal pauses the task this window started; the status bar follows', /Paused/.test(cliPaused) && !cliOut.startsWith('failed'), `${cliPaused} / ${cliOut}`);
+  try {
+    cliOut = execFileSync(REIN_BIN, ['resume'], { cwd: repo, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (e) {
+    cliOut = `failed: ${e.stderr ?? e.message}`;
+  }
+  const cliResumed = await waitStatus(/Agent running/).catch((e) => e.message);
+  check('rein resume in a terminal resumes it; the status bar follows', /Agent running/.test(cliResumed) && !cliOut.startsWith('failed'), `${cliResumed} / ${cliOut}`);
   await palette('Rein: Pause the Agent');
   const paused2 = await waitStatus(/Paused · step/).catch((e) => e.message);
   check('Pause again', /Paused · step/.test(paused2), paused2);
