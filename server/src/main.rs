@@ -222,14 +222,7 @@ fn run(cli: Cli) -> Result<i32> {
                 Ok(root) => rein::lsp::config::read_file(&root).map_err(anyhow::Error::msg)?,
                 Err(_) => None,
             };
-            let (cfg, problems) = rein::lsp::config::Sources {
-                file,
-                ..Default::default()
-            }
-            .resolve();
-            for p in problems {
-                eprintln!("rein.toml: {p}");
-            }
+            let cfg = file_config(file);
             std::io::stdout()
                 .lock()
                 .write_all(cfg.engine().policy.explain().as_bytes())?;
@@ -289,21 +282,24 @@ fn run(cli: Cli) -> Result<i32> {
     }
 }
 
+/// The settings a repository's `rein.toml` gives (its problems said on stderr).
+fn file_config(file: Option<serde_json::Value>) -> rein::lsp::config::Config {
+    let (cfg, problems) = rein::lsp::config::Sources {
+        file,
+        ..Default::default()
+    }
+    .resolve();
+    for p in problems {
+        eprintln!("rein.toml: {p}");
+    }
+    cfg
+}
+
 /// `rein gc`: the sweep, with rein.toml's retention unless overridden, one line a task.
 fn gc(dir: &Path, keep_tasks: Option<u64>, keep_days: Option<u64>, dry_run: bool) -> Result<i32> {
     let root = rein::checkpoint::workdir_root(dir)?;
     let mut retention = match rein::lsp::config::read_file(&root) {
-        Ok(file) => {
-            let (cfg, problems) = rein::lsp::config::Sources {
-                file,
-                ..Default::default()
-            }
-            .resolve();
-            for p in problems {
-                eprintln!("rein.toml: {p}");
-            }
-            cfg.retention
-        }
+        Ok(file) => file_config(file).retention,
         Err(e) => {
             eprintln!("{e}; using the default retention");
             rein::gc::Retention::default()
