@@ -649,6 +649,15 @@ fn commands_codex_runs_are_recorded_as_steps() {
     let root = dir.path();
     let opts = json!({"policy": {"allow": ["echo"]}});
     let mut lsp = start(root, &codex, "run two commands", opts);
+    // `echo` is allowed, but this line writes a file it names: asked, naming it.
+    let s = lsp.wait_state("the question", |s| status(s) == "awaiting_decision");
+    let d = &s["decisions"][0];
+    assert!(
+        d["question"].to_string().contains("out.txt"),
+        "the question names the file: {d:#}"
+    );
+    let id = d["id"].as_str().expect("decision id").to_owned();
+    lsp.ok("rein.decide", json!({"decisionId": id, "choice": "approve"}));
     let s = wait_end(&mut lsp);
     assert_eq!(status(&s), "done", "{s:#}");
     assert_eq!(read(root, "out.txt"), "escalated\n");
