@@ -657,7 +657,10 @@ fn commands_codex_runs_are_recorded_as_steps() {
         "the question names the file: {d:#}"
     );
     let id = d["id"].as_str().expect("decision id").to_owned();
-    lsp.ok("rein.decide", json!({"decisionId": id, "choice": "approve"}));
+    lsp.ok(
+        "rein.decide",
+        json!({"decisionId": id, "choice": "approve"}),
+    );
     let s = wait_end(&mut lsp);
     assert_eq!(status(&s), "done", "{s:#}");
     assert_eq!(read(root, "out.txt"), "escalated\n");
