@@ -392,15 +392,7 @@ fn file_settings(root: &Path) -> rein::engine::Settings {
         eprintln!("{e}; using the default settings");
         None
     });
-    let (cfg, problems) = rein::lsp::config::Sources {
-        file,
-        ..Default::default()
-    }
-    .resolve();
-    for p in problems {
-        eprintln!("rein.toml: {p}");
-    }
-    cfg.settings()
+    file_config(file).settings()
 }
 
 /// Joins the working tree's engine (starting one if none runs): the handle, what the engine
