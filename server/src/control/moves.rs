@@ -394,16 +394,7 @@ impl Engine {
                     "The agent's change to {path} would change {} line(s) you wrote. Approve?",
                     lines.len()
                 );
-                self.ask(
-                    DecisionKind::ProtectedLines,
-                    question,
-                    &["approve", "deny"],
-                    Some(lines.join("\n")),
-                    Some(path),
-                    mv,
-                    Some(proposed),
-                    None,
-                )
+                self.ask_protected(question, &lines, path, mv, Some(proposed))
             }
             Verdict::NotFound => self.step_failed(
                 action,
@@ -607,6 +598,27 @@ impl Engine {
             Some(path),
             mv,
             None,
+            None,
+        )
+    }
+
+    /// Asks whether the agent may change `lines` the person wrote in `path` (approve / deny).
+    pub(super) fn ask_protected(
+        &mut self,
+        question: String,
+        lines: &[String],
+        path: String,
+        mv: Move,
+        proposal: Option<Vec<u8>>,
+    ) -> Flow {
+        self.ask(
+            DecisionKind::ProtectedLines,
+            question,
+            &["approve", "deny"],
+            Some(lines.join("\n")),
+            Some(path),
+            mv,
+            proposal,
             None,
         )
     }

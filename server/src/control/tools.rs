@@ -97,16 +97,7 @@ impl Engine {
                         "The agent's tool call \"{title}\" would change {} line(s) you wrote in {path}. Approve?",
                         lines.len()
                     );
-                    return self.ask(
-                        DecisionKind::ProtectedLines,
-                        question,
-                        &["approve", "deny"],
-                        Some(lines.join("\n")),
-                        Some(path),
-                        mv,
-                        None,
-                        None,
-                    );
+                    return self.ask_protected(question, &lines, path, mv, None);
                 }
             }
         }
