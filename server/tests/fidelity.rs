@@ -373,7 +373,9 @@ async fn abort_puts_back_an_ignored_file_the_agent_overwrote_and_removes_those_i
             {"read": ".env"},
             {"write": {"path": ".env", "content": "SECRET=agent\n"}},
             {"write": {"path": "build/agent.log", "content": "the agent's log\n"}},
-            {"run": {"cmd": "sh -c 'printf made > build/cmd.out'"}},
+            // A second later: the directory made in the step before holds this step's file
+            // too, and still goes (it once stayed when the steps straddled a second).
+            {"run": {"cmd": "sh -c 'printf made > build/cmd.out'"}, "think_ms": 1100},
             {"read": "a.txt", "think_ms": 600000}
         ]),
     );

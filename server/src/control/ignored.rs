@@ -263,6 +263,7 @@ impl Engine {
             target.insert(s.path.clone(), (shown, next, s.time));
         }
         let task = self.state().task.id.clone();
+        let mut removed = Vec::new();
         for (raw, (path, content, since)) in target {
             if unknown.contains_key(&raw) {
                 let why = format!("the agent may have changed {path}, which git ignores, in a step that never ended; what it held before is at refs/rein/{task}/ignored");
@@ -286,12 +287,13 @@ impl Engine {
                     done.files += 1;
                     (self.notify)(super::Notice::Wrote { path });
                     if removing {
-                        self.remove_made_dirs(&raw, since);
+                        removed.push((raw, since));
                     }
                 }
                 Err(e) => done.left.push((path.clone(), format!("{path}: {e}"))),
             }
         }
+        self.remove_made_dirs(&removed);
         done
     }
 

@@ -710,6 +710,7 @@ impl Engine {
             }
         }
         let mut count = 0;
+        let mut removed = Vec::new();
         let mut stayed = Vec::new();
         for (raw, (path, content)) in touched {
             if let Some(lines) = kept.remove(&raw).filter(|l| !l.is_empty()) {
@@ -738,7 +739,7 @@ impl Engine {
                     count += 1;
                     (self.notify)(super::Notice::Wrote { path });
                     if let Some(since) = added_since.get(&raw).filter(|_| removing) {
-                        self.remove_made_dirs(&raw, *since);
+                        removed.push((raw, *since));
                     }
                 }
                 Err(e) => {
@@ -746,6 +747,7 @@ impl Engine {
                 }
             }
         }
+        self.remove_made_dirs(&removed);
         Ok(Undone {
             files: count,
             left: left.into_values().collect(),
@@ -754,21 +756,26 @@ impl Engine {
         })
     }
 
-    /// Removes the directories on the way to `raw` (deepest first) that are empty now and were
-    /// made at or after `since` (unix seconds, when the agent step that added the file began):
-    /// the ones that step made for it. Stops at the first that stays; a failure is only logged.
-    pub(super) fn remove_made_dirs(&self, raw: &[u8], since: i64) {
-        let since = std::time::UNIX_EPOCH + std::time::Duration::from_secs(since.max(0) as u64);
-        let mut dir = raw;
-        while let Some(cut) = dir.iter().rposition(|&b| b == b'/') {
-            dir = &dir[..cut];
-            match self.sandbox.remove_empty_dir(dir, since) {
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not remove a directory the agent made");
-                    return;
-                }
+    /// Removes the directories on the way to the files just `removed` (path, when the agent
+    /// step that added it began, unix seconds) that are empty now and were born at or after
+    /// the earliest such step under each: the ones the agent made for them. Deepest first, so
+    /// one made in a step and filled in later ones goes too; a failure is only logged.
+    pub(super) fn remove_made_dirs(&self, removed: &[(Vec<u8>, i64)]) {
+        let mut dirs = std::collections::BTreeMap::<&[u8], i64>::new();
+        for (raw, since) in removed {
+            let mut dir = raw.as_slice();
+            while let Some(cut) = dir.iter().rposition(|&b| b == b'/') {
+                dir = &dir[..cut];
+                let at = dirs.entry(dir).or_insert(*since);
+                *at = (*at).min(*since);
+            }
+        }
+        let mut dirs: Vec<_> = dirs.into_iter().collect();
+        dirs.sort_by_key(|(dir, _)| std::cmp::Reverse(dir.iter().filter(|&&b| b == b'/').count()));
+        for (dir, since) in dirs {
+            let born = std::time::UNIX_EPOCH + std::time::Duration::from_secs(since.max(0) as u64);
+            if let Err(e) = self.sandbox.remove_empty_dir(dir, born) {
+                tracing::warn!(error = %e, "could not remove a directory the agent made");
             }
         }
     }
