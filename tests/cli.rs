@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use rein_e2e::{rein_bin, repo, PATIENCE};
 use serde_json::json;
 
-const SUBCOMMANDS: [&str; 19] = [
+const SUBCOMMANDS: [&str; 22] = [
     "lsp",
     "demo",
     "run",
@@ -29,6 +29,9 @@ const SUBCOMMANDS: [&str; 19] = [
     "decide",
     "rewind",
     "stop",
+    "tasks",
+    "land",
+    "discard",
 ];
 
 fn rein(args: &[&str]) -> Output {

@@ -57,6 +57,13 @@ pub enum Cmd {
         /// ending.
         #[arg(long)]
         wait: bool,
+        /// Run it in a worktree of its own (branch rein/<task>), beside any other task;
+        /// `rein land` brings its work here.
+        #[arg(long)]
+        worktree: bool,
+        /// With --worktree: the worktree starts from your uncommitted changes too.
+        #[arg(long, requires = "worktree")]
+        carry: bool,
         /// The repository.
         dir: Option<PathBuf>,
     },
@@ -73,6 +80,12 @@ pub enum Cmd {
     /// Pause the running task (every editor and terminal sees it).
     #[command(after_help = CONTROL_HELP)]
     Pause {
+        /// The task (see `rein tasks`; default: the task here, else the only one).
+        #[arg(long, value_name = "TASK")]
+        task: Option<String>,
+        /// Every task of the working tree at once.
+        #[arg(long, conflicts_with = "task")]
+        all: bool,
         /// The repository.
         #[arg(long, short = 'C', value_name = "DIR")]
         dir: Option<PathBuf>,
@@ -80,6 +93,12 @@ pub enum Cmd {
     /// Resume a paused task.
     #[command(after_help = CONTROL_HELP)]
     Resume {
+        /// The task (see `rein tasks`; default: the task here, else the only one).
+        #[arg(long, value_name = "TASK")]
+        task: Option<String>,
+        /// Every task of the working tree at once.
+        #[arg(long, conflicts_with = "task")]
+        all: bool,
         /// The repository.
         #[arg(long, short = 'C', value_name = "DIR")]
         dir: Option<PathBuf>,
@@ -92,6 +111,12 @@ pub enum Cmd {
         /// Cut the step in flight first (it is rolled back to the last checkpoint).
         #[arg(long)]
         urgent: bool,
+        /// The task (see `rein tasks`; default: the task here, else the only one).
+        #[arg(long, value_name = "TASK")]
+        task: Option<String>,
+        /// Every task of the working tree at once.
+        #[arg(long, conflicts_with = "task")]
+        all: bool,
         /// The repository.
         #[arg(long, short = 'C', value_name = "DIR")]
         dir: Option<PathBuf>,
@@ -102,6 +127,9 @@ pub enum Cmd {
         /// Leave the working tree as it is.
         #[arg(long)]
         keep_changes: bool,
+        /// The task (see `rein tasks`; default: the task here, else the only one).
+        #[arg(long, value_name = "TASK")]
+        task: Option<String>,
         /// The repository.
         #[arg(long, short = 'C', value_name = "DIR")]
         dir: Option<PathBuf>,
@@ -112,6 +140,9 @@ pub enum Cmd {
         /// Why, for the record.
         #[arg(long)]
         reason: Option<String>,
+        /// The task (see `rein tasks`; default: the task here, else the only one).
+        #[arg(long, value_name = "TASK")]
+        task: Option<String>,
         /// The repository.
         #[arg(long, short = 'C', value_name = "DIR")]
         dir: Option<PathBuf>,
@@ -122,6 +153,9 @@ pub enum Cmd {
         /// A note for the agent.
         #[arg(long)]
         note: Option<String>,
+        /// The task (see `rein tasks`; default: the task here, else the only one).
+        #[arg(long, value_name = "TASK")]
+        task: Option<String>,
         /// The repository.
         #[arg(long, short = 'C', value_name = "DIR")]
         dir: Option<PathBuf>,
@@ -133,6 +167,9 @@ pub enum Cmd {
         id: String,
         /// One of its options (free text for a question).
         choice: String,
+        /// The task (see `rein tasks`; default: the task here, else the only one).
+        #[arg(long, value_name = "TASK")]
+        task: Option<String>,
         /// The repository.
         #[arg(long, short = 'C', value_name = "DIR")]
         dir: Option<PathBuf>,
@@ -143,6 +180,45 @@ pub enum Cmd {
     Rewind {
         /// A checkpoint id, an abbreviation or step:N (see `rein log`).
         checkpoint: String,
+        /// The task (see `rein tasks`; default: the task here, else the only one).
+        #[arg(long, value_name = "TASK")]
+        task: Option<String>,
+        /// The repository.
+        #[arg(long, short = 'C', value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// The working tree's tasks (here and in worktrees) and the decisions waiting across
+    /// them, oldest first.
+    Tasks {
+        /// Print the JSON the engine answers.
+        #[arg(long)]
+        json: bool,
+        /// The repository.
+        #[arg(long, short = 'C', value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Bring a worktree task's work into this working tree: merged with your changes, never
+    /// over them (overlaps keep your side and ask); then its worktree and branch go.
+    Land {
+        /// The task (see `rein tasks`).
+        task: String,
+        /// Commit what landed on the current branch (default: uncommitted changes).
+        #[arg(long)]
+        commit: bool,
+        /// Keep the worktree and its branch.
+        #[arg(long)]
+        keep: bool,
+        /// The repository.
+        #[arg(long, short = 'C', value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// End a worktree task (aborted if it runs) and remove its worktree and branch.
+    Discard {
+        /// The task (see `rein tasks`).
+        task: String,
+        /// Remove the worktree even if it holds changes its task did not record.
+        #[arg(long)]
+        force: bool,
         /// The repository.
         #[arg(long, short = 'C', value_name = "DIR")]
         dir: Option<PathBuf>,

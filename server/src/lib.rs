@@ -14,3 +14,4 @@ pub mod reconcile;
 pub mod state;
 pub mod steer;
 pub mod watch;
+pub mod worktree;

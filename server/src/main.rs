@@ -100,6 +100,9 @@ macro_rules! out {
     };
 }
 
+// After `out!`, which it uses.
+mod tasks;
+
 fn dir_or_here(dir: Option<PathBuf>) -> Result<PathBuf> {
     match dir {
         Some(d) => Ok(d),
@@ -156,6 +159,8 @@ fn run(cli: Cli) -> Result<i32> {
             agent,
             goal,
             wait,
+            worktree,
+            carry,
             dir,
         } => {
             init_stderr_log();
@@ -169,7 +174,11 @@ fn run(cli: Cli) -> Result<i32> {
                 // clap requires one of the two.
                 (None, None) => anyhow::bail!("rein run needs --plan FILE or --agent JSON"),
             };
-            run_task(spec, &goal, wait, &dir_or_here(dir)?)
+            let isolation = match worktree {
+                true => rein::engine::wire::Isolation::Worktree,
+                false => rein::engine::wire::Isolation::None,
+            };
+            run_task(spec, &goal, wait, &dir_or_here(dir)?, isolation, carry)
         }
         Cmd::Status { follow: true, dir } => {
             init_stderr_log();
@@ -228,9 +237,15 @@ fn run(cli: Cli) -> Result<i32> {
                 .write_all(cfg.engine().policy.explain().as_bytes())?;
             Ok(0)
         }
-        Cmd::Pause { dir } => act(dir, Request::Pause),
-        Cmd::Resume { dir } => act(dir, Request::Resume),
-        Cmd::Steer { text, urgent, dir } => act(
+        Cmd::Pause { task, all, dir } => act(dir, Request::Pause, tasks::Target { task, all }),
+        Cmd::Resume { task, all, dir } => act(dir, Request::Resume, tasks::Target { task, all }),
+        Cmd::Steer {
+            text,
+            urgent,
+            task,
+            all,
+            dir,
+        } => act(
             dir,
             Request::Steer {
                 text,
@@ -238,18 +253,49 @@ fn run(cli: Cli) -> Result<i32> {
                 source: rein::state::ConstraintSource::Command,
                 urgent,
             },
+            tasks::Target { task, all },
         ),
-        Cmd::Abort { keep_changes, dir } => act(dir, Request::Abort { keep_changes }),
-        Cmd::Takeover { reason, dir } => act(dir, Request::Takeover { reason }),
-        Cmd::Handback { note, dir } => act(dir, Request::Handback { note }),
-        Cmd::Decide { id, choice, dir } => act(
+        Cmd::Abort {
+            keep_changes,
+            task,
+            dir,
+        } => act(
+            dir,
+            Request::Abort { keep_changes },
+            tasks::Target::of(task),
+        ),
+        Cmd::Takeover { reason, task, dir } => {
+            act(dir, Request::Takeover { reason }, tasks::Target::of(task))
+        }
+        Cmd::Handback { note, task, dir } => {
+            act(dir, Request::Handback { note }, tasks::Target::of(task))
+        }
+        Cmd::Decide {
+            id,
+            choice,
+            task,
+            dir,
+        } => act(
             dir,
             Request::Decide {
                 decision_id: id,
                 choice,
             },
+            tasks::Target::of(task),
         ),
-        Cmd::Rewind { checkpoint, dir } => act(dir, Request::Rewind { checkpoint }),
+        Cmd::Rewind {
+            checkpoint,
+            task,
+            dir,
+        } => act(dir, Request::Rewind { checkpoint }, tasks::Target::of(task)),
+        Cmd::Tasks { json, dir } => tasks::list(&dir_or_here(dir)?, json),
+        Cmd::Land {
+            task,
+            commit,
+            keep,
+            dir,
+        } => tasks::land(&dir_or_here(dir)?, task, commit, keep),
+        Cmd::Discard { task, force, dir } => tasks::discard(&dir_or_here(dir)?, task, force),
         Cmd::Stop { dir } => stop(&dir_or_here(dir)?),
         Cmd::Engine { dir } => {
             init_stderr_log();
@@ -374,6 +420,8 @@ fn init_stderr_log() {
 /// What a terminal client waits on.
 enum Event {
     Engine(Notice),
+    /// A worktree task's notice.
+    Task(String, Notice),
     /// The engine has the task open (again, after a reconnection).
     Opened(Result<Option<Box<TaskState>>, ControlError>),
     /// The connection to the engine ended.
@@ -408,6 +456,9 @@ async fn join(
         let event = match h {
             Heard::Opened(r) => Event::Opened(r),
             Heard::Notice(n) => Event::Engine(n),
+            Heard::TaskNotice { task_id, notice } => Event::Task(task_id, notice),
+            // The terminal asks for the tasks when it wants them.
+            Heard::Tasks(_) => return,
             Heard::Lost(why) => Event::Lost(why),
             Heard::Unreachable(why) => Event::Unreachable(why),
             // This client asks with `call` and `ask`, never in order with the notices.
@@ -437,18 +488,21 @@ fn for_terminal(advice: &Advice) -> String {
 
 /// `rein pause | resume | steer | abort | takeover | handback | decide | rewind`: one
 /// request to the working tree's engine, on the task every client shares.
-fn act(dir: Option<PathBuf>, req: Request) -> Result<i32> {
+fn act(dir: Option<PathBuf>, req: Request, target: tasks::Target) -> Result<i32> {
     init_stderr_log();
     let dir = dir_or_here(dir)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let (remote, state) = join(&dir, tx, &mut rx).await?;
-        if state.is_none() {
+        if target.all {
+            return tasks::all(&remote, req).await;
+        }
+        if state.is_none() && target.task.is_none() && !tasks::any(&remote).await? {
             eprintln!("rein: there is no Rein task in this repository; start one with `rein run` or from an editor");
             return Ok(1);
         }
-        match remote.call(req).await {
+        match remote.call_task(target.task.as_deref(), req).await {
             Ok(reply) => {
                 let s = reply.state();
                 match &reply {
@@ -530,6 +584,7 @@ fn follow_status(dir: &Path) -> Result<i32> {
         };
         let mut run = Run {
             handle: &remote,
+            task: None,
             seen: 0,
             state: Box::new(state),
             asked: None,
@@ -548,7 +603,14 @@ fn follow_status(dir: &Path) -> Result<i32> {
 /// `rein run`: a task in the terminal, one line per step, until it ends or stops for the
 /// human (then, with `wait`, the human answers on standard input). The task runs in the
 /// working tree's engine, which every editor on it shares.
-fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Result<i32> {
+fn run_task(
+    spec: serde_json::Value,
+    goal: &str,
+    wait: bool,
+    dir: &Path,
+    isolation: rein::engine::wire::Isolation,
+    carry: bool,
+) -> Result<i32> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -559,6 +621,9 @@ fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Resu
                 goal: goal.to_owned(),
                 agent: spec,
                 settings,
+                isolation,
+                carry,
+                task_id: None,
             })
             .await
             .unwrap_or(Err(ControlError::Gone));
@@ -580,8 +645,10 @@ fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Resu
                 let _ = tx.send(Event::Line(None));
             });
         }
+        let worktree = isolation == rein::engine::wire::Isolation::Worktree;
         let mut run = Run {
             handle: &remote,
+            task: worktree.then(|| state.task.id.clone()),
             seen: state.steps.len(),
             state,
             asked: None,
@@ -589,7 +656,13 @@ fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Resu
             follow: false,
             partial: std::collections::HashMap::new(),
         };
-        let started = out!("task {} started in {}", run.state.task.id, dir.display());
+        let started = match worktree {
+            true => out!(
+                "task {} started in a worktree of its own (branch rein/{}); `rein land {}` brings its work here",
+                run.state.task.id, run.state.task.id, run.state.task.id
+            ),
+            false => out!("task {} started in {}", run.state.task.id, dir.display()),
+        };
         let result = match started {
             Ok(()) => run.follow(&mut rx).await,
             Err(e) => Err(e.into()),
@@ -597,7 +670,7 @@ fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Resu
         if result.as_ref().is_ok_and(|code| *code == 0 || *code == 1) {
             // The engine answers once it has finished with the ended task (its private
             // index released): what `rein run` leaves is settled when it returns.
-            let _ = remote.call(Request::State).await;
+            let _ = remote.call_task(run.task.as_deref(), Request::State).await;
         }
         if result
             .as_ref()
@@ -606,7 +679,7 @@ fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Resu
         {
             // Leave the task paused, not half-done (also when the output was closed): this
             // terminal was following it.
-            let _ = remote.call(Request::Pause).await;
+            let _ = remote.call_task(run.task.as_deref(), Request::Pause).await;
         }
         match result {
             Err(e) if closed_pipe(&e) => {
@@ -623,6 +696,8 @@ fn run_task(spec: serde_json::Value, goal: &str, wait: bool, dir: &Path) -> Resu
 /// The progress of one `rein run`.
 struct Run<'a> {
     handle: &'a Remote,
+    /// The worktree task followed (None: the task here).
+    task: Option<String>,
     state: Box<TaskState>,
     /// Steps already printed.
     seen: usize,
@@ -638,6 +713,13 @@ struct Run<'a> {
 impl Run<'_> {
     async fn follow(&mut self, rx: &mut Events) -> Result<i32> {
         while let Some(event) = rx.recv().await {
+            // Following a worktree task: its notices are the ones that count here.
+            let event = match (event, self.task.as_deref()) {
+                (Event::Task(id, n), Some(t)) if id == t => Event::Engine(n),
+                (Event::Task(..), _) => continue,
+                (Event::Engine(_) | Event::Opened(_), Some(_)) => continue,
+                (e, _) => e,
+            };
             match event {
                 // A reply may have brought a newer state than a notice still queued.
                 Event::Engine(Notice::State { state: s, .. })
@@ -657,12 +739,15 @@ impl Run<'_> {
                         return Ok(code);
                     }
                 }
-                Event::Opened(_) => {}
+                Event::Opened(_) | Event::Task(..) => {}
                 Event::Unreachable(why) => anyhow::bail!("{why}"),
                 Event::Lost(why) => {
                     eprintln!("rein: {why}");
                     // Asking reconnects (a new engine recovers the task), or says why not.
-                    let reply = self.handle.call(Request::State).await?;
+                    let reply = self
+                        .handle
+                        .call_task(self.task.as_deref(), Request::State)
+                        .await?;
                     if reply.state().version > self.state.version {
                         *self.state = reply.state().clone();
                         if let Some(code) = self.on_state()? {
@@ -814,7 +899,7 @@ impl Run<'_> {
                 return Ok(None);
             }
         };
-        match self.handle.call(req).await {
+        match self.handle.call_task(self.task.as_deref(), req).await {
             Ok(reply) => {
                 if let Reply::Steered { constraint_id, .. } = &reply {
                     out!("steer {constraint_id} queued")?;

@@ -512,7 +512,18 @@ pub fn sandbox_info(cfg: &EngineConfig) -> state::SandboxInfo {
     }
 }
 
-fn new_task_id() -> String {
+/// Whether `id` has the shape `new_task_id` gives: safe in a ref, a branch and a path.
+pub fn is_task_id(id: &str) -> bool {
+    id.split_once('-').is_some_and(|(stamp, tail)| {
+        !stamp.is_empty()
+            && stamp.bytes().all(|b| b.is_ascii_digit())
+            && tail.len() == 4
+            && tail.bytes().all(|b| b.is_ascii_hexdigit())
+    })
+}
+
+/// A new task's id: when it started (UTC, to the second) and four hex digits.
+pub fn new_task_id() -> String {
     let now = std::time::SystemTime::now();
     let stamp: String = humantime::format_rfc3339_seconds(now)
         .to_string()
@@ -549,6 +560,24 @@ pub fn start(
     cfg: EngineConfig,
     notify: Notify,
 ) -> Result<(Handle, TaskState), ControlError> {
+    start_as(workdir, None, goal, agent_spec, cfg, notify)
+}
+
+/// `start`, under the id `id` when given (a worktree task is named before it starts: its
+/// branch and worktree carry the id); it must be one `new_task_id` made.
+pub fn start_as(
+    workdir: &Path,
+    id: Option<String>,
+    goal: &str,
+    agent_spec: serde_json::Value,
+    cfg: EngineConfig,
+    notify: Notify,
+) -> Result<(Handle, TaskState), ControlError> {
+    if let Some(bad) = id.as_deref().filter(|i| !is_task_id(i)) {
+        return Err(ControlError::BadArgument(format!(
+            "{bad:?} is not a task id (digits, then '-' and four hex digits)"
+        )));
+    }
     if goal.trim().is_empty() {
         return Err(ControlError::BadArgument(
             "the goal is empty: say what the agent should achieve".into(),
@@ -566,7 +595,7 @@ pub fn start(
     }
     let agent = agent::build(&agent_spec, &root, 0, cfg.policy.sandbox)?;
     let base = checkpoint::head_commit(&root)?;
-    let id = new_task_id();
+    let id = id.unwrap_or_else(new_task_id);
     let sandbox = Sandbox::new(&root)?;
     let now = state::now();
     let initial = TaskState {

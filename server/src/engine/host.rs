@@ -15,11 +15,13 @@ use tokio::sync::mpsc;
 
 use super::place::{self, Lock, Place};
 use super::wire::{
-    Answer, Ask, Hello, Settings, ToClient, ToEngine, WhenAlone, WireError, PROTOCOL,
+    Answer, Ask, Hello, Isolation, Settings, ToClient, ToEngine, WhenAlone, WireError, PROTOCOL,
 };
 use super::EngineError;
 use crate::control::{self, Advice, ControlError, Handle, Notice, Reply, Request, UserAction};
 use crate::state::{Status, TaskState};
+
+mod workers;
 
 /// How long an engine waits alone by default before acting on `engine.whenAlone`.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
@@ -119,6 +121,40 @@ enum Event {
     Stopped { client: u64, id: Option<u64> },
     /// The engine ends now (a pause for being alone was refused: ending pauses the task).
     End,
+    /// A worktree task's engine said something.
+    Worker {
+        task: String,
+        heard: super::link::Heard,
+    },
+    /// Any answer for a client.
+    Answer {
+        client: u64,
+        id: Option<u64>,
+        result: Result<Answer, ControlError>,
+    },
+    /// A worktree task's worktree was made (or not); its task starts next.
+    WorktreeMade {
+        client: u64,
+        id: Option<u64>,
+        result: Result<crate::worktree::Registered, ControlError>,
+        goal: String,
+        agent: serde_json::Value,
+        settings: Settings,
+    },
+    /// A worktree task was landed.
+    Landed {
+        client: u64,
+        id: Option<u64>,
+        task: String,
+        landed: Box<crate::worktree::land::Landed>,
+    },
+    /// A worktree task was discarded (or not).
+    Discarded {
+        client: u64,
+        id: Option<u64>,
+        task: String,
+        result: Result<Answer, ControlError>,
+    },
 }
 
 struct Client {
@@ -157,6 +193,16 @@ struct Host {
     alone: Alone,
     generation: u64,
     stopping: bool,
+    /// The worktree tasks, by id.
+    workers: std::collections::BTreeMap<String, workers::Worker>,
+    /// Whether the registered worktree tasks were linked yet.
+    workers_linked: bool,
+    /// Landings' overlaps waiting for the person, by decision id: (task, overlap).
+    overlaps: std::collections::BTreeMap<String, (String, crate::worktree::land::Overlap)>,
+    /// When each open decision (task, id) was first seen, for the queue's order.
+    first_seen: HashMap<(String, String), String>,
+    /// The tasks last sent to clients (None: none sent, or no worktree task then).
+    announced: Option<super::wire::Tasks>,
 }
 
 impl Host {
@@ -175,6 +221,11 @@ impl Host {
             alone: Alone::No,
             generation: 0,
             stopping: false,
+            workers: Default::default(),
+            workers_linked: false,
+            overlaps: Default::default(),
+            first_seen: HashMap::new(),
+            announced: None,
         }
     }
 
@@ -245,12 +296,41 @@ impl Host {
                 return self.check_alone();
             }
             Event::Notice(notice) => {
+                let changed = matches!(notice, Notice::State { .. });
                 if let Notice::State { state, .. } = &notice {
                     self.newer(state);
                 }
                 self.broadcast(&ToClient::Notice(notice));
+                if changed {
+                    self.announce_tasks();
+                }
                 return self.check_alone();
             }
+            Event::Worker { task, heard } => {
+                self.heard(task, heard);
+                return self.check_alone();
+            }
+            Event::Answer { client, id, result } => self.answer(client, id, result),
+            Event::WorktreeMade {
+                client,
+                id,
+                result,
+                goal,
+                agent,
+                settings,
+            } => self.worktree_made(client, id, result, goal, agent, settings),
+            Event::Landed {
+                client,
+                id,
+                task,
+                landed,
+            } => self.landed(client, id, task, landed),
+            Event::Discarded {
+                client,
+                id,
+                task,
+                result,
+            } => self.discarded(client, id, task, result),
             Event::Answered { client, id, result } => {
                 if let Ok(reply) = &result {
                     self.newer(reply.state());
@@ -321,33 +401,65 @@ impl Host {
             );
             return true;
         }
-        let answer = |host: &Host, result: Result<Answer, ControlError>| {
-            if let Some(id) = id {
-                let result = result.map_err(WireError::from);
-                host.send(client, &ToClient::Answer { id, result });
-            }
-        };
         match ask {
             Ask::Open { settings } => {
                 self.take_lifetime(&settings);
                 let result = self.open(&settings).map(|()| Answer::Opened {
                     state: self.state.clone().map(Box::new),
                 });
-                answer(self, result);
+                self.answer(client, id, result);
+                self.announce_tasks();
             }
             Ask::Start {
                 goal,
                 agent,
                 settings,
+                isolation: Isolation::Worktree,
+                carry,
+                ..
             } => {
                 self.take_lifetime(&settings);
-                let result = self.start(&goal, agent, &settings);
-                answer(self, result);
+                if let Err(e) = self.open(&settings) {
+                    self.answer(client, id, Err(e));
+                } else {
+                    self.start_worktree(client, id, goal, agent, settings, carry);
+                }
             }
-            Ask::Control(req) => self.control(client, id, req),
+            Ask::Start {
+                goal,
+                agent,
+                settings,
+                task_id,
+                ..
+            } => {
+                self.take_lifetime(&settings);
+                let result = self.start(&goal, agent, &settings, task_id);
+                self.answer(client, id, result);
+            }
+            Ask::Control(req) => match self.default_task() {
+                Ok(None) => self.control(client, id, req),
+                Ok(Some(task)) => self.task_request(client, id, task, req),
+                Err(e) => self.answer(client, id, Err(e)),
+            },
+            Ask::Task { task_id, request } => self.task_request(client, id, task_id, request),
+            Ask::All(req) => self.all(client, id, req),
+            Ask::Tasks => {
+                let tasks = self.tasks();
+                self.answer(client, id, Ok(Answer::Tasks(tasks)));
+            }
+            Ask::Land {
+                task_id,
+                commit,
+                keep,
+            } => self.land(client, id, task_id, commit, keep),
+            Ask::Discard { task_id, force } => self.discard(client, id, task_id, force),
             Ask::Edit { path, splices } => self.edit(client, path, &splices),
             Ask::Stop => {
                 self.stopping = true;
+                for w in self.workers.values() {
+                    // Each worktree's engine pauses its task and ends too.
+                    drop(w.remote.ask(Ask::Stop));
+                }
                 match self.task.clone() {
                     Some(task) => {
                         let events = self.events.clone();
@@ -368,6 +480,14 @@ impl Host {
         true
     }
 
+    /// Sends `result` to `client` as the answer to `id` (none wanted: nothing sent).
+    fn answer(&self, client: u64, id: Option<u64>, result: Result<Answer, ControlError>) {
+        if let Some(id) = id {
+            let result = result.map_err(WireError::from);
+            self.send(client, &ToClient::Answer { id, result });
+        }
+    }
+
     fn take_lifetime(&mut self, settings: &Settings) {
         self.when_alone = settings.when_alone;
         self.grace = settings
@@ -378,6 +498,7 @@ impl Host {
     /// Opens the repository's current task, when none is open yet: this is where a task an
     /// engine died with is recovered, by whichever engine took the free lock.
     fn open(&mut self, settings: &Settings) -> Result<(), ControlError> {
+        self.link_workers(settings);
         if self.task.is_some() {
             return Ok(());
         }
@@ -395,6 +516,7 @@ impl Host {
         goal: &str,
         agent: serde_json::Value,
         settings: &Settings,
+        task_id: Option<String>,
     ) -> Result<Answer, ControlError> {
         self.open(settings)?;
         if let (Some(_), Some(s)) = (&self.task, &self.state) {
@@ -402,8 +524,9 @@ impl Host {
                 return Err(control::still_active(&s.task.id, s.status));
             }
         }
-        let (handle, state) = control::start(
+        let (handle, state) = control::start_as(
             &self.place.root,
+            task_id,
             goal,
             agent,
             settings.engine(),
@@ -533,11 +656,12 @@ impl Host {
 
     /// Whether the task runs on its own: the agent holds control and is not paused.
     fn task_runs(&self) -> bool {
-        self.task.is_some()
+        let here = self.task.is_some()
             && self
                 .state
                 .as_ref()
-                .is_some_and(|s| matches!(s.status, Status::Running | Status::AwaitingDecision))
+                .is_some_and(|s| matches!(s.status, Status::Running | Status::AwaitingDecision));
+        here || self.workers_run()
     }
 
     /// With no client left: ends the engine when no task runs, else waits out the grace
@@ -574,6 +698,9 @@ impl Host {
         self.alone = Alone::Acted;
         if !self.task_runs() {
             return false;
+        }
+        if self.when_alone == WhenAlone::Pause {
+            self.pause_workers();
         }
         match (self.when_alone, &self.task) {
             (WhenAlone::Pause, Some(task)) => {

@@ -45,6 +45,15 @@ pub enum Heard {
     /// No engine could be reached, or it refused this client; the text says why and what to
     /// do. The next request tries again.
     Unreachable(String),
+    /// A notice of a worktree task.
+    TaskNotice {
+        /// Which task.
+        task_id: String,
+        /// What happened.
+        notice: Notice,
+    },
+    /// The working tree's tasks, after one of them changed.
+    Tasks(super::wire::Tasks),
     /// The answer to `Remote::ask_in_order` under `tag`, in its place among the notices: a
     /// client hears the answer before the notices of what happened after it.
     Answer {
@@ -118,6 +127,24 @@ impl Remote {
     /// Sends a request and waits for its reply.
     pub async fn call(&self, req: Request) -> Result<Reply, ControlError> {
         self.send(req).await.unwrap_or(Err(ControlError::Gone))
+    }
+
+    /// Sends a request to task `task` (a worktree task), or to the default task when None,
+    /// and waits for its reply.
+    pub async fn call_task(&self, task: Option<&str>, req: Request) -> Result<Reply, ControlError> {
+        let Some(task_id) = task else {
+            return self.call(req).await;
+        };
+        let ask = Ask::Task {
+            task_id: task_id.to_owned(),
+            request: req,
+        };
+        match self.ask(ask).await.unwrap_or(Err(ControlError::Gone))? {
+            Answer::Reply(r) => Ok(r),
+            other => Err(ControlError::Remote(format!(
+                "the Rein engine answered with {other:?}"
+            ))),
+        }
     }
 
     /// Sends a request whose reply nobody needs (buffer updates).
@@ -267,6 +294,10 @@ async fn link(
                         }
                     }
                     Ok(ToClient::Notice(n)) => listen(Heard::Notice(n)),
+                    Ok(ToClient::TaskNotice { task_id, notice }) => {
+                        listen(Heard::TaskNotice { task_id, notice })
+                    }
+                    Ok(ToClient::Tasks(t)) => listen(Heard::Tasks(t)),
                     Ok(ToClient::Bye { reason }) => {
                         bye = true;
                         tracing::info!("the Rein engine says: {reason}");

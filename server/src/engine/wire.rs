@@ -13,7 +13,7 @@ use crate::gc::Retention;
 use crate::state::TaskState;
 
 /// Bumped when a message changes shape: a client and an engine of different protocols part.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// What a client sends.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -57,7 +57,8 @@ pub enum Ask {
         /// The settings a recovered task runs under, and the engine's lifetime settings.
         settings: Settings,
     },
-    /// Start a task (refused while one is still active).
+    /// Start a task: in place (refused while one is still active there) or in a worktree of
+    /// its own (any number at once).
     Start {
         /// What the agent should achieve.
         goal: String,
@@ -65,9 +66,49 @@ pub enum Ask {
         agent: serde_json::Value,
         /// The settings the task runs under.
         settings: Settings,
+        /// Where it runs.
+        #[serde(default)]
+        isolation: Isolation,
+        /// A worktree task starts from the person's uncommitted changes too.
+        #[serde(default)]
+        carry: bool,
+        /// The id to start it under (the repository's engine names a worktree task before
+        /// its worktree's engine starts it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task_id: Option<String>,
     },
-    /// A control request on the open task.
+    /// A control request on the default task: the in-place one, else the only one.
     Control(Request),
+    /// A control request on the task `task_id`.
+    Task {
+        /// Which task.
+        task_id: String,
+        /// What is asked of it.
+        request: Request,
+    },
+    /// The same request of every task that takes it now (pause all, resume all, steer all).
+    All(Request),
+    /// Every task of the working tree, and the open decisions across them, oldest first.
+    Tasks,
+    /// Bring a worktree task's work into the working tree it was made from.
+    Land {
+        /// Which task.
+        task_id: String,
+        /// Commit what landed on the current branch (else: left as uncommitted changes).
+        #[serde(default)]
+        commit: bool,
+        /// Keep the worktree and its branch afterwards.
+        #[serde(default)]
+        keep: bool,
+    },
+    /// End a worktree task (aborted if it runs) and remove its worktree and branch.
+    Discard {
+        /// Which task.
+        task_id: String,
+        /// Remove the worktree even though it holds changes its task did not record.
+        #[serde(default)]
+        force: bool,
+    },
     /// Edits to a buffer whose whole text this client sent before (`buffer`), in order: a
     /// keystroke costs its own size on the socket, not the buffer's.
     Edit {
@@ -131,6 +172,16 @@ pub enum ToClient {
     },
     /// Something that happened, sent to every client.
     Notice(Notice),
+    /// Something that happened in a worktree task, sent to every client.
+    TaskNotice {
+        /// Which task.
+        task_id: String,
+        /// What happened.
+        notice: Notice,
+    },
+    /// The tasks changed (one started, ended, asks, or moved on its plan); sent to every
+    /// client while the working tree has worktree tasks.
+    Tasks(Tasks),
     /// The engine is stopping (`rein stop`): nobody should reconnect until asked to.
     Bye {
         /// Why.
@@ -154,11 +205,100 @@ pub enum Answer {
     },
     /// The engine's reply to a control request.
     Reply(Reply),
+    /// Every task, and the decisions waiting across them.
+    Tasks(Tasks),
+    /// What `All` did to each task.
+    All {
+        /// Per task: its id and the reply or why it did not apply.
+        replies: Vec<(String, Result<Reply, WireError>)>,
+    },
+    /// What landing did.
+    Landed(Box<crate::worktree::land::Landed>),
+    /// The worktree task is gone, with its worktree and branch.
+    Discarded {
+        /// Which task.
+        task_id: String,
+    },
     /// The engine stops; the state the task was left in, if any.
     Stopping {
         /// Its state.
         state: Option<Box<TaskState>>,
     },
+}
+
+/// Where a task runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// In the working tree itself (at most one at a time).
+    #[default]
+    None,
+    /// In a linked worktree of its own, on a branch `rein/<task>`.
+    Worktree,
+}
+
+/// The working tree's tasks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tasks {
+    /// The in-place task first, then the worktree tasks in the order they were made.
+    pub tasks: Vec<TaskSummary>,
+    /// The open decisions of every task, oldest first.
+    pub decisions: Vec<QueuedDecision>,
+}
+
+/// One task, in a few fields that cost the same at step 10 and step 10,000.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskSummary {
+    /// Its id.
+    pub task_id: String,
+    /// How people tell it apart: "here" (in place) or "task N".
+    pub name: String,
+    /// Its goal.
+    pub goal: String,
+    /// `running`, `paused`, `done`, … (`starting` before its engine reports).
+    pub status: String,
+    /// Who holds control: `agent` or `human`.
+    pub holder: String,
+    /// Where it runs.
+    pub isolation: Isolation,
+    /// Its branch (a worktree task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// Its worktree (a worktree task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<std::path::PathBuf>,
+    /// Plan items done, and in all.
+    pub plan: (usize, usize),
+    /// Steps taken.
+    pub steps: u64,
+    /// What the last step did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_step: Option<String>,
+    /// Why it is not running, if it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    /// Its open decisions' ids.
+    pub decisions: Vec<String>,
+}
+
+/// An open decision, named by its task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedDecision {
+    /// The task asking.
+    pub task_id: String,
+    /// The task's name ("task 2", "here").
+    pub task: String,
+    /// The decision's id (answer with it and `taskId`).
+    pub decision_id: String,
+    /// The question, prefixed by the task's name.
+    pub question: String,
+    /// Its answers.
+    pub options: Vec<String>,
+    /// When it was first seen (RFC 3339).
+    pub since: String,
 }
 
 /// A refusal or failure, as the engine's `ControlError` crosses the socket.

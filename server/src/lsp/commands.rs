@@ -31,6 +31,9 @@ pub const COMMANDS: &[&str] = &[
     "rein.keepAgentChange",
     "rein.preflight",
     "rein.transcript",
+    "rein.tasks",
+    "rein.land",
+    "rein.discard",
 ];
 
 type Args = Map<String, Value>;
@@ -130,8 +133,17 @@ impl Server {
                 )),
             );
         }
+        match self.task_command(&id, command, &args) {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => return self.respond(id, Err(e)),
+        }
+        let task = match super::tasks::task_arg(&args, command) {
+            Ok(t) => t,
+            Err(e) => return self.respond(id, Err(e)),
+        };
         match self.command(id.clone(), command, &args) {
-            Ok(Some(request)) => self.forward(ReplyTo::Client(id), command, request),
+            Ok(Some(request)) => self.forward_to(ReplyTo::Client(id), command, request, task),
             Ok(None) => {}
             Err(e) => self.respond(id, Err(e)),
         }
@@ -150,7 +162,7 @@ impl Server {
                 return Ok(None);
             }
             "rein.state" => {
-                if self.engine.is_none() {
+                if self.engine.is_none() && self.tasks.is_none() {
                     let root = self.root.clone().map_err(bad)?;
                     let state = control::load(&root).map_err(|e| to_rpc(e, self.editor))?;
                     self.respond(id, Ok(json!({ "state": state })));
@@ -166,7 +178,7 @@ impl Server {
                         .and_then(|n| usize::try_from(n).ok())
                         .ok_or_else(|| bad("rein.transcript: \"since\" must be a whole number (the `next` of the last answer)"))?,
                 };
-                if self.engine.is_none() {
+                if self.engine.is_none() && self.tasks.is_none() {
                     let root = self.root.clone().map_err(bad)?;
                     let t = control::transcript(&root, since).map_err(|e| to_rpc(e, self.editor))?;
                     self.respond(id, Ok(json!(t)));
@@ -321,7 +333,16 @@ impl Server {
             Some(_) => return Err(bad("rein.start: \"agent\" must be an object like {\"kind\": \"script\", \"plan\": \"plan.json\"}")),
             None => None,
         };
-        if self.task_active() {
+        let worktree = match args.get("isolation").and_then(Value::as_str) {
+            None | Some("none") => false,
+            Some("worktree") => true,
+            Some(other) => {
+                return Err(bad(format!(
+                    "rein.start: \"isolation\" is \"none\" or \"worktree\", not {other:?}"
+                )))
+            }
+        };
+        if !worktree && self.task_active() {
             if let Some(s) = &self.state {
                 return Err(to_rpc(
                     control::still_active(&s.task.id, s.status),
@@ -336,6 +357,10 @@ impl Server {
                 super::config::no_agent_message(self.editor),
             ));
         };
+        if worktree {
+            let carry = bool_arg(args, "rein.start", "carry")?;
+            return self.start_worktree(id, goal, agent, carry);
+        }
         let Some(link) = &self.link else {
             return Err(rpc_error(
                 ErrorCode::RequestFailed,
@@ -346,6 +371,9 @@ impl Server {
             goal,
             agent,
             settings: self.config.settings(),
+            isolation: crate::engine::wire::Isolation::None,
+            carry: false,
+            task_id: None,
         };
         let link = link.clone();
         let tag = self.await_engine(Awaited::Start(id));

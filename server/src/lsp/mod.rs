@@ -14,6 +14,7 @@ pub mod editor;
 pub mod log;
 mod server;
 mod sync;
+mod tasks;
 pub mod transport;
 
 pub use commands::COMMANDS;

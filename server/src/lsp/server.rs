@@ -35,6 +35,9 @@ pub(super) enum Awaited {
     Reply { to: ReplyTo, command: String },
     /// `rein.start`, answering this client request.
     Start(RequestId),
+    /// A request about the tasks (`rein.tasks`, `rein.land`, a worktree task's start, …):
+    /// its answer goes to the client as it is.
+    Answer(RequestId),
 }
 
 fn unexpected(a: &Answer) -> ControlError {
@@ -167,6 +170,8 @@ pub(super) struct Server {
     /// Who waits for which answer of the engine, by tag.
     awaited: HashMap<u64, Awaited>,
     next_tag: u64,
+    /// The working tree's tasks, as the engine last said (only while it has worktree tasks).
+    pub(super) tasks: Option<crate::engine::wire::Tasks>,
     pub(super) state: Option<TaskState>,
     /// What the client was last sent of the state.
     synced: Synced,
@@ -236,6 +241,7 @@ pub fn run(
         waiting_for_engine: None,
         engine_buffers: HashSet::new(),
         awaited: HashMap::new(),
+        tasks: None,
         next_tag: 0,
         state: None,
         synced: Synced::default(),
@@ -371,7 +377,39 @@ impl Server {
 
     /// Sends `req` to the engine; its reply comes back to the loop as an event.
     pub(super) fn forward(&mut self, to: ReplyTo, command: &str, req: Request) {
-        let Some(engine) = self.engine.clone() else {
+        self.forward_to(to, command, req, None);
+    }
+
+    /// `forward`, to task `task` when named (a worktree task), else the default task.
+    pub(super) fn forward_to(
+        &mut self,
+        to: ReplyTo,
+        command: &str,
+        req: Request,
+        task: Option<String>,
+    ) {
+        if let (Some(task_id), Some(link)) = (task.clone(), self.link.clone()) {
+            let tag = self.await_engine(Awaited::Reply {
+                to,
+                command: command.to_owned(),
+            });
+            link.ask_in_order(
+                Ask::Task {
+                    task_id,
+                    request: req,
+                },
+                tag,
+            );
+            return;
+        }
+        let engine = self.engine.clone().or_else(|| {
+            // No task here, but worktree tasks: the engine picks the only one, or says which.
+            self.tasks
+                .as_ref()
+                .filter(|t| !t.tasks.is_empty())
+                .and(self.link.clone())
+        });
+        let Some(engine) = engine else {
             let err = ControlError::NotNow(
                 Advice::text("no task is active; start one with ").action(UserAction::Start),
             );
@@ -408,6 +446,15 @@ impl Server {
                     other => Err(unexpected(&other)),
                 });
                 self.on_started(id, result);
+            }
+            Some(Awaited::Answer(id)) => {
+                let value = result
+                    .map_err(|e| super::commands::to_rpc(e, self.editor))
+                    .and_then(|a| {
+                        super::tasks::answer_value(a)
+                            .map_err(|e| rpc_error(ErrorCode::InternalError, e.to_string()))
+                    });
+                self.respond(id, value);
             }
             None => {}
         }
@@ -659,6 +706,8 @@ impl Server {
             }
             Heard::Unreachable(why) => self.show(MessageType::ERROR, &format!("Rein: {why}")),
             Heard::Answer { tag, result } => self.on_answer(tag, result),
+            Heard::Tasks(tasks) => self.on_tasks(tasks),
+            Heard::TaskNotice { task_id, notice } => self.on_task_notice(&task_id, notice),
         }
     }
 

@@ -18,7 +18,7 @@ const DIFF_BUDGET: Duration = Duration::from_secs(2);
 const CONTEXT: usize = 3;
 
 /// One overlapping region where the human and the agent changed the same lines differently.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConflictHunk {
     /// The region as the agent last saw it.
     pub base: String,

@@ -1,0 +1,745 @@
+//! The engine's worktree tasks. Each runs in its own linked worktree under that worktree's own
+//! engine (so its sandbox, checkpoints, state and recovery are exactly an in-place task's);
+//! this engine makes the worktree, starts the task there, links to it as a client and speaks
+//! for it: requests naming the task go to it, its notices go to every client named by task,
+//! and the summary of all tasks (`Tasks`) goes out whenever one of them changes. Landing and
+//! discarding end with the worktree engine stopped and the worktree removed. A worktree
+//! engine outlives this one (`keep-running`): after a crash, the next engine links every
+//! registered worktree again, whose engine recovers its task if it died too.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{Event, Host};
+use crate::control::{self, ControlError, Notice, Reply, Request};
+use crate::engine::link::{Heard, Remote};
+use crate::engine::place::Place;
+use crate::engine::wire::{
+    Answer, Ask, Isolation, QueuedDecision, Settings, TaskSummary, Tasks, WhenAlone, WireError,
+};
+use crate::state::{Holder, PlanStatus, Status, TaskState};
+use crate::worktree::{self, land, Registered};
+
+/// A worktree task, as this engine knows it.
+pub(super) struct Worker {
+    pub(super) reg: Registered,
+    pub(super) remote: Remote,
+    pub(super) state: Option<TaskState>,
+}
+
+fn summary(
+    task_id: &str,
+    name: String,
+    goal: &str,
+    state: Option<&TaskState>,
+    reg: Option<&Registered>,
+) -> TaskSummary {
+    let (status, holder) = match state {
+        Some(s) => (
+            s.status.as_str().to_owned(),
+            match s.control.holder {
+                Holder::Agent => "agent",
+                Holder::Human => "human",
+                Holder::None => "nobody",
+            }
+            .to_owned(),
+        ),
+        None => ("starting".to_owned(), "agent".to_owned()),
+    };
+    let plan = state.map_or((0, 0), |s| {
+        let done = s
+            .plan
+            .iter()
+            .filter(|p| p.status == PlanStatus::Done)
+            .count();
+        (done, s.plan.len())
+    });
+    TaskSummary {
+        task_id: task_id.to_owned(),
+        name,
+        goal: state.map_or(goal, |s| s.task.goal.as_str()).to_owned(),
+        status,
+        holder,
+        isolation: if reg.is_some() {
+            Isolation::Worktree
+        } else {
+            Isolation::None
+        },
+        branch: reg.map(|r| r.branch.clone()),
+        worktree: reg.map(|r| r.path.clone()),
+        plan,
+        steps: state.map_or(0, |s| s.steps_omitted + s.steps.len() as u64),
+        last_step: state.and_then(|s| s.steps.last().map(|st| st.action.clone())),
+        stop_reason: state.and_then(|s| s.stop_reason.clone()),
+        decisions: state.map_or_else(Vec::new, |s| {
+            s.decisions.iter().map(|d| d.id.clone()).collect()
+        }),
+    }
+}
+
+impl Host {
+    /// Links every registered worktree task of this working tree (once per engine).
+    pub(super) fn link_workers(&mut self, settings: &Settings) {
+        if self.workers_linked {
+            return;
+        }
+        self.workers_linked = true;
+        let regs = match worktree::list(&self.place.root) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("cannot read the worktree tasks: {e}");
+                return;
+            }
+        };
+        for reg in regs {
+            if !reg.path.is_dir() {
+                tracing::info!(
+                    "{}'s worktree {} is gone; `rein gc` lets it go",
+                    reg.name(),
+                    reg.path.display()
+                );
+                continue;
+            }
+            self.link(reg, settings);
+        }
+    }
+
+    /// Joins the engine of `reg`'s worktree (starting it: it recovers its task).
+    fn link(&mut self, reg: Registered, settings: &Settings) {
+        let place = match Place::of(&reg.path) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!("{}: {e}", reg.name());
+                return;
+            }
+        };
+        let events = self.events.clone();
+        let task = reg.task_id.clone();
+        let listen = Arc::new(move |heard| {
+            let _ = events.send(Event::Worker {
+                task: task.clone(),
+                heard,
+            });
+        });
+        let mut settings = settings.clone();
+        // Alone, a worktree's engine runs its task on: this engine pauses it when it should.
+        settings.when_alone = WhenAlone::KeepRunning;
+        // What its state file says, until its engine reports (a finished task's engine has
+        // nothing newer to say).
+        let state = control::load(&reg.path)
+            .ok()
+            .flatten()
+            .filter(|s| s.task.id == reg.task_id);
+        let remote = Remote::open(place, "engine", settings, true, listen);
+        self.workers
+            .insert(reg.task_id.clone(), Worker { reg, remote, state });
+    }
+
+    /// Makes a worktree and starts the task in it; the answer goes to `client`'s `id`.
+    pub(super) fn start_worktree(
+        &mut self,
+        client: u64,
+        id: Option<u64>,
+        goal: String,
+        agent: serde_json::Value,
+        settings: Settings,
+        carry: bool,
+    ) {
+        if goal.trim().is_empty() {
+            self.answer(
+                client,
+                id,
+                Err(ControlError::BadArgument(
+                    "the goal is empty: say what the agent should achieve".into(),
+                )),
+            );
+            return;
+        }
+        let root = self.place.root.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let task_id = control::new_task_id();
+            let made = tokio::task::spawn_blocking({
+                let goal = goal.clone();
+                move || worktree::create(&root, &task_id, &goal, carry)
+            })
+            .await;
+            let result = match made {
+                Ok(Ok(reg)) => Ok(reg),
+                Ok(Err(e)) => Err(ControlError::Remote(format!(
+                    "cannot make the task's worktree: {e}"
+                ))),
+                Err(e) => Err(ControlError::Remote(e.to_string())),
+            };
+            let _ = events.send(Event::WorktreeMade {
+                client,
+                id,
+                result,
+                goal,
+                agent,
+                settings,
+            });
+        });
+    }
+
+    /// The worktree exists: link its engine and start the task there.
+    pub(super) fn worktree_made(
+        &mut self,
+        client: u64,
+        id: Option<u64>,
+        result: Result<Registered, ControlError>,
+        goal: String,
+        agent: serde_json::Value,
+        settings: Settings,
+    ) {
+        let reg = match result {
+            Ok(r) => r,
+            Err(e) => return self.answer(client, id, Err(e)),
+        };
+        let task_id = reg.task_id.clone();
+        tracing::info!("{} ({task_id}) runs in {}", reg.name(), reg.path.display());
+        self.link(reg, &settings);
+        self.announce_tasks();
+        let Some(w) = self.workers.get(&task_id) else {
+            return;
+        };
+        let rx = w.remote.ask(Ask::Start {
+            goal,
+            agent,
+            settings,
+            isolation: Isolation::None,
+            carry: false,
+            task_id: Some(task_id),
+        });
+        self.answer_later(client, id, rx);
+    }
+
+    /// Sends `rx`'s answer, when it comes, to `client`'s `id`.
+    pub(super) fn answer_later(
+        &self,
+        client: u64,
+        id: Option<u64>,
+        rx: tokio::sync::oneshot::Receiver<Result<Answer, ControlError>>,
+    ) {
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let result = rx.await.unwrap_or(Err(ControlError::Gone));
+            let _ = events.send(Event::Answer { client, id, result });
+        });
+    }
+
+    /// What a worktree task's engine said.
+    pub(super) fn heard(&mut self, task: String, heard: Heard) {
+        let Some(w) = self.workers.get_mut(&task) else {
+            return;
+        };
+        match heard {
+            Heard::Opened(Ok(Some(state))) => {
+                w.state = Some(*state.clone());
+                self.broadcast(&crate::engine::wire::ToClient::TaskNotice {
+                    task_id: task,
+                    notice: Notice::State {
+                        state,
+                        base: 0,
+                        steps_from: 0,
+                    },
+                });
+            }
+            Heard::Opened(Ok(None)) => {}
+            Heard::Opened(Err(e)) => tracing::warn!("{}: {e}", w.reg.name()),
+            Heard::Notice(notice) => {
+                if let Notice::State { state, .. } = &notice {
+                    let stale = w.state.as_ref().is_some_and(|old| {
+                        old.task.id == state.task.id && old.version > state.version
+                    });
+                    if !stale {
+                        w.state = Some((**state).clone());
+                    }
+                }
+                self.broadcast(&crate::engine::wire::ToClient::TaskNotice {
+                    task_id: task,
+                    notice,
+                });
+            }
+            Heard::Lost(why) | Heard::Unreachable(why) => {
+                tracing::info!("{}: {why}", w.reg.name());
+            }
+            Heard::TaskNotice { .. } | Heard::Tasks(_) | Heard::Answer { .. } => {}
+        }
+        self.announce_tasks();
+    }
+
+    /// Every task's summary and the decisions waiting across them, oldest first.
+    pub(super) fn tasks(&mut self) -> Tasks {
+        let mut tasks = Vec::new();
+        if let Some(s) = &self.state {
+            tasks.push(summary(&s.task.id, "here".into(), "", Some(s), None));
+        }
+        for w in self.workers.values() {
+            tasks.push(summary(
+                &w.reg.task_id,
+                w.reg.name(),
+                &w.reg.goal,
+                w.state.as_ref(),
+                Some(&w.reg),
+            ));
+        }
+        let mut decisions = Vec::new();
+        let open = self.state.iter().map(|s| (s, "here".to_owned())).chain(
+            self.workers
+                .values()
+                .filter_map(|w| w.state.as_ref().map(|s| (s, w.reg.name()))),
+        );
+        for (s, name) in open {
+            for d in &s.decisions {
+                let since = self
+                    .first_seen
+                    .entry((s.task.id.clone(), d.id.clone()))
+                    .or_insert_with(crate::state::now)
+                    .clone();
+                let question = if name == "here" {
+                    d.question.clone()
+                } else {
+                    format!("{name}: {}", d.question)
+                };
+                decisions.push(QueuedDecision {
+                    task_id: s.task.id.clone(),
+                    task: name.clone(),
+                    decision_id: d.id.clone(),
+                    question,
+                    options: d.options.clone(),
+                    since,
+                });
+            }
+        }
+        for (id, (task, o)) in &self.overlaps {
+            let name = self
+                .workers
+                .get(task)
+                .map_or_else(|| "a landed task".to_owned(), |w| w.reg.name());
+            let since = self
+                .first_seen
+                .entry((task.clone(), id.clone()))
+                .or_insert_with(crate::state::now)
+                .clone();
+            decisions.push(QueuedDecision {
+                task_id: task.clone(),
+                task: name.clone(),
+                decision_id: id.clone(),
+                question: format!(
+                    "{name}'s change to {} overlaps yours: your side was kept. Keep it, or take the agent's side of the overlap?",
+                    o.path
+                ),
+                options: land::OVERLAP_OPTIONS.iter().map(|s| (*s).to_owned()).collect(),
+                since,
+            });
+        }
+        decisions.sort_by(|a, b| a.since.cmp(&b.since));
+        // Only the decisions still open are remembered.
+        let open: std::collections::HashSet<(String, String)> = decisions
+            .iter()
+            .map(|d| (d.task_id.clone(), d.decision_id.clone()))
+            .collect();
+        self.first_seen.retain(|k, _| open.contains(k));
+        Tasks { tasks, decisions }
+    }
+
+    /// Sends every client the tasks, when they changed and there are worktree tasks (or were).
+    pub(super) fn announce_tasks(&mut self) {
+        if self.workers.is_empty() && self.announced.is_none() {
+            return;
+        }
+        let now = self.tasks();
+        if self.announced.as_ref() == Some(&now) {
+            return;
+        }
+        self.announced = (!self.workers.is_empty()).then(|| now.clone());
+        self.broadcast(&crate::engine::wire::ToClient::Tasks(now));
+    }
+
+    /// Which task a request without a task id is for: the in-place one, else the only one.
+    pub(super) fn default_task(&self) -> Result<Option<String>, ControlError> {
+        if self.task.is_some() || self.workers.is_empty() {
+            return Ok(None);
+        }
+        if self.workers.len() == 1 {
+            return Ok(self.workers.keys().next().cloned());
+        }
+        Err(ControlError::BadArgument(format!(
+            "this working tree has {} tasks; name one (taskId): {}",
+            self.workers.len(),
+            self.workers
+                .values()
+                .map(|w| format!("{} {}", w.reg.name(), w.reg.task_id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )))
+    }
+
+    /// A control request for task `task`.
+    pub(super) fn task_request(
+        &mut self,
+        client: u64,
+        id: Option<u64>,
+        task: String,
+        req: Request,
+    ) {
+        if self.state.as_ref().is_some_and(|s| s.task.id == task) {
+            return self.control(client, id, req);
+        }
+        if let Request::Decide {
+            decision_id,
+            choice,
+        } = &req
+        {
+            if self.overlaps.contains_key(decision_id) {
+                return self.settle(client, id, decision_id.clone(), choice.clone());
+            }
+        }
+        let Some(w) = self.workers.get(&task) else {
+            return self.answer(
+                client,
+                id,
+                Err(ControlError::BadArgument(format!(
+                    "no task {task} in this working tree; `rein tasks` lists them"
+                ))),
+            );
+        };
+        match id {
+            None => w.remote.tell(req),
+            Some(_) => {
+                let rx = w.remote.send(req);
+                let events = self.events.clone();
+                tokio::spawn(async move {
+                    let result = rx.await.unwrap_or(Err(ControlError::Gone));
+                    let _ = events.send(Event::Answered { client, id, result });
+                });
+            }
+        }
+    }
+
+    /// The same request of every task that is not over; each one's reply or refusal.
+    pub(super) fn all(&mut self, client: u64, id: Option<u64>, req: Request) {
+        let mut asked: Vec<(
+            String,
+            tokio::sync::oneshot::Receiver<Result<Reply, ControlError>>,
+        )> = Vec::new();
+        if let (Some(task), Some(s)) = (&self.task, &self.state) {
+            if !s.status.is_terminal() {
+                asked.push((s.task.id.clone(), task.send(req.clone())));
+            }
+        }
+        for (task, w) in &self.workers {
+            if w.state.as_ref().is_some_and(|s| s.status.is_terminal()) {
+                continue;
+            }
+            asked.push((task.clone(), w.remote.send(req.clone())));
+        }
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            // Sent to all before any answer is awaited: the freezes happen together.
+            let mut replies = Vec::new();
+            for (task, rx) in asked {
+                let r = rx.await.unwrap_or(Err(ControlError::Gone));
+                replies.push((task, r.map_err(WireError::from)));
+            }
+            let _ = events.send(Event::Answer {
+                client,
+                id,
+                result: Ok(Answer::All { replies }),
+            });
+        });
+    }
+
+    /// Lands worktree task `task` into this working tree.
+    pub(super) fn land(
+        &mut self,
+        client: u64,
+        id: Option<u64>,
+        task: String,
+        commit: bool,
+        keep: bool,
+    ) {
+        let Some(w) = self.workers.get(&task) else {
+            return self.answer(client, id, Err(unknown(&task)));
+        };
+        if let Some(s) = &w.state {
+            if matches!(s.status, Status::Running | Status::AwaitingDecision) {
+                return self.answer(
+                    client,
+                    id,
+                    Err(ControlError::NotNow(crate::control::Advice::text(format!(
+                        "{} is still {}: pause it or let it finish, then land it",
+                        w.reg.name(),
+                        s.status.as_str()
+                    )))),
+                );
+            }
+        }
+        if self
+            .state
+            .as_ref()
+            .is_some_and(|s| matches!(s.status, Status::Running | Status::AwaitingDecision))
+        {
+            return self.answer(
+                client,
+                id,
+                Err(ControlError::NotNow(crate::control::Advice::text(
+                    "the task here is running: its agent would meet the landed files mid-step; pause it or let it finish, then land",
+                ))),
+            );
+        }
+        // The person's unsaved text stands in for their files, as at handback.
+        let mut unsaved = BTreeMap::new();
+        for c in self.clients.values() {
+            for (path, rope) in &c.buffers {
+                unsaved.insert(path.clone(), rope.to_string());
+            }
+        }
+        let reg = w.reg.clone();
+        let goal = w
+            .state
+            .as_ref()
+            .map_or(reg.goal.clone(), |s| s.task.goal.clone());
+        let remote = w.remote.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let landed = tokio::task::spawn_blocking({
+                let reg = reg.clone();
+                move || -> Result<land::Landed, worktree::WorktreeError> {
+                    let ckpt = crate::checkpoint::Checkpoints::open_read_only(
+                        &reg.path,
+                        &reg.task_id,
+                        Some(&reg.base),
+                    )
+                    .map_err(|e| worktree::WorktreeError::Git(e.to_string()))?;
+                    let start = ckpt
+                        .list()
+                        .map_err(|e| worktree::WorktreeError::Git(e.to_string()))?
+                        .last()
+                        .map(|c| c.id.clone());
+                    let mut landed = land::land(&reg, start.as_deref(), &unsaved)?;
+                    let written = landed.written();
+                    if commit && !written.is_empty() {
+                        let message = format!(
+                            "{goal}\n\nLanded by Rein from {} ({}).",
+                            reg.branch, reg.task_id
+                        );
+                        landed.commit = Some(land::commit(&reg.from, &written, &message)?);
+                    }
+                    Ok(landed)
+                }
+            })
+            .await;
+            let mut landed = match landed {
+                Ok(Ok(l)) => l,
+                Ok(Err(e)) => {
+                    let _ = events.send(Event::Answer {
+                        client,
+                        id,
+                        result: Err(ControlError::Remote(format!("cannot land: {e}"))),
+                    });
+                    return;
+                }
+                Err(e) => {
+                    let _ = events.send(Event::Answer {
+                        client,
+                        id,
+                        result: Err(ControlError::Remote(e.to_string())),
+                    });
+                    return;
+                }
+            };
+            let whole = landed.failed.is_empty() && landed.unsaved.is_empty();
+            if !keep && whole {
+                landed.removed = end_worktree(&remote, &reg, true).await.is_ok();
+            }
+            let _ = events.send(Event::Landed {
+                client,
+                id,
+                task: reg.task_id.clone(),
+                landed: Box::new(landed),
+            });
+        });
+    }
+
+    /// Landing finished: its overlaps wait as decisions; a removed task is gone.
+    pub(super) fn landed(
+        &mut self,
+        client: u64,
+        id: Option<u64>,
+        task: String,
+        landed: Box<land::Landed>,
+    ) {
+        for o in &landed.overlaps {
+            self.overlaps
+                .insert(o.decision_id.clone(), (task.clone(), o.clone()));
+        }
+        let name = self
+            .workers
+            .get(&task)
+            .map_or_else(|| task.clone(), |w| w.reg.name());
+        if landed.removed {
+            self.workers.remove(&task);
+        }
+        for path in landed.written() {
+            self.broadcast(&crate::engine::wire::ToClient::Notice(Notice::Wrote {
+                path,
+            }));
+        }
+        self.broadcast(&crate::engine::wire::ToClient::Notice(Notice::Message {
+            level: crate::control::Level::Info,
+            text: crate::control::Advice::text(landed.summary(&name)),
+        }));
+        self.announce_tasks();
+        self.answer(client, id, Ok(Answer::Landed(landed)));
+    }
+
+    /// Answers a landing's overlap.
+    fn settle(&mut self, client: u64, id: Option<u64>, decision: String, choice: String) {
+        let Some((_, overlap)) = self.overlaps.get(&decision) else {
+            return;
+        };
+        match land::settle(&self.place.root, overlap, &choice) {
+            Ok(said) => {
+                let path = overlap.path.clone();
+                self.overlaps.remove(&decision);
+                if choice != land::OVERLAP_OPTIONS[0] {
+                    self.broadcast(&crate::engine::wire::ToClient::Notice(Notice::Wrote {
+                        path,
+                    }));
+                }
+                self.broadcast(&crate::engine::wire::ToClient::Notice(Notice::Message {
+                    level: crate::control::Level::Info,
+                    text: crate::control::Advice::text(said),
+                }));
+                self.announce_tasks();
+                match &self.state {
+                    Some(s) => {
+                        let reply = Reply::State(Box::new(s.clone()));
+                        self.answer(client, id, Ok(Answer::Reply(reply)));
+                    }
+                    None => {
+                        let tasks = self.tasks();
+                        self.answer(client, id, Ok(Answer::Tasks(tasks)));
+                    }
+                }
+            }
+            Err(e) => self.answer(client, id, Err(ControlError::BadArgument(e.to_string()))),
+        }
+    }
+
+    /// Ends worktree task `task` (aborting it if it runs) and removes its worktree.
+    pub(super) fn discard(&mut self, client: u64, id: Option<u64>, task: String, force: bool) {
+        let Some(w) = self.workers.get(&task) else {
+            return self.answer(client, id, Err(unknown(&task)));
+        };
+        let reg = w.reg.clone();
+        let remote = w.remote.clone();
+        let running = w.state.as_ref().is_none_or(|s| !s.status.is_terminal());
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            if running {
+                let _ = remote
+                    .call(Request::Abort {
+                        keep_changes: false,
+                    })
+                    .await;
+            }
+            let result = end_worktree(&remote, &reg, force)
+                .await
+                .map(|()| Answer::Discarded {
+                    task_id: reg.task_id.clone(),
+                });
+            let _ = events.send(Event::Discarded {
+                client,
+                id,
+                task: reg.task_id.clone(),
+                result,
+            });
+        });
+    }
+
+    /// Discarding finished.
+    pub(super) fn discarded(
+        &mut self,
+        client: u64,
+        id: Option<u64>,
+        task: String,
+        result: Result<Answer, ControlError>,
+    ) {
+        if result.is_ok() {
+            self.workers.remove(&task);
+            self.overlaps.retain(|_, (t, _)| *t != task);
+            self.announce_tasks();
+        }
+        self.answer(client, id, result);
+    }
+
+    /// Pauses every worktree task (the grace period is over, or the engine stops).
+    pub(super) fn pause_workers(&self) {
+        for w in self.workers.values() {
+            if w.state
+                .as_ref()
+                .is_some_and(|s| matches!(s.status, Status::Running | Status::AwaitingDecision))
+            {
+                w.remote.tell(Request::Pause);
+            }
+        }
+    }
+
+    /// Whether a worktree task runs on its own.
+    pub(super) fn workers_run(&self) -> bool {
+        self.workers.values().any(|w| {
+            w.state
+                .as_ref()
+                .is_none_or(|s| matches!(s.status, Status::Running | Status::AwaitingDecision))
+        })
+    }
+}
+
+fn unknown(task: &str) -> ControlError {
+    ControlError::BadArgument(format!(
+        "no worktree task {task} in this working tree; `rein tasks` lists them"
+    ))
+}
+
+/// Stops the worktree's engine, then removes the worktree, its branch and its record.
+async fn end_worktree(remote: &Remote, reg: &Registered, force: bool) -> Result<(), ControlError> {
+    let reg = reg.clone();
+    // What removing would lose is judged against the task's newest checkpoint.
+    let tip = {
+        let reg = reg.clone();
+        tokio::task::spawn_blocking(move || {
+            crate::checkpoint::Checkpoints::open_read_only(&reg.path, &reg.task_id, Some(&reg.base))
+                .ok()
+                .and_then(|c| c.tip().ok().flatten())
+        })
+        .await
+        .ok()
+        .flatten()
+    };
+    if !force {
+        let name = reg.name();
+        let reg = reg.clone();
+        let tip = tip.clone();
+        let files = tokio::task::spawn_blocking(move || worktree::unrecorded(&reg, tip.as_deref()))
+            .await
+            .map_err(|e| ControlError::Remote(e.to_string()))?
+            .map_err(|e| ControlError::Remote(e.to_string()))?;
+        if !files.is_empty() {
+            return Err(ControlError::NotNow(crate::control::Advice::text(format!(
+                "{name}'s worktree holds changes its task did not record ({}): land them first, or discard with force to remove them",
+                files.join(", ")
+            ))));
+        }
+    }
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        let _ = remote.ask(Ask::Stop).await;
+    })
+    .await;
+    tokio::task::spawn_blocking(move || worktree::remove(&reg, tip.as_deref(), true))
+        .await
+        .map_err(|e| ControlError::Remote(e.to_string()))?
+        .map_err(|e| ControlError::Remote(e.to_string()))
+}
