@@ -375,7 +375,9 @@ impl Lsp {
             "workspace/executeCommand",
             json!({"command": name, "arguments": [arg]}),
         );
-        if let Ok(v) = &r {
+        // A reply about a task named by id (a worktree task's) is not the state followed here.
+        let named = arg.get("taskId").is_some_and(|t| !t.is_null());
+        if let (Ok(v), false) = (&r, named) {
             if let Some(s) = v.get("state").filter(|s| !s.is_null()) {
                 if s["version"].as_u64() >= self.state["version"].as_u64()
                     || self.state.is_null()

@@ -242,6 +242,11 @@ impl Host {
                 break;
             }
         }
+        if self.when_alone == WhenAlone::Pause || self.stopping {
+            for asked in self.stop_workers() {
+                let _ = tokio::time::timeout(Duration::from_secs(5), asked).await;
+            }
+        }
         if let Some(task) = self.task.take() {
             // Written through and released before the process ends.
             let _ =
@@ -456,10 +461,8 @@ impl Host {
             Ask::Edit { path, splices } => self.edit(client, path, &splices),
             Ask::Stop => {
                 self.stopping = true;
-                for w in self.workers.values() {
-                    // Each worktree's engine pauses its task and ends too.
-                    drop(w.remote.ask(Ask::Stop));
-                }
+                // Each worktree's engine pauses its task and ends too.
+                drop(self.stop_workers());
                 match self.task.clone() {
                     Some(task) => {
                         let events = self.events.clone();
@@ -700,7 +703,7 @@ impl Host {
             return false;
         }
         if self.when_alone == WhenAlone::Pause {
-            self.pause_workers();
+            drop(self.stop_workers());
         }
         match (self.when_alone, &self.task) {
             (WhenAlone::Pause, Some(task)) => {

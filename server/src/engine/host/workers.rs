@@ -25,6 +25,9 @@ pub(super) struct Worker {
     pub(super) reg: Registered,
     pub(super) remote: Remote,
     pub(super) state: Option<TaskState>,
+    /// Its engine was asked to stop (this engine is ending, or the person went away): it
+    /// is not waited on; a request for it starts its engine again.
+    pub(super) stopped: bool,
 }
 
 fn summary(
@@ -131,8 +134,15 @@ impl Host {
             .flatten()
             .filter(|s| s.task.id == reg.task_id);
         let remote = Remote::open(place, "engine", settings, true, listen);
-        self.workers
-            .insert(reg.task_id.clone(), Worker { reg, remote, state });
+        self.workers.insert(
+            reg.task_id.clone(),
+            Worker {
+                reg,
+                remote,
+                state,
+                stopped: false,
+            },
+        );
     }
 
     /// Makes a worktree and starts the task in it; the answer goes to `client`'s `id`.
@@ -275,7 +285,9 @@ impl Host {
         if let Some(s) = &self.state {
             tasks.push(summary(&s.task.id, "here".into(), "", Some(s), None));
         }
-        for w in self.workers.values() {
+        let mut made: Vec<&Worker> = self.workers.values().collect();
+        made.sort_by_key(|w| w.reg.n);
+        for w in made {
             tasks.push(summary(
                 &w.reg.task_id,
                 w.reg.name(),
@@ -396,7 +408,7 @@ impl Host {
                 return self.settle(client, id, decision_id.clone(), choice.clone());
             }
         }
-        let Some(w) = self.workers.get(&task) else {
+        let Some(w) = self.workers.get_mut(&task) else {
             return self.answer(
                 client,
                 id,
@@ -405,14 +417,18 @@ impl Host {
                 ))),
             );
         };
+        // Asked again: its engine starts (recovering the task) as the request goes out.
+        w.stopped = false;
         match id {
             None => w.remote.tell(req),
             Some(_) => {
                 let rx = w.remote.send(req);
                 let events = self.events.clone();
                 tokio::spawn(async move {
+                    // Not `Answered`: the state it carries is that task's, not the one here.
                     let result = rx.await.unwrap_or(Err(ControlError::Gone));
-                    let _ = events.send(Event::Answered { client, id, result });
+                    let result = result.map(Answer::Reply);
+                    let _ = events.send(Event::Answer { client, id, result });
                 });
             }
         }
@@ -552,7 +568,7 @@ impl Host {
             };
             let whole = landed.failed.is_empty() && landed.unsaved.is_empty();
             if !keep && whole {
-                landed.removed = end_worktree(&remote, &reg, true).await.is_ok();
+                landed.removed = end_worktree(&remote, &reg, true, false).await.is_ok();
             }
             let _ = events.send(Event::Landed {
                 client,
@@ -639,18 +655,49 @@ impl Host {
         let running = w.state.as_ref().is_none_or(|s| !s.status.is_terminal());
         let events = self.events.clone();
         tokio::spawn(async move {
-            if running {
-                let _ = remote
-                    .call(Request::Abort {
-                        keep_changes: false,
-                    })
-                    .await;
-            }
-            let result = end_worktree(&remote, &reg, force)
-                .await
-                .map(|()| Answer::Discarded {
-                    task_id: reg.task_id.clone(),
+            let state = match running {
+                true => {
+                    remote
+                        .call(Request::Abort {
+                            keep_changes: false,
+                        })
+                        .await
+                }
+                false => remote.call(Request::State).await,
+            };
+            // Abort took back the agent's changes; what the person changed there stays, and
+            // removing the worktree would lose it: asked first.
+            let mut theirs: Vec<String> = state
+                .map(|r| {
+                    r.state()
+                        .human_changes
+                        .iter()
+                        .map(|h| h.path.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            theirs.sort();
+            theirs.dedup();
+            if !force && !theirs.is_empty() {
+                let why = format!(
+                    "{}'s worktree holds your changes ({}): land them first, or discard with force to remove them too",
+                    reg.name(),
+                    theirs.join(", ")
+                );
+                let _ = events.send(Event::Discarded {
+                    client,
+                    id,
+                    task: reg.task_id.clone(),
+                    result: Err(ControlError::NotNow(crate::control::Advice::text(why))),
                 });
+                return;
+            }
+            let result =
+                end_worktree(&remote, &reg, force, running)
+                    .await
+                    .map(|()| Answer::Discarded {
+                        task_id: reg.task_id.clone(),
+                    });
             let _ = events.send(Event::Discarded {
                 client,
                 id,
@@ -676,21 +723,23 @@ impl Host {
         self.answer(client, id, result);
     }
 
-    /// Pauses every worktree task (the grace period is over, or the engine stops).
-    pub(super) fn pause_workers(&self) {
-        for w in self.workers.values() {
-            if w.state
-                .as_ref()
-                .is_some_and(|s| matches!(s.status, Status::Running | Status::AwaitingDecision))
-            {
-                w.remote.tell(Request::Pause);
-            }
+    /// Asks every worktree task's engine to stop (its task is paused first and kept), as this
+    /// engine ends or goes on alone: left alone with `keep-running`, it would run (or wait on
+    /// a question) with nobody to see it. Each answer is awaited, at most a few seconds.
+    pub(super) fn stop_workers(
+        &mut self,
+    ) -> Vec<tokio::sync::oneshot::Receiver<Result<Answer, ControlError>>> {
+        let mut asked = Vec::new();
+        for w in self.workers.values_mut().filter(|w| !w.stopped) {
+            w.stopped = true;
+            asked.push(w.remote.ask(Ask::Stop));
         }
+        asked
     }
 
     /// Whether a worktree task runs on its own.
     pub(super) fn workers_run(&self) -> bool {
-        self.workers.values().any(|w| {
+        self.workers.values().filter(|w| !w.stopped).any(|w| {
             w.state
                 .as_ref()
                 .is_none_or(|s| matches!(s.status, Status::Running | Status::AwaitingDecision))
@@ -705,15 +754,29 @@ fn unknown(task: &str) -> ControlError {
 }
 
 /// Stops the worktree's engine, then removes the worktree, its branch and its record.
-async fn end_worktree(remote: &Remote, reg: &Registered, force: bool) -> Result<(), ControlError> {
+async fn end_worktree(
+    remote: &Remote,
+    reg: &Registered,
+    force: bool,
+    from_start: bool,
+) -> Result<(), ControlError> {
     let reg = reg.clone();
-    // What removing would lose is judged against the task's newest checkpoint.
+    // What removing would lose is judged against the task's newest checkpoint, or, once an
+    // abort took the agent's changes back, against the tree the task started from: what
+    // still differs is not the agent's.
     let tip = {
         let reg = reg.clone();
         tokio::task::spawn_blocking(move || {
-            crate::checkpoint::Checkpoints::open_read_only(&reg.path, &reg.task_id, Some(&reg.base))
-                .ok()
-                .and_then(|c| c.tip().ok().flatten())
+            let c = crate::checkpoint::Checkpoints::open_read_only(
+                &reg.path,
+                &reg.task_id,
+                Some(&reg.base),
+            )
+            .ok()?;
+            match from_start {
+                true => c.list().ok()?.last().map(|i| i.id.clone()),
+                false => c.tip().ok().flatten(),
+            }
         })
         .await
         .ok()

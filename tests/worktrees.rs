@@ -1,0 +1,390 @@
+//! Several agents at once, end to end with the real binary: three scripted tasks in worktrees
+//! of their own plus one in place, under one editor's hand (pause all, steer one, take over
+//! one while the others run, land one over a conflicting edit of the person's, discard one);
+//! kill -9 of every engine with the tasks running, each recovering from its last checkpoint
+//! with no step twice; and nothing left behind (`git worktree list`, branches, records).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rein_e2e::*;
+use serde_json::{json, Value};
+
+/// Live processes whose command line holds `needle`.
+fn pids_with(needle: &str) -> Vec<u32> {
+    processes()
+        .into_iter()
+        .filter(|p| p.state != 'Z' && p.pid != std::process::id() && p.cmdline.contains(needle))
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// A test's worktrees go here (never the person's data dir).
+fn worktrees_env(dir: &Path) -> Vec<(String, String)> {
+    vec![(
+        "REIN_WORKTREES_DIR".to_owned(),
+        dir.to_string_lossy().into_owned(),
+    )]
+}
+
+/// A scripted plan in a file of its own, outside the repository; the agent spec naming it.
+fn plan(dir: &Path, name: &str, steps: Value) -> Value {
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, json!({ "steps": steps }).to_string()).expect("write plan");
+    json!({"kind": "script", "plan": path})
+}
+
+fn tasks(lsp: &mut Lsp) -> Value {
+    lsp.ok("rein.tasks", json!({}))
+}
+
+fn task<'a>(t: &'a Value, id: &str) -> &'a Value {
+    t["tasks"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["taskId"] == id))
+        .unwrap_or_else(|| panic!("no task {id} in {t:#}"))
+}
+
+/// Asks for the tasks until `pred` holds.
+fn until_tasks(lsp: &mut Lsp, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let until = Instant::now() + PATIENCE;
+    loop {
+        let t = tasks(lsp);
+        if pred(&t) {
+            return t;
+        }
+        assert!(
+            Instant::now() < until,
+            "timed out waiting for {what}: {t:#}"
+        );
+        std::thread::sleep(Duration::from_millis(30));
+    }
+}
+
+fn steps_of(t: &Value, id: &str) -> u64 {
+    task(t, id)["steps"].as_u64().unwrap_or(0)
+}
+
+fn start_worktree(lsp: &mut Lsp, goal: &str, agent: Value) -> String {
+    let r = lsp.ok(
+        "rein.start",
+        json!({"goal": goal, "agent": agent, "isolation": "worktree"}),
+    );
+    assert_eq!(r["isolation"], "worktree", "{r:#}");
+    r["taskId"].as_str().expect("a task id").to_owned()
+}
+
+fn worktree_of(t: &Value, id: &str) -> PathBuf {
+    PathBuf::from(task(t, id)["worktree"].as_str().expect("a worktree"))
+}
+
+/// The journal of task `id` in the working tree `root` (its own git dir).
+fn journal(root: &Path, id: &str) -> Vec<Value> {
+    std::fs::read_to_string(
+        git_dir(root)
+            .join("rein/tasks")
+            .join(id)
+            .join("events.jsonl"),
+    )
+    .expect("the journal")
+    .lines()
+    .map(|l| serde_json::from_str(l).expect("a journal line parses"))
+    .collect()
+}
+
+fn landed_writes(events: &[Value], path: &str) -> usize {
+    let action = format!("write {path}");
+    events
+        .iter()
+        .filter(|e| {
+            e["event"] == "step"
+                && e["detail"]["action"] == action
+                && e["detail"]["status"] == "done"
+        })
+        .count()
+}
+
+/// Nothing of the worktree tasks is left: worktrees, branches, records.
+fn nothing_left(root: &Path) {
+    let list = git(root, &["worktree", "list", "--porcelain"]);
+    assert_eq!(
+        list.matches("worktree ").count(),
+        1,
+        "only the person's tree: {list}"
+    );
+    let branches = git(root, &["branch", "--list", "rein/*"]);
+    assert!(branches.trim().is_empty(), "{branches}");
+    let records = git_dir(root).join("rein/worktrees");
+    let left: Vec<_> = std::fs::read_dir(&records)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn three_worktree_tasks_and_one_in_place_run_together_under_one_hand() {
+    let dir = repo(
+        &[("a.txt", "one\ntwo\nthree\n")],
+        json!([
+            {"write": {"path": "here.txt", "content": "here\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let root = dir.path();
+    let plans = tempfile::tempdir().expect("temp dir");
+    let wts = tempfile::tempdir().expect("temp dir");
+    let (mut lsp, _) = Lsp::start_env(
+        root,
+        Lsp::rich_client(),
+        Value::Null,
+        &worktrees_env(wts.path()),
+    );
+    lsp.ok("rein.start", json!({"goal": "work here"}));
+    let a = start_worktree(
+        &mut lsp,
+        "change a",
+        plan(
+            plans.path(),
+            "a",
+            json!([
+                {"write": {"path": "a.txt", "content": "one\nTWO by the agent\nthree\n"}},
+                {"write": {"path": "from-a.txt", "content": "a's file\n"}},
+                {"read": "a.txt", "think_ms": 600000}
+            ]),
+        ),
+    );
+    let b = start_worktree(
+        &mut lsp,
+        "think long",
+        plan(
+            plans.path(),
+            "b",
+            json!([
+                {"write": {"path": "b.txt", "content": "b\n"}},
+                {"read": "a.txt", "think_ms": 600000}
+            ]),
+        ),
+    );
+    let c = start_worktree(
+        &mut lsp,
+        "run a command",
+        plan(
+            plans.path(),
+            "c",
+            json!([
+                {"run": {"cmd": "touch c-made.txt"}},
+                {"run": {"cmd": "sleep 600; echo marker-wt-c"}}
+            ]),
+        ),
+    );
+    // Task 3's command asks first: answered from the one queue, where it names its task.
+    let t = until_tasks(&mut lsp, "task 3's question in the queue", |t| {
+        t["decisions"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d["taskId"] == c))
+    });
+    let asked = t["decisions"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["taskId"] == c))
+        .expect("asked")
+        .clone();
+    assert!(
+        asked["question"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("task 3: "),
+        "{asked:#}"
+    );
+    lsp.ok(
+        "rein.decide",
+        json!({"taskId": c, "decisionId": asked["decisionId"], "choice": asked["options"][0]}),
+    );
+    let t = until_tasks(&mut lsp, "every task at work", |t| {
+        t["tasks"].as_array().is_some_and(|a| a.len() == 4)
+            && steps_of(t, &a) >= 3
+            && steps_of(t, &b) >= 2
+            && !pids_with("marker-wt-c").is_empty()
+    });
+    assert_eq!(task(&t, &a)["name"], "task 1");
+    assert_eq!(task(&t, &c)["name"], "task 3");
+    assert_eq!(t["tasks"][0]["name"], "here", "{t:#}");
+    assert_eq!(task(&t, &a)["branch"], format!("rein/{a}"));
+    // Each runs in its own tree: the person's has none of their files.
+    let wt_a = worktree_of(&t, &a);
+    assert_eq!(read(&wt_a, "from-a.txt"), "a's file\n");
+    assert!(!root.join("from-a.txt").exists() && !root.join("b.txt").exists());
+    assert_eq!(read(root, "here.txt"), "here\n");
+
+    // Pause all: every task, the command of task 3 frozen.
+    let paused = lsp.ok("rein.pause", json!({"all": true}));
+    let replies = paused["tasks"].as_array().expect("replies");
+    assert_eq!(replies.len(), 4, "{paused:#}");
+    // A stop behind a command the person approved lands when it ends (the reply says so by
+    // its state): all four are paused once that has happened.
+    until_tasks(&mut lsp, "all four paused", |t| {
+        t["tasks"]
+            .as_array()
+            .is_some_and(|a| a.iter().all(|s| s["status"] == "paused"))
+    });
+    let frozen = pids_with("marker-wt-c");
+    assert!(!frozen.is_empty());
+    for pid in &frozen {
+        let p = processes()
+            .into_iter()
+            .find(|p| p.pid == *pid)
+            .expect("alive");
+        assert_eq!(p.state, 'T', "{p:?} is frozen by pause all");
+    }
+
+    // Steer one: it reaches that task alone.
+    lsp.ok(
+        "rein.steer",
+        json!({"taskId": b, "text": "keep b.txt short"}),
+    );
+    let sb = lsp.ok("rein.state", json!({"taskId": b}));
+    assert!(
+        sb["state"]["constraints"]
+            .to_string()
+            .contains("keep b.txt short"),
+        "{sb:#}"
+    );
+    let here = lsp.ok("rein.state", json!({}));
+    assert!(!here["state"]["constraints"]
+        .to_string()
+        .contains("keep b.txt short"));
+
+    // Resume all, then take over task 2 while the others run.
+    lsp.ok("rein.resume", json!({"all": true}));
+    lsp.ok("rein.takeover", json!({"taskId": b}));
+    let t = tasks(&mut lsp);
+    assert_eq!(task(&t, &b)["holder"], "human", "{t:#}");
+    for other in [&a, &c] {
+        assert_eq!(task(&t, other)["status"], "running", "{t:#}");
+    }
+    assert_eq!(t["tasks"][0]["status"], "running");
+
+    // Land task 1 over a conflicting edit of the person's: refused while it runs; once
+    // paused, its new file comes in, the overlap keeps the person's line and asks.
+    write(root, "a.txt", "one\ntwo, the person's\nthree\n");
+    let refused = lsp.command("rein.land", json!({"taskId": a}));
+    assert!(refused.is_err(), "{refused:?}");
+    lsp.ok("rein.pause", json!({"taskId": a}));
+    lsp.ok("rein.pause", json!({}));
+    let landed = lsp.ok("rein.land", json!({"taskId": a}));
+    assert_eq!(landed["applied"], json!(["from-a.txt"]), "{landed:#}");
+    assert_eq!(landed["overlaps"][0]["path"], "a.txt", "{landed:#}");
+    assert_eq!(read(root, "a.txt"), "one\ntwo, the person's\nthree\n");
+    assert_eq!(read(root, "from-a.txt"), "a's file\n");
+    assert_eq!(landed["removed"], true);
+    assert!(!wt_a.exists(), "the landed task's worktree is removed");
+    let t = tasks(&mut lsp);
+    let asked = t["decisions"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["taskId"] == a))
+        .unwrap_or_else(|| panic!("the overlap waits in the queue: {t:#}"))
+        .clone();
+    assert!(
+        asked["question"].as_str().unwrap_or("").contains("a.txt"),
+        "{asked:#}"
+    );
+    lsp.ok(
+        "rein.decide",
+        json!({"taskId": a, "decisionId": asked["decisionId"], "choice": "take the agent's"}),
+    );
+    assert_eq!(read(root, "a.txt"), "one\nTWO by the agent\nthree\n");
+
+    // Discard task 3 (its command ends) and task 2 (it holds the person's control: no
+    // change of theirs in its worktree, so it goes).
+    let wt_c = worktree_of(&t, &c);
+    lsp.ok("rein.discard", json!({"taskId": c}));
+    assert!(!wt_c.exists());
+    let until = Instant::now() + PATIENCE;
+    while !pids_with("marker-wt-c").is_empty() {
+        assert!(
+            Instant::now() < until,
+            "task 3's command outlived its discard"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A change of the person's in task 2's worktree stops a plain discard.
+    let wt_b = worktree_of(&t, &b);
+    write(&wt_b, "mine.txt", "the person's\n");
+    let kept = lsp.command("rein.discard", json!({"taskId": b}));
+    let why = format!("{kept:?}");
+    assert!(kept.is_err() && why.contains("mine.txt"), "{why}");
+    assert!(wt_b.exists());
+    lsp.ok("rein.discard", json!({"taskId": b, "force": true}));
+    let t = tasks(&mut lsp);
+    assert_eq!(t["tasks"].as_array().map(Vec::len), Some(1), "{t:#}");
+    nothing_left(root);
+}
+
+#[test]
+fn kill_9_of_every_engine_recovers_each_task_from_its_last_checkpoint() {
+    let dir = repo(
+        &[("a.txt", "a\n")],
+        json!([
+            {"write": {"path": "h1.txt", "content": "1\n"}},
+            {"write": {"path": "h2.txt", "content": "2\n"}},
+            {"read": "a.txt", "think_ms": 600000},
+            {"write": {"path": "h3.txt", "content": "3\n"}}
+        ]),
+    );
+    let root = dir.path();
+    let plans = tempfile::tempdir().expect("temp dir");
+    let wts = tempfile::tempdir().expect("temp dir");
+    let (mut lsp, _) = Lsp::start_env(
+        root,
+        Lsp::rich_client(),
+        Value::Null,
+        &worktrees_env(wts.path()),
+    );
+    lsp.ok("rein.start", json!({"goal": "here"}));
+    let steps = json!([
+        {"write": {"path": "w1.txt", "content": "1\n"}},
+        {"write": {"path": "w2.txt", "content": "2\n"}},
+        {"read": "a.txt", "think_ms": 600000},
+        {"write": {"path": "w3.txt", "content": "3\n"}}
+    ]);
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            let agent = plan(plans.path(), &format!("p{i}"), steps.clone());
+            start_worktree(&mut lsp, &format!("task {i}"), agent)
+        })
+        .collect();
+    let t = until_tasks(&mut lsp, "two writes in every task", |t| {
+        t["tasks"].as_array().is_some_and(|a| a.len() == 4)
+            && ids.iter().all(|id| steps_of(t, id) >= 3)
+            && steps_of(t, t["tasks"][0]["taskId"].as_str().unwrap_or("")) >= 3
+    });
+    let trees: Vec<PathBuf> = ids.iter().map(|id| worktree_of(&t, id)).collect();
+    // Every engine, the person's tree's and each worktree's, as in a crash; the editor's
+    // link connects again and a new engine recovers each task.
+    kill9_engine(root);
+    for tree in &trees {
+        kill9_engine(tree);
+    }
+    let t = until_tasks(&mut lsp, "every task recovered", |t| {
+        t["tasks"]
+            .as_array()
+            .is_some_and(|a| a.len() == 4 && a.iter().all(|s| s["status"] == "paused"))
+    });
+    for id in &ids {
+        assert!(steps_of(&t, id) >= 3, "{t:#}");
+    }
+    // Resumed, each plays on from where it was: no write twice.
+    lsp.ok("rein.resume", json!({"all": true}));
+    for (id, tree) in ids.iter().zip(&trees) {
+        let events = journal(tree, id);
+        for f in ["w1.txt", "w2.txt"] {
+            assert_eq!(landed_writes(&events, f), 1, "{id}: {f} once");
+        }
+    }
+    let here = journal(root, t["tasks"][0]["taskId"].as_str().expect("id"));
+    assert_eq!(landed_writes(&here, "h1.txt"), 1);
+    assert_eq!(landed_writes(&here, "h2.txt"), 1);
+    for id in &ids {
+        lsp.ok("rein.discard", json!({"taskId": id}));
+    }
+    nothing_left(root);
+}
