@@ -949,3 +949,99 @@ fn i_a_file_made_from_a_terminal_while_the_agent_runs_survives_abort_listed_as_u
         actions(s)
     );
 }
+
+// (n) -----------------------------------------------------------------------------------
+
+/// Asks for the tasks until `pred` holds.
+fn tasks_until(lsp: &mut Lsp, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let until = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let t = lsp.ok("rein.tasks", json!({}));
+        if pred(&t) {
+            return t;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting for {what}: {t:#}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn n_claude_code_runs_in_a_worktree_of_its_own_and_its_work_lands_here() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"blocks": [text("I'll write it."), tool("Bash", json!({"command": "printf 'hello\\n' > hello.txt", "description": "Write hello.txt"}))]},
+        {"when": "[tool_result", "blocks": [text("Wrote hello.txt.")]}
+    ]}));
+    let wts = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let mut env = model.env();
+    env.push((
+        "REIN_WORKTREES_DIR".to_owned(),
+        wts.path().display().to_string(),
+    ));
+    let (mut lsp, _) = Lsp::start_env(root, Lsp::rich_client(), Value::Null, &env);
+    let started = lsp.ok(
+        "rein.start",
+        json!({"goal": "write hello.txt", "agent": {"kind": "acp", "command": [harness_bin()]},
+            "isolation": "worktree"}),
+    );
+    let id = started["taskId"].as_str().expect("a task id").to_owned();
+    // Its command asks first (a write by redirection), in the one queue, naming its task.
+    let t = tasks_until(&mut lsp, "the command's question", |t| {
+        t["decisions"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d["taskId"] == id.as_str()))
+    });
+    let d = t["decisions"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["taskId"] == id.as_str()))
+        .expect("asked")
+        .clone();
+    assert!(
+        d["question"].as_str().unwrap_or("").starts_with("task 1: "),
+        "{d:#}"
+    );
+    let allow = d["options"]
+        .as_array()
+        .and_then(|o| {
+            o.iter().find(|o| {
+                o.as_str()
+                    .is_some_and(|o| o.contains("llow") || o.contains("pprove"))
+            })
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("an allowing option: {d:#}"));
+    lsp.ok(
+        "rein.decide",
+        json!({"taskId": id, "decisionId": d["decisionId"], "choice": allow}),
+    );
+    let t = tasks_until(&mut lsp, "the task done", |t| {
+        t["tasks"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|s| s["taskId"] == id.as_str() && s["status"] == "done")
+        })
+    });
+    let tree = t["tasks"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["taskId"] == id.as_str()))
+        .and_then(|s| s["worktree"].as_str())
+        .map(PathBuf::from)
+        .expect("its worktree");
+    assert_eq!(
+        read(&tree, "hello.txt"),
+        "hello\n",
+        "Claude Code wrote in its worktree"
+    );
+    assert!(
+        !root.join("hello.txt").exists(),
+        "and not in the person's tree"
+    );
+    let landed = lsp.ok("rein.land", json!({"taskId": id}));
+    assert_eq!(landed["applied"], json!(["hello.txt"]), "{landed:#}");
+    assert_eq!(read(root, "hello.txt"), "hello\n");
+    assert!(!tree.exists(), "the landed task's worktree is removed");
+}

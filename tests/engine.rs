@@ -588,7 +588,7 @@ fn a_connection_from_another_user_is_refused() {
     a.engine_pid();
     let socket = git_dir(root).join("rein/engine.sock");
     let client = format!(
-        "import socket\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ntry:\n  s.sendall(b'{{\"hello\":{{\"protocol\":1,\"version\":\"x\",\"client\":\"t\"}}}}\\n')\nexcept BrokenPipeError:\n  pass\nprint(s.makefile().readline())",
+        "import socket\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ntry:\n  s.sendall(b'{{\"hello\":{{\"protocol\":2,\"version\":\"x\",\"client\":\"t\"}}}}\\n')\nexcept BrokenPipeError:\n  pass\nprint(s.makefile().readline())",
         socket.to_str().unwrap()
     );
     let as_root = Command::new("python3")

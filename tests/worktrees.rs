@@ -253,6 +253,14 @@ fn three_worktree_tasks_and_one_in_place_run_together_under_one_hand() {
         .to_string()
         .contains("keep b.txt short"));
 
+    // A steer to all reaches every task.
+    let all = lsp.ok("rein.steer", json!({"all": true, "text": "mind the tests"}));
+    assert_eq!(all["tasks"].as_array().map(Vec::len), Some(4), "{all:#}");
+    let sc = lsp.ok("rein.state", json!({"taskId": c}));
+    assert!(sc["state"]["constraints"]
+        .to_string()
+        .contains("mind the tests"));
+
     // Resume all, then take over task 2 while the others run.
     lsp.ok("rein.resume", json!({"all": true}));
     lsp.ok("rein.takeover", json!({"taskId": b}));
@@ -386,5 +394,255 @@ fn kill_9_of_every_engine_recovers_each_task_from_its_last_checkpoint() {
     for id in &ids {
         lsp.ok("rein.discard", json!({"taskId": id}));
     }
+    nothing_left(root);
+}
+
+#[test]
+fn gc_lets_go_of_a_worktree_task_whose_worktree_was_removed_by_hand() {
+    let dir = repo(&[("a.txt", "a\n")], json!([{"finish": "nothing here"}]));
+    let root = dir.path();
+    let plans = tempfile::tempdir().expect("temp dir");
+    let wts = tempfile::tempdir().expect("temp dir");
+    let (mut lsp, _) = Lsp::start_env(
+        root,
+        Lsp::rich_client(),
+        Value::Null,
+        &worktrees_env(wts.path()),
+    );
+    let id = start_worktree(
+        &mut lsp,
+        "write one file",
+        plan(
+            plans.path(),
+            "one",
+            json!([{"write": {"path": "x.txt", "content": "x\n"}}, {"finish": "done"}]),
+        ),
+    );
+    let t = until_tasks(&mut lsp, "the task done", |t| {
+        task(t, &id)["status"] == "done"
+    });
+    let tree = worktree_of(&t, &id);
+    drop(lsp);
+    wait_no_engine(root);
+    wait_no_engine(&tree);
+    std::fs::remove_dir_all(&tree).expect("removed by hand");
+    let out = std::process::Command::new(rein_bin())
+        .args(["gc", root.to_str().expect("utf-8")])
+        .env(GRACE_VAR, "0")
+        .output()
+        .expect("rein gc runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("is gone") && said.contains(&format!("rein/{id}")),
+        "{said}"
+    );
+    nothing_left(root);
+}
+
+#[test]
+fn an_agent_cannot_write_another_tasks_worktree() {
+    let dir = repo(&[("a.txt", "a\n")], json!([{"finish": "nothing here"}]));
+    let root = dir.path();
+    let plans = tempfile::tempdir().expect("temp dir");
+    // Outside temp, which every sandbox lets commands write.
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let wts = Path::new(&home).join(format!("rein-worktrees-{}", std::process::id()));
+    struct Gone(PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(wts.clone());
+    let (mut lsp, _) = Lsp::start_env(
+        root,
+        Lsp::rich_client(),
+        json!({"policy": {"allow": ["touch"]}}),
+        &worktrees_env(&wts),
+    );
+    let other = start_worktree(
+        &mut lsp,
+        "think",
+        plan(
+            plans.path(),
+            "other",
+            json!([{"read": "a.txt", "think_ms": 600000}]),
+        ),
+    );
+    let t = until_tasks(&mut lsp, "its worktree", |t| {
+        task(t, &other)["worktree"].is_string()
+    });
+    let target = worktree_of(&t, &other).join("pwned.txt");
+    let cmd = format!("touch {}", target.display());
+    let x = start_worktree(
+        &mut lsp,
+        "write elsewhere",
+        plan(
+            plans.path(),
+            "x",
+            json!([{"run": {"cmd": cmd}}, {"finish": "tried"}]),
+        ),
+    );
+    let t = until_tasks(&mut lsp, "the sandbox's question", |t| {
+        t["decisions"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d["taskId"] == x))
+    });
+    let asked = t["decisions"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["taskId"] == x))
+        .expect("asked")
+        .clone();
+    let q = asked["question"].as_str().unwrap_or("");
+    assert!(
+        q.contains(&format!("denied {}", target.display())),
+        "the sandbox denied the write into the other task's worktree: {q}"
+    );
+    assert!(
+        !target.exists(),
+        "a confined command wrote into another task's worktree"
+    );
+    lsp.ok(
+        "rein.decide",
+        json!({"taskId": x, "decisionId": asked["decisionId"], "choice": "deny"}),
+    );
+    until_tasks(&mut lsp, "the task done", |t| {
+        task(t, &x)["status"] == "done"
+    });
+    assert!(!target.exists(), "deny does not run it again");
+    for id in [&x, &other] {
+        lsp.ok("rein.discard", json!({"taskId": id}));
+    }
+    nothing_left(root);
+}
+
+fn rein_in(root: &Path, wts: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(rein_bin())
+        .args(args)
+        .current_dir(root)
+        .env(GRACE_VAR, "0")
+        .env("REIN_WORKTREES_DIR", wts)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("rein runs")
+}
+
+#[test]
+fn from_a_terminal_a_task_carries_uncommitted_work_and_lands_as_a_commit_of_its_files_only() {
+    let dir = repo(&[("a.txt", "a\n"), ("b.txt", "b\n")], json!([]));
+    let root = dir.path();
+    let plans = tempfile::tempdir().expect("temp dir");
+    let wts = tempfile::tempdir().expect("temp dir");
+    // The person's work in progress: a change the task starts from, a file staged apart.
+    write(root, "a.txt", "a, mine\n");
+    write(root, "staged.txt", "staged\n");
+    git(root, &["add", "staged.txt"]);
+    let plan_file = plans.path().join("plan.json");
+    std::fs::write(
+        &plan_file,
+        json!({"steps": [
+            {"read": "a.txt"},
+            {"write": {"path": "b.txt", "content": "b, the agent's\n"}},
+            {"finish": "done"}
+        ]})
+        .to_string(),
+    )
+    .expect("plan");
+    let out = rein_in(
+        root,
+        wts.path(),
+        &[
+            "run",
+            "--worktree",
+            "--carry",
+            "--plan",
+            plan_file.to_str().expect("utf-8"),
+            "--goal",
+            "change b",
+        ],
+    );
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("worktree of its own"), "{said}");
+    let listed = rein_in(root, wts.path(), &["tasks", "--json"]);
+    let t: Value = serde_json::from_slice(&listed.stdout).expect("tasks as JSON");
+    let id = t["tasks"][0]["taskId"].as_str().expect("a task").to_owned();
+    assert_eq!(t["tasks"][0]["status"], "done", "{t:#}");
+    let tree = worktree_of(&t, &id);
+    assert_eq!(
+        read(&tree, "a.txt"),
+        "a, mine\n",
+        "the person's change was carried"
+    );
+    assert_eq!(read(&tree, "staged.txt"), "staged\n");
+    assert_eq!(read(root, "b.txt"), "b\n", "the person's tree is untouched");
+    let head = git(root, &["rev-parse", "HEAD"]);
+    let out = rein_in(root, wts.path(), &["land", &id, "--commit"]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(read(root, "b.txt"), "b, the agent's\n");
+    // The commit holds the task's file alone; the person's staged file stays staged, their
+    // carried change (already theirs) stays as it was.
+    assert_eq!(git(root, &["rev-parse", "HEAD~1"]), head, "{said}");
+    assert_eq!(
+        git(
+            root,
+            &["diff-tree", "--no-commit-id", "--name-only", "-r", "HEAD"]
+        ),
+        "b.txt\n"
+    );
+    let status = git(root, &["status", "--porcelain"]);
+    assert!(
+        status.contains("A  staged.txt") && status.contains(" M a.txt"),
+        "{status}"
+    );
+    nothing_left(root);
+}
+
+#[test]
+fn landing_leaves_a_file_with_unsaved_editor_text_for_the_person_to_save() {
+    let dir = repo(&[("a.txt", "one\ntwo\n")], json!([]));
+    let root = dir.path();
+    let plans = tempfile::tempdir().expect("temp dir");
+    let wts = tempfile::tempdir().expect("temp dir");
+    let (mut lsp, _) = Lsp::start_env(
+        root,
+        Lsp::rich_client(),
+        Value::Null,
+        &worktrees_env(wts.path()),
+    );
+    let id = start_worktree(
+        &mut lsp,
+        "change a",
+        plan(
+            plans.path(),
+            "a",
+            json!([{"write": {"path": "a.txt", "content": "one\ntwo\nthree\n"}}, {"finish": "done"}]),
+        ),
+    );
+    until_tasks(&mut lsp, "done", |t| task(t, &id)["status"] == "done");
+    lsp.open("a.txt", "zero\none\ntwo\n");
+    // The engine has the buffer once the server shared it: a state request after it.
+    lsp.ok("rein.tasks", json!({}));
+    let landed = lsp.ok("rein.land", json!({"taskId": id, "keep": true}));
+    assert_eq!(landed["unsaved"], json!(["a.txt"]), "{landed:#}");
+    assert_eq!(
+        read(root, "a.txt"),
+        "one\ntwo\n",
+        "nothing written under the unsaved text"
+    );
+    assert_eq!(landed["removed"], false);
+    let t = tasks(&mut lsp);
+    assert!(worktree_of(&t, &id).exists(), "kept until all of it lands");
+    lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
     nothing_left(root);
 }

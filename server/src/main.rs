@@ -353,6 +353,19 @@ fn gc(dir: &Path, keep_tasks: Option<u64>, keep_days: Option<u64>, dry_run: bool
     };
     retention.keep_tasks = keep_tasks.unwrap_or(retention.keep_tasks);
     retention.keep_days = keep_days.unwrap_or(retention.keep_days);
+    // A worktree task whose worktree was removed by hand: its branch and record go first, so
+    // the sweep below finds its refs orphaned like any removed worktree's.
+    if !dry_run {
+        for reg in rein::worktree::sweep(&root)? {
+            out!(
+                "{} ({}): its worktree {} is gone; removed its branch {} and its record",
+                reg.name(),
+                reg.task_id,
+                reg.path.display(),
+                reg.branch
+            )?;
+        }
+    }
     let sweep = rein::gc::sweep(&root, retention, std::time::SystemTime::now(), dry_run)?;
     if sweep.tasks.is_empty() && sweep.missing.is_empty() {
         out!("no Rein task in this repository")?;

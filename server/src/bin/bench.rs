@@ -29,6 +29,8 @@ mod confine;
 mod long;
 #[path = "bench/lsp.rs"]
 mod lsp;
+#[path = "bench/many.rs"]
+mod many;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -238,6 +240,7 @@ fn run() -> Result<()> {
         lsp: None,
         long: None,
         sandbox: None,
+        many: None,
     };
     if args.git {
         for &files in &args.sizes {
@@ -249,6 +252,11 @@ fn run() -> Result<()> {
         let plan = lsp::Plan::new(args.quick);
         if !args.long_only {
             report.lsp = Some(lsp::run(rein, &scratch.path, &plan)?);
+            let trials = if args.quick { 5 } else { 30 };
+            match many::run(rein, &scratch.path, trials) {
+                Ok(rows) => report.many = Some(rows),
+                Err(e) => eprintln!("bench: pause all across agents not measured: {e:#}"),
+            }
         }
         report.long = Some(if args.quick {
             long::run(rein, &scratch.path, &[100, 1_000], None, 2, &[1_000])?
@@ -1167,6 +1175,8 @@ struct Report {
     long: Option<long::LongReport>,
     /// The command sandbox's start-up cost, where Landlock is.
     sandbox: Option<confine::SandboxReport>,
+    /// Pause all across 1, 4 and 8 agents in worktrees, over `rein lsp`, unless skipped.
+    many: Option<Vec<many::ManyRow>>,
 }
 
 impl Report {
@@ -1242,6 +1252,10 @@ impl Report {
         }
         if let Some(s) = &self.sandbox {
             out.push_str(&s.markdown());
+        }
+        if let Some(rows) = &self.many {
+            out.push_str("\n## Pause all across agents in worktrees (issue 27)\n\n");
+            out.push_str(&many::markdown(rows));
         }
         out
     }

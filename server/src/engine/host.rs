@@ -414,6 +414,11 @@ impl Host {
                 });
                 self.answer(client, id, result);
                 self.announce_tasks();
+                if !self.workers.is_empty() {
+                    // A client joining now has heard none of the announcements before.
+                    let tasks = self.tasks();
+                    self.send(client, &ToClient::Tasks(tasks));
+                }
             }
             Ask::Start {
                 goal,
@@ -440,6 +445,10 @@ impl Host {
                 self.take_lifetime(&settings);
                 let result = self.start(&goal, agent, &settings, task_id);
                 self.answer(client, id, result);
+            }
+            // A buffer or a hold is of this working tree's files, whichever task runs.
+            Ask::Control(req @ (Request::Buffer { .. } | Request::Hold { .. })) => {
+                self.control(client, id, req)
             }
             Ask::Control(req) => match self.default_task() {
                 Ok(None) => self.control(client, id, req),

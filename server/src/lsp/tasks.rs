@@ -102,6 +102,18 @@ impl Server {
                     Request::Resume
                 })
             }
+            "rein.steer" if args.get("all").and_then(Value::as_bool) == Some(true) => {
+                let text = match args.get("text") {
+                    Some(Value::String(t)) if !t.trim().is_empty() => t.clone(),
+                    _ => return Err(bad("rein.steer needs {\"text\": STRING}")),
+                };
+                Ask::All(Request::Steer {
+                    text,
+                    location: None,
+                    source: crate::state::ConstraintSource::Command,
+                    urgent: args.get("urgent").and_then(Value::as_bool).unwrap_or(false),
+                })
+            }
             _ => return Ok(false),
         };
         let Some(link) = self.link.clone() else {
@@ -149,7 +161,14 @@ impl Server {
             Ok(v) => self.notify("rein/tasks", v),
             Err(e) => tracing::error!("cannot write the tasks: {e}"),
         }
+        let first = self.engine.is_none() && !tasks.tasks.is_empty();
         self.tasks = Some(tasks);
+        if first {
+            // Worktree tasks but none here: the engine still needs this editor's unsaved
+            // text, which a landing merges against.
+            self.engine = self.link.clone();
+            self.share_buffers();
+        }
     }
 
     /// A worktree task's notice: its messages are shown named by the task; its state

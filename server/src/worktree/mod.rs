@@ -411,16 +411,23 @@ fn remove_checkout(root: &Path, path: &Path, branch: &str) -> Result<(), Worktre
     Ok(())
 }
 
-/// The worktree tasks whose directory is gone (removed by hand): their branch and record go.
-/// Returns what was let go.
+/// The worktree tasks whose directory is gone (removed by hand): their branch and record go
+/// (the branch holds nothing of the task's: its work is in the task's refs). Returns what was
+/// let go; one that cannot be (git still lists a locked worktree there) is logged and kept.
 pub fn sweep(root: &Path) -> Result<Vec<Registered>, WorktreeError> {
     let mut gone = Vec::new();
+    let common = common_dir(root)?;
     for reg in list(root)? {
-        if !reg.path.exists() {
-            remove_checkout(&reg.from, &reg.path, &reg.branch)?;
-            let file = register_dir(&common_dir(root)?).join(format!("{}.json", reg.task_id));
-            let _ = std::fs::remove_file(file);
-            gone.push(reg);
+        if reg.path.exists() {
+            continue;
+        }
+        match remove_checkout(&reg.from, &reg.path, &reg.branch) {
+            Ok(()) => {
+                let file = register_dir(&common).join(format!("{}.json", reg.task_id));
+                let _ = std::fs::remove_file(file);
+                gone.push(reg);
+            }
+            Err(e) => tracing::warn!("{} ({}) kept: {e}", reg.name(), reg.task_id),
         }
     }
     Ok(gone)

@@ -87,6 +87,19 @@ impl Host {
             return;
         }
         self.workers_linked = true;
+        // A worktree removed by hand since: its branch and record go (the sweep at start).
+        match worktree::sweep(&self.place.root) {
+            Ok(gone) => {
+                for reg in gone {
+                    tracing::info!(
+                        "{}'s worktree {} is gone: its branch and record are removed",
+                        reg.name(),
+                        reg.path.display()
+                    );
+                }
+            }
+            Err(e) => tracing::warn!("cannot sweep the worktree tasks: {e}"),
+        }
         let regs = match worktree::list(&self.place.root) {
             Ok(r) => r,
             Err(e) => {
@@ -95,15 +108,9 @@ impl Host {
             }
         };
         for reg in regs {
-            if !reg.path.is_dir() {
-                tracing::info!(
-                    "{}'s worktree {} is gone; `rein gc` lets it go",
-                    reg.name(),
-                    reg.path.display()
-                );
-                continue;
+            if reg.path.is_dir() {
+                self.link(reg, settings);
             }
-            self.link(reg, settings);
         }
     }
 
