@@ -60,6 +60,7 @@ usage: bench [--quick] [--huge] [--sizes N,N,...] [--json FILE] [--keep]
                  didChange throughput, memory, long tasks, queued stops, what a task leaves)
   --lsp-only     run only those (they need the rein binary built next to bench)
   --long-only    run only the long tasks, queued stops and what a task leaves
+  --agents-only  run only pause all across 1, 4 and 8 agents in worktrees
   --sandbox-only run only the command sandbox's start-up cost (confined against unconfined
                  `true`; every other run measures it too, unless Landlock is missing)
 ";
@@ -113,6 +114,8 @@ struct Args {
     lsp: bool,
     /// Of those, only the long tasks, queued stops and leftovers.
     long_only: bool,
+    /// Of those, only pause all across agents in worktrees.
+    agents_only: bool,
 }
 
 /// `sh -c true` pairs for the sandbox start-up cost.
@@ -134,6 +137,7 @@ fn parse_args() -> Result<Args> {
     let mut lsp_only = false;
     let mut sandbox_only = false;
     let mut long_only = false;
+    let mut agents_only = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -144,6 +148,7 @@ fn parse_args() -> Result<Args> {
             "--lsp-only" => lsp_only = true,
             "--sandbox-only" => sandbox_only = true,
             "--long-only" => long_only = true,
+            "--agents-only" => agents_only = true,
             "--json" => json = Some(PathBuf::from(args.next().context("--json needs a FILE")?)),
             "--sizes" => {
                 let list = args
@@ -174,6 +179,9 @@ fn parse_args() -> Result<Args> {
     if long_only && (no_lsp || sandbox_only) {
         bail!("--long-only runs over `rein lsp`; it cannot go with --no-lsp or --sandbox-only\n{USAGE}");
     }
+    if agents_only && (no_lsp || sandbox_only || long_only) {
+        bail!("--agents-only runs over `rein lsp` alone\n{USAGE}");
+    }
     if sandbox_only && lsp_only {
         bail!("--sandbox-only and --lsp-only cannot both be the only thing run\n{USAGE}");
     }
@@ -188,9 +196,10 @@ fn parse_args() -> Result<Args> {
         sizes,
         json,
         keep,
-        git: !lsp_only && !sandbox_only && !long_only,
+        git: !lsp_only && !sandbox_only && !long_only && !agents_only,
         lsp: !no_lsp && !sandbox_only,
         long_only,
+        agents_only,
     })
 }
 
@@ -250,28 +259,34 @@ fn run() -> Result<()> {
     report.scaling = report.scaling();
     if let Some(rein) = &rein {
         let plan = lsp::Plan::new(args.quick);
-        if !args.long_only {
+        if !args.long_only && !args.agents_only {
             report.lsp = Some(lsp::run(rein, &scratch.path, &plan)?);
+        }
+        if !args.long_only {
             let trials = if args.quick { 5 } else { 30 };
             match many::run(rein, &scratch.path, trials) {
                 Ok(rows) => report.many = Some(rows),
                 Err(e) => eprintln!("bench: pause all across agents not measured: {e:#}"),
             }
         }
-        report.long = Some(if args.quick {
-            long::run(rein, &scratch.path, &[100, 1_000], None, 2, &[1_000])?
+        report.long = if args.agents_only {
+            None
         } else {
-            long::run(
-                rein,
-                &scratch.path,
-                &[100, 1_000, 10_000],
-                Some(1_000),
-                10,
-                &[1_000, plan.memory_files],
-            )?
-        });
+            Some(if args.quick {
+                long::run(rein, &scratch.path, &[100, 1_000], None, 2, &[1_000])?
+            } else {
+                long::run(
+                    rein,
+                    &scratch.path,
+                    &[100, 1_000, 10_000],
+                    Some(1_000),
+                    10,
+                    &[1_000, plan.memory_files],
+                )?
+            })
+        };
     }
-    if !args.long_only {
+    if !args.long_only && !args.agents_only {
         match confine::run(&scratch.path.join("sandbox"), sandbox_runs(args.quick)) {
             Ok(s) => report.sandbox = Some(s),
             Err(e) => eprintln!("bench: command sandbox start-up not measured: {e:#}"),

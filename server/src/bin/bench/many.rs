@@ -1,5 +1,5 @@
 //! Pause all across several agents at once (issue 27): N tasks, each in a worktree of its
-//! own and each running a command (a `sh -c` with a `sleep` under it), under one `rein lsp`;
+//! own and each running a command (a `sleep`), under one `rein lsp`;
 //! from writing `rein.pause {all: true}` to every process of every command in state `T` in
 //! `/proc`, and to the reply; N = 1, 4, 8. Resume all between trials.
 
@@ -16,8 +16,25 @@ use super::lsp::{init_and_commit, sleep_ms, Pct};
 /// The agents' counts measured.
 pub const COUNTS: [usize; 3] = [1, 4, 8];
 
-/// What marks a command's processes, in their environment.
-const TAG: &str = "REIN_BENCH_MANY";
+/// The processes (not zombies) of the commands of the run with `agents` agents: their
+/// command line names `sleep 6NN.`, NN the count (each agent's sleep its own fraction).
+fn tagged(agents: usize) -> Vec<u32> {
+    let want = format!("sleep 6{agents:02}.");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .contains(&want)
+            }) && !matches!(rein::exec::process_state(*pid), None | Some('Z'))
+        })
+        .collect()
+}
 
 /// One count's figures.
 #[derive(Serialize)]
@@ -30,23 +47,6 @@ pub struct ManyRow {
     pub to_frozen: Pct,
     /// From writing the request to its reply.
     pub to_reply: Pct,
-}
-
-fn tagged(prefix: &str) -> Vec<u32> {
-    let want = format!("{TAG}={prefix}");
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-                env.split(|b| *b == 0)
-                    .any(|v| v.starts_with(want.as_bytes()))
-            }) && !matches!(rein::exec::process_state(*pid), None | Some('Z'))
-        })
-        .collect()
 }
 
 fn sleeps(pids: &[u32]) -> usize {
@@ -70,17 +70,13 @@ pub fn run(rein: &Path, scratch: &Path, trials: usize) -> Result<Vec<ManyRow>> {
         std::fs::write(dir.join("a.txt"), "a\n")?;
         init_and_commit(&dir)?;
         let log = scratch.join(format!("rein-lsp-many-{agents}.log"));
-        let mut lsp = Client::start(
-            rein,
-            &dir,
-            &log,
-            json!({"policy": {"allow": ["sh", "env"]}}),
-        )
-        .with_context(|| format!("starting rein lsp (its log: {})", log.display()))?;
-        let prefix = format!("n{agents}-");
+        let mut lsp = Client::start(rein, &dir, &log, json!({}))
+            .with_context(|| format!("starting rein lsp (its log: {})", log.display()))?;
         let mut ids = Vec::new();
         for k in 0..agents {
-            let cmd = format!("exec env {TAG}={prefix}{k} sh -c 'sleep 600'");
+            // On the default allow-list: a command the person approved would run to its end
+            // unfrozen, as an irreversible one does.
+            let cmd = format!("sleep 6{agents:02}.{k:03}");
             let started = lsp.command(
                 "rein.start",
                 json!({"goal": format!("agent {k}"), "isolation": "worktree",
@@ -89,17 +85,20 @@ pub fn run(rein: &Path, scratch: &Path, trials: usize) -> Result<Vec<ManyRow>> {
             ids.push(started["taskId"].as_str().unwrap_or("").to_owned());
         }
         let until = Instant::now() + PATIENCE;
-        while sleeps(&tagged(&prefix)) < agents {
-            lsp.drain()?;
+        while sleeps(&tagged(agents)) < agents {
+            let t = lsp.command("rein.tasks", json!({}))?;
             if Instant::now() > until {
-                bail!("not every agent's command started: {:?}", tagged(&prefix));
+                bail!(
+                    "not every agent's command started: {:?}; {t}",
+                    tagged(agents)
+                );
             }
-            sleep_ms(5);
+            sleep_ms(20);
         }
         let (mut frozen, mut replied) = (Vec::new(), Vec::new());
         let mut processes = 0;
         for _ in 0..trials {
-            let members = tagged(&prefix);
+            let members = tagged(agents);
             processes = members.len();
             let (id, sent) = lsp.command_at("rein.pause", json!({"all": true}))?;
             while !members
