@@ -90,7 +90,7 @@ T.test(":Rein changes uses the last reconcile of this task only", function()
 end)
 
 T.test("<Plug>(rein-…) mappings exist and no key is mapped by default", function()
-  for _, name in ipairs({ "start", "pause", "resume", "steer", "steer-urgent", "abort", "takeover", "handback", "state", "decide", "rewind", "release", "steps", "changes" }) do
+  for _, name in ipairs({ "start", "pause", "resume", "steer", "steer-urgent", "abort", "takeover", "handback", "state", "decide", "rewind", "release", "steps", "changes", "tasks", "decisions", "open", "land", "pause-all", "resume-all" }) do
     local m = vim.fn.maparg("<Plug>(rein-" .. name .. ")", "n", false, true)
     T.truthy(m.rhs and m.rhs:find("Rein", 1, true), "<Plug>(rein-" .. name .. ") in Normal mode: " .. vim.inspect(m))
   end
