@@ -289,11 +289,26 @@ M.keys = {
   { "q", "close" },
 }
 
+--- A list's tasks in the order people count them: the one here, then task 1, task 2, …
+function M.sorted(l)
+  local tasks = vim.list_extend({}, list(l and l.tasks))
+  local function rank(t)
+    return tonumber(tostring(t.name):match("^task (%d+)$")) or 0
+  end
+  table.sort(tasks, function(a, b)
+    if rank(a) ~= rank(b) then
+      return rank(a) < rank(b)
+    end
+    return tostring(a.taskId) < tostring(b.taskId)
+  end)
+  return tasks
+end
+
 --- The list as a view: one line per task (its data: `{task = summary}`), then the decisions
 --- waiting, oldest first, then the keys.
 function M.view(l)
   local v = require("rein.view").new()
-  local tasks = list(l and l.tasks)
+  local tasks = M.sorted(l)
   local decisions = list(l and l.decisions)
   local head = M.summary(l) or ("%d task%s"):format(#tasks, #tasks == 1 and "" or "s")
   v:add("# Rein tasks · " .. head, "ReinTitle")
@@ -324,7 +339,8 @@ function M.view(l)
       line = line .. (tostring(t.goal):gsub("\r?\n", " "))
       local where = t.isolation == "worktree" and str(t.branch) or "in place"
       v:add(line, hls, { data = { task = t }, right = where })
-      local why = str(t.stopReason) or str(t.lastStep)
+      -- A decision is asked below, in the queue: its task's line says what it did last.
+      local why = t.status ~= "awaiting_decision" and str(t.stopReason) or str(t.lastStep)
       if why then
         v:add("        " .. why, "ReinMuted", { data = { task = t } })
       end
@@ -342,11 +358,17 @@ function M.view(l)
     end
   end
   v:add("")
-  local keys = {}
+  -- The keys, in lines that fit a narrow window.
+  local line = ""
   for _, k in ipairs(M.keys) do
-    table.insert(keys, k[1] .. " " .. k[2])
+    local item = k[1] .. " " .. k[2]
+    if line ~= "" and #line + #item + 3 > 100 then
+      v:add(line, "ReinMuted")
+      line = ""
+    end
+    line = line == "" and item or (line .. " · " .. item)
   end
-  v:add_block(table.concat(keys, " · "), "", "", "ReinMuted")
+  v:add(line, "ReinMuted")
   return v
 end
 
@@ -362,11 +384,20 @@ end
 --- The open list: {buf, client_id, group}, or nil.
 M._open = nil
 
+--- The list's window fits its lines, up to half the screen.
+local function fit(win, n)
+  if win ~= -1 and vim.api.nvim_win_is_valid(win) and #vim.api.nvim_tabpage_list_wins(0) > 1 then
+    pcall(vim.api.nvim_win_set_height, win, math.max(3, math.min(n, math.floor(vim.o.lines / 2))))
+  end
+end
+
 local function draw(o)
   if not o or not vim.api.nvim_buf_is_valid(o.buf) then
     return
   end
-  require("rein.view").apply(o.buf, M.view(M._lists[o.client_id]))
+  local v = M.view(M._lists[o.client_id])
+  require("rein.view").apply(o.buf, v)
+  fit(vim.fn.bufwinid(o.buf), #v.lines)
 end
 
 --- The task (and decision) under the cursor of the list, or nil (said).
@@ -412,7 +443,7 @@ function M.open()
     local buf = require("rein.ui").show("tasks", v, { name = M.NAME, ft = "reintasks", how = "split", focus = true })
     local win = vim.fn.bufwinid(buf)
     if win ~= -1 then
-      vim.api.nvim_win_set_height(win, math.max(8, math.min(#v.lines + 2, 20)))
+      fit(win, #v.lines)
       vim.wo[win].wrap = false
       vim.wo[win].number = false
       vim.wo[win].relativenumber = false
