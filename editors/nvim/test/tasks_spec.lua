@@ -10,8 +10,11 @@ H.capture_notify()
 vim.env.REIN_WORKTREES_DIR = (os.getenv("REIN_NVIM_TMP") or vim.fn.tempname()) .. "/worktrees-" .. vim.fn.getpid()
 vim.env.REIN_ENGINE_GRACE_MS = "0"
 
+-- The repository's own client (in a worktree's tab, H.client() is the worktree's).
+local main_client
+
 local function tasks_list()
-  local c = H.client()
+  local c = main_client or H.client()
   return c and require("rein.tasks")._lists[c.id]
 end
 
@@ -57,7 +60,7 @@ end
 
 -- A task's whole state, asked for by id (rein.state {taskId}).
 local function task_state(t)
-  local c = H.client()
+  local c = main_client
   local r = c:request_sync("workspace/executeCommand", { command = "rein.state", arguments = { { taskId = t.taskId } } }, 30000)
   return r and r.result and r.result.state
 end
@@ -69,6 +72,7 @@ local plans = {
   a = { steps = {
     { plan = { "write the feature", "wait" }, think_ms = 50 },
     { write = { path = "feature-a.txt", content = "from agent a\n" }, item = 1, think_ms = 50 },
+    { edit = { path = "app.txt", old = "two\n", new = "two from a\n" }, think_ms = 50 },
     { read = "app.txt", think_ms = long },
     { finish = "a done" },
   } },
@@ -108,7 +112,7 @@ T.scenario("three worktree tasks", {
       })
       vim.cmd("edit " .. vim.fn.fnameescape(root .. "/app.txt"))
       app = vim.api.nvim_get_current_buf()
-      H.wait_client()
+      main_client = H.wait_client()
 
       T.eq(H.statusline(), "Rein: no task")
       H.cmd("Rein start --worktree agent=a " .. A)
@@ -119,8 +123,8 @@ T.scenario("three worktree tasks", {
       wait_task(B)
       H.cmd("Rein start --worktree agent=c " .. C)
       local a = wait_task(A, function(t)
-        return t.status == "running" and t.steps >= 2
-      end, "task A past its write")
+        return t.status == "running" and t.steps >= 3
+      end, "task A past its edit")
       local b = wait_task(B, status_is("awaiting_decision"), "task B asking")
       local c = wait_task(C, function(t)
         return t.status == "running" and t.steps >= 1
@@ -176,6 +180,17 @@ T.scenario("three worktree tasks", {
       H.cmd("Rein pause task=" .. n)
       wait_task(C, status_is("paused"), "C paused again")
       T.eq(wait_task(A).status, "paused", "A stays paused")
+      -- A command's answer from a worktree task leaves no copy of it listed as the task here.
+      local fresh
+      require("rein.tasks").fetch(main_client, function(l)
+        fresh = l
+      end)
+      T.wait(function()
+        return fresh
+      end, "rein.tasks")
+      T.eq(vim.tbl_map(function(t)
+        return t.name
+      end, require("rein.tasks").sorted(fresh)), { "task 1", "task 2", "task 3" }, "the tasks listed")
     end,
   },
   {
@@ -215,9 +230,13 @@ T.scenario("three worktree tasks", {
     end,
   },
   {
-    "L in the list lands task A as uncommitted changes; its worktree and branch go",
+    "L in the list lands task A as uncommitted changes over your edit: yours kept, the overlap asked; its worktree and branch go",
     function()
       local a = wait_task(A)
+      -- Your own edit of the line A changed too, saved in your tree.
+      vim.api.nvim_set_current_win(vim.fn.bufwinid(app))
+      vim.api.nvim_buf_set_lines(app, 1, 2, false, { "two from you" })
+      vim.cmd("write")
       H.cmd("Rein tasks")
       local buf = vim.api.nvim_get_current_buf()
       T.eq(vim.api.nvim_buf_get_name(buf), "rein://tasks")
@@ -232,6 +251,26 @@ T.scenario("three worktree tasks", {
       end, "feature-a.txt landed in your tree")
       T.eq(T.read_file(root .. "/feature-a.txt"), "from agent a\n")
       T.contains(H.messages_text(), a.name .. " landed as uncommitted changes: 1 applied")
+      T.wait(function()
+        return H.messages_text():find("overlaps with your lines in app.txt: yours kept", 1, true)
+      end, "the overlap said")
+      T.eq(T.read_file(root .. "/app.txt"), "one\ntwo from you\n", "your side kept")
+      local d = T.wait(function()
+        for _, q in ipairs(tasks_list().decisions) do
+          if q.taskId == a.taskId then
+            return q
+          end
+        end
+      end, "the overlap in the decision queue")
+      T.eq(d.options, { "keep mine", "take the agent's" })
+      table.insert(H.selects, "keep mine")
+      H.cmd("Rein decisions")
+      T.contains(H.prompts[#H.prompts].prompt, "app.txt")
+      T.wait(function()
+        return #tasks_list().decisions == 0
+      end, "the overlap answered")
+      T.eq(T.read_file(root .. "/app.txt"), "one\ntwo from you\n", "still yours")
+      H.cmd("Rein tasks")
       T.eq(git_out(root, { "status", "--porcelain", "--", "feature-a.txt" }), "?? feature-a.txt", "landed uncommitted")
       T.wait(function()
         return not vim.uv.fs_stat(a.worktree)
@@ -288,6 +327,61 @@ T.scenario("three worktree tasks", {
       T.eq(vim.fs.normalize(vim.fn.getcwd(-1, 0)), vim.fs.normalize(b.worktree))
       vim.cmd("tabclose")
       T.eq(vim.fs.normalize(vim.fn.getcwd()), root, "the first tab keeps its directory")
+    end,
+  },
+  {
+    "i and <CR> in the list show a worktree task's state and transcript, not the task here's",
+    function()
+      local b = wait_task(B)
+      H.cmd("Rein tasks")
+      local buf = vim.api.nvim_get_current_buf()
+      vim.api.nvim_win_set_cursor(0, { list_line(buf, b), 0 })
+      vim.api.nvim_feedkeys("i", "x", false)
+      local float = T.wait(function()
+        local live = require("rein.ui")._live
+        return live and vim.api.nvim_buf_is_valid(live.buf) and H.buf_text(live.buf):find(B, 1, true) and live
+      end, "B's state in the float")
+      T.contains(H.buf_text(float.buf), "touch b-approved.txt")
+      require("rein.ui").state_close()
+      vim.api.nvim_feedkeys(vim.keycode("<CR>"), "x", false)
+      local tbuf = T.wait(function()
+        local t = require("rein.transcript")._t
+        return t and t.pinned == b.taskId and H.buf_text(t.buf):find("touch b-approved.txt", 1, true) and t.buf
+      end, "B's transcript")
+      T.contains(H.buf_text(tbuf), "Goal: " .. B)
+      vim.cmd("bwipeout " .. tbuf)
+    end,
+  },
+  {
+    "t in the list takes a worktree task over while the others run: its worktree opens in a tab; h hands it back",
+    function()
+      local b = wait_task(B)
+      local buf = vim.fn.bufnr("rein://tasks")
+      vim.api.nvim_set_current_win(vim.fn.bufwinid(buf))
+      vim.api.nvim_win_set_cursor(0, { list_line(buf, b), 0 })
+      local tabs = #vim.api.nvim_list_tabpages()
+      table.insert(H.inputs, "")
+      vim.api.nvim_feedkeys("t", "x", false)
+      wait_task(B, status_is("human"), "B held by you")
+      T.wait(function()
+        return #vim.api.nvim_list_tabpages() == tabs + 1
+      end, "B's worktree in a tab")
+      T.eq(vim.fs.normalize(vim.fn.getcwd(-1, 0)), vim.fs.normalize(b.worktree))
+      vim.cmd("edit " .. vim.fn.fnameescape(b.worktree .. "/app.txt"))
+      vim.api.nvim_buf_set_lines(0, 0, 1, false, { "ONE, by you" })
+      vim.cmd("write")
+      vim.cmd("tabclose")
+      vim.api.nvim_set_current_win(vim.fn.bufwinid(buf))
+      vim.api.nvim_win_set_cursor(0, { list_line(buf, b), 0 })
+      table.insert(H.inputs, "app.txt is yours now")
+      vim.api.nvim_feedkeys("h", "x", false)
+      wait_task(B, status_is("running"), "B running again")
+      local report = T.wait(function()
+        return H.named_buf_text("rein://reconcile")
+      end, "the reconcile report")
+      T.contains(report, "app.txt")
+      T.eq(T.read_file(root .. "/app.txt"), "one\ntwo from you\n", "your own tree untouched")
+      vim.cmd("wincmd p")
     end,
   },
   {
