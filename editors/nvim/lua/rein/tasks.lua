@@ -188,15 +188,20 @@ function M.split_ref(args)
 end
 
 --- Runs `cb(task, client)` with the task `ref` names, from a fresh list (so a task started a
---- moment ago is known); `task` is nil when `ref` is nil. An unknown task is said, not sent.
+--- moment ago is known). Without `ref`: the only task when it is a worktree task (the one the
+--- server picks), else nil (the task here). An unknown task is said, not sent.
 function M.with_task(ref, cb)
   rein().with_client(function(client)
-    if ref == nil then
+    if ref == nil and #M.worktree_tasks(M._lists[client.id]) == 0 then
       return cb(nil, client)
     end
     M.fetch(client, function(l)
       if not l then
         return
+      end
+      if ref == nil then
+        local only = #l.tasks == 1 and l.tasks[1].isolation == "worktree" and l.tasks[1] or nil
+        return cb(only, client)
       end
       local t, why = M.resolve(l, ref)
       if not t then
