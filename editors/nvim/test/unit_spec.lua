@@ -748,3 +748,22 @@ T.test(":Rein completes task=N, all, and land's words", function()
   rein.get_client = real
   assert(ok, err)
 end)
+
+T.test(":Rein start --worktree says so in the goal prompt, with or without an agent", function()
+  local real = vim.ui.input
+  local prompts = {}
+  vim.ui.input = function(opts, cb)
+    table.insert(prompts, opts.prompt)
+    cb(nil)
+  end
+  local ok, err = pcall(function()
+    rein.config.cmd = { H.bin, "lsp" }
+    commands.run({ args = "start --worktree", bang = false, range = 0 })
+    rein.config.agents = { quick = { kind = "script", steps = {} } }
+    commands.run({ args = "start --worktree --carry agent=quick", bang = false, range = 0 })
+    commands.run({ args = "start", bang = false, range = 0 })
+  end)
+  vim.ui.input, rein.config.agents, rein.config.cmd = real, nil, nil
+  assert(ok, err)
+  T.eq(prompts, { "Rein goal (in a worktree): ", "Rein goal (quick, in a worktree): ", "Rein goal (quick): " })
+end)

@@ -210,9 +210,10 @@ sub.start = {
       if args ~= "" then
         go(args)
       else
-        local label = table.concat(vim.tbl_filter(function(x)
-          return x ~= nil
-        end, { agent_name, worktree and "in a worktree" or nil }), ", ")
+        local parts = {}
+        table.insert(parts, agent_name)
+        table.insert(parts, worktree and "in a worktree" or nil)
+        local label = table.concat(parts, ", ")
         input(label ~= "" and ("Rein goal (" .. label .. "): ") or "Rein goal: ", nil, go)
       end
     end
