@@ -43,6 +43,12 @@ local plugs = {
   output = "output",
   transcript = "transcript",
   diff = "diff",
+  tasks = "tasks",
+  decisions = "decisions",
+  open = "open",
+  land = "land",
+  ["pause-all"] = "pause all",
+  ["resume-all"] = "resume all",
 }
 for name, sub in pairs(plugs) do
   local ex = sub:sub(1, 1) == "!" and ("Rein" .. sub) or ("Rein " .. sub)

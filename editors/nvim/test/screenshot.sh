@@ -2,9 +2,11 @@
 # Renders docs/screenshots/nvim.png: Neovim (in tmux) with the plugin, mid-run, the agent
 # working, a steer sent and `:Rein state` open; and docs/screenshots/nvim-transcript.png: a
 # task that was steered, taken over and handed back, read in `:Rein transcript` beside the
-# code with its test run in `:Rein output` below. Drives the real server.
+# code with its test run in `:Rein output` below; and docs/screenshots/nvim-tasks.png: three
+# agents at once in worktrees of their own, in `:Rein tasks`. Drives the real server.
 #
-#   editors/nvim/test/screenshot.sh [OUT.png]     (the transcript goes to OUT-transcript.png)
+#   editors/nvim/test/screenshot.sh [OUT.png]     (the transcript goes to OUT-transcript.png,
+#                                                  the tasks to OUT-tasks.png)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -233,4 +235,64 @@ keys ":silent !'$REIN_BIN' restore step:3 >/dev/null" Enter
 keys ":redraw!" Enter
 wait_for "print(greet(args.name))"
 keys ":qa!" Enter
-echo "wrote $out and $out_transcript" >&2
+
+# Three agents at once (issue 27): three worktree tasks started from Neovim, one working, one
+# waiting for approval of a command, one done; `:Rein tasks` below the code, the statusline
+# counting them. docs/screenshots/nvim-tasks.png.
+out_tasks="${out%.png}-tasks.png"
+multi="$work/multi"
+mkdir -p "$multi/.rein"
+(cd "$demo" && git show HEAD:greet.py) >"$multi/greet.py"
+cat >"$multi/.rein/flag.json" <<'EOF'
+{"steps": [
+  {"plan": [{"text": "Read greet.py", "status": "active"}, "Add a --name flag", "Write a test"], "think_ms": 300},
+  {"read": "greet.py", "item": 1, "say": "First I read how the greeting is printed.", "think_ms": 300},
+  {"edit": {"path": "greet.py", "old": "    print(greet(\"world\"))\n", "new": "    import argparse\n\n    parser = argparse.ArgumentParser()\n    parser.add_argument(\"--name\", default=\"world\")\n    print(greet(parser.parse_args().name))\n"}, "item": 2, "think_ms": 600000},
+  {"finish": "added --name"}
+]}
+EOF
+cat >"$multi/.rein/release.json" <<'EOF'
+{"steps": [
+  {"plan": ["Tag the release", "Push the tag"], "think_ms": 300},
+  {"run": "git push origin v0.2.0", "item": 2, "say": "Pushing the release tag.", "think_ms": 300},
+  {"finish": "released"}
+]}
+EOF
+cat >"$multi/.rein/docs.json" <<'EOF'
+{"steps": [
+  {"plan": ["Read greet.py", "Write README.md", "Check the example"], "think_ms": 200},
+  {"read": "greet.py", "item": 1, "think_ms": 200},
+  {"write": {"path": "README.md", "content": "# greeter\n\n    python3 greet.py\n"}, "item": 2, "think_ms": 200},
+  {"run": "python3 greet.py", "item": 3, "think_ms": 200},
+  {"finish": "README.md written"}
+]}
+EOF
+(cd "$multi" && git init -q -b main && git -c user.email=demo@example.com -c user.name=Demo add -A &&
+  git -c user.email=demo@example.com -c user.name=Demo commit -q -m "greeter")
+sed -e 's|  agent = { kind = "script", plan = ".rein/plan.json" },|  agents = {\n    flag = { kind = "script", plan = ".rein/flag.json" },\n    release = { kind = "script", plan = ".rein/release.json" },\n    docs = { kind = "script", plan = ".rein/docs.json" },\n  },\n  policy = { allow = { "python3 greet.py" } },|' "$work/init.lua" >"$work/multi.lua"
+grep -qF 'release.json' "$work/multi.lua"
+session multi 112 36 \
+  "cd '$multi' && env COLORTERM=truecolor REIN_WORKTREES_DIR='$work/worktrees' XDG_CONFIG_HOME='$work/xdg' XDG_DATA_HOME='$work/xdg' XDG_STATE_HOME='$work/xdg' '$nvim' --clean -u '$work/multi.lua' greet.py"
+pane=multi
+wait_for "Rein: no task"
+keys ":Rein start --worktree agent=flag Add a --name flag to the greeter" Enter
+wait_for "1 task: 1 running"
+keys ":Rein start --worktree agent=release Tag and push release 0.2.0" Enter
+wait_for "2 tasks:"
+keys ":Rein start --worktree agent=docs Write a README with an example" Enter
+wait_for "3 tasks:"
+keys ":Rein tasks" Enter
+wait_for "needs you"
+wait_for "README.md written"
+wait_for "3 tasks: 1 running, 1 decision waiting"
+keys ":" Escape
+sleep 0.5
+if screen | grep -qE "Press ENTER|LSP\[rein\]"; then
+  echo "screenshot: the task list asked for ENTER:" >&2
+  screen >&2
+  exit 1
+fi
+tmux -L "$sock" capture-pane -t multi -e -p >"$work/multi.ansi"
+"$venv/bin/python" "$here/render_ansi.py" "$work/multi.ansi" "$out_tasks" "$font" 112
+keys ":qa!" Enter
+echo "wrote $out, $out_transcript and $out_tasks" >&2

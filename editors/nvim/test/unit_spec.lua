@@ -90,7 +90,7 @@ T.test(":Rein changes uses the last reconcile of this task only", function()
 end)
 
 T.test("<Plug>(rein-…) mappings exist and no key is mapped by default", function()
-  for _, name in ipairs({ "start", "pause", "resume", "steer", "steer-urgent", "abort", "takeover", "handback", "state", "decide", "rewind", "release", "steps", "changes" }) do
+  for _, name in ipairs({ "start", "pause", "resume", "steer", "steer-urgent", "abort", "takeover", "handback", "state", "decide", "rewind", "release", "steps", "changes", "tasks", "decisions", "open", "land", "pause-all", "resume-all" }) do
     local m = vim.fn.maparg("<Plug>(rein-" .. name .. ")", "n", false, true)
     T.truthy(m.rhs and m.rhs:find("Rein", 1, true), "<Plug>(rein-" .. name .. ") in Normal mode: " .. vim.inspect(m))
   end
@@ -450,7 +450,7 @@ T.test(":Rein completes subcommands, abort choices, checkpoints, decisions and o
   for _, n in ipairs({ "start", "pause", "resume", "steer", "abort", "takeover", "handback", "state", "rewind", "decide", "release", "steps", "changes", "output", "transcript", "diff" }) do
     T.truthy(vim.tbl_contains(names, n), "subcommand " .. n .. " in " .. vim.inspect(names))
   end
-  T.eq(vim.fn.getcompletion("Rein de", "cmdline"), { "decide" })
+  T.eq(vim.fn.getcompletion("Rein de", "cmdline"), { "decide", "decisions" })
   T.eq(vim.fn.getcompletion("Rein abort ", "cmdline"), { "keep", "discard" })
   local real = rein.state
   rein.state = function()
@@ -474,7 +474,8 @@ T.test(":Rein completes subcommands, abort choices, checkpoints, decisions and o
     T.eq(vim.fn.getcompletion("Rein release ", "cmdline"), { "b.txt" })
     T.eq(vim.fn.getcompletion("Rein state ", "cmdline"), { "split" })
     rein.config.agents = { quick = { kind = "script", steps = {} }, careful = { kind = "script", steps = {} } }
-    T.eq(vim.fn.getcompletion("Rein start ", "cmdline"), { "agent=careful", "agent=quick" })
+    T.eq(vim.fn.getcompletion("Rein start ", "cmdline"), { "--worktree", "agent=careful", "agent=quick" })
+    T.eq(vim.fn.getcompletion("Rein start --worktree ", "cmdline"), { "--carry", "agent=careful", "agent=quick" })
     T.eq(vim.fn.getcompletion("Rein start agent=careful ", "cmdline"), {})
     rein.config.agents = nil
   end)
@@ -628,4 +629,141 @@ T.test(":checkhealth rein is clean with the real binary in a git repo", function
   T.no_contains(text, "ERROR", "checkhealth")
   T.contains(text, "git work tree: " .. root)
   T.contains(text, "server binary: ")
+end)
+
+-- Several tasks at once (issue 27) ------------------------------------------------------
+
+local tasks = require("rein.tasks")
+
+local function summary(over)
+  return vim.tbl_extend("force", {
+    taskId = "20261206-aaaa",
+    name = "task 1",
+    goal = "fix the parser",
+    status = "running",
+    holder = "agent",
+    isolation = "worktree",
+    branch = "rein/20261206-aaaa",
+    worktree = "/wt/20261206-aaaa",
+    plan = { 1, 3 },
+    steps = 4,
+    decisions = {},
+  }, over or {})
+end
+
+local three = {
+  tasks = {
+    summary(),
+    summary({ taskId = "20261206-bbbb", name = "task 2", goal = "add a flag", status = "awaiting_decision", decisions = { "d1" }, plan = { 0, 2 } }),
+    summary({ taskId = "20261206-cccc", name = "task 3", goal = "write docs", status = "paused", plan = { 0, 0 } }),
+  },
+  decisions = {
+    { taskId = "20261206-bbbb", task = "task 2", decisionId = "d1", question = "task 2: The agent wants to run `git push`", options = { "approve", "deny" }, since = "2026-12-06T19:00:00Z" },
+  },
+}
+
+T.test("tasks: a task is named by its number, name, id or the start of its id", function()
+  T.eq(tasks.resolve(three, "2").taskId, "20261206-bbbb")
+  T.eq(tasks.resolve(three, "task 3").taskId, "20261206-cccc")
+  T.eq(tasks.resolve(three, "20261206-aaaa").name, "task 1")
+  T.eq(tasks.resolve(three, "20261206-c").name, "task 3")
+  local none, why = tasks.resolve(three, "20261206")
+  T.eq(none, nil, "an ambiguous start names none")
+  T.contains(why, "task 1 (20261206-aaaa), task 2 (20261206-bbbb), task 3 (20261206-cccc)")
+  T.eq(tasks.resolve(three, "7"), nil)
+  -- One id listed twice (in place and in a worktree): the worktree task is meant.
+  local twice = { tasks = { summary({ name = "here", isolation = "none" }), summary() } }
+  T.eq(tasks.resolve(twice, "20261206-aaaa").isolation, "worktree")
+  T.eq({ tasks.split_ref("task=2 keep it short") }, { "2", "keep it short" })
+  T.eq({ tasks.split_ref("keep task=2") }, { nil, "keep task=2" })
+end)
+
+T.test("tasks: the statusline counts running tasks and waiting decisions when there are worktree tasks", function()
+  T.eq(tasks.summary(three), "3 tasks: 1 running, 1 decision waiting")
+  T.eq(tasks.summary({ tasks = { summary() }, decisions = {} }), "1 task: 1 running")
+  T.eq(tasks.summary({ tasks = { summary({ name = "here", isolation = "none" }) }, decisions = {} }), nil, "one task in place: its own words")
+  local real_state, real_client = rein.state, rein.get_client
+  rein.get_client = function()
+    return { id = 4242 }
+  end
+  local ok, err = pcall(function()
+    tasks._lists[4242] = three
+    rein.state = function()
+      return vim.NIL
+    end
+    T.eq(rein.statusline(), "Rein: 3 tasks: 1 running, 1 decision waiting")
+    rein.state = function()
+      return state()
+    end
+    T.eq(rein.statusline(), "Rein: agent running · step 1 · 3 tasks: 1 running, 1 decision waiting")
+    tasks._lists[4242] = { tasks = {}, decisions = {} }
+    T.eq(rein.statusline(), "Rein: agent running · step 1")
+  end)
+  tasks._lists[4242] = nil
+  rein.state, rein.get_client = real_state, real_client
+  assert(ok, err)
+end)
+
+T.test("tasks: the list shows name, status, holder, plan x/y, decisions and goal; the queue oldest first", function()
+  local v = tasks.view(three)
+  local text = table.concat(v.lines, "\n")
+  T.eq(v.lines[1], "# Rein tasks · 3 tasks: 1 running, 1 decision waiting")
+  T.eq(v.lines[3], "task    status     holder  plan  asks goal")
+  T.eq(v.lines[4], "task 1  running    agent   1/3        fix the parser")
+  T.eq(v.lines[5], "task 2  needs you  agent   0/2   1    add a flag")
+  T.eq(v.lines[6], "task 3  paused     agent   -          write docs")
+  T.eq(v.data[5].task.taskId, "20261206-bbbb", "a line knows its task")
+  T.eq(v.right[4], "rein/20261206-aaaa")
+  T.contains(text, "- task 2: The agent wants to run `git push`  [approve / deny]")
+  T.contains(text, "p pause · r resume · s steer")
+  T.eq(tasks.view({ tasks = {}, decisions = {} }).lines[3], "No task. Start one with :Rein start (--worktree: in a worktree of its own).")
+end)
+
+T.test("tasks: a worktree task's reply never becomes the state of the task here", function()
+  tasks._lists[4243] = three
+  local ok, err = pcall(function()
+    local theirs = state({ task = { id = "20261206-bbbb" } })
+    T.eq(rein._is_here(4243, { taskId = "20261206-bbbb" }, theirs), false)
+    T.eq(rein._is_here(4243, {}, theirs), false, "the only task, picked by the server, is still a worktree task")
+    T.eq(rein._is_here(4243, {}, state()), true, "the task here's")
+  end)
+  tasks._lists[4243] = nil
+  assert(ok, err)
+end)
+
+T.test(":Rein completes task=N, all, and land's words", function()
+  local real = rein.get_client
+  rein.get_client = function()
+    return { id = 4244 }
+  end
+  tasks._lists[4244] = { tasks = { summary({ name = "here", isolation = "none" }), three.tasks[2] }, decisions = {} }
+  local ok, err = pcall(function()
+    T.eq(vim.fn.getcompletion("Rein pause ", "cmdline"), { "all", "task=here", "task=2" })
+    T.eq(vim.fn.getcompletion("Rein steer ", "cmdline"), { "task=here", "task=2" })
+    T.eq(vim.fn.getcompletion("Rein abort task=2 ", "cmdline"), { "keep", "discard" })
+    T.eq(vim.fn.getcompletion("Rein land ", "cmdline"), { "changes", "commit", "keep", "task=here", "task=2" })
+    T.eq(vim.fn.getcompletion("Rein tasks ", "cmdline"), {})
+  end)
+  tasks._lists[4244] = nil
+  rein.get_client = real
+  assert(ok, err)
+end)
+
+T.test(":Rein start --worktree says so in the goal prompt, with or without an agent", function()
+  local real = vim.ui.input
+  local prompts = {}
+  vim.ui.input = function(opts, cb)
+    table.insert(prompts, opts.prompt)
+    cb(nil)
+  end
+  local ok, err = pcall(function()
+    rein.config.cmd = { H.bin, "lsp" }
+    commands.run({ args = "start --worktree", bang = false, range = 0 })
+    rein.config.agents = { quick = { kind = "script", steps = {} } }
+    commands.run({ args = "start --worktree --carry agent=quick", bang = false, range = 0 })
+    commands.run({ args = "start", bang = false, range = 0 })
+  end)
+  vim.ui.input, rein.config.agents, rein.config.cmd = real, nil, nil
+  assert(ok, err)
+  T.eq(prompts, { "Rein goal (in a worktree): ", "Rein goal (quick, in a worktree): ", "Rein goal (quick): " })
 end)

@@ -40,6 +40,8 @@ local defaults = {
   output_lines = 2000,
   --- vim.notify when a task ends or needs a decision.
   notify = true,
+  --- Taking over a worktree task opens its worktree in a tab of its own (`:Rein open`).
+  open_on_takeover = true,
   --- Deep-merged over the client capabilities Rein sends.
   capabilities = nil,
   --- Called as on_attach(client, bufnr).
@@ -366,6 +368,9 @@ function M.client_config(root)
     capabilities = M.capabilities(),
     commands = commands,
     handlers = {
+      ["rein/tasks"] = function(_, params, ctx)
+        require("rein.tasks").on_tasks(ctx.client_id, params)
+      end,
       ["rein/stateChanged"] = function(_, params, ctx)
         if type(params) ~= "table" then
           return
@@ -405,6 +410,7 @@ function M.client_config(root)
     on_init = function(client)
       M._states[client.id] = M._states[client.id] or vim.NIL
       M._fetch_state(client.id)
+      require("rein.tasks").fetch(client)
       vim.schedule(function()
         flush_pending(client)
       end)
@@ -415,6 +421,7 @@ function M.client_config(root)
         M._pending[client_id] = nil
         M._fetching[client_id] = nil
         require("rein.output").forget(client_id)
+        require("rein.tasks").forget(client_id)
         pcall(vim.cmd, "redrawstatus!")
         if code ~= 0 then
           notify(("the server exited with code %d (see :LspLog)"):format(code), vim.log.levels.WARN)
@@ -577,7 +584,7 @@ function M.exec(command, args, on_result, on_error)
         end
         return
       end
-      if type(result) == "table" then
+      if type(result) == "table" and M._is_here(client.id, args, result.state) then
         if result.state ~= nil then
           M._set_state(client.id, result.state)
         elseif command == "rein.state" then
@@ -589,6 +596,24 @@ function M.exec(command, args, on_result, on_error)
       end
     end, vim.api.nvim_get_current_buf())
   end)
+end
+
+--- Whether a command's reply (`state`, sent with `args`) is about the task here, the one the
+--- statusline and the views hold: a worktree task's state is never mixed into it (it is
+--- summed up in `rein/tasks`; `rein.state {taskId}` fetches it whole).
+function M._is_here(client_id, args, state)
+  local tasks = require("rein.tasks")
+  local id = type(state) == "table" and type(state.task) == "table" and state.task.id or nil
+  if id and tasks.is_worktree(client_id, id) then
+    return false
+  end
+  local named = type(args) == "table" and args.taskId or nil
+  if named == nil then
+    return true
+  end
+  local held = M._states[client_id]
+  return tasks.is_here(client_id, named)
+    or (type(held) == "table" and type(held.task) == "table" and held.task.id == named)
 end
 
 --- Reloads buffers of `uris` that are loaded and unmodified.
@@ -717,13 +742,22 @@ end
 
 --- Statusline component: "Rein: agent running · step 7", "Rein: you hold control", …
 --- Empty when Rein is not running for the current buffer.
+---
+--- With worktree tasks it counts them too: "Rein: agent running · step 7 · 3 tasks: 2
+--- running, 1 decision waiting" ("Rein: 3 tasks: …" when no task runs here).
 function M.statusline(opts)
   local ok, text = pcall(function()
-    local d = M.describe(M.state(0))
+    local state = M.state(0)
+    local d = M.describe(state)
     if not d then
       return ""
     end
     local prefix = (opts and opts.prefix) or M.config.prefix
+    local client = M.get_client(0)
+    local counts = client and require("rein.tasks").summary(require("rein.tasks")._lists[client.id])
+    if counts then
+      return prefix .. (type(state) == "table" and (d .. " · " .. counts) or counts)
+    end
     return prefix .. d
   end)
   return ok and text or ""

@@ -288,7 +288,10 @@ local function draw(t, entries)
   M.render(v, entries, t.ctx)
   local fresh = #v.lines
   local live = view().new()
-  M.render_live(live, t.client_id)
+  if not t.pinned then
+    -- Live output (`rein/output`) is the task here's.
+    M.render_live(live, t.client_id)
+  end
   v:append(live)
   local first = t.lines + 1
   view().apply(t.buf, v, first)
@@ -322,7 +325,7 @@ function M.fetch()
   local since = t.next
   client:request("workspace/executeCommand", {
     command = "rein.transcript",
-    arguments = { { since = since } },
+    arguments = { { since = since, taskId = t.pinned } },
   }, function(err, result)
     t.busy = false
     if M._t ~= t or not vim.api.nvim_buf_is_valid(t.buf) then
@@ -337,7 +340,7 @@ function M.fetch()
     if task ~= t.task_id or since == 0 and t.lines > 0 then
       -- Another task (a new one started): its transcript from the start.
       t.task_id, t.entries, t.next, t.lines, t.ctx = task, {}, 0, 0, {}
-      t.follow_all = active(rein()._states[t.client_id])
+      t.follow_all = t.pinned == nil and active(rein()._states[t.client_id])
       if since ~= 0 then
         return M.fetch()
       end
@@ -356,7 +359,7 @@ end
 --- The steps a diff can be read from: the state's, and the transcript's tool and human rows.
 local function known_steps(t)
   local steps, seen = {}, {}
-  local state = rein()._states[t.client_id]
+  local state = t.pinned == nil and rein()._states[t.client_id] or nil
   for _, s in ipairs(type(state) == "table" and list(state.steps) or {}) do
     seen[s.n] = true
     table.insert(steps, s)
@@ -378,7 +381,7 @@ function M.enter()
   local data = view().data(buf, lnum)
   if t and t.buf == buf and type(data) == "table" and data.diff then
     local client = vim.lsp.get_client_by_id(t.client_id)
-    local root = client and client.config.root_dir
+    local root = t.root or (client and client.config.root_dir)
     if root then
       require("rein.diff").open(root, known_steps(t), data.step)
       return
@@ -399,9 +402,11 @@ end
 
 --- `:Rein transcript`: opens the transcript of `client_id`'s task where `config.transcript`
 --- says (default a vertical split) and puts the cursor in it; when it is open, goes there.
-function M.open(client_id)
+--- `task` (a summary from rein.tasks): that task's instead, followed on every `rein/tasks`.
+function M.open(client_id, task)
+  local pinned = task and task.taskId or nil
   local t = M._t
-  if t and t.client_id == client_id and vim.api.nvim_buf_is_valid(t.buf) then
+  if t and t.client_id == client_id and t.pinned == pinned and vim.api.nvim_buf_is_valid(t.buf) then
     local win = vim.fn.win_findbuf(t.buf)[1]
     if win then
       vim.api.nvim_set_current_win(win)
@@ -428,6 +433,8 @@ function M.open(client_id)
   local group = vim.api.nvim_create_augroup("rein_transcript", { clear = true })
   t = {
     client_id = client_id,
+    pinned = pinned,
+    root = task and type(task.worktree) == "string" and task.worktree or nil,
     buf = buf,
     task_id = nil,
     entries = {},
@@ -437,10 +444,10 @@ function M.open(client_id)
     group = group,
   }
   M._t = t
-  t.follow_all = active(rein()._states[client_id])
+  t.follow_all = pinned == nil and active(rein()._states[client_id]) or task and live_statuses[task.status] == true
   vim.api.nvim_create_autocmd("User", {
     group = group,
-    pattern = "ReinStateChanged",
+    pattern = pinned and "ReinTasksChanged" or "ReinStateChanged",
     callback = function(ev)
       if M._t == t and ev.data and ev.data.client_id == t.client_id then
         M.fetch()

@@ -394,8 +394,9 @@ function M.state_close()
 end
 
 --- `:Rein state`: the state of `client_id`'s task in a float (`how` = "float") or a split
---- ("split") that is redrawn on every `rein/stateChanged` and does not take the cursor.
-function M.state_live(client_id, state, how)
+--- ("split") that is redrawn on every `rein/stateChanged` and does not take the cursor. A
+--- worktree task's (`task_id`) is fetched again on every `rein/tasks`.
+function M.state_live(client_id, state, how, task_id)
   M.state_close()
   local view = M.state_view(state)
   local buf, win
@@ -414,23 +415,42 @@ function M.state_live(client_id, state, how)
   end
   require("rein.view").fold_window(win)
   local group = vim.api.nvim_create_augroup("rein_state_live", { clear = true })
-  M._live = { win = win, buf = buf, client_id = client_id, group = group }
+  local live = { win = win, buf = buf, client_id = client_id, group = group }
+  M._live = live
+  local function redraw(new_state)
+    if M._live ~= live then
+      return
+    end
+    if not vim.api.nvim_win_is_valid(live.win) or not vim.api.nvim_buf_is_valid(live.buf) then
+      M.state_close()
+      return
+    end
+    local new = M.state_view(new_state)
+    require("rein.view").apply(live.buf, new)
+    if vim.api.nvim_win_get_config(live.win).relative ~= "" then
+      vim.api.nvim_win_set_config(live.win, float_geometry(new))
+    end
+  end
   vim.api.nvim_create_autocmd("User", {
     group = group,
-    pattern = "ReinStateChanged",
+    pattern = task_id and "ReinTasksChanged" or "ReinStateChanged",
     callback = function(ev)
-      local live = M._live
-      if not live or not ev.data or ev.data.client_id ~= live.client_id then
+      if M._live ~= live or not ev.data or ev.data.client_id ~= live.client_id then
         return
       end
-      if not vim.api.nvim_win_is_valid(live.win) or not vim.api.nvim_buf_is_valid(live.buf) then
-        M.state_close()
-        return
+      if not task_id then
+        return redraw(ev.data.state)
       end
-      local new = M.state_view(ev.data.state)
-      require("rein.view").apply(live.buf, new)
-      if vim.api.nvim_win_get_config(live.win).relative ~= "" then
-        vim.api.nvim_win_set_config(live.win, float_geometry(new))
+      local client = vim.lsp.get_client_by_id(client_id)
+      if client then
+        client:request("workspace/executeCommand", {
+          command = "rein.state",
+          arguments = { { taskId = task_id } },
+        }, function(err, result)
+          if not err and type(result) == "table" and result.state ~= nil then
+            redraw(result.state)
+          end
+        end)
       end
     end,
   })
