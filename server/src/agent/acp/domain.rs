@@ -8,8 +8,8 @@
 //! fail. A harness with its `own_sandbox` (Codex's default) is therefore confined only in
 //! its network and signals, and its files are left to its own sandbox.
 //!
-//! The defaults were found by tracing the real harnesses (Claude Code through
-//! claude-agent-acp, Codex through codex-acp) at their pinned versions.
+//! The defaults are one table, `KNOWN`: what each harness Rein knows writes, moved by the
+//! variables it honours (`CODEX_HOME`, `XDG_*_HOME`…).
 
 use std::path::{Path, PathBuf};
 
@@ -138,8 +138,147 @@ fn harness_sandboxes(words: &[String]) -> bool {
     names(words).iter().any(|n| n.contains("codex"))
 }
 
+/// Where a known harness keeps a piece of its state.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    /// A path under the home directory.
+    Home(&'static str),
+    /// The variable's value when set, else the other place.
+    Var(&'static str, &'static Place),
+    /// `$XDG_<KIND>_HOME/<name>`, else the XDG default under home.
+    Xdg(Xdg, &'static str),
+    /// The variable's value, only when it is set.
+    IfSet(&'static str),
+}
+
+impl Place {
+    /// Where it is, given the agent's variables and home.
+    fn at(&self, var: &dyn Fn(&str) -> Option<String>, home: Option<&Path>) -> Option<PathBuf> {
+        match *self {
+            Place::Home(rel) => home.map(|h| h.join(rel)),
+            Place::Var(name, or) => var(name).map(PathBuf::from).or_else(|| or.at(var, home)),
+            // The XDG spec has a relative value ignored.
+            Place::Xdg(kind, rel) => var(kind.var())
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .or_else(|| home.map(|h| h.join(kind.default())))
+                .map(|base| base.join(rel)),
+            Place::IfSet(name) => var(name).map(PathBuf::from),
+        }
+    }
+}
+
+/// The XDG base directories, with their defaults under home.
+#[derive(Debug, Clone, Copy)]
+enum Xdg {
+    Data,
+    Config,
+    Cache,
+    State,
+}
+
+impl Xdg {
+    fn var(self) -> &'static str {
+        match self {
+            Xdg::Data => "XDG_DATA_HOME",
+            Xdg::Config => "XDG_CONFIG_HOME",
+            Xdg::Cache => "XDG_CACHE_HOME",
+            Xdg::State => "XDG_STATE_HOME",
+        }
+    }
+
+    fn default(self) -> &'static str {
+        match self {
+            Xdg::Data => ".local/share",
+            Xdg::Config => ".config",
+            Xdg::Cache => ".cache",
+            Xdg::State => ".local/state",
+        }
+    }
+}
+
+/// A harness Rein knows the state of: the word of its command that names it, and what it
+/// writes outside the tree and temp. `docs/agents.md` ("The agent process's own domain")
+/// carries the same table.
+struct Known {
+    word: &'static str,
+    /// A variable that, when set, names the one directory holding all of its state.
+    moved_by: Option<&'static str>,
+    places: &'static [Place],
+}
+
+/// Every harness Rein knows. Claude Code, Codex, Gemini CLI, Qwen Code, OpenCode and
+/// Copilot CLI were run under Rein at their pinned versions in `tests/agents` (and traced);
+/// Goose and Cline are from their documentation.
+const KNOWN: &[Known] = &[
+    // Claude Code keeps `.claude.json` beside the `.claude` directory, or both in
+    // CLAUDE_CONFIG_DIR.
+    Known {
+        word: "claude",
+        moved_by: Some("CLAUDE_CONFIG_DIR"),
+        places: &[Place::Home(".claude"), Place::Home(".claude.json")],
+    },
+    Known {
+        word: "codex",
+        moved_by: None,
+        places: &[Place::Var("CODEX_HOME", &Place::Home(".codex"))],
+    },
+    Known {
+        word: "gemini",
+        moved_by: None,
+        places: &[Place::Home(".gemini")],
+    },
+    // Its runtime output (sessions, logs) moves with QWEN_RUNTIME_DIR.
+    Known {
+        word: "qwen",
+        moved_by: None,
+        places: &[
+            Place::Var("QWEN_HOME", &Place::Home(".qwen")),
+            Place::IfSet("QWEN_RUNTIME_DIR"),
+        ],
+    },
+    // Its database and logs in data, its config (and the plugins it installs there),
+    // models in cache, locks in state.
+    Known {
+        word: "opencode",
+        moved_by: None,
+        places: &[
+            Place::Xdg(Xdg::Data, "opencode"),
+            Place::Xdg(Xdg::Config, "opencode"),
+            Place::Xdg(Xdg::Cache, "opencode"),
+            Place::Xdg(Xdg::State, "opencode"),
+        ],
+    },
+    // The npm package unpacks the CLI into its cache on first start; the
+    // telemetry library keeps a device id under Microsoft/DeveloperTools.
+    Known {
+        word: "copilot",
+        moved_by: None,
+        places: &[
+            Place::Var("COPILOT_HOME", &Place::Home(".copilot")),
+            Place::Var("COPILOT_CACHE_HOME", &Place::Xdg(Xdg::Cache, "copilot")),
+            Place::Xdg(Xdg::Cache, "Microsoft/DeveloperTools"),
+        ],
+    },
+    Known {
+        word: "goose",
+        moved_by: Some("GOOSE_PATH_ROOT"),
+        places: &[
+            Place::Xdg(Xdg::Config, "goose"),
+            Place::Xdg(Xdg::Data, "goose"),
+            Place::Xdg(Xdg::State, "goose"),
+        ],
+    },
+    Known {
+        word: "cline",
+        moved_by: None,
+        places: &[Place::Var("CLINE_DIR", &Place::Home(".cline"))],
+    },
+];
+
 /// The state a known harness writes, recognised by a word of its command naming it
-/// (`claude-agent-acp`, `codex-acp`, `gemini`), plus npm's cache for a harness npx starts.
+/// (`claude-agent-acp`, `codex-acp`, `gemini`, `qwen`…), plus npm's cache for a harness
+/// npx starts.
 fn defaults(
     words: &[String],
     var: &dyn Fn(&str) -> Option<String>,
@@ -148,28 +287,17 @@ fn defaults(
     let names = names(words);
     let named = |h: &str| names.iter().any(|n| n.contains(h));
     let in_home = |rel: &str| home.map(|h| h.join(rel));
-    let mut state = Vec::new();
-    if named("claude") {
-        // Claude Code keeps `.claude.json` beside the `.claude` directory, or in
-        // CLAUDE_CONFIG_DIR when that is set.
-        match var("CLAUDE_CONFIG_DIR") {
-            Some(dir) => state.push(PathBuf::from(dir)),
-            None => state.extend(
-                [in_home(".claude"), in_home(".claude.json")]
-                    .into_iter()
-                    .flatten(),
-            ),
+    let mut state: Vec<PathBuf> = Vec::new();
+    for known in KNOWN.iter().filter(|k| named(k.word)) {
+        if let Some(dir) = known.moved_by.and_then(var) {
+            state.push(PathBuf::from(dir));
+            continue;
         }
-    }
-    if named("codex") {
-        state.extend(
-            var("CODEX_HOME")
-                .map(PathBuf::from)
-                .or_else(|| in_home(".codex")),
-        );
-    }
-    if named("gemini") {
-        state.extend(in_home(".gemini"));
+        for place in known.places {
+            if let Some(p) = place.at(var, home).filter(|p| !state.contains(p)) {
+                state.push(p);
+            }
+        }
     }
     let runner = names.first().is_some_and(|p| {
         ["npx", "npm", "pnpm", "pnpx", "yarn", "bunx", "bun"].contains(&p.as_str())
@@ -225,6 +353,114 @@ mod tests {
         env.push(("CLAUDE_CONFIG_DIR".into(), "/cc".into()));
         assert_eq!(d(&["claude-agent-acp"], env), [p("/cc")]);
         assert!(d(&["./my-agent"], home_env()).is_empty());
+    }
+
+    #[test]
+    fn the_harnesses_tried_later_get_their_state_dirs_and_the_variables_move_them() {
+        let d = |w: &[&str], extra: &[(&str, &str)]| {
+            let mut env = home_env();
+            env.extend(
+                extra
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+            );
+            Domain::from_spec(&json!({}), &words(w), &env)
+                .expect("spec")
+                .state
+        };
+        let p = |s: &str| PathBuf::from(s);
+        // Rein's own environment must not leak into what is asserted here.
+        let unset: Vec<(&str, &str)> = [
+            "XDG_DATA_HOME",
+            "XDG_CONFIG_HOME",
+            "XDG_CACHE_HOME",
+            "XDG_STATE_HOME",
+            "QWEN_HOME",
+            "QWEN_RUNTIME_DIR",
+            "COPILOT_HOME",
+            "COPILOT_CACHE_HOME",
+            "GOOSE_PATH_ROOT",
+            "CLINE_DIR",
+        ]
+        .into_iter()
+        .map(|k| (k, ""))
+        .collect();
+        let with = |more: &[(&'static str, &'static str)]| {
+            // The first of a name wins, as in a spec's `env`.
+            let mut v = more.to_vec();
+            v.extend_from_slice(&unset);
+            v
+        };
+        assert_eq!(d(&["qwen", "--acp"], &with(&[])), [p("/h/.qwen")]);
+        assert_eq!(
+            d(
+                &["qwen", "--acp"],
+                &with(&[("QWEN_HOME", "/q"), ("QWEN_RUNTIME_DIR", "/r")])
+            ),
+            [p("/q"), p("/r")]
+        );
+        assert_eq!(
+            d(&["opencode", "acp"], &with(&[])),
+            [
+                p("/h/.local/share/opencode"),
+                p("/h/.config/opencode"),
+                p("/h/.cache/opencode"),
+                p("/h/.local/state/opencode")
+            ]
+        );
+        assert_eq!(
+            d(
+                &["/opt/bin/opencode", "acp"],
+                &with(&[
+                    ("XDG_DATA_HOME", "/d"),
+                    ("XDG_CONFIG_HOME", "/c"),
+                    ("XDG_CACHE_HOME", "/k"),
+                    ("XDG_STATE_HOME", "relative/is/ignored")
+                ])
+            ),
+            [
+                p("/d/opencode"),
+                p("/c/opencode"),
+                p("/k/opencode"),
+                p("/h/.local/state/opencode")
+            ]
+        );
+        assert_eq!(
+            d(&["copilot", "--acp"], &with(&[])),
+            [
+                p("/h/.copilot"),
+                p("/h/.cache/copilot"),
+                p("/h/.cache/Microsoft/DeveloperTools")
+            ]
+        );
+        assert_eq!(
+            d(
+                &["copilot", "--acp"],
+                &with(&[("COPILOT_HOME", "/ch"), ("XDG_CACHE_HOME", "/k")])
+            ),
+            [p("/ch"), p("/k/copilot"), p("/k/Microsoft/DeveloperTools")]
+        );
+        assert_eq!(
+            d(&["copilot"], &with(&[("COPILOT_CACHE_HOME", "/cc")]))[1],
+            p("/cc")
+        );
+        assert_eq!(
+            d(&["goose", "acp"], &with(&[])),
+            [
+                p("/h/.config/goose"),
+                p("/h/.local/share/goose"),
+                p("/h/.local/state/goose")
+            ]
+        );
+        assert_eq!(
+            d(&["goose", "acp"], &with(&[("GOOSE_PATH_ROOT", "/g")])),
+            [p("/g")]
+        );
+        assert_eq!(d(&["cline", "--acp"], &with(&[])), [p("/h/.cline")]);
+        assert_eq!(
+            d(&["cline", "--acp"], &with(&[("CLINE_DIR", "/cl")])),
+            [p("/cl")]
+        );
     }
 
     #[test]
