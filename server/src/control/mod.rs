@@ -15,6 +15,7 @@ mod ignored;
 mod made_dirs;
 mod moves;
 mod output;
+mod places;
 mod plan;
 mod removed;
 mod submodules;
@@ -397,6 +398,8 @@ struct Pending {
     /// decision is about no file's content): a proposal is made from this, so what the
     /// human changed since must be brought into it, never written over.
     seen: Option<Option<Vec<u8>>>,
+    /// For an `agent_place` decision, the place it is about.
+    place: Option<places::Place>,
 }
 
 /// Where the engine is when a request arrives.
@@ -1355,6 +1358,17 @@ impl Engine {
                 self.said = words;
                 self.execute(mv).await
             }
+            Ok(Err(AgentError::NeedsPlace {
+                why,
+                command,
+                path,
+                shown,
+            })) => self.ask_place(
+                format!("the agent process failed: {why}"),
+                command,
+                path,
+                shown,
+            ),
             Ok(Err(e)) => {
                 // Never a crash: the task waits, with the reason, for the user to fix and resume.
                 self.stop_on_error(format!("{e}"));

@@ -26,15 +26,20 @@ pub(super) struct Domain {
     /// The harness confines its commands with a sandbox of its own that mounts (Codex's
     /// bubblewrap): its files are left to that.
     pub own_sandbox: bool,
+    /// The home directory the agent gets, for the places a denial names.
+    pub home: Option<PathBuf>,
 }
 
 impl Domain {
     /// Reads `state_dirs` and `ports` from an ACP spec whose command is `words`, run with
-    /// the extra environment `env` (which may set `HOME`, `CODEX_HOME`, `CLAUDE_CONFIG_DIR`).
+    /// the extra environment `env` (which may set `HOME`, `CODEX_HOME`, `CLAUDE_CONFIG_DIR`),
+    /// adding the places the person allowed this command before (`granted`, `~/` or
+    /// absolute; others are ignored).
     pub(super) fn from_spec(
         spec: &serde_json::Value,
         words: &[String],
         env: &[(String, String)],
+        granted: &[String],
     ) -> Result<Domain, AgentError> {
         let var = |name: &str| {
             env.iter()
@@ -44,7 +49,7 @@ impl Domain {
                 .filter(|v| !v.is_empty())
         };
         let home = var("HOME").map(PathBuf::from);
-        let state = match spec.get("state_dirs") {
+        let mut state: Vec<PathBuf> = match spec.get("state_dirs") {
             None | Some(serde_json::Value::Null) => defaults(words, &var, home.as_deref()),
             Some(serde_json::Value::Array(dirs)) => dirs
                 .iter()
@@ -65,6 +70,11 @@ impl Domain {
                 ))
             }
         };
+        for place in granted.iter().filter_map(|g| expand(g, home.as_deref())) {
+            if !state.contains(&place) {
+                state.push(place);
+            }
+        }
         let ports = match spec.get("ports") {
             None | Some(serde_json::Value::Null) => Vec::new(),
             Some(v) => serde_json::from_value::<Vec<u16>>(v.clone())
@@ -90,7 +100,43 @@ impl Domain {
             state,
             ports,
             own_sandbox,
+            home,
         })
+    }
+
+    /// The place under home an agent that died at its start was denied, from its stderr
+    /// (`EACCES: permission denied, mkdir '/h/.local/share/x'`, Python's `PermissionError`,
+    /// `Read-only file system`), as the directory to grant and as the person reads it
+    /// (`~/.local/share/x`). `None` when its files are not confined here, no such line names
+    /// a path under home, the place is granted already (so the denial is something else),
+    /// or it is a file directly in home, which no rule can grant without all of home.
+    pub(super) fn wanted(&self, mode: SandboxMode, stderr: &[String]) -> Option<(PathBuf, String)> {
+        if mode == SandboxMode::Off || self.own_sandbox {
+            return None;
+        }
+        let home = self.home.as_deref()?;
+        let path = stderr.iter().find_map(|l| denied_in(l, home))?;
+        let rel = path.strip_prefix(home).ok()?;
+        let parts: Vec<&std::ffi::OsStr> = rel.iter().collect();
+        // Under an XDG base the harness's own directory is the one below the base.
+        let depth = match parts.as_slice() {
+            [] => return None,
+            [a, b, ..] if *a == ".local" && (*b == "share" || *b == "state") => 3,
+            [a, ..] if *a == ".config" || *a == ".cache" => 2,
+            _ => 1,
+        };
+        if parts.len() < depth {
+            return None;
+        }
+        let place = home.join(parts[..depth].iter().collect::<PathBuf>());
+        if depth == 1 && !place.is_dir() && place.extension().is_some() {
+            return None;
+        }
+        if self.state.iter().any(|s| place.starts_with(s)) {
+            return None;
+        }
+        let shown = format!("~/{}", place.strip_prefix(home).ok()?.display());
+        Some((place, shown))
     }
 
     /// The confinement for the agent process under `mode`, or `None` when it is `off`.
@@ -110,6 +156,26 @@ impl Domain {
         c.files = !self.own_sandbox;
         Some(c)
     }
+}
+
+/// The absolute path a line reporting a denied access names under `home`, if it does.
+fn denied_in(line: &str, home: &Path) -> Option<PathBuf> {
+    let lower = line.to_lowercase();
+    let denial = [
+        "eacces",
+        "eperm",
+        "erofs",
+        "permission denied",
+        "operation not permitted",
+        "read-only file system",
+    ];
+    if !denial.iter().any(|d| lower.contains(d)) {
+        return None;
+    }
+    line.split(|c: char| c.is_whitespace() || "'\"`‘’,:()[]{}".contains(c))
+        .map(Path::new)
+        .find(|p| p.is_absolute() && p.starts_with(home) && *p != home)
+        .map(Path::to_path_buf)
 }
 
 /// `~/x` against the home directory; absolute paths as they are; anything else is refused.
@@ -324,7 +390,7 @@ mod tests {
     #[test]
     fn each_known_harness_gets_its_own_state_dirs() {
         let d = |w: &[&str], env: Vec<(String, String)>| {
-            Domain::from_spec(&json!({}), &words(w), &env)
+            Domain::from_spec(&json!({}), &words(w), &env, &[])
                 .expect("spec")
                 .state
         };
@@ -364,7 +430,7 @@ mod tests {
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
             );
-            Domain::from_spec(&json!({}), &words(w), &env)
+            Domain::from_spec(&json!({}), &words(w), &env, &[])
                 .expect("spec")
                 .state
         };
@@ -466,14 +532,15 @@ mod tests {
     #[test]
     fn state_dirs_and_ports_replace_the_defaults_and_bad_ones_are_refused() {
         let spec = json!({"state_dirs": ["~/.mine", "/var/lib/x"], "ports": [443, 8080]});
-        let d = Domain::from_spec(&spec, &words(&["claude-agent-acp"]), &home_env()).expect("spec");
+        let d = Domain::from_spec(&spec, &words(&["claude-agent-acp"]), &home_env(), &[])
+            .expect("spec");
         assert_eq!(
             d.state,
             [PathBuf::from("/h/.mine"), PathBuf::from("/var/lib/x")]
         );
         assert_eq!(d.ports, [443, 8080]);
         assert!(!d.own_sandbox);
-        let codex = |spec| Domain::from_spec(&spec, &words(&["codex-acp"]), &home_env());
+        let codex = |spec| Domain::from_spec(&spec, &words(&["codex-acp"]), &home_env(), &[]);
         assert!(
             codex(json!({})).expect("spec").own_sandbox,
             "Codex has bubblewrap"
@@ -491,7 +558,7 @@ mod tests {
             json!({"ports": [70000]}),
             json!({"own_sandbox": "yes"}),
         ] {
-            let e = Domain::from_spec(&bad, &words(&["x"]), &home_env())
+            let e = Domain::from_spec(&bad, &words(&["x"]), &home_env(), &[])
                 .expect_err("refused")
                 .to_string();
             assert!(
@@ -504,12 +571,90 @@ mod tests {
     }
 
     #[test]
+    fn a_denial_under_home_names_the_harness_dir_to_ask_about_never_home() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let h = tmp.path().to_path_buf();
+        std::fs::create_dir_all(h.join(".toolx")).expect("dir");
+        let env = vec![("HOME".to_owned(), h.display().to_string())];
+        let d = Domain::from_spec(&json!({}), &words(&["./my-agent"]), &env, &[]).expect("spec");
+        let ww = SandboxMode::WorkspaceWrite;
+        let wanted = |d: &Domain, line: &str| {
+            d.wanted(ww, &["starting".to_owned(), line.to_owned()])
+                .map(|(_, shown)| shown)
+        };
+        let hs = h.display();
+        let cases = [
+            (
+                format!("Error: EACCES: permission denied, mkdir '{hs}/.local/share/opencode'"),
+                Some("~/.local/share/opencode"),
+            ),
+            (
+                format!(
+                    "Error: EACCES: permission denied, open '{hs}/.local/state/x/locks/a.lock'"
+                ),
+                Some("~/.local/state/x"),
+            ),
+            (
+                format!("EPERM: operation not permitted, open \"{hs}/.cache/copilot/pkg/x\""),
+                Some("~/.cache/copilot"),
+            ),
+            (
+                format!(
+                    "PermissionError: [Errno 13] Permission denied: '{hs}/.qwen/installation_id'"
+                ),
+                Some("~/.qwen"),
+            ),
+            (
+                format!("mkdir {hs}/.newtool: Read-only file system"),
+                Some("~/.newtool"),
+            ),
+            (
+                format!("cannot write {hs}/.toolx: Permission denied"),
+                Some("~/.toolx"),
+            ),
+            // A file directly in home: no rule grants it without all of home.
+            (
+                format!("EACCES: permission denied, open '{hs}/.tool.json'"),
+                None,
+            ),
+            (format!("EACCES: permission denied, open '{hs}'"), None),
+            (
+                format!("EACCES: permission denied, open '{hs}/.config'"),
+                None,
+            ),
+            ("EACCES: permission denied, open '/etc/x'".to_owned(), None),
+            (format!("could not read {hs}/.qwen/settings.json"), None),
+        ];
+        for (line, want) in &cases {
+            assert_eq!(wanted(&d, line).as_deref(), *want, "{line}");
+        }
+        // Granted already (by the table, or remembered): the denial is something else.
+        let granted = Domain::from_spec(
+            &json!({}),
+            &words(&["./my-agent"]),
+            &env,
+            &["~/.qwen".to_owned(), "relative".to_owned()],
+        )
+        .expect("spec");
+        assert_eq!(granted.state, [h.join(".qwen")]);
+        assert_eq!(wanted(&granted, &cases[3].0), None);
+        let qwen =
+            Domain::from_spec(&json!({}), &words(&["qwen", "--acp"]), &env, &[]).expect("spec");
+        assert_eq!(wanted(&qwen, &cases[3].0), None);
+        // Nothing to ask where files are not confined.
+        assert_eq!(d.wanted(SandboxMode::Off, &[cases[0].0.clone()]), None);
+        let codex = Domain::from_spec(&json!({}), &words(&["codex-acp"]), &env, &[]).expect("spec");
+        assert_eq!(codex.wanted(ww, &[cases[0].0.clone()]), None);
+    }
+
+    #[test]
     fn off_means_no_domain_and_missing_state_dirs_are_made() {
         let tmp = tempfile::tempdir().expect("tmp");
         let d = Domain {
             state: vec![tmp.path().join("a/b"), tmp.path().join("c.json")],
             ports: vec![],
             own_sandbox: false,
+            home: None,
         };
         assert!(d.confinement(SandboxMode::Off, tmp.path()).is_none());
         let c = d
