@@ -114,8 +114,13 @@ impl Domain {
         if mode == SandboxMode::Off || self.own_sandbox {
             return None;
         }
-        let home = self.home.as_deref()?;
-        let path = stderr.iter().find_map(|l| denied_in(l, home))?;
+        // The agent may print the path resolved (`..` and links gone) or as HOME spells it.
+        let given = self.home.as_deref()?;
+        let resolved = std::fs::canonicalize(given).ok();
+        let (home, path) = [Some(given), resolved.as_deref()]
+            .into_iter()
+            .flatten()
+            .find_map(|home| Some((home, stderr.iter().find_map(|l| denied_in(l, home))?)))?;
         let rel = path.strip_prefix(home).ok()?;
         let parts: Vec<&std::ffi::OsStr> = rel.iter().collect();
         // Under an XDG base the harness's own directory is the one below the base.
@@ -132,7 +137,9 @@ impl Domain {
         if depth == 1 && !place.is_dir() && place.extension().is_some() {
             return None;
         }
-        if self.state.iter().any(|s| place.starts_with(s)) {
+        if self.state.iter().any(|s| {
+            place.starts_with(s) || std::fs::canonicalize(s).is_ok_and(|c| place.starts_with(c))
+        }) {
             return None;
         }
         let shown = format!("~/{}", place.strip_prefix(home).ok()?.display());
@@ -628,6 +635,13 @@ mod tests {
         for (line, want) in &cases {
             assert_eq!(wanted(&d, line).as_deref(), *want, "{line}");
         }
+        // HOME spelt with `..`, the path printed resolved.
+        let spelt = vec![("HOME".to_owned(), h.join(".toolx/..").display().to_string())];
+        let d2 = Domain::from_spec(&json!({}), &words(&["./my-agent"]), &spelt, &[]).expect("spec");
+        assert_eq!(
+            wanted(&d2, &cases[0].0).as_deref(),
+            Some("~/.local/share/opencode")
+        );
         // Granted already (by the table, or remembered): the denial is something else.
         let granted = Domain::from_spec(
             &json!({}),
