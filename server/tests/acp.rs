@@ -599,6 +599,65 @@ async fn a_file_written_with_no_report_is_unattributed_not_the_agents_nor_the_hu
     );
 }
 
+/// A command the harness runs itself writes its file before the harness reports the command
+/// done, and a boundary (another of its moves) falls between (issue 28): the file is the
+/// command's step, taken when its report arrives, not a step of its own ("changed files
+/// with its own tools") just before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_a_harness_command_writes_before_its_report_is_the_commands_step() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"parallel": [
+                // `sh -c`, which the tests' policy allows: a bare redirection asks.
+                [{"run": {"command": "sh -c 'echo made > made.txt; sleep 2'", "title": "make made.txt", "ask": true}}],
+                // Moves while it runs, once the file is there: boundaries before its report.
+                [{"sleep_ms": 700}, {"read": "a.txt"}, {"read": "a.txt"}]
+            ]},
+            {"say": "made it"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let reads_after_the_file = sc.of("read").len();
+    assert!(reads_after_the_file >= 2, "{:#?}", sc.events());
+    let holding: Vec<&std::sync::Arc<rein::state::Step>> = s
+        .steps
+        .iter()
+        .filter(|st| {
+            st.checkpoint.as_deref().is_some_and(|ck| {
+                std::process::Command::new("git")
+                    .args(["cat-file", "-e", &format!("{ck}:made.txt")])
+                    .current_dir(root)
+                    .status()
+                    .is_ok_and(|x| x.success())
+            })
+        })
+        .collect();
+    let first = holding.first().expect("a checkpoint holds made.txt");
+    assert!(
+        first.author == Author::Agent && first.action.contains("make made.txt"),
+        "made.txt is first in the command's own step: {:#?}",
+        s.steps
+            .iter()
+            .map(|st| (&st.author, &st.action))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        s.steps
+            .iter()
+            .all(|st| st.action != "changed files with its own tools"),
+        "{:#?}",
+        s.steps.iter().map(|st| &st.action).collect::<Vec<_>>()
+    );
+    assert!(
+        s.unattributed_changes.is_empty(),
+        "{:#?}",
+        s.unattributed_changes
+    );
+}
+
 /// `path` is listed as unattributed with `size` (`unattributed_step` checks the rest).
 fn assert_unattributed(s: &rein::state::TaskState, path: &str, size: Option<u64>) {
     unattributed_step(s, path);

@@ -1393,6 +1393,10 @@ impl Agent for AcpAgent {
         true
     }
 
+    fn acting(&self) -> bool {
+        self.link.is_some() && self.turn.is_some() && self.tools.values().any(|t| !t.done)
+    }
+
     fn allow_place(&mut self, path: &Path) {
         if !self.domain.state.iter().any(|p| p == path) {
             self.domain.state.push(path.to_owned());

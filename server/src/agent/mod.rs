@@ -456,6 +456,13 @@ pub trait Agent: Send {
         ToolProgress::Cut
     }
 
+    /// Whether one of the agent's own tool calls is still running, as far as it has read
+    /// (started, its end not yet reported): what changes on disk meanwhile may be that
+    /// tool's, and is taken with its step when its report arrives.
+    fn acting(&self) -> bool {
+        false
+    }
+
     /// Lets the agent's process write `path` from its next start on (the person allowed a
     /// place it was denied, `AgentError::NeedsPlace`). Agents without a process ignore it.
     fn allow_place(&mut self, _path: &std::path::Path) {}

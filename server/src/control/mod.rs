@@ -1448,21 +1448,40 @@ impl Engine {
             Ok(None) => {}
             Err(e) => self.say(Level::Warning, e.to_string()),
         }
-        self.absorb_agents_own();
-        match self.absorb(true, "changed outside the agent") {
-            Ok(Some(report)) => self.add_note(report.markdown()),
-            Ok(None) => {}
-            Err(e) => self.stop_on_error(format!("cannot checkpoint the working tree: {e}")),
+        // Left for the running tool's step: nothing of it is the person's meanwhile either.
+        if !self.absorb_agents_own() {
+            match self.absorb(true, "changed outside the agent") {
+                Ok(Some(report)) => self.add_note(report.markdown()),
+                Ok(None) => {}
+                Err(e) => self.stop_on_error(format!("cannot checkpoint the working tree: {e}")),
+            }
         }
         self.note_moved_head();
     }
 
     /// At a boundary while an agent that acts with its own tools holds control: what it did
-    /// since the last one is its own (`settle_agent`).
-    fn absorb_agents_own(&mut self) {
-        if self.agent_holds_control() {
-            self.settle_agent(true, false);
+    /// since the last one is its own (`settle_agent`). `true` when what changed is left for
+    /// the step of its tool call still running.
+    fn absorb_agents_own(&mut self) -> bool {
+        self.agent_holds_control() && self.settle_agent_at_boundary()
+    }
+
+    /// `settle_agent` at a boundary the agent goes on from: while one of its own tool calls
+    /// still runs, what changed on disk is left for that tool's step, taken when its report
+    /// arrives (a harness's command writes its file before it reports the command done), so
+    /// it is not recorded as a step of its own just before (issue 28). When control leaves
+    /// the agent, or its turn ends, everything is settled as ever.
+    fn settle_agent_at_boundary(&mut self) -> bool {
+        let Some(agent) = self.agent.as_mut().filter(|a| a.acts_directly()) else {
+            return false;
+        };
+        let made = agent.made();
+        let acting = agent.acting();
+        self.take_made(made);
+        if !acting {
+            self.settle_unreported();
         }
+        acting
     }
 
     /// Whether the agent holds control and is running (not paused or waiting on a decision).
@@ -1488,18 +1507,24 @@ impl Engine {
         let made = agent.made();
         self.take_made(made);
         if unreported {
-            self.absorb_held("changed outside the agent");
-            let changed = self.tip.clone().is_some_and(|tip| {
-                self.ckpt
-                    .diff_worktree(&tip, &Default::default())
-                    .is_ok_and(|c| !c.is_empty())
-            });
-            if changed {
-                self.observe("changed files with its own tools".into(), false);
-            }
+            self.settle_unreported();
         }
         if leaving {
             self.authorship.forget_announced();
+        }
+    }
+
+    /// What changed on disk that no finished tool reported: the person's held files theirs,
+    /// the rest judged by `authorship` as the step `changed files with its own tools`.
+    fn settle_unreported(&mut self) {
+        self.absorb_held("changed outside the agent");
+        let changed = self.tip.clone().is_some_and(|tip| {
+            self.ckpt
+                .diff_worktree(&tip, &Default::default())
+                .is_ok_and(|c| !c.is_empty())
+        });
+        if changed {
+            self.observe("changed files with its own tools".into(), false);
         }
     }
 
