@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+pub mod chat_harnesses;
 pub mod harnesses;
 
 /// How long any single wait may take before the test fails with what it saw.

@@ -37,7 +37,10 @@
 //! chunks then one read of `path`, whose answer shows the client took them all, then N reads
 //! of `path` one after another; it logs the microseconds of both, each read's separately).
 //! A turn ends with `end_turn` after its actions.
-//! At start: `"crash_at_start": CODE` exits before reading anything, `"crash_on_initialize":
+//! At start: `"state_at_start": PATH` makes the directory PATH and a file in it, as a
+//! harness makes its state, and when that is denied says so as Node does (`EACCES:
+//! permission denied, mkdir 'PATH'`) and exits 1; `"crash_at_start": CODE` exits before
+//! reading anything, `"crash_on_initialize":
 //! CODE` on receiving `initialize` (both saying so on stderr first), `"silent": true` never
 //! answers `initialize`; `"garbage_on_initialize": TEXT` writes TEXT as a raw line on stdout
 //! on receiving `initialize`, before answering it; `"initialize_ms": N` answers it only after N ms.
@@ -191,6 +194,15 @@ async fn main() {
         news: Notify::new(),
     });
     st.log(json!({"event": "start", "pid": std::process::id(), "process": started}));
+    if let Some(dir) = st.scenario.get("state_at_start").and_then(Value::as_str) {
+        let made = std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(Path::new(dir).join("state.json"), "{}\n"));
+        if let Err(e) = made {
+            eprintln!("Error: EACCES: permission denied, mkdir '{dir}' ({e})");
+            eprintln!("    at the agent's start");
+            std::process::exit(1);
+        }
+    }
     if let Some(code) = crash_at_start {
         eprintln!("acp_test_agent: crashing at start with code {code}");
         std::process::exit(code);

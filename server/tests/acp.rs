@@ -599,6 +599,65 @@ async fn a_file_written_with_no_report_is_unattributed_not_the_agents_nor_the_hu
     );
 }
 
+/// A command the harness runs itself writes its file before the harness reports the command
+/// done, and a boundary (another of its moves) falls between (issue 28): the file is the
+/// command's step, taken when its report arrives, not a step of its own ("changed files
+/// with its own tools") just before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_a_harness_command_writes_before_its_report_is_the_commands_step() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"parallel": [
+                // `sh -c`, which the tests' policy allows: a bare redirection asks.
+                [{"run": {"command": "sh -c 'echo made > made.txt; sleep 2'", "title": "make made.txt", "ask": true}}],
+                // Moves while it runs, once the file is there: boundaries before its report.
+                [{"sleep_ms": 700}, {"read": "a.txt"}, {"read": "a.txt"}]
+            ]},
+            {"say": "made it"}
+        ]]
+    }));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let reads_after_the_file = sc.of("read").len();
+    assert!(reads_after_the_file >= 2, "{:#?}", sc.events());
+    let holding: Vec<&std::sync::Arc<rein::state::Step>> = s
+        .steps
+        .iter()
+        .filter(|st| {
+            st.checkpoint.as_deref().is_some_and(|ck| {
+                std::process::Command::new("git")
+                    .args(["cat-file", "-e", &format!("{ck}:made.txt")])
+                    .current_dir(root)
+                    .status()
+                    .is_ok_and(|x| x.success())
+            })
+        })
+        .collect();
+    let first = holding.first().expect("a checkpoint holds made.txt");
+    assert!(
+        first.author == Author::Agent && first.action.contains("make made.txt"),
+        "made.txt is first in the command's own step: {:#?}",
+        s.steps
+            .iter()
+            .map(|st| (&st.author, &st.action))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        s.steps
+            .iter()
+            .all(|st| st.action != "changed files with its own tools"),
+        "{:#?}",
+        s.steps.iter().map(|st| &st.action).collect::<Vec<_>>()
+    );
+    assert!(
+        s.unattributed_changes.is_empty(),
+        "{:#?}",
+        s.unattributed_changes
+    );
+}
+
 /// `path` is listed as unattributed with `size` (`unattributed_step` checks the rest).
 fn assert_unattributed(s: &rein::state::TaskState, path: &str, size: Option<u64>) {
     unattributed_step(s, path);
@@ -1194,6 +1253,133 @@ async fn the_agent_process_runs_in_its_own_domain_unless_the_sandbox_is_off() {
     assert_eq!(wrote, [true, true, true, true], "{log:#?}");
     assert_eq!(connected, [true, true], "{log:#?}");
     assert!(escape.exists(), "sandbox = \"off\" lifts the domain");
+}
+
+/// An agent Rein knows nothing of dies at its start because its domain denies it its own
+/// state under home (issue 28): the person is asked about that one directory; allow starts it
+/// again with it, remembers it in rein.toml for the same command (a later task starts
+/// unasked), and the file is the person's change; deny pauses with the failure. A file
+/// directly in home is never offered: no rule grants it without all of home.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_agent_denied_its_state_dir_is_asked_about_remembered_and_restarted() {
+    // Outside temp, which any domain may write.
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("home");
+    let place = home.path().join(".local/share/newtool");
+    let sc = scenario(json!({
+        "state_at_start": place.join("db"),
+        "turns": [[{"say": "started"}]]
+    }));
+    let spec = json!({"kind": "acp", "command": [agent_bin(), &sc.file],
+        "env": {"HOME": home.path()}});
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let mut cfg = test_config();
+    cfg.policy.sandbox = control::SandboxMode::WorkspaceWrite;
+    let begin = |spec: Value| {
+        let (notify, notices) = channel();
+        let (handle, st) =
+            control::start(root, "start", spec, cfg.clone(), notify).expect("task starts");
+        Run::new(handle, notices, st, root.to_owned())
+    };
+    let mut run = begin(spec.clone());
+    let s = run
+        .until("the decision", |s| s.status == Status::AwaitingDecision)
+        .await;
+    let d = &s.decisions[0];
+    assert_eq!(d.kind, DecisionKind::AgentPlace, "{d:#?}");
+    assert!(
+        d.question.contains("~/.local/share/newtool")
+            && d.question.contains("acp_test_agent")
+            && d.options == ["allow", "deny"],
+        "{d:#?}"
+    );
+    assert!(
+        d.detail.as_deref().is_some_and(|t| t.contains("EACCES")),
+        "{d:#?}"
+    );
+    assert!(!place.exists(), "nothing was granted before the answer");
+    run.call(Request::Decide {
+        decision_id: d.id.clone(),
+        choice: "allow".into(),
+    })
+    .await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert!(
+        place.join("db/state.json").exists(),
+        "the agent made its state"
+    );
+    let toml = std::fs::read_to_string(root.join("rein.toml")).expect("rein.toml");
+    let table: toml::Table = toml::from_str(&toml).expect("valid");
+    let key = format!("{} {}", agent_bin().display(), sc.file.display());
+    assert_eq!(
+        table["agent_state"][&key].as_array().map(|a| a.len()),
+        Some(1),
+        "{toml}"
+    );
+    assert_eq!(
+        table["agent_state"][&key][0].as_str(),
+        Some("~/.local/share/newtool")
+    );
+    assert!(
+        s.human_changes.iter().any(|h| h.path == "rein.toml"),
+        "the person's answer wrote rein.toml: their change, not the agent's: {:#?}",
+        s.human_changes
+    );
+    drop(run);
+
+    // The same command again: remembered, so it starts unasked.
+    std::fs::remove_dir_all(&place).expect("fresh state");
+    let mut run = begin(spec.clone());
+    let s = run
+        .until("the end", |s| {
+            matches!(
+                s.status,
+                Status::Done | Status::Paused | Status::AwaitingDecision
+            )
+        })
+        .await;
+    assert_eq!(s.status, Status::Done, "{:?}", s.stop_reason);
+    assert_eq!(s.decisions_asked, 0);
+    drop(run);
+
+    // Deny: the failure stands, nothing is remembered.
+    std::fs::remove_file(root.join("rein.toml")).expect("forget");
+    std::fs::remove_dir_all(&place).expect("fresh state");
+    let mut run = begin(spec);
+    let s = run
+        .until("the decision", |s| s.status == Status::AwaitingDecision)
+        .await;
+    run.call(Request::Decide {
+        decision_id: s.decisions[0].id.clone(),
+        choice: "deny".into(),
+    })
+    .await;
+    let s = run.until("paused", |s| s.status == Status::Paused).await;
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("could not start")
+            && why.contains("EACCES")
+            && why.contains("did not let it write ~/.local/share/newtool"),
+        "{why}"
+    );
+    assert!(!root.join("rein.toml").exists() && !place.exists());
+    drop(run);
+
+    // A file directly in home: no decision, the plain failure.
+    let sc = scenario(json!({"state_at_start": home.path().join(".newtool.json"), "turns": []}));
+    let spec = json!({"kind": "acp", "command": [agent_bin(), &sc.file],
+        "env": {"HOME": home.path()}});
+    let other = repo(&[("a.txt", "a\n")]);
+    let (notify, notices) = channel();
+    let (handle, st) =
+        control::start(other.path(), "start", spec, cfg.clone(), notify).expect("task starts");
+    let mut run = Run::new(handle, notices, st, other.path().to_owned());
+    let s = run.until("paused", |s| s.status == Status::Paused).await;
+    assert_eq!(s.decisions_asked, 0, "{:?}", s.stop_reason);
+    assert!(s
+        .stop_reason
+        .as_deref()
+        .is_some_and(|w| w.contains("EACCES")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

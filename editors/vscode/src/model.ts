@@ -89,7 +89,8 @@ export type DecisionKind =
   | 'protected_lines'
   | 'held_file'
   | 'question'
-  | 'sandbox_denied';
+  | 'sandbox_denied'
+  | 'agent_place';
 
 export interface Decision {
   id: string;
@@ -200,6 +201,7 @@ const DECISION_WAIT: Record<DecisionKind, string> = {
   held_file: 'needs a file you hold',
   question: 'agent asks you',
   sandbox_denied: 'sandbox denied a command',
+  agent_place: 'agent needs a place to write',
 };
 
 export type Tone = 'normal' | 'warning' | 'error';

@@ -62,6 +62,11 @@ of what you did.";
 /// An ACP agent process driven one move at a time.
 pub struct AcpAgent {
     launch: Launch,
+    /// Where its process may write, and the sandbox it runs under.
+    domain: domain::Domain,
+    sandbox: SandboxMode,
+    /// Its command line as the spec gives it: the key of its remembered places.
+    key: String,
     /// The root as the agent may spell it (symlinks resolved).
     root_canon: PathBuf,
     /// Steps already made before a restart of Rein (told to the first session).
@@ -287,8 +292,14 @@ impl AcpAgent {
                     )
                 })?,
         };
-        let confine = domain::Domain::from_spec(spec, &words, &env)?.confinement(sandbox, root);
+        let key = words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ");
+        let granted = crate::exec::granted_state(root, &key);
+        let domain = domain::Domain::from_spec(spec, &words, &env, &granted)?;
+        let confine = domain.confinement(sandbox, root);
         Ok(AcpAgent {
+            domain,
+            sandbox,
+            key,
             launch: Launch {
                 program,
                 args: args.to_vec(),
@@ -666,7 +677,16 @@ impl AcpAgent {
                     msg.push_str(&format!(" ({status})"));
                 }
                 msg.push_str(&last_words(&stderr));
-                Some(Err(AgentError::Peer(msg)))
+                // A place of its own under home the sandbox denied: the person may allow it.
+                Some(Err(match self.domain.wanted(self.sandbox, &stderr) {
+                    Some((path, shown)) => AgentError::NeedsPlace {
+                        why: msg,
+                        command: self.key.clone(),
+                        path,
+                        shown,
+                    },
+                    None => AgentError::Peer(msg),
+                }))
             }
             Event::Request(inc) => self.request(*inc),
             Event::Update(n) => self.update(*n),
@@ -1371,6 +1391,17 @@ impl Agent for AcpAgent {
 
     fn acts_directly(&self) -> bool {
         true
+    }
+
+    fn acting(&self) -> bool {
+        self.link.is_some() && self.turn.is_some() && self.tools.values().any(|t| !t.done)
+    }
+
+    fn allow_place(&mut self, path: &Path) {
+        if !self.domain.state.iter().any(|p| p == path) {
+            self.domain.state.push(path.to_owned());
+        }
+        self.launch.confine = self.domain.confinement(self.sandbox, &self.launch.root);
     }
 
     fn tool_progress(&self, id: &str) -> ToolProgress {

@@ -362,6 +362,19 @@ pub enum AgentError {
     /// An agent process or its protocol peer failed (crashed, misbehaved, did not start).
     #[error("the agent process failed: {0}")]
     Peer(String),
+    /// An agent process ended before its handshake because its sandbox denied it a place
+    /// under the home directory (its own state, which Rein does not know for this agent).
+    #[error("the agent process failed: {why}")]
+    NeedsPlace {
+        /// The failure as `Peer` would say it (exit status, last stderr lines).
+        why: String,
+        /// The agent's command line, the key its remembered places are kept under.
+        command: String,
+        /// The place to let it write: a directory under home, never home itself.
+        path: std::path::PathBuf,
+        /// The same as the person reads it (`~/.local/share/x`).
+        shown: String,
+    },
 }
 
 /// A change of control the agent is told about. The engine stops asking for moves on its
@@ -442,6 +455,17 @@ pub trait Agent: Send {
     fn tool_progress(&self, _id: &str) -> ToolProgress {
         ToolProgress::Cut
     }
+
+    /// Whether one of the agent's own tool calls is still running, as far as it has read
+    /// (started, its end not yet reported): what changes on disk meanwhile may be that
+    /// tool's, and is taken with its step when its report arrives.
+    fn acting(&self) -> bool {
+        false
+    }
+
+    /// Lets the agent's process write `path` from its next start on (the person allowed a
+    /// place it was denied, `AgentError::NeedsPlace`). Agents without a process ignore it.
+    fn allow_place(&mut self, _path: &std::path::Path) {}
 
     /// Whether the agent changes files with its own tools, not only through Rein's moves
     /// (an ACP harness). Then a change on disk while it holds control that the human did not

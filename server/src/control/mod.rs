@@ -15,6 +15,7 @@ mod ignored;
 mod made_dirs;
 mod moves;
 mod output;
+mod places;
 mod plan;
 mod removed;
 mod submodules;
@@ -397,6 +398,8 @@ struct Pending {
     /// decision is about no file's content): a proposal is made from this, so what the
     /// human changed since must be brought into it, never written over.
     seen: Option<Option<Vec<u8>>>,
+    /// For an `agent_place` decision, the place it is about.
+    place: Option<places::Place>,
 }
 
 /// Where the engine is when a request arrives.
@@ -1384,6 +1387,17 @@ impl Engine {
                 self.said = words;
                 self.execute(mv).await
             }
+            Ok(Err(AgentError::NeedsPlace {
+                why,
+                command,
+                path,
+                shown,
+            })) => self.ask_place(
+                format!("the agent process failed: {why}"),
+                command,
+                path,
+                shown,
+            ),
             Ok(Err(e)) => {
                 // Never a crash: the task waits, with the reason, for the user to fix and resume.
                 self.stop_on_error(format!("{e}"));
@@ -1463,21 +1477,40 @@ impl Engine {
             Ok(None) => {}
             Err(e) => self.say(Level::Warning, e.to_string()),
         }
-        self.absorb_agents_own();
-        match self.absorb(true, "changed outside the agent") {
-            Ok(Some(report)) => self.add_note(report.markdown()),
-            Ok(None) => {}
-            Err(e) => self.stop_on_error(format!("cannot checkpoint the working tree: {e}")),
+        // Left for the running tool's step: nothing of it is the person's meanwhile either.
+        if !self.absorb_agents_own() {
+            match self.absorb(true, "changed outside the agent") {
+                Ok(Some(report)) => self.add_note(report.markdown()),
+                Ok(None) => {}
+                Err(e) => self.stop_on_error(format!("cannot checkpoint the working tree: {e}")),
+            }
         }
         self.note_moved_head();
     }
 
     /// At a boundary while an agent that acts with its own tools holds control: what it did
-    /// since the last one is its own (`settle_agent`).
-    fn absorb_agents_own(&mut self) {
-        if self.agent_holds_control() {
-            self.settle_agent(true, false);
+    /// since the last one is its own (`settle_agent`). `true` when what changed is left for
+    /// the step of its tool call still running.
+    fn absorb_agents_own(&mut self) -> bool {
+        self.agent_holds_control() && self.settle_agent_at_boundary()
+    }
+
+    /// `settle_agent` at a boundary the agent goes on from: while one of its own tool calls
+    /// still runs, what changed on disk is left for that tool's step, taken when its report
+    /// arrives (a harness's command writes its file before it reports the command done), so
+    /// it is not recorded as a step of its own just before (issue 28). When control leaves
+    /// the agent, or its turn ends, everything is settled as ever.
+    fn settle_agent_at_boundary(&mut self) -> bool {
+        let Some(agent) = self.agent.as_mut().filter(|a| a.acts_directly()) else {
+            return false;
+        };
+        let made = agent.made();
+        let acting = agent.acting();
+        self.take_made(made);
+        if !acting {
+            self.settle_unreported();
         }
+        acting
     }
 
     /// Whether the agent holds control and is running (not paused or waiting on a decision).
@@ -1503,18 +1536,24 @@ impl Engine {
         let made = agent.made();
         self.take_made(made);
         if unreported {
-            self.absorb_held("changed outside the agent");
-            let changed = self.tip.clone().is_some_and(|tip| {
-                self.ckpt
-                    .diff_worktree(&tip, &Default::default())
-                    .is_ok_and(|c| !c.is_empty())
-            });
-            if changed {
-                self.observe("changed files with its own tools".into(), false);
-            }
+            self.settle_unreported();
         }
         if leaving {
             self.authorship.forget_announced();
+        }
+    }
+
+    /// What changed on disk that no finished tool reported: the person's held files theirs,
+    /// the rest judged by `authorship` as the step `changed files with its own tools`.
+    fn settle_unreported(&mut self) {
+        self.absorb_held("changed outside the agent");
+        let changed = self.tip.clone().is_some_and(|tip| {
+            self.ckpt
+                .diff_worktree(&tip, &Default::default())
+                .is_ok_and(|c| !c.is_empty())
+        });
+        if changed {
+            self.observe("changed files with its own tools".into(), false);
         }
     }
 

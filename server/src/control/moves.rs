@@ -673,6 +673,7 @@ impl Engine {
             kept: None,
             aside: None,
             seen,
+            place: None,
         });
         Flow::Continue
     }
@@ -683,6 +684,9 @@ impl Engine {
             self.pending = Some(p);
             return Flow::Continue;
         };
+        if p.decision.kind == DecisionKind::AgentPlace {
+            return self.answer_place(p);
+        }
         // The step the decision held up goes on with the words that led to it.
         self.said = p.words.clone();
         self.extra = StepExtra {

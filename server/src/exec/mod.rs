@@ -8,6 +8,7 @@
 //! that moved to (new sessions, double forks). A `Tap` follows a command's output live.
 
 mod confine;
+mod granted;
 mod policy;
 mod process;
 mod sandbox;
@@ -23,6 +24,7 @@ pub use confine::{
     abi as landlock_abi, available as sandbox_available, coverage as sandbox_coverage, denial_hint,
     denied_path, ConfineError, Confinement, Coverage, SandboxMode, FORCE_VAR as SANDBOX_FORCE_VAR,
 };
+pub use granted::{granted_state, remember_state, GrantError};
 pub use policy::{Policy, Verdict};
 pub use process::{end_tagged, Output, Process, OUTPUT_CAP, TAG_VAR};
 pub use sandbox::{Node, NodeKind, Sandbox, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, TEMP_PREFIX};

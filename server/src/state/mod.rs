@@ -701,6 +701,9 @@ pub enum DecisionKind {
     Question,
     /// A command failed because the sandbox denied it: re-run it once unconfined?
     SandboxDenied,
+    /// An agent's process could not start because the sandbox denied it a place under the
+    /// home directory: let that agent write it (remembered in rein.toml)?
+    AgentPlace,
 }
 
 /// A change the human made to one file during the task.

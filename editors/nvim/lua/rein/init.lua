@@ -674,6 +674,7 @@ local decision_words = {
   held_file = "file held",
   question = "question for you",
   sandbox_denied = "sandbox denied a command",
+  agent_place = "agent needs a place to write",
 }
 
 --- Why a task is paused, short, for the statusline: "" for the user's own pause, else the
