@@ -99,8 +99,10 @@ pub struct Lsp {
     pub notifications: Vec<Value>,
     /// Every request the server sent, in order.
     pub server_requests: Vec<Value>,
-    /// The latest task state from `rein/stateChanged`.
+    /// The latest task state from `rein/stateChanged` (a client that declared deltas).
     pub state: Value,
+    /// The latest summary from `rein/stateChanged` (a client that did not).
+    pub summary: Value,
     /// How to answer `window/showMessageRequest` (an action title), if at all.
     pub answer_decisions: Option<String>,
     /// What to answer `workspace/configuration` with.
@@ -234,6 +236,7 @@ impl Lsp {
             notifications: Vec::new(),
             server_requests: Vec::new(),
             state: Value::Null,
+            summary: Value::Null,
             answer_decisions: None,
             configuration: Value::Null,
             root: root.to_owned(),
@@ -268,6 +271,13 @@ impl Lsp {
             .expect("initialize succeeds");
         lsp.notify("initialized", json!({}));
         (lsp, result)
+    }
+
+    /// The capabilities of a client that declares nothing but state deltas, so that it
+    /// holds the whole state from the notifications (a client that declares nothing at all
+    /// is sent summaries: `json!({})`).
+    pub fn plain_client() -> Value {
+        json!({"experimental": {"rein": {"stateDeltas": true}}})
     }
 
     /// The capabilities of a full-featured editor.
@@ -326,7 +336,10 @@ impl Lsp {
             }
             (Some(m), None) => {
                 if m == "rein/stateChanged" {
-                    apply_state_change(&mut self.state, &msg["params"]);
+                    match msg["params"].get("summary") {
+                        Some(summary) => self.summary = summary.clone(),
+                        None => apply_state_change(&mut self.state, &msg["params"]),
+                    }
                 }
                 self.notifications.push(msg.clone());
             }
