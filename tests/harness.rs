@@ -92,8 +92,12 @@ pub type RpcError = (i64, String);
 pub struct Lsp {
     child: Child,
     stdin: ChildStdin,
-    rx: mpsc::Receiver<Value>,
-    backlog: VecDeque<Value>,
+    rx: mpsc::Receiver<(Value, Instant)>,
+    backlog: VecDeque<(Value, Instant)>,
+    /// When the message `recv` returned last arrived (stamped by the reader thread).
+    arrived: Instant,
+    /// When the response `response` returned last arrived.
+    pub responded_at: Instant,
     next_id: i64,
     /// Every notification received, in order.
     pub notifications: Vec<Value>,
@@ -168,7 +172,7 @@ pub fn apply_state_change(state: &mut Value, params: &Value) {
     obj.insert("version".into(), params["version"].clone());
 }
 
-fn read_frames(out: impl Read, tx: mpsc::Sender<Value>) {
+fn read_frames(out: impl Read, tx: mpsc::Sender<(Value, Instant)>) {
     let mut r = BufReader::new(out);
     loop {
         let mut len = None;
@@ -191,7 +195,7 @@ fn read_frames(out: impl Read, tx: mpsc::Sender<Value>) {
             return;
         }
         let v: Value = serde_json::from_slice(&body).expect("the server only writes JSON");
-        if tx.send(v).is_err() {
+        if tx.send((v, Instant::now())).is_err() {
             return;
         }
     }
@@ -232,6 +236,8 @@ impl Lsp {
             stdin,
             rx,
             backlog: VecDeque::new(),
+            arrived: Instant::now(),
+            responded_at: Instant::now(),
             next_id: 0,
             notifications: Vec::new(),
             server_requests: Vec::new(),
@@ -309,12 +315,15 @@ impl Lsp {
     }
 
     fn recv(&mut self, deadline: Instant) -> Option<Value> {
-        if let Some(v) = self.backlog.pop_front() {
-            return Some(v);
-        }
-        self.rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .ok()
+        let (v, at) = match self.backlog.pop_front() {
+            Some(m) => m,
+            None => self
+                .rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .ok()?,
+        };
+        self.arrived = at;
+        Some(v)
     }
 
     /// Records a message the server sent on its own, answering its requests.
@@ -364,12 +373,13 @@ impl Lsp {
                 panic!("no response to {what}; state: {}", self.state);
             };
             if msg.get("method").is_none() && msg.get("id") == Some(&id) {
+                self.responded_at = self.arrived;
                 break msg;
             }
             if msg.get("method").is_some() {
                 self.observe(&msg);
             } else {
-                others.push_back(msg);
+                others.push_back((msg, self.arrived));
             }
         };
         self.backlog.extend(others);
@@ -558,7 +568,7 @@ impl Lsp {
             }
             match self.recv(until) {
                 Some(msg) if msg.get("method").is_some() => self.observe(&msg),
-                Some(msg) => others.push_back(msg),
+                Some(msg) => others.push_back((msg, self.arrived)),
                 None => break stop(self),
             }
         };

@@ -1332,6 +1332,12 @@ impl Engine {
                 }
             };
             drop(think);
+            // A request answered in the think (a pause) woke its asker on this runtime
+            // worker, where tokio keeps it (its LIFO slot, which no other worker takes) until
+            // this task yields: let it go before the blocking work that follows (settling the
+            // agent: its pipe's flush, a scan, a checkpoint), which held a pause's reply for
+            // tens of milliseconds after the tree was already frozen.
+            tokio::task::yield_now().await;
             match flow {
                 Err(Flow::Rethink) => continue,
                 other => break other,
