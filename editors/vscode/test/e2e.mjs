@@ -778,8 +778,8 @@ async function scenario() {
   // 10. The gated commands stop for approval: deny the first, approve the second, inline.
   const gate = await waitStatus(/Paused: needs approval/, 90_000).catch((e) => e.message);
   check('a gated command shows "Paused: needs approval"', /needs approval/.test(gate), gate);
-  const asked = await waitToast(/needs your decision.*git tag v1/).then(() => true, () => false);
-  check('the approval is asked in a pop-up too, naming the command, with its choices', asked && (await toasts()).some((t) => /needs your decision.*git tag v1/.test(t) && /approve/.test(t) && /deny/.test(t)), JSON.stringify(await toasts()));
+  const prompted = await waitToast(/needs your decision.*git tag v1/).then(() => true, () => false);
+  check('the approval is asked in a pop-up too, naming the command, with its choices', prompted && (await toasts()).some((t) => /needs your decision.*git tag v1/.test(t) && /approve/.test(t) && /deny/.test(t)), JSON.stringify(await toasts()));
   await showReinView();
   await waitTree('the open decision', (r) => r.some((x) => x.startsWith('Decisions')));
   await shot('needs-approval');
