@@ -434,6 +434,9 @@ struct Engine {
     cfg: EngineConfig,
     rx: mpsc::UnboundedReceiver<Envelope>,
     deferred: VecDeque<Envelope>,
+    /// A pause between steps answered: the agent is settled (`settle_agent` with this
+    /// `unreported`) once its reply has gone, before the next request.
+    settle_after_reply: Option<bool>,
     notify: Notify,
     buffers: Buffers,
     /// The agent's memory of each file: its last read or write.
@@ -1084,6 +1087,7 @@ impl Engine {
             cfg,
             rx,
             deferred: VecDeque::new(),
+            settle_after_reply: None,
             notify,
             buffers: Buffers::default(),
             views: HashMap::new(),
@@ -1261,6 +1265,7 @@ impl Engine {
                 if self.dispatch(env, Phase::Idle) == Flow::Shutdown {
                     return;
                 }
+                self.settle_answered().await;
             }
             if self.state().status == Status::Running {
                 if self.step().await == Flow::Shutdown {
@@ -1285,12 +1290,23 @@ impl Engine {
                     if self.dispatch(env, Phase::Idle) == Flow::Shutdown {
                         return;
                     }
+                    self.settle_answered().await;
                 }
                 None => {
                     self.shutdown();
                     return;
                 }
             }
+        }
+    }
+
+    /// Settles the agent after a pause between steps, once the pause's reply has gone: its
+    /// asker was woken on this runtime worker, where tokio keeps it (its LIFO slot, which no
+    /// other worker takes) until this task yields.
+    async fn settle_answered(&mut self) {
+        if let Some(unreported) = self.settle_after_reply.take() {
+            tokio::task::yield_now().await;
+            self.settle_agent(unreported, false);
         }
     }
 
