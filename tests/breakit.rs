@@ -282,7 +282,7 @@ fn kill_trial(seed: u64, trial: u64, rewrites: bool, plans: &Path, stats: &mut K
     let root = dir.path();
     let user = UserGit::of(root);
 
-    let (mut lsp, _) = Lsp::start(root, json!({}), sh_allowed());
+    let (mut lsp, _) = Lsp::start(root, Lsp::plain_client(), sh_allowed());
     lsp.ok(
         "rein.start",
         json!({"goal": "survive kill -9", "agent": {"kind": "script", "plan": plan_file}}),
@@ -305,7 +305,7 @@ fn kill_trial(seed: u64, trial: u64, rewrites: bool, plans: &Path, stats: &mut K
     stats.mid_write += u64::from(!temp_leftovers(root).is_empty());
     assert_eq!(UserGit::of(root), user, "{what}: the user's git changed");
 
-    let (mut lsp, _) = Lsp::start(root, json!({}), sh_allowed());
+    let (mut lsp, _) = Lsp::start(root, Lsp::plain_client(), sh_allowed());
     let s = lsp.wait_state("recovery", |s| !s.is_null());
     let kept = before["steps"].as_array().expect("steps");
     assert_eq!(
@@ -392,7 +392,7 @@ fn an_agent_write_cut_before_its_checkpoint_by_kill_9_stays_the_agents() {
     std::fs::write(&plan, json!({ "steps": steps }).to_string()).expect("plan");
     let dir = repo(&[("a.txt", "a\n")], json!([]));
     let root = dir.path();
-    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(root, Lsp::plain_client(), Value::Null);
     lsp.ok(
         "rein.start",
         json!({"goal": "write, then edit", "agent": {"kind": "script", "plan": plan}}),
@@ -409,7 +409,7 @@ fn an_agent_write_cut_before_its_checkpoint_by_kill_9_stays_the_agents() {
         0,
         "the kill landed before the write's checkpoint"
     );
-    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(root, Lsp::plain_client(), Value::Null);
     lsp.wait_state("recovery", |s| !s.is_null());
     let end = drive_to_end(&mut lsp);
     assert_eq!(status(&end), "done", "{end:#}");
@@ -427,7 +427,7 @@ fn a_command_running_when_the_server_is_killed_does_not_outlive_it() {
         json!([{"run": {"cmd": cmd}}, {"finish": "f"}]),
     );
     let root = dir.path();
-    let (mut lsp, _) = Lsp::start(root, json!({}), sh_allowed());
+    let (mut lsp, _) = Lsp::start(root, Lsp::plain_client(), sh_allowed());
     lsp.ok("rein.start", json!({"goal": "run something long"}));
     let deadline = Instant::now() + PATIENCE;
     while pids_with(marker).is_empty() {
@@ -435,7 +435,7 @@ fn a_command_running_when_the_server_is_killed_does_not_outlive_it() {
         std::thread::sleep(Duration::from_millis(20));
     }
     lsp.kill9();
-    let (mut lsp, _) = Lsp::start(root, json!({}), sh_allowed());
+    let (mut lsp, _) = Lsp::start(root, Lsp::plain_client(), sh_allowed());
     let s = lsp.wait_state("recovery", |s| !s.is_null());
     assert_eq!(status(&s), "paused");
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -463,7 +463,7 @@ fn an_abort_that_reverts_files_tells_the_editor_to_reload_them() {
         json!([{"write": {"path": "a.txt", "content": "agent\n"}}, {"read": "a.txt", "think_ms": 600000}]),
     );
     let root = dir.path();
-    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(root, Lsp::plain_client(), Value::Null);
     let u = lsp.open("a.txt", "human\n");
     lsp.ok("rein.start", json!({"goal": "write, then be aborted"}));
     lsp.wait_notification("the agent's write announced", 0, |n| {
@@ -510,7 +510,7 @@ fn the_users_commit_checkout_stash_rebase_and_index_lock_during_a_task() {
         .collect();
     let dir = repo(&[("a.txt", "a1\n")], json!(steps));
     let root = dir.path();
-    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(root, Lsp::plain_client(), Value::Null);
     lsp.ok(
         "rein.start",
         json!({"goal": "write while the user uses git"}),
@@ -812,7 +812,7 @@ mod model {
         let dir = repo(&refs, json!([]));
         let root = dir.path();
         let index = std::fs::read(root.join(".git/index")).unwrap();
-        let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+        let (mut lsp, _) = Lsp::start(root, Lsp::plain_client(), Value::Null);
         let mut editor = Editor::open(&mut lsp);
         lsp.ok(
             "rein.start",

@@ -380,7 +380,7 @@ fn editors_starting_at_once_share_the_one_engine_that_won_the_lock() {
     let dir = repo(&[("a.txt", "a\n")], json!([]));
     let root = dir.path();
     let editors: Vec<Lsp> = (0..3)
-        .map(|_| Lsp::start(root, json!({}), Value::Null).0)
+        .map(|_| Lsp::start(root, Lsp::plain_client(), Value::Null).0)
         .collect();
     let pids: Vec<u32> = editors.iter().map(Lsp::engine_pid).collect();
     assert!(pids.iter().all(|p| *p == pids[0]), "{pids:?}");
@@ -422,8 +422,8 @@ fn a_linked_worktree_has_an_engine_and_a_task_of_its_own() {
     );
     std::fs::create_dir_all(linked.join(".rein")).unwrap();
     std::fs::copy(root.join(".rein/plan.json"), linked.join(".rein/plan.json")).unwrap();
-    let (mut main, _) = Lsp::start(root, json!({}), Value::Null);
-    let (mut other, _) = Lsp::start(&linked, json!({}), Value::Null);
+    let (mut main, _) = Lsp::start(root, Lsp::plain_client(), Value::Null);
+    let (mut other, _) = Lsp::start(&linked, Lsp::plain_client(), Value::Null);
     assert_ne!(main.engine_pid(), other.engine_pid());
     main.ok("rein.start", json!({"goal": "main"}));
     let s = other.ok("rein.state", json!({}));
@@ -584,7 +584,7 @@ fn a_connection_from_another_user_is_refused() {
     }
     let dir = repo(&[("a.txt", "a\n")], json!([]));
     let root = dir.path();
-    let (a, _) = Lsp::start(root, json!({}), Value::Null);
+    let (a, _) = Lsp::start(root, Lsp::plain_client(), Value::Null);
     a.engine_pid();
     let socket = git_dir(root).join("rein/engine.sock");
     let client = format!(
@@ -669,8 +669,8 @@ proptest! {
         steps.push(json!({"finish": "all written"}));
         let dir = repo(&[("a.txt", "a\n")], json!(steps));
         let root = dir.path();
-        let (mut a, _) = Lsp::start(root, json!({}), Value::Null);
-        let (mut b, _) = Lsp::start(root, json!({}), Value::Null);
+        let (mut a, _) = Lsp::start(root, Lsp::plain_client(), Value::Null);
+        let (mut b, _) = Lsp::start(root, Lsp::plain_client(), Value::Null);
         a.ok("rein.start", json!({"goal": "g"}));
         for (from_a, op) in ops {
             let lsp = if from_a { &mut a } else { &mut b };

@@ -93,15 +93,21 @@ pub type RpcError = (i64, String);
 pub struct Lsp {
     child: Child,
     stdin: ChildStdin,
-    rx: mpsc::Receiver<Value>,
-    backlog: VecDeque<Value>,
+    rx: mpsc::Receiver<(Value, Instant)>,
+    backlog: VecDeque<(Value, Instant)>,
+    /// When the message `recv` returned last arrived (stamped by the reader thread).
+    arrived: Instant,
+    /// When the response `response` returned last arrived.
+    pub responded_at: Instant,
     next_id: i64,
     /// Every notification received, in order.
     pub notifications: Vec<Value>,
     /// Every request the server sent, in order.
     pub server_requests: Vec<Value>,
-    /// The latest task state from `rein/stateChanged`.
+    /// The latest task state from `rein/stateChanged` (a client that declared deltas).
     pub state: Value,
+    /// The latest summary from `rein/stateChanged` (a client that did not).
+    pub summary: Value,
     /// How to answer `window/showMessageRequest` (an action title), if at all.
     pub answer_decisions: Option<String>,
     /// What to answer `workspace/configuration` with.
@@ -167,7 +173,7 @@ pub fn apply_state_change(state: &mut Value, params: &Value) {
     obj.insert("version".into(), params["version"].clone());
 }
 
-fn read_frames(out: impl Read, tx: mpsc::Sender<Value>) {
+fn read_frames(out: impl Read, tx: mpsc::Sender<(Value, Instant)>) {
     let mut r = BufReader::new(out);
     loop {
         let mut len = None;
@@ -190,7 +196,7 @@ fn read_frames(out: impl Read, tx: mpsc::Sender<Value>) {
             return;
         }
         let v: Value = serde_json::from_slice(&body).expect("the server only writes JSON");
-        if tx.send(v).is_err() {
+        if tx.send((v, Instant::now())).is_err() {
             return;
         }
     }
@@ -231,10 +237,13 @@ impl Lsp {
             stdin,
             rx,
             backlog: VecDeque::new(),
+            arrived: Instant::now(),
+            responded_at: Instant::now(),
             next_id: 0,
             notifications: Vec::new(),
             server_requests: Vec::new(),
             state: Value::Null,
+            summary: Value::Null,
             answer_decisions: None,
             configuration: Value::Null,
             root: root.to_owned(),
@@ -271,6 +280,13 @@ impl Lsp {
         (lsp, result)
     }
 
+    /// The capabilities of a client that declares nothing but state deltas, so that it
+    /// holds the whole state from the notifications (a client that declares nothing at all
+    /// is sent summaries: `json!({})`).
+    pub fn plain_client() -> Value {
+        json!({"experimental": {"rein": {"stateDeltas": true}}})
+    }
+
     /// The capabilities of a full-featured editor.
     pub fn rich_client() -> Value {
         json!({
@@ -300,12 +316,15 @@ impl Lsp {
     }
 
     fn recv(&mut self, deadline: Instant) -> Option<Value> {
-        if let Some(v) = self.backlog.pop_front() {
-            return Some(v);
-        }
-        self.rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .ok()
+        let (v, at) = match self.backlog.pop_front() {
+            Some(m) => m,
+            None => self
+                .rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .ok()?,
+        };
+        self.arrived = at;
+        Some(v)
     }
 
     /// Records a message the server sent on its own, answering its requests.
@@ -327,7 +346,10 @@ impl Lsp {
             }
             (Some(m), None) => {
                 if m == "rein/stateChanged" {
-                    apply_state_change(&mut self.state, &msg["params"]);
+                    match msg["params"].get("summary") {
+                        Some(summary) => self.summary = summary.clone(),
+                        None => apply_state_change(&mut self.state, &msg["params"]),
+                    }
                 }
                 self.notifications.push(msg.clone());
             }
@@ -352,12 +374,13 @@ impl Lsp {
                 panic!("no response to {what}; state: {}", self.state);
             };
             if msg.get("method").is_none() && msg.get("id") == Some(&id) {
+                self.responded_at = self.arrived;
                 break msg;
             }
             if msg.get("method").is_some() {
                 self.observe(&msg);
             } else {
-                others.push_back(msg);
+                others.push_back((msg, self.arrived));
             }
         };
         self.backlog.extend(others);
@@ -548,7 +571,7 @@ impl Lsp {
             }
             match self.recv(until) {
                 Some(msg) if msg.get("method").is_some() => self.observe(&msg),
-                Some(msg) => others.push_back(msg),
+                Some(msg) => others.push_back((msg, self.arrived)),
                 None => break stop(self),
             }
         };

@@ -368,12 +368,20 @@ fn state_of(pid: u32) -> Option<char> {
     stat.get(stat.rfind(')')? + 2..)?.chars().next()
 }
 
+/// What [`pause_latencies`] measured, in milliseconds from writing each `rein.pause`.
+#[derive(Debug, Default)]
+pub struct Pauses {
+    /// To every process of the command in state `T` (polled in `/proc`).
+    pub frozen: Vec<f64>,
+    /// To the reply's arrival (stamped by the reader thread).
+    pub replied: Vec<f64>,
+}
+
 /// Times `rein.pause` while the harness runs the command marked by `marker`, `cycles`
-/// times: from writing the request to every process of the command in state `T` (polled in
-/// `/proc`), each followed by a resume. Milliseconds; stops early if the command ends.
-pub fn pause_latencies(lsp: &mut Lsp, marker: &str, cycles: usize) -> Vec<f64> {
+/// times, each followed by a resume; stops early if the command ends.
+pub fn pause_latencies(lsp: &mut Lsp, marker: &str, cycles: usize) -> Pauses {
     let rein = lsp.pid();
-    let mut samples = Vec::new();
+    let mut samples = Pauses::default();
     for _ in 0..cycles {
         let pids: Vec<u32> = command_procs(rein, marker).iter().map(|p| p.pid).collect();
         if pids.is_empty() {
@@ -384,7 +392,7 @@ pub fn pause_latencies(lsp: &mut Lsp, marker: &str, cycles: usize) -> Vec<f64> {
         loop {
             let states: Vec<Option<char>> = pids.iter().map(|p| state_of(*p)).collect();
             if states.iter().all(|s| *s == Some('T')) {
-                samples.push(sent.elapsed().as_secs_f64() * 1000.0);
+                samples.frozen.push(sent.elapsed().as_secs_f64() * 1000.0);
                 break;
             }
             if states.iter().any(|s| matches!(s, None | Some('Z'))) {
@@ -401,6 +409,9 @@ pub fn pause_latencies(lsp: &mut Lsp, marker: &str, cycles: usize) -> Vec<f64> {
         }
         let paused = lsp.response(id, "rein.pause");
         assert!(paused.is_ok(), "rein.pause failed: {paused:?}");
+        samples
+            .replied
+            .push(lsp.responded_at.duration_since(sent).as_secs_f64() * 1000.0);
         lsp.ok("rein.resume", serde_json::json!({}));
         let deadline = Instant::now() + PATIENCE;
         while pids.iter().any(|p| state_of(*p) == Some('T')) {
@@ -412,29 +423,35 @@ pub fn pause_latencies(lsp: &mut Lsp, marker: &str, cycles: usize) -> Vec<f64> {
 }
 
 /// Prints the pause latencies measured against a real harness (p50, p99 by nearest rank,
-/// max), and appends the line to target/harness-pause-latency.txt for tests/agents/run to
-/// show. A report, never a threshold.
-pub fn report_pause(harness: &str, scenario: &str, mut ms: Vec<f64>) {
-    if ms.is_empty() {
-        return;
-    }
-    ms.sort_by(f64::total_cmp);
-    let at = |q: usize| ms[(ms.len() * q).div_ceil(100).saturating_sub(1)];
-    let line = format!(
-        "{harness} ({scenario}): rein.pause to every process of its command in state T: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {} pauses",
-        at(50),
-        at(99),
-        ms[ms.len() - 1],
-        ms.len()
-    );
-    eprintln!("{line}");
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/harness-pause-latency.txt");
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(file)
-    {
-        use std::io::Write as _;
-        let _ = writeln!(f, "{line}");
+/// max), to every process stopped and to the reply, and appends the lines to
+/// target/harness-pause-latency.txt for tests/agents/run to show. A report, never a threshold.
+pub fn report_pause(harness: &str, scenario: &str, pauses: Pauses) {
+    for (what, mut ms) in [
+        ("every process of its command in state T", pauses.frozen),
+        ("its reply", pauses.replied),
+    ] {
+        if ms.is_empty() {
+            continue;
+        }
+        ms.sort_by(f64::total_cmp);
+        let at = |q: usize| ms[(ms.len() * q).div_ceil(100).saturating_sub(1)];
+        let line = format!(
+            "{harness} ({scenario}): rein.pause to {what}: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {} pauses",
+            at(50),
+            at(99),
+            ms[ms.len() - 1],
+            ms.len()
+        );
+        eprintln!("{line}");
+        let file =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/harness-pause-latency.txt");
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)
+        {
+            use std::io::Write as _;
+            let _ = writeln!(f, "{line}");
+        }
     }
 }

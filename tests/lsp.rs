@@ -48,7 +48,7 @@ fn initialize_negotiates_the_encoding_and_advertises_every_command() {
     assert_eq!(init["capabilities"]["textDocumentSync"]["change"], 2);
     assert_eq!(lsp.shutdown(), Some(0));
 
-    let (lsp, init) = Lsp::start(dir.path(), json!({}), Value::Null);
+    let (lsp, init) = Lsp::start(dir.path(), Lsp::plain_client(), Value::Null);
     assert_eq!(init["capabilities"]["positionEncoding"], "utf-16");
     drop(lsp);
 }
@@ -61,7 +61,7 @@ fn requests_before_initialize_and_unknown_methods_are_refused() {
         .request("workspace/executeCommand", json!({"command": "rein.state"}))
         .unwrap_err();
     assert_eq!(err.0, -32002);
-    let (mut lsp, _) = Lsp::start(dir.path(), json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(dir.path(), Lsp::plain_client(), Value::Null);
     let err = lsp.request("textDocument/hover", json!({})).unwrap_err();
     assert_eq!(err.0, -32601);
     let err = lsp.command("rein.fly", json!({})).unwrap_err();
@@ -171,7 +171,7 @@ fn illegal_commands_and_bad_arguments_say_why_and_change_nothing() {
     );
     let (mut lsp, _) = Lsp::start(
         dir.path(),
-        json!({"experimental": {"rein": {"steerSelection": true}}}),
+        json!({"experimental": {"rein": {"steerSelection": true, "stateDeltas": true}}}),
         Value::Null,
     );
     let err = lsp.command("rein.pause", json!({})).unwrap_err();
@@ -592,7 +592,11 @@ fn a_steer_comment_sent_by_code_action_carries_its_location() {
         &[("a.rs", "fn a() {}\n")],
         json!([{"read": "a.rs", "think_ms": 600000}]),
     );
-    let (mut lsp, _) = Lsp::start(dir.path(), json!({}), json!({"steer": {"onSave": false}}));
+    let (mut lsp, _) = Lsp::start(
+        dir.path(),
+        Lsp::plain_client(),
+        json!({"steer": {"onSave": false}}),
+    );
     lsp.ok("rein.start", json!({"goal": "g"}));
     let u = lsp.open("a.rs", "fn a() {}\n\n/* rein: keep this API stable */\n");
     let r = lsp.ok("rein.sendSteerComment", json!({"uri": u, "line": 2}));
@@ -621,7 +625,7 @@ fn code_actions_follow_the_moment() {
     );
     let (mut lsp, _) = Lsp::start(
         dir.path(),
-        json!({"experimental": {"rein": {"steerSelection": true}}}),
+        json!({"experimental": {"rein": {"steerSelection": true, "stateDeltas": true}}}),
         Value::Null,
     );
     let u = lsp.open("a.txt", "a\nb\n");
@@ -792,7 +796,7 @@ fn positions_are_converted_in_the_negotiated_encoding_for_non_ascii_text() {
         (json!(["utf-16"]), "utf-16"),
     ] {
         let dir = repo(&[("s.txt", "x\n")], json!([]));
-        let caps = json!({"general": {"positionEncodings": offers}});
+        let caps = json!({"general": {"positionEncodings": offers}, "experimental": {"rein": {"stateDeltas": true}}});
         let (mut lsp, init) = Lsp::start(dir.path(), caps, Value::Null);
         assert_eq!(init["capabilities"]["positionEncoding"], unit);
         let line = "é😀 ß";
@@ -834,7 +838,7 @@ fn commands_are_answered_while_the_agent_is_mid_step_and_edits_apply_in_order() 
         &[("a.txt", "a\n")],
         json!([{"run": {"cmd": "sh -c 'sleep 60; : midstep-marker-4410'"}}, {"finish": "f"}]),
     );
-    let (mut lsp, _) = Lsp::start(dir.path(), json!({}), sh_allowed());
+    let (mut lsp, _) = Lsp::start(dir.path(), Lsp::plain_client(), sh_allowed());
     lsp.ok("rein.start", json!({"goal": "g"}));
     // While the command runs, the loop keeps answering.
     for _ in 0..20 {
@@ -885,7 +889,7 @@ fn takeover_rewind_and_release_work_over_the_protocol() {
         ]),
     );
     let root = dir.path();
-    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(root, Lsp::plain_client(), Value::Null);
     lsp.ok("rein.start", json!({"goal": "g"}));
     lsp.wait_state("two writes", |s| agent_steps(s) >= 2);
     lsp.ok("rein.takeover", json!({}));
@@ -922,19 +926,19 @@ fn a_reloaded_editor_finds_the_task_still_running_and_a_killed_engine_is_recover
     let root = dir.path();
     // A grace longer than the test: the reload never races the engine's pause.
     let patient = [(GRACE_VAR.to_owned(), "3600000".to_owned())];
-    let (mut lsp, _) = Lsp::start_env(root, json!({}), Value::Null, &patient);
+    let (mut lsp, _) = Lsp::start_env(root, Lsp::plain_client(), Value::Null, &patient);
     lsp.ok("rein.start", json!({"goal": "g"}));
     lsp.wait_state("a step", |s| agent_steps(s) >= 1);
     let engine = lsp.engine_pid();
     drop(lsp); // the editor dies without a shutdown (a reload)
-    let (mut lsp, _) = Lsp::start_env(root, json!({}), Value::Null, &patient);
+    let (mut lsp, _) = Lsp::start_env(root, Lsp::plain_client(), Value::Null, &patient);
     let s = lsp.wait_state("the live task", |s| !s.is_null());
     assert_eq!(status(&s), "running", "{s:#}");
     assert_eq!(lsp.engine_pid(), engine, "the same engine, never restarted");
     assert!(s["stopReason"].is_null(), "{s:#}");
     // Kill -9 of the engine: the next client recovers the task, every step kept.
     lsp.kill9();
-    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(root, Lsp::plain_client(), Value::Null);
     let s = lsp.wait_state("recovered", |s| !s.is_null());
     assert_eq!(status(&s), "paused");
     assert!(
@@ -980,7 +984,7 @@ fn configuration_comes_from_rein_toml_workspace_and_init_options_and_bad_config_
     // Initialization options win over rein.toml.
     let (mut lsp, _) = Lsp::start(
         root,
-        json!({}),
+        Lsp::plain_client(),
         json!({"agent": {"kind": "script", "plan": ".rein/plan.json"}}),
     );
     let r = lsp.ok("rein.start", json!({"goal": "g2"}));
@@ -1054,15 +1058,67 @@ fn a_long_task_is_sent_as_deltas_that_cost_the_step_not_the_history() {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["n"].as_u64())
         .collect();
     assert_eq!(history.len(), 162);
-    // A client that does not declare deltas gets the whole state every time.
+    // A client that does not declare deltas gets the summary, and the rest from rein.state.
     drop(lsp);
-    let (mut plain, _) = Lsp::start(root, json!({}), Value::Null);
-    plain.wait_state("the task", |s| status(s) == "done");
-    assert!(plain
+    let (mut generic, _) = Lsp::start(root, json!({}), Value::Null);
+    generic.wait_notification("the summary", 0, |n| {
+        n["method"] == "rein/stateChanged" && n["params"]["summary"]["status"] == "done"
+    });
+    assert_eq!(generic.summary["steps"], 162);
+    assert_eq!(
+        generic.ok("rein.state", json!({}))["state"]["steps"]
+            .as_array()
+            .map(Vec::len),
+        Some(162)
+    );
+}
+
+#[test]
+fn a_client_without_deltas_is_sent_a_summary_that_does_not_grow_with_the_task() {
+    let steps: Vec<Value> = (0..150)
+        .map(|i| json!({"write": {"path": format!("f{}.txt", i % 7), "content": format!("line {i}\n")}, "say": "x".repeat(500)}))
+        .chain([json!({"finish": "done"})])
+        .collect();
+    let dir = repo(&[("a.txt", "a\n")], json!(steps));
+    let root = dir.path();
+    // What eglot and Helix declare: nothing of Rein's.
+    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    lsp.ok("rein.start", json!({"goal": "write"}));
+    lsp.wait_notification("the end", 0, |n| {
+        n["method"] == "rein/stateChanged" && n["params"]["summary"]["status"] == "done"
+    });
+    let sent: Vec<&Value> = lsp
         .notifications
         .iter()
         .filter(|n| n["method"] == "rein/stateChanged")
-        .all(|n| n["params"].get("state").is_some()));
+        .map(|n| &n["params"])
+        .collect();
+    assert!(
+        sent.iter()
+            .all(|p| p.get("state").is_none() && p.get("summary").is_some()),
+        "only summaries"
+    );
+    let size = |p: &Value| p.to_string().len();
+    let first = sent
+        .iter()
+        .find(|p| p["summary"]["lastStep"]["author"] == "agent")
+        .map(|p| size(p))
+        .unwrap_or(0);
+    let last = sent.last().map(|p| size(p)).unwrap_or(0);
+    assert!(
+        last < first * 2,
+        "the last summary is {last} bytes, the first agent step's {first}"
+    );
+    let done = lsp.summary.clone();
+    assert_eq!(done["holder"], "none");
+    assert_eq!(
+        done["steps"], 152,
+        "step 0, 150 writes and the finish: {done}"
+    );
+    assert_eq!(done["lastStep"]["n"], 151, "{done}");
+    let full = lsp.ok("rein.state", json!({}));
+    assert_eq!(full["state"]["version"], done["version"]);
+    assert_eq!(full["state"]["steps"].as_array().map(Vec::len), Some(152));
 }
 
 #[test]
@@ -1158,7 +1214,7 @@ fn rewind_names_every_step_and_tells_the_editor_which_files_changed() {
         ]),
     );
     let root = dir.path();
-    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(root, Lsp::plain_client(), Value::Null);
     lsp.ok("rein.start", json!({"goal": "g"}));
     let s = lsp.wait_state("three steps", |s| agent_steps(s) >= 3);
     // Step 2 (the read) made no checkpoint of its own: it ended on step 1's.
@@ -1254,7 +1310,7 @@ fn a_delivered_steer_comment_can_be_removed_by_code_action() {
 fn preflight_says_before_the_goal_whether_a_task_can_start() {
     // Outside a git working tree: one message, worded for a folder inside none.
     let plain = tempfile::tempdir().unwrap();
-    let (mut lsp, _) = Lsp::start(plain.path(), json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(plain.path(), Lsp::plain_client(), Value::Null);
     let r = lsp.ok("rein.preflight", json!({}));
     assert_eq!(r["problem"]["kind"], "no_repository", "{r}");
     let m = r["problem"]["message"].as_str().unwrap();
@@ -1272,7 +1328,7 @@ fn preflight_says_before_the_goal_whether_a_task_can_start() {
     write(root, "src/a.txt", "a\n");
     git(root, &["add", "-A"]);
     git(root, &["commit", "-q", "-m", "i"]);
-    let (mut lsp, _) = Lsp::start(&root.join("src"), json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(&root.join("src"), Lsp::plain_client(), Value::Null);
     let r = lsp.ok("rein.preflight", json!({}));
     assert_eq!(r["problem"]["kind"], "no_agent", "{r}");
     assert!(r["problem"]["message"]
@@ -1404,7 +1460,7 @@ fn a_long_commands_output_arrives_in_chunks_before_it_ends_and_a_pause_says_so()
     assert_eq!(err.0, -32602);
     // After a restart, with no engine running, the transcript reads the same.
     drop(lsp);
-    let (mut lsp, _) = Lsp::start(root, json!({}), Value::Null);
+    let (mut lsp, _) = Lsp::start(root, Lsp::plain_client(), Value::Null);
     let again = lsp.ok("rein.transcript", json!({}));
     assert_eq!(again["next"], next);
 }

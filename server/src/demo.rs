@@ -60,7 +60,10 @@ struct Client {
     rx: mpsc::Receiver<Value>,
     backlog: VecDeque<Value>,
     next_id: i64,
+    /// The task state, as the notifications built it.
     last: Option<Value>,
+    /// A delta did not follow `last`: the whole state is to be asked for.
+    behind: bool,
 }
 
 fn read_frames(out: impl Read, tx: mpsc::Sender<Value>) {
@@ -100,6 +103,7 @@ impl Client {
             backlog: VecDeque::new(),
             next_id: 0,
             last: None,
+            behind: false,
         })
     }
 
@@ -128,9 +132,19 @@ impl Client {
     fn observe(&mut self, msg: &Value) -> Result<()> {
         match msg.get("method").and_then(Value::as_str) {
             Some("rein/stateChanged") => {
-                let s = &msg["params"]["state"];
-                print_state(self.last.as_ref(), s);
-                self.last = Some(s.clone());
+                // A client that takes deltas, as an editor should: the whole state would
+                // cost a long task more at each step.
+                let mut s = self.last.clone().unwrap_or(Value::Null);
+                match rein::lsp::sync::apply(&mut s, &msg["params"]) {
+                    Ok(()) => {}
+                    Err(gap) => {
+                        tracing::debug!("{gap}");
+                        self.behind = true;
+                        return Ok(());
+                    }
+                }
+                print_state(self.last.as_ref(), &s);
+                self.last = Some(s);
             }
             Some("window/showMessage") => {
                 println!("  ! {}", msg["params"]["message"].as_str().unwrap_or(""))
@@ -186,18 +200,24 @@ impl Client {
 
     /// Waits until the task state satisfies `pred`, printing changes meanwhile.
     fn wait_for(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Result<Value> {
-        if let Some(s) = self.last.as_ref().filter(|s| pred(s)) {
-            return Ok(s.clone());
-        }
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
+            if std::mem::take(&mut self.behind) {
+                let r = self.request(
+                    "workspace/executeCommand",
+                    json!({"command": "rein.state", "arguments": [{}]}),
+                )?;
+                let s = r["state"].clone();
+                print_state(self.last.as_ref(), &s);
+                self.last = Some(s);
+            }
+            if let Some(s) = self.last.as_ref().filter(|s| pred(s)) {
+                return Ok(s.clone());
+            }
             let msg = self
                 .next(deadline)
                 .with_context(|| format!("waiting for {what}"))?;
             self.observe(&msg)?;
-            if let Some(s) = self.last.as_ref().filter(|s| pred(s)) {
-                return Ok(s.clone());
-            }
         }
     }
 }
@@ -319,7 +339,7 @@ pub fn run(dir: Option<PathBuf>) -> Result<i32> {
             "rootUri": root_uri,
             "workspaceFolders": [{"uri": root_uri, "name": "demo"}],
             "capabilities": {"general": {"positionEncodings": ["utf-8", "utf-16"]}, "window": {"workDoneProgress": true},
-                "experimental": {"rein": {"output": true}}},
+                "experimental": {"rein": {"output": true, "stateDeltas": true}}},
         }),
     )?;
     c.notify("initialized", json!({}))?;

@@ -121,10 +121,10 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Lsp => {
             let (layer, logs) = rein::lsp::log::channel();
             // The editor gets the log as `window/logMessage`, each line at its level. Editors
-            // record a server's stderr as errors (Neovim tags every line [ERROR] in lsp.log),
-            // so stderr carries only warnings and errors unless RUST_LOG asks for more.
+            // record a server's stderr as errors (Neovim tags every line [ERROR] in lsp.log,
+            // a warning too), so stderr carries nothing unless RUST_LOG asks for it.
             let stderr_filter =
-                EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+                EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("off"));
             tracing_subscriber::registry()
                 .with(
                     tracing_subscriber::fmt::layer()

@@ -2144,6 +2144,72 @@ async fn what_a_tool_wrote_before_a_pause_is_unattributed_then_claimed_when_it_r
     assert!(s.human_changes.iter().all(|h| h.path != "notes.txt"));
 }
 
+/// Issue 29: the reply to a pause reaches its asker as soon as the agent's tree is frozen,
+/// never after the engine's settling of the agent (its pipe's flush, a scan, a checkpoint),
+/// which it used to wait on: tokio kept the woken asker on the engine's own worker until the
+/// engine yielded. Here the settling cannot end until the asker has its reply: without the
+/// yield, the notice of what it recorded waits for a reply that cannot arrive, and gives up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_is_answered_before_the_engine_settles_the_agent() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = scenario(json!({
+        "turns": [[
+            {"write_silently": {"path": "notes.txt", "content": "agent notes\n"}},
+            {"sleep_ms": 30000}
+        ]]
+    }));
+    let replied = Arc::new(AtomicBool::new(false));
+    let gave_up = Arc::new(AtomicBool::new(false));
+    let (forward, notices) = channel();
+    let notify: control::Notify = {
+        let (replied, gave_up) = (replied.clone(), gave_up.clone());
+        Arc::new(move |n| {
+            // The settling's own record of the file: held until the pause's asker has run.
+            if matches!(&n, Notice::State { state, .. } if !state.unattributed_changes.is_empty()) {
+                let guard = std::time::Instant::now() + Duration::from_secs(30);
+                while !replied.load(Ordering::SeqCst) {
+                    if std::time::Instant::now() > guard {
+                        gave_up.store(true, Ordering::SeqCst);
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            forward(n)
+        })
+    };
+    let spec = json!({"kind": "acp", "command": [agent_bin(), sc.file]});
+    let (handle, state) =
+        control::start(root, "fix the answer", spec, test_config(), notify).expect("starts");
+    let mut run = Run::new(handle, notices, state, root.to_owned());
+    sc.logged("wrote_silently", 1).await;
+    // Asked from a task on the runtime's workers, as the engine's host asks (the test's
+    // own body runs on a thread of its own).
+    let asker = {
+        let (handle, replied) = (run.handle.clone(), replied.clone());
+        tokio::spawn(async move {
+            let reply = handle.call(Request::Pause).await;
+            replied.store(true, Ordering::SeqCst);
+            reply
+        })
+    };
+    let reply = asker.await.expect("the asker ran").expect("paused");
+    assert_eq!(reply.state().status, Status::Paused);
+    // And not before it is true: the agent is stopped when the reply comes.
+    let agent = pid_of(&sc.of("start")[0]);
+    assert_eq!(proc_state(agent), Some('T'), "the agent is stopped by then");
+    run.until("the write recorded", |s| !s.unattributed_changes.is_empty())
+        .await;
+    assert!(
+        !gave_up.load(Ordering::SeqCst),
+        "the pause's reply waited for the engine to settle the agent"
+    );
+    run.call(Request::Abort { keep_changes: true }).await;
+}
+
 /// Issue 25, case 1 at the protocol level: a file nothing shows the agent made (the human's
 /// from a terminal, for all Rein can tell) survives abort and is listed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -132,19 +132,29 @@ class Session:
             )
         )
 
-    def state(self):
+    def summary(self):
+        """The latest `rein/stateChanged`: none of these clients declares state deltas, so
+        each carries the bounded summary, never the state."""
         for f in reversed(self.client.protocol.frames):
             if f.get("method") == "rein/stateChanged":
-                return f["params"]["state"]
+                p = f["params"]
+                assert "state" not in p and "summary" in p, p
+                return p["summary"]
         return None
 
     async def wait(self, what, pred):
+        """Waits as a client without deltas does: on each new summary, fetch `rein.state`."""
+        seen = None
+        full = None
         for _ in range(PATIENCE * 20):
-            s = self.state()
-            if s is not None and pred(s):
-                return s
+            s = self.summary()
+            if s is not None and s["version"] != seen:
+                seen = s["version"]
+                full = (await self.command("rein.state", {}))["state"]
+                if full is not None and pred(full):
+                    return full
             await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}; state: {self.state()}")
+        raise AssertionError(f"timed out waiting for {what}; summary: {self.summary()}, state: {full}")
 
     async def command(self, name, *args, raw=False):
         params = types.ExecuteCommandParams(command=name, arguments=list(args) if not raw else args[0])

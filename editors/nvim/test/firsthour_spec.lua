@@ -441,6 +441,33 @@ T.scenario(":Rein start chooses the agent", {
 
 -- The log ------------------------------------------------------------------------------------
 
+T.test("the server's warnings reach lsp.log as [WARN] log messages, never as [ERROR] stderr", function()
+  local root = H.repo({ ["a.txt"] = "a\n" })
+  vim.cmd("cd " .. vim.fn.fnameescape(root))
+  H.setup()
+  vim.cmd("edit " .. vim.fn.fnameescape(root .. "/a.txt"))
+  local client = H.wait_client()
+  -- A change to a buffer the server never saw opened: it is ignored with a warning.
+  local never = vim.uri_from_fname(root .. "/never-opened.txt")
+  client:notify("textDocument/didChange", {
+    textDocument = { uri = never, version = 2 },
+    contentChanges = { { text = "x" } },
+  })
+  local path = vim.lsp.get_log_path()
+  local log = T.wait(function()
+    local text = T.read_file(path) or ""
+    return text:find("ignored a didChange", 1, true) and text
+  end, "the warning in lsp.log", 30000)
+  local warned = false
+  for line in log:gmatch("[^\n]+") do
+    if line:find("ignored a didChange", 1, true) then
+      T.truthy(not line:find("[ERROR]", 1, true), "logged as an error: " .. line)
+      warned = warned or line:find("[WARN]", 1, true) ~= nil
+    end
+  end
+  T.truthy(warned, "a [WARN] line names it:\n" .. log)
+end)
+
 T.test("the server's info lines never land in lsp.log as [ERROR]", function()
   local log = T.read_file(vim.lsp.get_log_path()) or ""
   for line in log:gmatch("[^\n]+") do

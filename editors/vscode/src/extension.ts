@@ -10,6 +10,9 @@ import {
   Executable,
   ExecuteCommandRequest,
   DidChangeConfigurationNotification,
+  ShowMessageRequest,
+  ShowMessageRequestParams,
+  MessageActionItem,
   State as ClientState,
 } from 'vscode-languageclient/node';
 import {
@@ -40,6 +43,7 @@ import { TranscriptPanel } from './transcriptPanel';
 import { StateChanged, applyStateChanged, firstDifference, SyncCounts } from './sync';
 import { Transcript } from './transcript';
 import * as git from './git';
+import * as prompts from './prompts';
 
 const REPORT_SCHEME = 'rein-report';
 const GIT_SCHEME = 'rein-git';
@@ -47,6 +51,8 @@ const GIT_SCHEME = 'rein-git';
 let client: LanguageClient | undefined;
 /** Why the server could not be started (no binary, a failed start), until the next start. */
 let serverProblem: { notFound: boolean; text: string } | undefined;
+/** The server problem whose message is on screen. */
+let shownProblem: typeof serverProblem;
 let state: TaskState | null = null;
 /** How the current task's state arrived (deltas, whole states, gaps), for the log. */
 const syncCounts = new SyncCounts();
@@ -166,6 +172,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
   cmd('rein.ui.output', () => liveOutput.show());
   cmd('rein.ui.refresh', refresh);
   cmd('rein.ui.restartServer', restartServer);
+  cmd(prompts.ANSWER_COMMAND, (key: string, choice: string) => prompts.answer(key, choice));
 
   context.subscriptions.push(
     vscode.workspace.onDidChangeConfiguration((e) => {
@@ -327,10 +334,14 @@ async function startClient(): Promise<void> {
     if (e.oldState === ClientState.Starting && e.newState === ClientState.Running) void refresh();
   });
   client.onNotification('rein/stateChanged', (p: StateChanged) => onStateChanged(p));
+  // A decision's prompt, closed by itself once the decision is answered anywhere.
+  client.onRequest(ShowMessageRequest.type, (p: ShowMessageRequestParams) => askDecision(p));
   client.onNotification('rein/filesChanged', (p: { uris: string[] }) => void reloadClean(p?.uris ?? []));
   client.onNotification('rein/output', (c: OutputChunk) => onOutput(c));
   try {
     await client.start();
+    // A message about a server that could not start goes once it runs.
+    prompts.withdrawAnswered();
   } catch (e) {
     log(`server failed to start: ${e}`);
     serverProblem = isNotFoundError(e)
@@ -349,15 +360,39 @@ async function startClient(): Promise<void> {
  */
 function sayServerProblem(): void {
   const p = serverProblem;
-  if (!p) return;
+  // Said once while it is on screen; it closes by itself once the server runs.
+  if (!p || shownProblem === p) return;
+  // An earlier problem's message goes first.
+  prompts.withdrawAnswered();
+  shownProblem = p;
   const settings = 'Open Settings';
   const retry = 'Retry';
   const showLog = 'Show Log';
-  void vscode.window.showErrorMessage(p.text, settings, retry, showLog).then((pick) => {
+  void prompts.ask('Rein', p.text, [settings, retry, showLog], () => serverProblem === p).then((pick) => {
+    if (shownProblem === p) shownProblem = undefined;
     if (pick === settings) void vscode.commands.executeCommand('workbench.action.openSettings', '@id:rein.serverPath');
     if (pick === retry) void restartServer();
     if (pick === showLog) output.show();
   });
+}
+
+/**
+ * `window/showMessageRequest` (a decision): asked as a prompt that closes by itself once the
+ * decision is no longer open, whoever answered it; the choice clicked is the answer.
+ */
+async function askDecision(p: ShowMessageRequestParams): Promise<MessageActionItem | null> {
+  const choices = (p.actions ?? []).map((a) => a.title);
+  const asked = (d: Decision) => (d.detail ? `${d.question}\n\n${d.detail}` : d.question) === p.message;
+  // Open while a decision of the state reads as this message (a prompt can come before the
+  // state that holds its decision: open until a state says otherwise).
+  let seen = false;
+  const open = () => {
+    const there = !!state?.decisions?.some(asked);
+    seen ||= there;
+    return there || !seen;
+  };
+  const pick = await prompts.ask('Rein needs your decision', p.message, choices, open);
+  return pick === null ? null : { title: pick };
 }
 
 async function restartServer(): Promise<void> {
@@ -498,6 +533,8 @@ function setState(next: TaskState | null, fromReply = false): void {
     }
   }
   render();
+  // A decision's prompt goes once the decision is answered, here or anywhere else.
+  prompts.withdrawAnswered();
   // The transcript asks for the entries after the ones it has (docs/protocol.md, Transcript).
   transcript.onState(state);
   if (state && isTerminal(state.status) && endLogged !== state.task.id && syncCounts.task === state.task.id) {

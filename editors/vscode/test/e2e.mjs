@@ -318,9 +318,14 @@ async function waitToast(re, timeout = 30_000) {
     return t.some((x) => re.test(x)) ? t : false;
   }, timeout);
 }
+/** Clicks a toast's button, or its link (a prompt that closes by itself has links). */
 async function clickToastButton(re, label) {
   const toast = page.locator('.notification-toast').filter({ hasText: re }).first();
-  await toast.locator('.monaco-button', { hasText: label }).first().click();
+  await toast.locator('.monaco-button, a', { hasText: label }).first().click();
+}
+/** Waits until no toast matches `re`; true when none does. */
+async function toastGone(re, timeout = 20_000) {
+  return waitFor(`no notification ~ ${re}`, async () => !(await toasts()).some((t) => re.test(t)), timeout).then(() => true, () => false);
 }
 
 // ---- the first hour: a folder outside git, no agent, a subfolder of a repository ---------
@@ -451,6 +456,7 @@ async function missingBinary() {
   writeFileSync(join(nobin, '.vscode', 'settings.json'), JSON.stringify({ 'rein.serverPath': REIN_BIN }, null, 2) + '\n');
   const fixed = await waitStatus(/no task/, 60_000).catch((e) => e.message);
   check('correcting rein.serverPath starts the server by itself (status bar: no task)', /no task/.test(fixed), fixed);
+  check('once the server runs, the "no executable rein" message is gone by itself', await toastGone(/no executable rein/), JSON.stringify(await toasts()));
 }
 
 async function scenario() {
@@ -772,6 +778,8 @@ async function scenario() {
   // 10. The gated commands stop for approval: deny the first, approve the second, inline.
   const gate = await waitStatus(/Paused: needs approval/, 90_000).catch((e) => e.message);
   check('a gated command shows "Paused: needs approval"', /needs approval/.test(gate), gate);
+  const prompted = await waitToast(/needs your decision.*git tag v1/).then(() => true, () => false);
+  check('the approval is asked in a pop-up too, naming the command, with its choices', prompted && (await toasts()).some((t) => /needs your decision.*git tag v1/.test(t) && /approve/.test(t) && /deny/.test(t)), JSON.stringify(await toasts()));
   await showReinView();
   await waitTree('the open decision', (r) => r.some((x) => x.startsWith('Decisions')));
   await shot('needs-approval');
@@ -826,6 +834,7 @@ async function scenario() {
   await tagRow.locator('.action-label[aria-label="Deny"]').click();
   const deniedRow = await waitTree('the denial stays visible', (r) => r.some((x) => x.includes('you denied `git tag v1`'))).catch((e) => e.message);
   check('a denied approval leaves a trace in the Rein view: "you denied `git tag v1`"', Array.isArray(deniedRow), Array.isArray(deniedRow) ? '' : deniedRow);
+  check('answered in the view, its pop-up is gone by itself', await toastGone(/needs your decision.*git tag v1/), JSON.stringify(await toasts()));
   const stDenied = await waitFor('the denial in the state', () => (diskState()?.answered ?? []).find((a) => a.choice === 'deny'), 15_000).catch(() => null);
   check('the state records who denied what (answered: deny by human)', stDenied?.by === 'human' && stDenied?.detail === 'git tag v1', JSON.stringify(stDenied));
   const deniedStep = await waitTree('the denied step says so', (r) => r.some((x) => /^\d+\. run git tag v1\s*not done: the human chose deny/.test(x))).catch((e) => e.message);
@@ -849,6 +858,7 @@ async function scenario() {
   await row.locator('.action-label[aria-label="Approve"]').click();
   const done = await waitStatus(/Agent done/, 90_000).catch((e) => e.message);
   check('approve in the view lets the agent finish: status bar says done', /Agent done/.test(done), done);
+  check('approved in the view, its pop-up is gone by itself', await toastGone(/needs your decision/), JSON.stringify(await toasts()));
   await waitTree('the decision answered', (r) => r.some((x) => x.includes('you approved `./check.sh`')) && r.some((x) => /^Decisions.*2 answered/.test(x)) && !r.some((x) => /open/.test(x) && x.startsWith('Decisions'))).then(
     () => check('an answered decision stays in the Rein view as answered ("you approved `./check.sh`"), none open', true),
     (e) => check('an answered decision stays in the Rein view as answered ("you approved `./check.sh`"), none open', false, e.message),

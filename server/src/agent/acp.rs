@@ -53,6 +53,9 @@ const TOOLS_KEPT: usize = 256;
 const WORDS_KEPT: usize = 64 * 1024;
 /// How long taking what the agent made waits for its connection to pass on all it sent.
 const FLUSH_PATIENCE: Duration = Duration::from_secs(1);
+/// How long a pause waits for the agent's connection thread to say its tree is stopped
+/// (the tree's own settling is bounded at 200 ms).
+const FREEZE_PATIENCE: Duration = Duration::from_millis(500);
 
 const ABOUT_REIN: &str = "A person supervises you through Rein. They may pause you, correct you, \
 or take over and edit files themselves; when they hand back you get a report of what they \
@@ -1447,7 +1450,17 @@ impl Agent for AcpAgent {
         Some(Box::new(move || {
             let cmds = current.lock().ok().and_then(|c| c.clone());
             if let Some(cmds) = cmds {
-                let _ = cmds.send(Cmd::Freeze);
+                // The pause is answered once the tree is stopped (a few ms), so the person is
+                // told "paused" when it is true; a connection thread that does not answer in
+                // time leaves the pause to say so anyway.
+                let (stopped, frozen) = std::sync::mpsc::sync_channel(1);
+                if cmds.send(Cmd::Freeze(Some(stopped))).is_ok()
+                    && frozen.recv_timeout(FREEZE_PATIENCE).is_err()
+                {
+                    tracing::warn!(
+                        "the agent's processes were not all stopped within {FREEZE_PATIENCE:?}"
+                    );
+                }
             }
         }))
     }
@@ -1485,7 +1498,7 @@ impl Agent for AcpAgent {
             // process tree), so nothing it started goes on changing files while the person
             // looks; its requests simply wait.
             Interrupt::Pause => {
-                let _ = link.cmds.send(Cmd::Freeze);
+                let _ = link.cmds.send(Cmd::Freeze(None));
             }
             // Thawed first; their news reaches the agent with the next prompt (ctx carries it).
             Interrupt::Resume | Interrupt::Handback => {

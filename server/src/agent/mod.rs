@@ -429,9 +429,10 @@ pub trait Agent: Send {
     /// queues what it needs to send.
     fn interrupt(&mut self, _what: Interrupt) {}
 
-    /// Something that stops the agent's processes at once (SIGSTOP through its tree), usable
-    /// while the agent is out thinking and borrowed: a pause stops them before it is even
-    /// recorded. `None` for agents with no processes of their own.
+    /// Something that stops the agent's processes at once (SIGSTOP through its tree) and
+    /// returns once they are stopped, usable while the agent is out thinking and borrowed: a
+    /// pause stops them before it is even recorded, and is answered when it is true. `None`
+    /// for agents with no processes of their own.
     fn freezer(&self) -> Option<Freezer> {
         None
     }

@@ -273,13 +273,13 @@ fn run() -> Result<()> {
             None
         } else {
             Some(if args.quick {
-                long::run(rein, &scratch.path, &[100, 1_000], None, 2, &[1_000])?
+                long::run(rein, &scratch.path, &[100, 1_000], Some(3_000), 2, &[1_000])?
             } else {
                 long::run(
                     rein,
                     &scratch.path,
                     &[100, 1_000, 10_000],
-                    Some(1_000),
+                    Some(3_000),
                     10,
                     &[1_000, plan.memory_files],
                 )?

@@ -437,6 +437,9 @@ struct Engine {
     cfg: EngineConfig,
     rx: mpsc::UnboundedReceiver<Envelope>,
     deferred: VecDeque<Envelope>,
+    /// A pause between steps answered: the agent is settled (`settle_agent` with this
+    /// `unreported`) once its reply has gone, before the next request.
+    settle_after_reply: Option<bool>,
     notify: Notify,
     buffers: Buffers,
     /// The agent's memory of each file: its last read or write.
@@ -1116,6 +1119,7 @@ impl Engine {
             cfg,
             rx,
             deferred: VecDeque::new(),
+            settle_after_reply: None,
             notify,
             buffers: Buffers::default(),
             views: HashMap::new(),
@@ -1293,6 +1297,7 @@ impl Engine {
                 if self.dispatch(env, Phase::Idle) == Flow::Shutdown {
                     return;
                 }
+                self.settle_answered().await;
             }
             if self.state().status == Status::Running {
                 if self.step().await == Flow::Shutdown {
@@ -1317,12 +1322,23 @@ impl Engine {
                     if self.dispatch(env, Phase::Idle) == Flow::Shutdown {
                         return;
                     }
+                    self.settle_answered().await;
                 }
                 None => {
                     self.shutdown();
                     return;
                 }
             }
+        }
+    }
+
+    /// Settles the agent after a pause between steps, once the pause's reply has gone: its
+    /// asker was woken on this runtime worker, where tokio keeps it (its LIFO slot, which no
+    /// other worker takes) until this task yields.
+    async fn settle_answered(&mut self) {
+        if let Some(unreported) = self.settle_after_reply.take() {
+            tokio::task::yield_now().await;
+            self.settle_agent(unreported, false);
         }
     }
 
@@ -1364,6 +1380,12 @@ impl Engine {
                 }
             };
             drop(think);
+            // A request answered in the think (a pause) woke its asker on this runtime
+            // worker, where tokio keeps it (its LIFO slot, which no other worker takes) until
+            // this task yields: let it go before the blocking work that follows (settling the
+            // agent: its pipe's flush, a scan, a checkpoint), which held a pause's reply for
+            // tens of milliseconds after the tree was already frozen.
+            tokio::task::yield_now().await;
             match flow {
                 Err(Flow::Rethink) => continue,
                 other => break other,

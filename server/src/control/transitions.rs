@@ -305,12 +305,14 @@ impl Engine {
             Phase::Think => Flow::Cut,
             Phase::Idle => Flow::Continue,
         };
-        // The agent's processes stop first; the pause is recorded (two fsyncs) after.
+        // The agent's processes stop first (the freezer returns once they are), then the
+        // pause is recorded and answered: "paused" is true when the person reads it.
         self.terminals.freeze_all();
-        match (self.agent.as_mut(), &self.freezer) {
-            (Some(agent), _) => agent.interrupt(crate::agent::Interrupt::Pause),
-            (None, Some(freeze)) => freeze(),
-            (None, None) => {}
+        if let Some(freeze) = &self.freezer {
+            freeze();
+        }
+        if let Some(agent) = self.agent.as_mut() {
+            agent.interrupt(crate::agent::Interrupt::Pause);
         }
         let acting = self.agent_holds_control();
         self.commit(|s| {
@@ -321,9 +323,10 @@ impl Engine {
         self.signal_agent(crate::agent::Interrupt::Pause);
         if between_steps {
             // Between steps: what the agent did until its processes stopped is its own, taken
-            // now, before the person's time begins. (Mid think the step does this once the
-            // think is dropped; the agent is the step's then.)
-            self.settle_agent(acting, false);
+            // right after the reply, before the person's time begins (and before any other
+            // request). (Mid think the step does this once the think is dropped; the agent is
+            // the step's then.)
+            self.settle_after_reply = Some(acting);
         }
         (Ok(Reply::State(self.boxed_state())), flow)
     }

@@ -13,7 +13,7 @@ pub mod documents;
 pub mod editor;
 pub mod log;
 mod server;
-mod sync;
+pub mod sync;
 mod tasks;
 pub mod transport;
 

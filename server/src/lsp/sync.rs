@@ -3,11 +3,16 @@
 //! A client that declared `experimental.rein.stateDeltas` gets the whole state once per task
 //! (and after any gap) and then only what changed: the top-level fields whose value changed
 //! and the steps from the first one added or changed. A long task so costs each step the
-//! same, not the length of the history. Any other client gets the whole state every time.
+//! same, not the length of the history. Any other client (eglot, Helix: a generic client that
+//! cannot use the state anyway) gets a bounded summary instead, which costs the same at step
+//! 10 and step 10,000, and asks `rein.state` for the rest.
 
 use serde_json::{json, Map, Value};
 
-use crate::state::TaskState;
+use crate::state::{head, TaskState, DETAIL_BYTES};
+
+/// The most bytes of any one text (the goal, a reason, a step's action) in a summary.
+const SUMMARY_TEXT_BYTES: usize = 1024;
 
 /// What the client was last sent.
 #[derive(Debug, Default)]
@@ -35,11 +40,12 @@ pub(super) struct Change {
 }
 
 impl Synced {
-    /// The `rein/stateChanged` params for `s`: a delta when the client takes them, has the
-    /// state `change` is relative to, and the change is known; else the whole state.
+    /// The `rein/stateChanged` params for `s`: to a client without deltas, the summary; a
+    /// delta when the client takes them, has the state `change` is relative to, and the
+    /// change is known; else the whole state.
     pub(super) fn params(&mut self, s: &TaskState, change: Option<Change>, deltas: bool) -> Value {
         if !deltas {
-            return json!({ "state": s });
+            return json!({ "summary": summary_of(s) });
         }
         let head = head_of(s);
         let delta = match (&self.last, change) {
@@ -81,6 +87,108 @@ impl Synced {
         });
         delta.unwrap_or_else(|| json!({ "state": s }))
     }
+}
+
+/// A delta that does not follow the state a client holds: it asks `rein.state` for the
+/// whole state and applies the deltas after it.
+#[derive(Debug, thiserror::Error)]
+#[error("a state delta from version {base} of task {task} does not follow the state held (version {held} of task {held_task}); ask rein.state for the whole state")]
+pub struct Gap {
+    base: String,
+    task: String,
+    held: String,
+    held_task: String,
+}
+
+/// What a client that declared deltas does with `rein/stateChanged` params `p` (see
+/// docs/protocol.md, "State deltas"): take a whole state, skip a delta already in what it
+/// holds (a reply brought a newer state first), or apply one on the state it follows. `rein
+/// demo` and the bench are such clients.
+pub fn apply(held: &mut Value, p: &Value) -> Result<(), Gap> {
+    if let Some(whole) = p.get("state") {
+        *held = whole.clone();
+        return Ok(());
+    }
+    let same_task = p["taskId"] == held["task"]["id"];
+    if same_task && p["version"].as_u64() <= held["version"].as_u64() {
+        return Ok(());
+    }
+    let follows = same_task && p["base"] == held["version"];
+    let Some(obj) = held.as_object_mut().filter(|_| follows) else {
+        return Err(Gap {
+            base: p["base"].to_string(),
+            task: p["taskId"].to_string(),
+            held: held["version"].to_string(),
+            held_task: held["task"]["id"].to_string(),
+        });
+    };
+    for (k, v) in p["changed"].as_object().into_iter().flatten() {
+        if v.is_null() {
+            obj.remove(k);
+        } else {
+            obj.insert(k.clone(), v.clone());
+        }
+    }
+    let from = p["steps"]["from"].as_u64().unwrap_or(0) as usize;
+    if let Value::Array(steps) = obj.entry("steps").or_insert_with(|| json!([])) {
+        steps.truncate(from);
+        steps.extend(
+            p["steps"]["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
+    }
+    obj.insert("version".into(), p["version"].clone());
+    Ok(())
+}
+
+/// What a client without deltas is told of `s`: where the task is and what waits on the
+/// person, every text clipped, so its size does not grow with the steps.
+fn summary_of(s: &TaskState) -> Value {
+    let clip = |t: &str| head(t, SUMMARY_TEXT_BYTES);
+    let last = s.steps.last().map(|st| {
+        json!({
+            "n": st.n,
+            "author": st.author,
+            "action": clip(&st.action),
+            "status": st.status,
+            "planItem": st.plan_item.as_deref().and_then(clip),
+        })
+    });
+    let decisions: Vec<Value> = s
+        .decisions
+        .iter()
+        .map(|d| {
+            json!({
+                "id": d.id,
+                "kind": d.kind,
+                "question": head(&d.question, DETAIL_BYTES),
+                "options": d.options,
+                "detail": d.detail.as_deref().and_then(|t| head(t, DETAIL_BYTES)),
+                "path": d.path,
+            })
+        })
+        .collect();
+    json!({
+        "taskId": s.task.id,
+        "goal": clip(&s.task.goal),
+        "version": s.version,
+        "status": s.status,
+        "holder": s.control.holder,
+        "stopReason": s.stop_reason.as_deref().and_then(clip),
+        "queuedStop": s.queued_stop.as_ref().map(|q| json!({
+            "intent": q.intent,
+            "behind": clip(&q.behind),
+            "since": q.since,
+        })),
+        "steps": s.steps_omitted + s.steps.len() as u64,
+        "lastStep": last,
+        "decisions": decisions,
+        "agentMoves": s.agent_moves,
+        "remainingMoves": s.remaining_moves,
+    })
 }
 
 /// The state's top-level fields but `steps` and `version`, as JSON: cheap, since the steps
@@ -125,32 +233,7 @@ mod tests {
 
     /// What a client does with the params: replace, or apply the delta.
     fn apply(client: &mut Value, params: &Value) {
-        if let Some(full) = params.get("state") {
-            *client = full.clone();
-            return;
-        }
-        assert_eq!(
-            client["version"], params["base"],
-            "applied on the right base"
-        );
-        for (k, v) in params["changed"].as_object().expect("changed") {
-            if v.is_null() {
-                client.as_object_mut().expect("object").remove(k);
-            } else {
-                client[k] = v.clone();
-            }
-        }
-        let from = params["steps"]["from"].as_u64().expect("from") as usize;
-        let steps = client["steps"].as_array_mut().expect("steps");
-        steps.truncate(from);
-        steps.extend(
-            params["steps"]["items"]
-                .as_array()
-                .expect("items")
-                .iter()
-                .cloned(),
-        );
-        client["version"] = params["version"].clone();
+        super::apply(client, params).expect("applied on the right base");
     }
 
     #[test]
@@ -254,6 +337,51 @@ mod tests {
             )
             .get("state")
             .is_some());
-        assert!(sync.params(&later, None, false).get("state").is_some());
+    }
+
+    #[test]
+    fn a_client_skips_a_delta_it_holds_and_refetches_after_a_gap() {
+        let mut held = serde_json::to_value(state(5, 1)).expect("json");
+        let delta = |base: u64, version: u64| {
+            json!({"taskId": "t", "base": base, "version": version, "changed": {},
+                   "cleared": [], "steps": {"from": 1, "items": []}})
+        };
+        // A reply brought version 5 before the notifications that led to it.
+        super::apply(&mut held, &delta(4, 5)).expect("skipped");
+        assert_eq!(held["version"], 5);
+        super::apply(&mut held, &delta(5, 6)).expect("applied");
+        assert_eq!(held["version"], 6);
+        let gap = super::apply(&mut held, &delta(7, 8)).expect_err("a gap");
+        assert!(gap.to_string().contains("rein.state"), "{gap}");
+        assert_eq!(held["version"], 6, "nothing applied");
+    }
+
+    #[test]
+    fn a_client_without_deltas_gets_a_summary_that_does_not_grow_with_the_steps() {
+        let long = |steps: usize| {
+            let mut s = state(steps as u64, 0);
+            for n in 0..steps {
+                let mut st = Step::new(n as u32, "run ./t", Author::Agent, None, StepStatus::Done);
+                st.message = Some("m".repeat(2000));
+                st.output = Some("o".repeat(4000));
+                s.push_step(st);
+            }
+            s
+        };
+        let (small, big) = (long(10), long(10_000));
+        let summary = |s: &TaskState| Synced::default().params(s, None, false);
+        let (a, b) = (summary(&small), summary(&big));
+        assert!(a.get("state").is_none() && b.get("state").is_none());
+        assert_eq!(b["summary"]["steps"], 10_000);
+        assert_eq!(b["summary"]["lastStep"]["n"], 9_999);
+        assert_eq!(b["summary"]["holder"], "agent");
+        let (la, lb) = (a.to_string().len(), b.to_string().len());
+        // Only the numbers' digits differ (steps, the last step's number, the version).
+        assert!(lb - la <= 12, "{la} bytes at 10 steps, {lb} at 10,000");
+        // Whatever a text holds, the summary stays bounded.
+        let mut huge = long(1);
+        huge.task.goal = "g".repeat(1 << 20);
+        huge.stop_reason = Some("r".repeat(1 << 20));
+        assert!(summary(&huge).to_string().len() < 8 * 1024);
     }
 }

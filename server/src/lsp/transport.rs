@@ -254,8 +254,8 @@ pub fn decode(body: &[u8]) -> Incoming {
 /// Writes frames to `output` until the channel closes.
 ///
 /// What waited while the client was slow to read is written as one batch, in order, less
-/// each whole state (`rein/stateChanged` with `state`) that a later whole state replaces
-/// with no delta between them: a client that takes whole states only ever needs the last,
+/// each whole state (`rein/stateChanged` with `state`, or a `summary`) that a later one
+/// replaces with no delta between them: a client that takes whole states only ever needs the last,
 /// and a server whose client reads slower than the task runs would otherwise queue a whole
 /// state a step (87 KiB of text each at 1,000 steps) for as long as the task lasts.
 pub fn write_loop(mut output: impl Write, rx: crossbeam_channel::Receiver<Frame>) {
@@ -291,13 +291,13 @@ enum StateNews {
 
 fn state_news(frame: &Frame) -> Option<StateNews> {
     match frame {
-        Frame::Message(Message::Notification(n)) if n.method == "rein/stateChanged" => {
-            Some(if n.params.get("state").is_some() {
+        Frame::Message(Message::Notification(n)) if n.method == "rein/stateChanged" => Some(
+            if n.params.get("state").is_some() || n.params.get("summary").is_some() {
                 StateNews::Whole
             } else {
                 StateNews::Delta
-            })
-        }
+            },
+        ),
         _ => None,
     }
 }
@@ -394,6 +394,33 @@ mod tests {
             versions,
             ["whole 2", "log between", "delta 3", "log after", "whole 6"]
         );
+    }
+
+    #[test]
+    fn a_summary_waiting_behind_a_newer_one_is_not_written() {
+        let summary = |v: u64| {
+            note(
+                "rein/stateChanged",
+                serde_json::json!({"summary": {"version": v}}),
+            )
+        };
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for frame in [summary(1), summary(2), summary(3)] {
+            tx.send(frame).unwrap();
+        }
+        drop(tx);
+        let mut out = Vec::new();
+        write_loop(&mut out, rx);
+        let versions: Vec<serde_json::Value> = read_all(&out)
+            .into_iter()
+            .filter_map(|m| match m {
+                Incoming::Message(Message::Notification(n)) => {
+                    Some(n.params["summary"]["version"].clone())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(versions, [serde_json::json!(3)]);
     }
 
     fn read_all(input: &[u8]) -> Vec<Incoming> {

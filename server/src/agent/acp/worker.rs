@@ -93,8 +93,9 @@ pub(super) enum Cmd {
     Steer { text: String },
     /// The task is aborted: end the agent's commands at once, cancel, then end the process.
     Abort,
-    /// Pause: stop the agent and everything it runs (SIGSTOP through its whole tree).
-    Freeze,
+    /// Pause: stop the agent and everything it runs (SIGSTOP through its whole tree), then
+    /// say so on the channel given (the pause's reply waits for it).
+    Freeze(Option<std::sync::mpsc::SyncSender<()>>),
     /// Resume or handback: continue what `Freeze` stopped.
     Thaw,
     /// Takeover, first half: stop the agent's commands, keep (or put) the agent itself
@@ -818,7 +819,12 @@ impl Worker {
                 }
                 self.stop();
             }
-            Cmd::Freeze => self.freeze(),
+            Cmd::Freeze(stopped) => {
+                self.freeze();
+                if let Some(stopped) = stopped {
+                    let _ = stopped.send(());
+                }
+            }
             Cmd::Thaw => self.thaw(),
             Cmd::FreezeCommands => {
                 if let Some(tree) = &mut self.tree {

@@ -29,22 +29,9 @@ pub struct Msg {
 }
 
 impl Msg {
-    /// The task state of a `rein/stateChanged` notification that carries it whole.
-    pub fn state(&self) -> Option<&Value> {
-        (self.value.get("method")?.as_str()? == "rein/stateChanged")
-            .then(|| self.value["params"].get("state"))
-            .flatten()
-    }
-
-    /// The delta of a `rein/stateChanged` notification that carries one.
-    pub fn delta(&self) -> Option<&Value> {
-        (self.value.get("method")?.as_str()? == "rein/stateChanged")
-            .then(|| {
-                self.value["params"]
-                    .get("base")
-                    .map(|_| &self.value["params"])
-            })
-            .flatten()
+    /// Whether this is a `rein/stateChanged` notification.
+    pub fn is_state(&self) -> bool {
+        self.value.get("method").and_then(Value::as_str) == Some("rein/stateChanged")
     }
 }
 
@@ -63,6 +50,8 @@ pub struct Client {
     next_id: i64,
     /// The latest task state announced by `rein/stateChanged` or carried by a reply.
     pub state: Value,
+    /// The latest summary, for a client that did not declare deltas.
+    pub summary: Value,
 }
 
 /// Reads `Content-Length` frames until the stream ends, stamping each on arrival.
@@ -113,18 +102,25 @@ impl Client {
             responses: HashMap::new(),
             next_id: 0,
             state: Value::Null,
+            summary: Value::Null,
         })
     }
 
     /// Starts and initializes a server on `root`, as a minimal editor would: UTF-8
-    /// positions, no progress, no configuration requests, no message prompts, the whole
-    /// state in every `rein/stateChanged`.
+    /// positions, no progress, no configuration requests, no message prompts, state deltas
+    /// (applied to its `state`).
     pub fn start(rein: &Path, root: &Path, log: &Path, options: Value) -> Result<Client> {
-        Client::start_with(rein, root, log, options, json!({}))
+        Client::start_with(
+            rein,
+            root,
+            log,
+            options,
+            json!({"rein": {"stateDeltas": true}}),
+        )
     }
 
-    /// As [`Client::start`], with these `experimental` client capabilities (say, state
-    /// deltas, which the client then applies to its `state`).
+    /// As [`Client::start`], with these `experimental` client capabilities (without state
+    /// deltas, the client is sent a summary: its `summary`).
     pub fn start_with(
         rein: &Path,
         root: &Path,
@@ -260,19 +256,19 @@ impl Client {
         }
     }
 
-    /// Reads messages until one satisfies `pred`; returns it. Responses seen meanwhile are
-    /// kept for [`Client::response`].
-    pub fn wait_for(
+    /// Waits until the state a `rein/stateChanged` leaves (`self.state`) satisfies `pred`;
+    /// returns that message.
+    pub fn wait_state(
         &mut self,
         what: &str,
         deadline: Instant,
-        mut pred: impl FnMut(&Msg) -> bool,
+        pred: impl Fn(&Value) -> bool,
     ) -> Result<Msg> {
         loop {
             let msg = self.next(deadline).with_context(|| {
                 format!("waiting for {what}; last state: {}", brief(&self.state))
             })?;
-            if pred(&msg) {
+            if msg.is_state() && pred(&self.state) {
                 return Ok(msg);
             }
             if msg.value.get("method").is_none() {
@@ -281,16 +277,6 @@ impl Client {
                 }
             }
         }
-    }
-
-    /// Waits until a `rein/stateChanged` satisfies `pred`; returns that message.
-    pub fn wait_state(
-        &mut self,
-        what: &str,
-        deadline: Instant,
-        pred: impl Fn(&Value) -> bool,
-    ) -> Result<Msg> {
-        self.wait_for(what, deadline, |m| m.state().is_some_and(&pred))
     }
 
     /// Handles every message that has already arrived, without waiting.
@@ -334,45 +320,15 @@ impl Client {
             // This client advertises no capability that needs an answer; null is polite.
             let id = id.clone();
             self.send(&json!({"jsonrpc": "2.0", "id": id, "result": null}))?;
-        } else if let Some(delta) = msg.delta() {
-            self.apply(delta)?;
-        } else if let Some(s) = msg.state() {
-            let s = s.clone();
-            self.take_state(&json!({ "state": s }));
-        }
-        Ok(())
-    }
-
-    /// Applies a state delta as docs/protocol.md says. The bench reads every message in
-    /// order, so a delta it cannot apply is the server's fault: an error, not a refetch.
-    fn apply(&mut self, d: &Value) -> Result<()> {
-        let same_task = d["taskId"] == self.state["task"]["id"];
-        if !same_task || d["base"] != self.state["version"] {
-            bail!(
-                "a state delta from version {} of task {} does not follow the state held ({} of {})",
-                d["base"], d["taskId"], self.state["version"], self.state["task"]["id"]
-            );
-        }
-        let Some(state) = self.state.as_object_mut() else {
-            bail!("the state held is not an object");
-        };
-        if let Some(changed) = d["changed"].as_object() {
-            for (k, v) in changed {
-                if v.is_null() {
-                    state.remove(k);
-                } else {
-                    state.insert(k.clone(), v.clone());
-                }
+        } else if msg.is_state() {
+            let p = &v["params"];
+            match p.get("summary") {
+                Some(summary) => self.summary = summary.clone(),
+                // The bench reads every message in order, so a delta it cannot apply is the
+                // server's fault: an error, not a refetch.
+                None => rein::lsp::sync::apply(&mut self.state, p)?,
             }
         }
-        let from = d["steps"]["from"].as_u64().unwrap_or(0) as usize;
-        if let Some(Value::Array(steps)) = state.get_mut("steps") {
-            steps.truncate(from);
-            if let Some(items) = d["steps"]["items"].as_array() {
-                steps.extend(items.iter().cloned());
-            }
-        }
-        state.insert("version".into(), d["version"].clone());
         Ok(())
     }
 

@@ -1,9 +1,9 @@
 //! Long tasks, queued stops and what a task leaves, over the real `rein lsp`.
 //!
 //! A step must cost the same whatever the task's length: a scripted task of N writes is run
-//! to its end with a client that takes state deltas (and, for contrast, one that takes the
-//! whole state each time), timing each fifth of the steps and counting the bytes of
-//! `rein/stateChanged` per step. A stop sent while an approved irreversible command runs must
+//! to its end with a client that takes state deltas (and one that declares nothing, as eglot
+//! or Helix, which is sent a summary each time), timing each fifth of the steps and counting
+//! the bytes of `rein/stateChanged` per step. A stop sent while an approved irreversible command runs must
 //! be answered at once and land when the command ends. A finished task leaves its state,
 //! history, refs and objects in `.git`: measured in bytes.
 
@@ -32,7 +32,7 @@ pub struct LongRow {
     steps: usize,
     /// How many times the task ran; the row is the run with the median steps/s.
     runs: usize,
-    /// `deltas` or `whole state`: what the client declared.
+    /// `deltas` or `summary`: what the client declared (deltas, or nothing).
     client: &'static str,
     /// Steps per second over the whole task, from the start's reply to the finish.
     steps_per_s: f64,
@@ -97,13 +97,13 @@ pub struct LongReport {
     left: Vec<LeftRow>,
 }
 
-/// Runs the long tasks (`lengths` steps each with the delta client, `whole_at` steps with the
-/// whole-state client), `queued_reps` queued stops per command, and the leftovers at `left_at`.
+/// Runs the long tasks (`lengths` steps each with the delta client, `summary_at` steps with
+/// a client that declares nothing), `queued_reps` queued stops per command, and the leftovers at `left_at`.
 pub fn run(
     rein: &Path,
     scratch: &Path,
     lengths: &[usize],
-    whole_at: Option<usize>,
+    summary_at: Option<usize>,
     queued_reps: usize,
     left_at: &[usize],
 ) -> Result<LongReport> {
@@ -124,8 +124,8 @@ pub fn run(
         median.cpu_ms_per_step = cpu[runs / 2];
         report.rows.push(median);
     }
-    if let Some(n) = whole_at {
-        eprintln!("bench: a {n}-step task over LSP, the whole state each time");
+    if let Some(n) = summary_at {
+        eprintln!("bench: a {n}-step task over LSP, a client without deltas (summaries)");
         report.rows.push(long_task(rein, scratch, n, false, 0)?);
     }
     let spread = |of: fn(&LongRow) -> f64| {
@@ -170,7 +170,7 @@ fn tiny_repo(dir: &Path, plan: Option<&Value>) -> Result<std::path::PathBuf> {
 }
 
 fn long_task(rein: &Path, scratch: &Path, n: usize, deltas: bool, run: usize) -> Result<LongRow> {
-    let label = if deltas { "deltas" } else { "whole" };
+    let label = if deltas { "deltas" } else { "summary" };
     let steps: Vec<Value> = (0..n)
         .map(|i| {
             json!({
@@ -211,29 +211,43 @@ fn long_task(rein: &Path, scratch: &Path, n: usize, deltas: bool, run: usize) ->
     let patience = PATIENCE + Duration::from_millis(20 * n as u64);
     let deadline = Instant::now() + patience;
     loop {
+        // What the client knows: the steps and status of its state, or of its summary.
+        let known = |lsp: &Client| -> (usize, Value, Value) {
+            if deltas {
+                let s = &lsp.state;
+                let steps = s["steps"].as_array().map_or(0, Vec::len);
+                (steps, s["status"].clone(), s["stopReason"].clone())
+            } else {
+                let s = &lsp.summary;
+                let steps = s["steps"].as_u64().unwrap_or(0) as usize;
+                (steps, s["status"].clone(), s["stopReason"].clone())
+            }
+        };
         let msg = lsp.recv(deadline).with_context(|| {
             format!(
                 "the {n}-step task, {} steps in after {:.1} s (server log: {})",
-                lsp.state["steps"].as_array().map_or(0, Vec::len),
+                known(&lsp).0,
                 started.elapsed().as_secs_f64(),
                 log.display()
             )
         })?;
-        if msg.value["method"] != "rein/stateChanged" {
+        if !msg.is_state() {
             continue;
+        }
+        if !deltas && msg.value["params"].get("summary").is_none() {
+            bail!("a client without deltas was sent more than the summary");
         }
         bytes += msg.bytes;
         largest = largest.max(msg.bytes);
-        let have = lsp.state["steps"].as_array().map_or(0, Vec::len);
+        let (have, status, reason) = known(&lsp);
         if let Some(slot) = reached.get_mut(have) {
             slot.get_or_insert(msg.at);
         }
-        match lsp.state["status"].as_str() {
+        match status.as_str() {
             Some("done") => break,
             Some("running") | Some("starting") | None => {}
             Some(other) => bail!(
-                "the {n}-step task stopped: {other} ({}); server log: {}",
-                lsp.state["stopReason"],
+                "the {n}-step task stopped: {other} ({reason}); server log: {}",
                 log.display()
             ),
         }
@@ -245,7 +259,7 @@ fn long_task(rein: &Path, scratch: &Path, n: usize, deltas: bool, run: usize) ->
         bail!("the deltas of the {n}-step task do not add up to rein.state");
     }
     let (_, peak) = client::rss_kib(pid)?;
-    let task = lsp.state["task"]["id"]
+    let task = full["state"]["task"]["id"]
         .as_str()
         .ok_or_else(|| anyhow!("the state has no task id"))?
         .to_owned();
@@ -269,7 +283,7 @@ fn long_task(rein: &Path, scratch: &Path, n: usize, deltas: bool, run: usize) ->
     let end = at(n + 1)?;
     Ok(LongRow {
         steps: n,
-        client: if deltas { "deltas" } else { "whole state" },
+        client: if deltas { "deltas" } else { "summary" },
         runs: 1,
         steps_per_s: n as f64 / end.duration_since(started).as_secs_f64().max(1e-9),
         cpu_ms_per_step: cpu as f64 * 1000.0 / TICKS_PER_S / n as f64,
@@ -308,12 +322,10 @@ fn queued_stops(rein: &Path, scratch: &Path, reps: usize) -> Result<Vec<QueuedRo
                     {"finish": "shipped"}
                 ]}}),
             )?;
-            let msg = lsp.wait_state("the approval", Instant::now() + PATIENCE, |s| {
+            lsp.wait_state("the approval", Instant::now() + PATIENCE, |s| {
                 s["status"] == "awaiting_decision"
             })?;
-            let decision = msg
-                .state()
-                .map_or(Value::Null, |s| s["decisions"][0]["id"].clone());
+            let decision = lsp.state["decisions"][0]["id"].clone();
             lsp.command(
                 "rein.decide",
                 json!({"decisionId": decision, "choice": "approve"}),

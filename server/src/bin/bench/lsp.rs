@@ -984,10 +984,8 @@ fn steer_delivery(lsp: &mut Client, steers: usize, mix: &mut Mix) -> Result<Stee
             Instant::now() + PATIENCE,
             |s| delivery_step(s, &text).is_some(),
         )?;
-        let at = delivered
-            .state()
-            .and_then(|s| delivery_step(s, &text))
-            .context("the delivering state lost its constraint")?;
+        let at =
+            delivery_step(&lsp.state, &text).context("the delivering state lost its constraint")?;
         let reply = lsp.response(rid, Instant::now() + PATIENCE)?;
         let result = result_of(&reply, "rein.steer")?;
         let replied = last_step(&result["state"]);
