@@ -646,3 +646,47 @@ fn landing_leaves_a_file_with_unsaved_editor_text_for_the_person_to_save() {
     lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
     nothing_left(root);
 }
+
+#[test]
+fn an_overlap_is_answered_with_no_task_here_and_names_its_task_once_landed() {
+    let dir = repo(&[("a.txt", "one\ntwo\n")], json!([]));
+    let root = dir.path();
+    let plans = tempfile::tempdir().expect("temp dir");
+    let wts = tempfile::tempdir().expect("temp dir");
+    let (mut lsp, _) = Lsp::start_env(
+        root,
+        Lsp::rich_client(),
+        Value::Null,
+        &worktrees_env(wts.path()),
+    );
+    let id = start_worktree(
+        &mut lsp,
+        "change two",
+        plan(
+            plans.path(),
+            "a",
+            json!([{"write": {"path": "a.txt", "content": "one\nTWO\n"}}, {"finish": "done"}]),
+        ),
+    );
+    until_tasks(&mut lsp, "done", |t| task(t, &id)["status"] == "done");
+    write(root, "a.txt", "one\ntwo, mine\n");
+    let landed = lsp.ok("rein.land", json!({"taskId": id}));
+    assert_eq!(landed["overlaps"][0]["path"], "a.txt", "{landed:#}");
+    let t = tasks(&mut lsp);
+    let d = t["decisions"][0].clone();
+    assert!(
+        d["question"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("task 1's change to a.txt"),
+        "the landed task keeps its name: {d:#}"
+    );
+    let answered = lsp.ok(
+        "rein.decide",
+        json!({"taskId": id, "decisionId": d["decisionId"], "choice": "keep mine"}),
+    );
+    assert_eq!(answered["state"]["task"]["id"], id.as_str(), "{answered:#}");
+    assert_eq!(read(root, "a.txt"), "one\ntwo, mine\n");
+    assert_eq!(tasks(&mut lsp)["decisions"], json!([]));
+    nothing_left(root);
+}

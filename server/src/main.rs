@@ -891,6 +891,18 @@ impl Run<'_> {
         if line.is_empty() {
             return Ok(None);
         }
+        // A line typed as a question shows can come before this client heard of it.
+        if self.state.status != Status::AwaitingDecision {
+            if let Ok(reply) = self
+                .handle
+                .call_task(self.task.as_deref(), Request::State)
+                .await
+            {
+                if reply.state().version > self.state.version {
+                    *self.state = reply.state().clone();
+                }
+            }
+        }
         let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
         let req = match (word, self.state.decisions.first()) {
             ("resume", _) => Request::Resume,

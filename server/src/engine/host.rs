@@ -197,8 +197,8 @@ struct Host {
     workers: std::collections::BTreeMap<String, workers::Worker>,
     /// Whether the registered worktree tasks were linked yet.
     workers_linked: bool,
-    /// Landings' overlaps waiting for the person, by decision id: (task, overlap).
-    overlaps: std::collections::BTreeMap<String, (String, crate::worktree::land::Overlap)>,
+    /// Landings' overlaps waiting for the person, by decision id.
+    overlaps: std::collections::BTreeMap<String, workers::Waiting>,
     /// When each open decision (task, id) was first seen, for the queue's order.
     first_seen: HashMap<(String, String), String>,
     /// The tasks last sent to clients (None: none sent, or no worktree task then).

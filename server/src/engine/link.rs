@@ -484,6 +484,9 @@ async fn greet(stream: UnixStream, client: &str) -> Result<Conn, EngineError> {
 /// client; it outlives the client otherwise.
 fn start_engine(place: &Place) -> Result<(), EngineError> {
     let io = |what: String| move |source| EngineError::Io { what, source };
+    if !place.root.is_dir() {
+        return Err(EngineError::TreeGone(place.root.clone()));
+    }
     place.make_dir()?;
     let exe = std::env::current_exe().map_err(io("cannot find the rein binary".into()))?;
     let log = std::fs::OpenOptions::new()

@@ -33,6 +33,10 @@ pub enum EngineError {
     /// The engine refused the connection; its words say why.
     #[error("{0}")]
     Refused(String),
+    /// The working tree is gone (a worktree task's, landed or discarded, under an editor
+    /// still open on it).
+    #[error("the working tree {} is gone (a worktree task's, landed or discarded?): close what is open on it", .0.display())]
+    TreeGone(std::path::PathBuf),
     /// No engine runs, and the client was not to start one.
     #[error("no Rein engine runs on {root}")]
     NotRunning {

@@ -30,6 +30,17 @@ pub(super) struct Worker {
     pub(super) stopped: bool,
 }
 
+/// A landing's overlap waiting for the person.
+pub(super) struct Waiting {
+    /// The landed task.
+    task: String,
+    /// Its name ("task 2"), kept once the task is gone.
+    name: String,
+    /// Its state when landed: what answering the overlap replies with.
+    state: Option<Box<TaskState>>,
+    overlap: land::Overlap,
+}
+
 fn summary(
     task_id: &str,
     name: String,
@@ -331,11 +342,8 @@ impl Host {
                 });
             }
         }
-        for (id, (task, o)) in &self.overlaps {
-            let name = self
-                .workers
-                .get(task)
-                .map_or_else(|| "a landed task".to_owned(), |w| w.reg.name());
+        for (id, w) in &self.overlaps {
+            let (task, name, o) = (&w.task, w.name.clone(), &w.overlap);
             let since = self
                 .first_seen
                 .entry((task.clone(), id.clone()))
@@ -594,14 +602,24 @@ impl Host {
         task: String,
         landed: Box<land::Landed>,
     ) {
-        for o in &landed.overlaps {
-            self.overlaps
-                .insert(o.decision_id.clone(), (task.clone(), o.clone()));
-        }
         let name = self
             .workers
             .get(&task)
             .map_or_else(|| task.clone(), |w| w.reg.name());
+        let state = self
+            .workers
+            .get(&task)
+            .and_then(|w| w.state.clone())
+            .map(Box::new);
+        for o in &landed.overlaps {
+            let waiting = Waiting {
+                task: task.clone(),
+                name: name.clone(),
+                state: state.clone(),
+                overlap: o.clone(),
+            };
+            self.overlaps.insert(o.decision_id.clone(), waiting);
+        }
         if landed.removed {
             self.workers.remove(&task);
         }
@@ -620,13 +638,13 @@ impl Host {
 
     /// Answers a landing's overlap.
     fn settle(&mut self, client: u64, id: Option<u64>, decision: String, choice: String) {
-        let Some((_, overlap)) = self.overlaps.get(&decision) else {
+        let Some(Waiting { overlap, .. }) = self.overlaps.get(&decision) else {
             return;
         };
         match land::settle(&self.place.root, overlap, &choice) {
             Ok(said) => {
                 let path = overlap.path.clone();
-                self.overlaps.remove(&decision);
+                let landed = self.overlaps.remove(&decision).and_then(|w| w.state);
                 if choice != land::OVERLAP_OPTIONS[0] {
                     self.broadcast(&crate::engine::wire::ToClient::Notice(Notice::Wrote {
                         path,
@@ -637,11 +655,9 @@ impl Host {
                     text: crate::control::Advice::text(said),
                 }));
                 self.announce_tasks();
-                match &self.state {
-                    Some(s) => {
-                        let reply = Reply::State(Box::new(s.clone()));
-                        self.answer(client, id, Ok(Answer::Reply(reply)));
-                    }
+                // The landed task's state as it was landed: a decision's answer is a state.
+                match landed.or_else(|| self.state.clone().map(Box::new)) {
+                    Some(s) => self.answer(client, id, Ok(Answer::Reply(Reply::State(s)))),
                     None => {
                         let tasks = self.tasks();
                         self.answer(client, id, Ok(Answer::Tasks(tasks)));
@@ -724,7 +740,7 @@ impl Host {
     ) {
         if result.is_ok() {
             self.workers.remove(&task);
-            self.overlaps.retain(|_, (t, _)| *t != task);
+            self.overlaps.retain(|_, w| w.task != task);
             self.announce_tasks();
         }
         self.answer(client, id, result);
