@@ -325,7 +325,9 @@ T.scenario("three worktree tasks", {
       T.eq(vim.api.nvim_get_current_buf(), app)
       local tabs = #vim.api.nvim_list_tabpages()
       H.cmd("Rein open " .. b.name:match("%d+"))
-      T.eq(#vim.api.nvim_list_tabpages(), tabs + 1, "a new tab")
+      T.wait(function()
+        return #vim.api.nvim_list_tabpages() == tabs + 1
+      end, "a new tab")
       T.eq(vim.fn.haslocaldir(-1, 0), 1, "a tab-local directory")
       T.eq(vim.fs.normalize(vim.fn.getcwd(-1, 0)), vim.fs.normalize(b.worktree))
       T.eq(vim.api.nvim_buf_get_name(0), vim.fs.normalize(b.worktree) .. "/app.txt", "the same file, in the worktree")
@@ -342,8 +344,10 @@ T.scenario("three worktree tasks", {
       -- Again: the same tab, not another.
       vim.cmd("tabfirst")
       H.cmd("Rein open task=" .. b.taskId)
+      T.wait(function()
+        return vim.fs.normalize(vim.fn.getcwd(-1, 0)) == vim.fs.normalize(b.worktree)
+      end, "back in B's tab")
       T.eq(#vim.api.nvim_list_tabpages(), tabs + 1, "no second tab")
-      T.eq(vim.fs.normalize(vim.fn.getcwd(-1, 0)), vim.fs.normalize(b.worktree))
       vim.cmd("tabclose")
       T.eq(vim.fs.normalize(vim.fn.getcwd()), root, "the first tab keeps its directory")
     end,
@@ -404,13 +408,24 @@ T.scenario("three worktree tasks", {
     end,
   },
   {
-    ":Rein abort task=N ends a worktree task; :Rein discard task=N removes it",
+    ":Rein abort task=N ends a worktree task; :Rein discard task=N removes it, asking again for your changes there",
     function()
       local b = wait_task(B)
       H.cmd("Rein abort task=" .. b.name:match("%d+") .. " discard")
       wait_task(B, status_is("aborted"), "B aborted")
       table.insert(H.selects, "yes, discard it")
+      -- Your edit of app.txt while you held B is in its worktree: the server refuses, naming
+      -- it, and the plugin asks again before removing it too.
+      local there_when_asked
+      table.insert(H.selects, function()
+        there_when_asked = vim.uv.fs_stat(b.worktree) ~= nil
+        return "discard them too"
+      end)
+      local asked = #H.prompts
       H.cmd("Rein discard task=" .. b.name:match("%d+"))
+      T.contains(prompt_after(asked + 1, "asked about your changes").prompt, "holds changes its task did not record")
+      T.contains(H.messages_text(), b.name .. "'s worktree holds your changes (app.txt)")
+      T.truthy(there_when_asked, "B's worktree kept until you say")
       T.wait(function()
         return not vim.uv.fs_stat(b.worktree)
       end, "B's worktree removed")
