@@ -54,6 +54,14 @@ local function list_line(buf, t)
   end
 end
 
+--- The first prompt made after the first `n`: the commands that ask fetch the task list first,
+--- so their prompt comes after a round trip to the server, not when the command returns.
+local function prompt_after(n, what)
+  return T.wait(function()
+    return H.prompts[n + 1]
+  end, what or "a prompt")
+end
+
 local function git_out(root, args)
   return vim.trim(T.sh(vim.list_extend({ "git" }, args), root))
 end
@@ -122,8 +130,9 @@ T.scenario("three worktree tasks", {
       T.eq(H.prompts[#H.prompts].prompt, "Rein goal (b, in a worktree): ")
       wait_task(B)
       H.cmd("Rein start --worktree agent=c " .. C)
+      -- Its edit on disk (a count of steps also counts the plan): the landing overlaps it.
       local a = wait_task(A, function(t)
-        return t.status == "running" and t.steps >= 3
+        return t.status == "running" and T.read_file(t.worktree .. "/app.txt") == "one\ntwo from a\n"
       end, "task A past its edit")
       local b = wait_task(B, status_is("awaiting_decision"), "task B asking")
       local c = wait_task(C, function(t)
@@ -212,8 +221,9 @@ T.scenario("three worktree tasks", {
     function()
       local b = wait_task(B)
       table.insert(H.selects, "approve")
+      local asked = #H.prompts
       H.cmd("Rein decisions")
-      local p = H.prompts[#H.prompts]
+      local p = prompt_after(asked, "the decision asked")
       T.eq(p.kind, "select")
       T.match(p.prompt, "^" .. b.name .. ": ")
       T.contains(p.prompt, "touch b-approved.txt")
@@ -250,7 +260,10 @@ T.scenario("three worktree tasks", {
         return vim.uv.fs_stat(root .. "/feature-a.txt")
       end, "feature-a.txt landed in your tree")
       T.eq(T.read_file(root .. "/feature-a.txt"), "from agent a\n")
-      T.contains(H.messages_text(), a.name .. " landed as uncommitted changes: 1 applied")
+      -- The file is on disk before rein.land's answer, which the message follows.
+      T.wait(function()
+        return H.messages_text():find(a.name .. " landed as uncommitted changes: 1 applied", 1, true)
+      end, "the landing said")
       T.wait(function()
         return H.messages_text():find("overlaps with your lines in app.txt: yours kept", 1, true)
       end, "the overlap said")
@@ -264,8 +277,9 @@ T.scenario("three worktree tasks", {
       end, "the overlap in the decision queue")
       T.eq(d.options, { "keep mine", "take the agent's" })
       table.insert(H.selects, "keep mine")
+      local asked = #H.prompts
       H.cmd("Rein decisions")
-      T.contains(H.prompts[#H.prompts].prompt, "app.txt")
+      T.contains(prompt_after(asked, "the overlap asked").prompt, "app.txt")
       T.wait(function()
         return #tasks_list().decisions == 0
       end, "the overlap answered")
@@ -288,14 +302,19 @@ T.scenario("three worktree tasks", {
       local c = wait_task(C)
       vim.api.nvim_win_set_cursor(0, { list_line(buf, c), 0 })
       table.insert(H.selects, "no, keep it")
+      local asked = #H.prompts
       vim.api.nvim_feedkeys("D", "x", false)
-      T.contains(H.prompts[#H.prompts].prompt, "Discard " .. c.name)
+      T.contains(prompt_after(asked, "the discard asked").prompt, "Discard " .. c.name)
       T.truthy(vim.uv.fs_stat(c.worktree), "kept when the answer is no")
       table.insert(H.selects, "yes, discard it")
       vim.api.nvim_feedkeys("D", "x", false)
       T.wait(function()
         return not vim.uv.fs_stat(c.worktree)
       end, "C's worktree removed")
+      -- Its branch goes after its worktree, before the answer the message follows.
+      T.wait(function()
+        return H.messages_text():find(c.name .. " discarded", 1, true)
+      end, "the discard said")
       T.eq(git_out(root, { "branch", "--list", tostring(c.branch) }), "", "C's branch removed")
       T.wait(function()
         return not H.buf_text(buf):find(C, 1, true)
@@ -306,7 +325,9 @@ T.scenario("three worktree tasks", {
       T.eq(vim.api.nvim_get_current_buf(), app)
       local tabs = #vim.api.nvim_list_tabpages()
       H.cmd("Rein open " .. b.name:match("%d+"))
-      T.eq(#vim.api.nvim_list_tabpages(), tabs + 1, "a new tab")
+      T.wait(function()
+        return #vim.api.nvim_list_tabpages() == tabs + 1
+      end, "a new tab")
       T.eq(vim.fn.haslocaldir(-1, 0), 1, "a tab-local directory")
       T.eq(vim.fs.normalize(vim.fn.getcwd(-1, 0)), vim.fs.normalize(b.worktree))
       T.eq(vim.api.nvim_buf_get_name(0), vim.fs.normalize(b.worktree) .. "/app.txt", "the same file, in the worktree")
@@ -323,8 +344,10 @@ T.scenario("three worktree tasks", {
       -- Again: the same tab, not another.
       vim.cmd("tabfirst")
       H.cmd("Rein open task=" .. b.taskId)
+      T.wait(function()
+        return vim.fs.normalize(vim.fn.getcwd(-1, 0)) == vim.fs.normalize(b.worktree)
+      end, "back in B's tab")
       T.eq(#vim.api.nvim_list_tabpages(), tabs + 1, "no second tab")
-      T.eq(vim.fs.normalize(vim.fn.getcwd(-1, 0)), vim.fs.normalize(b.worktree))
       vim.cmd("tabclose")
       T.eq(vim.fs.normalize(vim.fn.getcwd()), root, "the first tab keeps its directory")
     end,
@@ -385,13 +408,24 @@ T.scenario("three worktree tasks", {
     end,
   },
   {
-    ":Rein abort task=N ends a worktree task; :Rein discard task=N removes it",
+    ":Rein abort task=N ends a worktree task; :Rein discard task=N removes it, asking again for your changes there",
     function()
       local b = wait_task(B)
       H.cmd("Rein abort task=" .. b.name:match("%d+") .. " discard")
       wait_task(B, status_is("aborted"), "B aborted")
       table.insert(H.selects, "yes, discard it")
+      -- Your edit of app.txt while you held B is in its worktree: the server refuses, naming
+      -- it, and the plugin asks again before removing it too.
+      local there_when_asked
+      table.insert(H.selects, function()
+        there_when_asked = vim.uv.fs_stat(b.worktree) ~= nil
+        return "discard them too"
+      end)
+      local asked = #H.prompts
       H.cmd("Rein discard task=" .. b.name:match("%d+"))
+      T.contains(prompt_after(asked + 1, "asked about your changes").prompt, "holds changes its task did not record")
+      T.contains(H.messages_text(), b.name .. "'s worktree holds your changes (app.txt)")
+      T.truthy(there_when_asked, "B's worktree kept until you say")
       T.wait(function()
         return not vim.uv.fs_stat(b.worktree)
       end, "B's worktree removed")
