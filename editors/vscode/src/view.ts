@@ -93,7 +93,8 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
     const s = t.tasks.find((x) => x.taskId === node.task.taskId) ?? node.task;
     const out: Node[] = t.decisions.filter((d) => d.taskId === s.taskId).map((decision) => ({ kind: 'queued', decision }));
     if (s.lastStep) out.push({ kind: 'taskInfo', task: s, id: 'last', label: s.lastStep, description: `step ${s.steps}`, icon: 'history', tooltip: `Its last step (${s.steps}): ${s.lastStep}` });
-    if (s.stopReason && s.status !== 'running') out.push({ kind: 'taskInfo', task: s, id: 'stop', label: s.stopReason, icon: 'info', tooltip: s.stopReason });
+    // A waiting decision says why it stopped already (it is the row above).
+    if (s.stopReason && s.status !== 'running' && !s.decisions?.length) out.push({ kind: 'taskInfo', task: s, id: 'stop', label: s.stopReason, icon: 'info', tooltip: s.stopReason });
     if (s.isolation === 'worktree') {
       out.push({
         kind: 'taskInfo',
