@@ -1347,9 +1347,24 @@ const FITS: Record<TaskControl, (s: TaskSummary) => boolean> = {
   open: (s) => s.isolation === 'worktree' && !!s.worktree,
 };
 
+/** Each control as the pickers ask for it ("Take over which task?"). */
+const VERBS: Record<TaskControl, string> = {
+  pause: 'pause',
+  resume: 'resume',
+  steer: 'steer',
+  decide: 'answer a decision of',
+  takeover: 'take over',
+  handback: 'hand back',
+  abort: 'abort',
+  transcript: 'show the transcript of',
+  land: 'land',
+  discard: 'discard',
+  open: 'open the worktree of',
+};
+
 /** Runs one control on one task, with its `taskId`. */
 async function taskControl(c: TaskControl, arg?: TaskArg): Promise<void> {
-  const t = await taskOf(arg, FITS[c], c === 'open' ? 'open the worktree of' : c);
+  const t = await taskOf(arg, FITS[c], VERBS[c]);
   if (!t) return;
   const taskId = t.taskId;
   switch (c) {
