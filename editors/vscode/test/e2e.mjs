@@ -1342,7 +1342,12 @@ async function worktreeScenario(repo2) {
   const twice = listedTwice(cliTasks(repo2));
   check('the server lists each task once after requests that name a worktree task (none becomes "here")', twice.length === 0, `listed twice: ${JSON.stringify(twice)}`);
   if (win) {
-    await win.waitForSelector('.monaco-workbench', { timeout: 90_000 }).catch(() => {});
+    // The new window's own rein lsp joins the worktree's engine: it shows the task you hold.
+    const there = await waitFor('the worktree window\'s status bar', async () => {
+      const t = (await win.locator('#workbench\\.parts\\.statusbar a[aria-label^="Rein"]').first().getAttribute('aria-label', { timeout: 2000 })) ?? '';
+      return /You hold control/.test(t) ? t : false;
+    }, 90_000).catch((e) => e.message);
+    check('the worktree\'s window serves task 3 from its engine (status bar: you hold control)', /You hold control/.test(there), there);
     await win.close().catch(() => {});
   }
   await page.bringToFront();
