@@ -44,6 +44,26 @@ import { StateChanged, applyStateChanged, firstDifference, SyncCounts } from './
 import { Transcript } from './transcript';
 import * as git from './git';
 import * as prompts from './prompts';
+import {
+  Tasks,
+  TaskSummary,
+  QueuedDecision,
+  Landed,
+  TaskControl,
+  TASK_CONTROLS,
+  parseTasks,
+  hasWorktreeTasks,
+  findTask,
+  taskActive,
+  taskControls,
+  taskLabel,
+  taskDescription,
+  tasksStatusText,
+  decisionQueue,
+  queueRow,
+  startChoices,
+  landSummary,
+} from './tasks';
 
 const REPORT_SCHEME = 'rein-report';
 const GIT_SCHEME = 'rein-git';
@@ -54,6 +74,10 @@ let serverProblem: { notFound: boolean; text: string } | undefined;
 /** The server problem whose message is on screen. */
 let shownProblem: typeof serverProblem;
 let state: TaskState | null = null;
+/** Every task of the repository as the server last listed it (`rein.tasks`, `rein/tasks`). */
+let tasks: Tasks | null = null;
+/** The open transcripts of worktree tasks, each with that task's state as last fetched. */
+const taskTranscripts = new Map<string, { panel: TranscriptPanel; state: TaskState | null }>();
 /** How the current task's state arrived (deltas, whole states, gaps), for the log. */
 const syncCounts = new SyncCounts();
 /** A `rein.state` fetch after a gap is on its way (one at a time). */
@@ -116,7 +140,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
 
   context.subscriptions.push(
     vscode.window.registerWebviewPanelSerializer(TranscriptPanel.viewType, {
-      deserializeWebviewPanel: (panel) => transcript.restore(panel),
+      deserializeWebviewPanel: (panel, saved: { taskId?: string | null } | undefined) =>
+        saved?.taskId && saved.taskId !== state?.task.id ? restoreTaskTranscript(panel, saved.taskId) : transcript.restore(panel),
     }),
   );
 
@@ -138,9 +163,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
   const cmd = (id: string, fn: (...args: any[]) => unknown) =>
     context.subscriptions.push(vscode.commands.registerCommand(id, fn));
   cmd('rein.ui.start', startTask);
-  cmd('rein.ui.pause', () => call('rein.pause'));
-  cmd('rein.ui.resume', () => call('rein.resume'));
-  cmd('rein.ui.steer', () => steer());
+  cmd('rein.ui.pause', () => hereOrTask('pause', () => call('rein.pause')));
+  cmd('rein.ui.resume', () => hereOrTask('resume', () => call('rein.resume')));
+  cmd('rein.ui.steer', () => hereOrTask('steer', steer));
   cmd('rein.ui.steerSelection', (uri?: vscode.Uri, range?: unknown) => steerSelection(uri, range));
   // The server's "steer about this selection…" code action: {uri, range} in LSP terms; the
   // client asks for the text, then sends rein.steer with uri and range.
@@ -151,9 +176,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
     }
     return steerSelection();
   });
-  cmd('rein.ui.abort', abort);
-  cmd('rein.ui.takeover', takeover);
-  cmd('rein.ui.handback', handback);
+  cmd('rein.ui.abort', () => hereOrTask('abort', abort));
+  cmd('rein.ui.takeover', () => hereOrTask('takeover', takeover));
+  cmd('rein.ui.handback', () => hereOrTask('handback', handback));
   cmd('rein.ui.state', showState);
   cmd('rein.ui.rewind', rewind);
   cmd('rein.ui.discardChange', discardChange);
@@ -173,6 +198,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
   cmd('rein.ui.refresh', refresh);
   cmd('rein.ui.restartServer', restartServer);
   cmd(prompts.ANSWER_COMMAND, (key: string, choice: string) => prompts.answer(key, choice));
+  cmd('rein.ui.pauseAll', () => all('pause'));
+  cmd('rein.ui.resumeAll', () => all('resume'));
+  cmd('rein.ui.decisions', () => answerDecisions());
+  cmd('rein.ui.answerQueued', (d?: QueuedDecision) => (d ? answerQueued(d) : answerDecisions()));
+  cmd('rein.ui.task.menu', (arg?: TaskArg) => taskMenu(arg));
+  for (const c of Object.keys(TASK_CONTROLS) as TaskControl[]) {
+    cmd(`rein.ui.task.${c}`, (arg?: TaskArg) => taskControl(c, arg));
+  }
 
   context.subscriptions.push(
     vscode.workspace.onDidChangeConfiguration((e) => {
@@ -338,6 +371,7 @@ async function startClient(): Promise<void> {
   client.onRequest(ShowMessageRequest.type, (p: ShowMessageRequestParams) => askDecision(p));
   client.onNotification('rein/filesChanged', (p: { uris: string[] }) => void reloadClean(p?.uris ?? []));
   client.onNotification('rein/output', (c: OutputChunk) => onOutput(c));
+  client.onNotification('rein/tasks', (p: unknown) => onTasks(p));
   try {
     await client.start();
     // A message about a server that could not start goes once it runs.
@@ -352,6 +386,7 @@ async function startClient(): Promise<void> {
     return;
   }
   render();
+  void fetchTasks();
 }
 
 /**
@@ -447,7 +482,7 @@ async function ensureRepository(): Promise<boolean> {
 }
 
 /** Runs a server command; shows refusals and errors as notifications; applies the state. */
-async function call<T = any>(command: string, arg: object = {}): Promise<T | undefined> {
+async function call<T = any>(command: string, arg: object = {}, rethrow = false): Promise<T | undefined> {
   if (!repoRoot) {
     await ensureRepository();
     return undefined;
@@ -470,12 +505,23 @@ async function call<T = any>(command: string, arg: object = {}): Promise<T | und
     await afterCommand(command, res);
     return res as T;
   } catch (e) {
+    if (rethrow) throw e;
     const m = errorMessage(command, e);
     log(`<- ${command} failed: ${(e as any)?.code ?? ''} ${m.text}`);
     if (m.severity === 'warning') void vscode.window.showWarningMessage(`Rein: ${m.text}`);
     else void vscode.window.showErrorMessage(m.text.startsWith('Rein') ? m.text : `Rein: ${m.text}`);
     return undefined;
   }
+}
+
+/**
+ * Whether a state a reply carries is the task here (the one the view details and
+ * `rein/stateChanged` follows), not a worktree task's, which must not replace it.
+ */
+function isHere(next: TaskState | null): boolean {
+  if (!next) return true;
+  const t = findTask(tasks, next.task?.id);
+  return !t || t.isolation !== 'worktree';
 }
 
 async function afterCommand(command: string, res: any): Promise<void> {
@@ -517,6 +563,11 @@ async function showReport(name: string, markdown: string): Promise<void> {
  * everything that shows it follows from here.
  */
 function setState(next: TaskState | null, fromReply = false): void {
+  // Only the task here is followed this way; a worktree task's state is fetched for it.
+  if (!isHere(next)) {
+    log(`state: task ${next?.task.id} runs in a worktree: not shown as the task here`);
+    return;
+  }
   // Replies and notifications interleave; never step back to an older version of one task.
   if (next && state && next.task?.id === state.task?.id && next.version < state.version) return;
   if (!next && fromReply && state) return;
@@ -592,6 +643,7 @@ async function refresh(): Promise<void> {
     render();
     return;
   }
+  void fetchTasks();
   try {
     const res = (await client!.sendRequest(ExecuteCommandRequest.type, { command: 'rein.state', arguments: [{}] })) as any;
     const theirs: TaskState | null = res?.state ?? null;
@@ -615,7 +667,9 @@ async function refresh(): Promise<void> {
 }
 
 function render(): void {
-  const st = statusText(state, serverPhase(), landlock());
+  const phase = serverPhase();
+  const many = phase === 'up' && hasWorktreeTasks(tasks);
+  const st = many ? tasksStatusText(tasks!) : statusText(state, phase, landlock());
   if (!repoRoot) {
     // Not inside a git working tree: Rein has nothing to show until a command asks for it.
     statusItem.hide();
@@ -637,14 +691,16 @@ function render(): void {
 
   const run = liveOutput.running();
   drawnRun = run ? `${run.id}:${run.state}` : '';
-  tree.update(state, run);
-  const decisions = state?.decisions ?? [];
-  treeView.badge = decisions.length ? { value: decisions.length, tooltip: `${decisions.length} open decision(s)` } : undefined;
-  treeView.description = state ? st.text.replace(/\$\([^)]*\)\s*/g, '') : undefined;
+  tree.update(state, run, tasks);
+  // One count for the decisions of every task (the queue), else the task here's.
+  const decisions = many ? tasks!.decisions.length : (state?.decisions ?? []).length;
+  treeView.badge = decisions ? { value: decisions, tooltip: `${decisions} open decision(s)` } : undefined;
+  treeView.description = state || many ? st.text.replace(/\$\([^)]*\)\s*/g, '') : undefined;
 
   void vscode.commands.executeCommand('setContext', 'rein.active', isActive(state));
   void vscode.commands.executeCommand('setContext', 'rein.status', state?.status ?? 'none');
   void vscode.commands.executeCommand('setContext', 'rein.holder', state?.control.holder ?? 'none');
+  void vscode.commands.executeCommand('setContext', 'rein.tasks', many);
 
   if (reports.has(STATE_DOC.path) && !stateDocTimer) {
     // The whole state as text costs its size: written at most once a second, not per step.
@@ -698,12 +754,6 @@ interface Preflight {
 }
 
 async function startTask(): Promise<void> {
-  if (isActive(state)) {
-    void vscode.window.showWarningMessage(
-      `Rein: a task is already ${state.status.replace('_', ' ')} ("${state.task.goal}"). Finish or abort it before starting another.`,
-    );
-    return;
-  }
   // The repository and the agent are checked before the goal is asked, so no goal is typed
   // for nothing.
   if (!(await ensureRepository())) return;
@@ -724,10 +774,8 @@ async function startTask(): Promise<void> {
     if (pick === configure) await configureAgent();
     return;
   }
-  if (pre.problem?.kind === 'task_active') {
-    void vscode.window.showWarningMessage(`Rein: ${pre.problem.message}`);
-    return;
-  }
+  // A task running here leaves room for more in worktrees only.
+  const hereBusy = isActive(state) || pre.problem?.kind === 'task_active';
   // A goal typed for a start that failed comes back, so it is never lost.
   const kept = workspaceState?.get<string>(GOAL_KEY) ?? '';
   const goal = await vscode.window.showInputBox({
@@ -740,9 +788,30 @@ async function startTask(): Promise<void> {
   });
   if (!goal?.trim()) return;
   await workspaceState?.update(GOAL_KEY, goal.trim());
+  const where = await vscode.window.showQuickPick(
+    startChoices(hereBusy).map((c) => ({ ...c, label: c.label })),
+    {
+      title: 'Rein: Start Task — where should it run?',
+      placeHolder: hereBusy
+        ? `A task runs here${state ? ` ("${state.task.goal}")` : ''}: the new one runs in a worktree of its own.`
+        : 'Here, in your working tree, or in a worktree of its own (several can run at once)',
+      ignoreFocusOut: true,
+    },
+  );
+  if (!where) return;
   const agent = settings().agent;
-  const res = await call('rein.start', agent ? { goal: goal.trim(), agent } : { goal: goal.trim() });
+  const arg: Record<string, unknown> = { goal: goal.trim(), ...(agent ? { agent } : {}) };
+  if (where.id !== 'here') {
+    arg.isolation = 'worktree';
+    if (where.id === 'carry') arg.carry = true;
+  }
+  const res = await call<{ taskId?: string }>('rein.start', arg);
   if (res) await workspaceState?.update(GOAL_KEY, undefined);
+  if (res && where.id !== 'here') {
+    await fetchTasks();
+    const t = findTask(tasks, res.taskId);
+    vscode.window.setStatusBarMessage(`$(git-branch) Rein: ${t ? t.name : 'the task'} started in a worktree${t?.branch ? ` on ${t.branch}` : ''}`, 6000);
+  }
 }
 
 /** The rein.toml a user starts from: one agent on, the others shown. */
@@ -1002,6 +1071,31 @@ async function menu(): Promise<void> {
     command: CONTROLS[c].command,
   }));
   if (!serverUp()) items.unshift({ label: '$(debug-restart) Restart the Rein server', command: 'rein.ui.restartServer' });
+  if (serverUp() && hasWorktreeTasks(tasks)) {
+    const t = tasks;
+    const extra: (vscode.QuickPickItem & { command?: string; task?: TaskSummary })[] = [{ label: 'All tasks', kind: vscode.QuickPickItemKind.Separator }];
+    if (t.decisions.length) extra.push({ label: `$(question) Answer decisions (${t.decisions.length})…`, detail: 'The oldest first, each naming its task', command: 'rein.ui.decisions' });
+    extra.push({ label: '$(debug-pause) Pause all', detail: 'Freeze every agent at once', command: 'rein.ui.pauseAll' });
+    extra.push({ label: '$(debug-continue) Resume all', detail: 'Let every paused agent carry on', command: 'rein.ui.resumeAll' });
+    extra.push({ label: CONTROLS.start.label, detail: 'Another agent, here or in a worktree of its own', command: 'rein.ui.start' });
+    extra.push({ label: 'Tasks', kind: vscode.QuickPickItemKind.Separator });
+    for (const task of t.tasks) extra.push({ label: `$(layers) ${taskLabel(task)}`, description: taskDescription(task), command: 'rein.ui.task.menu', task });
+    const rest: (vscode.QuickPickItem & { command?: string; task?: TaskSummary })[] = [
+      ...(state ? [{ label: 'Here', kind: vscode.QuickPickItemKind.Separator }, ...items.filter((i) => i.command !== 'rein.ui.start')] : []),
+      { label: '', kind: vscode.QuickPickItemKind.Separator },
+      { label: '$(list-tree) Show the Rein view', command: 'rein.task.focus' },
+      { label: '$(output) Show the Rein log', command: '__log' },
+    ];
+    const pick = await vscode.window.showQuickPick([...extra, ...rest], {
+      title: tasksStatusText(t).text.replace(/\$\([^)]*\)\s*/g, ''),
+      placeHolder: 'Every task of this repository',
+    });
+    if (!pick?.command) return;
+    if (pick.command === '__log') output.show();
+    else if (pick.task) await taskMenu(pick.task.taskId);
+    else await vscode.commands.executeCommand(pick.command);
+    return;
+  }
   items.push({ label: '', kind: vscode.QuickPickItemKind.Separator });
   items.push({ label: '$(list-tree) Show the Rein view', command: 'rein.task.focus' });
   items.push({ label: '$(output) Show the Rein log', command: '__log' });
@@ -1182,4 +1276,356 @@ async function showStepOutput(n: number): Promise<void> {
   reportChanged.fire(uri);
   const doc = await vscode.workspace.openTextDocument(uri);
   await vscode.window.showTextDocument(doc, { preview: true });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Several tasks at once: worktree tasks beside the one here
+
+/** What a per-task command is given: a view row, a task id, or nothing (then it asks which). */
+type TaskArg = Node | TaskSummary | string | undefined;
+
+/**
+ * A control from the palette, a keybinding or the view's title: the task here's while one runs
+ * here (as always), else the worktree task's it fits (asked which when several do).
+ */
+async function hereOrTask(c: TaskControl, here: () => unknown): Promise<void> {
+  if (isActive(state) || !hasWorktreeTasks(tasks) || !tasks.tasks.some(FITS[c])) {
+    await here();
+    return;
+  }
+  await taskControl(c);
+}
+
+/** Takes the task list the server sent (`rein/tasks`, `rein.tasks`). */
+function onTasks(p: unknown): void {
+  const next = parseTasks(p);
+  if (!next) return;
+  const line = next.tasks.map((t) => `${t.name} ${t.status}${t.decisions.length ? ` (${t.decisions.length} waiting)` : ''}`).join(', ');
+  if (line !== loggedTasks) log(`tasks: ${(loggedTasks = line) || 'none'}`);
+  tasks = next;
+  render();
+  // Open transcripts of worktree tasks follow their task (its whole state is fetched).
+  for (const [taskId, t] of taskTranscripts) {
+    if (!findTask(tasks, taskId)) continue;
+    void fetchTaskState(taskId).then((st) => {
+      if (st) t.state = st;
+      t.panel.onState(t.state);
+    });
+  }
+}
+
+let loggedTasks = '';
+
+/** Asks the server for the task list (an older server without `rein.tasks`: none). */
+async function fetchTasks(): Promise<void> {
+  if (!client || !serverUp()) return;
+  try {
+    onTasks(await client.sendRequest(ExecuteCommandRequest.type, { command: 'rein.tasks', arguments: [{}] }));
+  } catch (e) {
+    log(`rein.tasks failed: ${(e as Error)?.message ?? e}`);
+  }
+}
+
+/** A task's whole state (`rein.state {taskId}`), without touching the state held for here. */
+async function fetchTaskState(taskId: string): Promise<TaskState | null> {
+  if (!client || !serverUp()) return null;
+  try {
+    const res = (await client.sendRequest(ExecuteCommandRequest.type, { command: 'rein.state', arguments: [{ taskId }] })) as { state?: TaskState | null };
+    return res?.state ?? null;
+  } catch (e) {
+    log(`rein.state ${taskId} failed: ${(e as Error)?.message ?? e}`);
+    return null;
+  }
+}
+
+/** The task a command means: the row's, the id's, else one picked among those `fits`. */
+async function taskOf(arg: TaskArg, fits: (s: TaskSummary) => boolean, what: string): Promise<TaskSummary | undefined> {
+  const id = typeof arg === 'string' ? arg : arg && 'kind' in arg ? (arg.kind === 'task' || arg.kind === 'taskInfo' ? arg.task.taskId : undefined) : arg?.taskId;
+  if (id) {
+    const t = findTask(tasks, id) ?? (arg && typeof arg === 'object' && 'kind' in arg && (arg.kind === 'task' || arg.kind === 'taskInfo') ? arg.task : undefined);
+    if (t) return t;
+  }
+  await fetchTasks();
+  const list = (tasks?.tasks ?? []).filter(fits);
+  if (!list.length) {
+    void vscode.window.showInformationMessage(`Rein: no task to ${what}.`);
+    return undefined;
+  }
+  if (list.length === 1) return list[0];
+  const pick = await vscode.window.showQuickPick(
+    list.map((t) => ({ label: taskLabel(t), description: taskDescription(t), t })),
+    { title: `Rein: ${what[0].toUpperCase()}${what.slice(1)} which task?`, ignoreFocusOut: true },
+  );
+  return pick?.t;
+}
+
+/** The controls of one task, as a picker (a task row's or the status bar's menu). */
+async function taskMenu(arg?: TaskArg): Promise<void> {
+  const t = await taskOf(arg, () => true, 'show the controls of');
+  if (!t) return;
+  const pick = await vscode.window.showQuickPick(
+    taskControls(t).map((c) => ({ label: TASK_CONTROLS[c].label, detail: TASK_CONTROLS[c].detail, c })),
+    { title: `Rein: ${taskLabel(t)}`, placeHolder: taskDescription(t) },
+  );
+  if (pick) await taskControl(pick.c, t.taskId);
+}
+
+const FITS: Record<TaskControl, (s: TaskSummary) => boolean> = {
+  pause: (s) => s.status === 'running' || s.status === 'starting',
+  resume: (s) => s.status === 'paused',
+  steer: taskActive,
+  decide: (s) => !!s.decisions?.length,
+  takeover: (s) => taskActive(s) && s.holder !== 'human',
+  handback: (s) => s.status === 'human',
+  abort: taskActive,
+  transcript: () => true,
+  land: (s) => s.isolation === 'worktree',
+  discard: (s) => s.isolation === 'worktree',
+  open: (s) => s.isolation === 'worktree' && !!s.worktree,
+};
+
+/** Each control as the pickers ask for it ("Take over which task?"). */
+const VERBS: Record<TaskControl, string> = {
+  pause: 'pause',
+  resume: 'resume',
+  steer: 'steer',
+  decide: 'answer a decision of',
+  takeover: 'take over',
+  handback: 'hand back',
+  abort: 'abort',
+  transcript: 'show the transcript of',
+  land: 'land',
+  discard: 'discard',
+  open: 'open the worktree of',
+};
+
+/** Runs one control on one task, with its `taskId`. */
+async function taskControl(c: TaskControl, arg?: TaskArg): Promise<void> {
+  const t = await taskOf(arg, FITS[c], VERBS[c]);
+  if (!t) return;
+  const taskId = t.taskId;
+  switch (c) {
+    case 'pause':
+    case 'resume':
+      await call(`rein.${c}`, { taskId });
+      break;
+    case 'steer': {
+      const text = await askSteerText(`Rein: Steer ${t.name}`);
+      if (!text) return;
+      await call('rein.steer', { taskId, text: text.text, ...(text.urgent ? { urgent: true } : {}) });
+      break;
+    }
+    case 'decide': {
+      const mine = decisionQueue(tasks).filter((d) => d.taskId === taskId);
+      if (mine.length) await answerQueued(mine[0]);
+      else void vscode.window.showInformationMessage(`Rein: ${t.name} waits on no decision.`);
+      break;
+    }
+    case 'takeover': {
+      const reason = await askReason();
+      if (reason === undefined) return;
+      const res = await call('rein.takeover', { taskId, ...(reason.trim() ? { reason: reason.trim() } : {}) });
+      if (res && t.isolation === 'worktree') await openWorktree(findTask(tasks, taskId) ?? t, true);
+      break;
+    }
+    case 'handback': {
+      if (!(await saveBeforeHandback())) return;
+      const note = await vscode.window.showInputBox({ title: `Rein: Hand ${t.name} Back`, prompt: 'A note for the agent (optional; Enter to skip)', ignoreFocusOut: true });
+      if (note === undefined) return;
+      await call('rein.handback', { taskId, ...(note.trim() ? { note: note.trim() } : {}) });
+      break;
+    }
+    case 'abort': {
+      const pick = await vscode.window.showQuickPick(
+        [
+          { label: "$(discard) Discard the agent's changes", detail: 'Your own edits are kept.', keep: false },
+          { label: "$(check) Keep the agent's changes", detail: t.isolation === 'worktree' ? 'Leave its worktree as it is (land or discard it later).' : 'Leave the working tree exactly as it is.', keep: true },
+        ],
+        { title: `Rein: Abort ${taskLabel(t)}`, placeHolder: 'Stop the task. What about the changes the agent made?', ignoreFocusOut: true },
+      );
+      if (!pick) return;
+      await call('rein.abort', { taskId, keepChanges: pick.keep });
+      break;
+    }
+    case 'transcript':
+      await showTaskTranscript(t);
+      break;
+    case 'land':
+      await land(t);
+      break;
+    case 'discard':
+      await discard(t);
+      break;
+    case 'open':
+      await openWorktree(t, false);
+      break;
+  }
+  await fetchTasks();
+}
+
+/** `rein.pause {all: true}` / `rein.resume {all: true}`: every task at once; refusals said. */
+async function all(what: 'pause' | 'resume'): Promise<void> {
+  const res = await call<{ tasks?: { taskId: string; status?: string; refused?: string }[] }>(`rein.${what}`, { all: true });
+  if (!res) return;
+  await fetchTasks();
+  const name = (id: string) => findTask(tasks, id)?.name ?? id;
+  const refused = (res.tasks ?? []).filter((r) => r.refused);
+  const done = (res.tasks ?? []).filter((r) => !r.refused);
+  const verb = what === 'pause' ? 'paused' : 'resumed';
+  if (refused.length) {
+    // A task waiting on a decision is stopped already: said, but only a warning when none moved.
+    const text = `Rein: ${done.length} ${verb}; ${refused.map((r) => `${name(r.taskId)}: ${r.refused}`).join('; ')}`;
+    if (done.length) void vscode.window.showInformationMessage(text);
+    else void vscode.window.showWarningMessage(text);
+  } else {
+    vscode.window.setStatusBarMessage(`$(debug-${what}) Rein: ${done.length} task${done.length === 1 ? '' : 's'} ${verb}`, 5000);
+  }
+}
+
+/** The one queue of decisions across tasks, oldest first; the picked one is answered. */
+async function answerDecisions(): Promise<void> {
+  await fetchTasks();
+  const queue = decisionQueue(tasks);
+  if (!queue.length) {
+    // No task list (an older server): the task here's decisions.
+    if (!tasks) return decide();
+    void vscode.window.showInformationMessage('Rein: no decision is waiting.');
+    return;
+  }
+  const now = Date.now();
+  const pick = await vscode.window.showQuickPick(
+    queue.map((d) => ({ ...queueRow(d, now), d })),
+    { title: `Rein: Answer Decisions (${queue.length}, oldest first)`, placeHolder: 'Which one? Each names the task that asks.', ignoreFocusOut: true, matchOnDescription: true },
+  );
+  if (pick) await answerQueued(pick.d);
+}
+
+/** Asks the answer to one queued decision, then `rein.decide {taskId, decisionId, choice}`. */
+async function answerQueued(d: QueuedDecision): Promise<void> {
+  let choice: string | undefined;
+  if (!d.options.length) {
+    choice = await vscode.window.showInputBox({ title: `Rein: ${d.task} asks`, prompt: d.question, ignoreFocusOut: true });
+  } else {
+    const p = await vscode.window.showQuickPick(
+      d.options.map((o) => ({ label: o })),
+      { title: `Rein: ${d.question}`, placeHolder: `${d.task} waits for your answer`, ignoreFocusOut: true },
+    );
+    choice = p?.label;
+  }
+  if (!choice?.trim()) return;
+  await call('rein.decide', { taskId: d.taskId, decisionId: d.decisionId, choice: choice.trim() });
+  await fetchTasks();
+}
+
+/** `rein.land {taskId, as}`: asks how, then says what came over and what waits on you. */
+async function land(t: TaskSummary): Promise<void> {
+  const branch = repoRoot ? await git.git(repoRoot.fsPath, ['rev-parse', '--abbrev-ref', 'HEAD']).then((b) => b.trim(), () => 'the current branch') : 'the current branch';
+  const how = await vscode.window.showQuickPick(
+    [
+      { label: '$(diff) As uncommitted changes', detail: 'Three-way merged into your working tree; you review and commit them yourself.', as: 'changes' },
+      { label: `$(git-commit) As a commit on ${branch}`, detail: 'Merged the same way, then committed on your current branch.', as: 'commit' },
+    ],
+    { title: `Rein: Land ${taskLabel(t)}`, placeHolder: 'Your changes, saved or not, are never overwritten: overlaps become decisions.', ignoreFocusOut: true },
+  );
+  if (!how) return;
+  const res = await call<Landed>('rein.land', { taskId: t.taskId, as: how.as });
+  if (!res) return;
+  const sum = landSummary(t.name, res);
+  log(sum.text);
+  await fetchTasks();
+  if (!sum.attention) {
+    // The server says in a message that it landed; the details stay in the status bar.
+    vscode.window.setStatusBarMessage(`$(git-merge) ${sum.text}`, 15000);
+    return;
+  }
+  const answerThem = 'Answer Decisions';
+  const pick = await vscode.window.showWarningMessage(sum.text, ...(res.overlaps?.length ? [answerThem] : []));
+  if (pick === answerThem) await answerDecisions();
+}
+
+/** `rein.discard {taskId}` after asking; a refusal (changes its task did not make) can be forced. */
+async function discard(t: TaskSummary): Promise<void> {
+  const yes = 'Discard';
+  const pick = await vscode.window.showWarningMessage(
+    `Rein: discard ${taskLabel(t)}?`,
+    { modal: true, detail: `${taskActive(t) ? 'The agent is stopped, then its' : 'Its'} worktree${t.worktree ? ` (${t.worktree})` : ''} and branch ${t.branch ?? ''} are removed. What it did there is not brought into your working tree.` },
+    yes,
+  );
+  if (pick !== yes) return;
+  try {
+    await call('rein.discard', { taskId: t.taskId }, true);
+  } catch (e) {
+    const m = errorMessage('rein.discard', e);
+    log(`<- rein.discard refused: ${m.text}`);
+    const force = 'Discard Anyway';
+    const again = await vscode.window.showWarningMessage(m.text.startsWith('Rein') ? m.text : `Rein: ${m.text}`, { modal: true }, force);
+    if (again !== force) return;
+    await call('rein.discard', { taskId: t.taskId, force: true });
+  }
+  await fetchTasks();
+}
+
+/**
+ * Opens a worktree task's folder, as `rein.worktreeTakeover` says: a new window (its own
+ * `rein lsp` joins the worktree's engine, so your edits there are held like here) or added to
+ * this workspace.
+ */
+async function openWorktree(t: TaskSummary, takingOver: boolean): Promise<void> {
+  if (!t.worktree) {
+    void vscode.window.showWarningMessage(`Rein: ${t.name} has no worktree to open.`);
+    return;
+  }
+  const uri = vscode.Uri.file(t.worktree);
+  const how = vscode.workspace.getConfiguration('rein').get<string>('worktreeTakeover', 'newWindow');
+  log(`opening the worktree of ${t.name} (${t.worktree}) ${how === 'addToWorkspace' ? 'in this workspace' : 'in a new window'}`);
+  if (how === 'addToWorkspace') {
+    const folders = vscode.workspace.workspaceFolders ?? [];
+    if (!folders.some((f) => f.uri.fsPath === uri.fsPath)) {
+      vscode.workspace.updateWorkspaceFolders(folders.length, 0, { uri, name: `${t.name}: ${t.goal}` });
+    }
+    await vscode.commands.executeCommand('revealInExplorer', uri).then(undefined, () => undefined);
+  } else {
+    await vscode.commands.executeCommand('vscode.openFolder', uri, { forceNewWindow: true });
+  }
+  if (takingOver) notice(true, `Rein: you hold ${t.name}; edit in its worktree, then hand it back.`);
+}
+
+/** A worktree task's transcript, in a panel of its own. */
+async function showTaskTranscript(t: TaskSummary): Promise<void> {
+  if (t.isolation !== 'worktree' || t.taskId === state?.task.id) return showTranscript();
+  const held = taskTranscripts.get(t.taskId) ?? { panel: newTaskTranscript(t.taskId, t.name), state: null };
+  taskTranscripts.set(t.taskId, held);
+  held.state = (await fetchTaskState(t.taskId)) ?? held.state;
+  await held.panel.show();
+}
+
+function newTaskTranscript(taskId: string, name: string): TranscriptPanel {
+  const held = () => taskTranscripts.get(taskId);
+  return new TranscriptPanel({
+    fetch: async (since) => {
+      if (!client || !serverUp()) return undefined;
+      try {
+        return (await client.sendRequest(ExecuteCommandRequest.type, { command: 'rein.transcript', arguments: [{ taskId, since }] })) as Transcript;
+      } catch (e) {
+        log(`rein.transcript ${taskId} failed: ${(e as Error)?.message ?? e}`);
+        return undefined;
+      }
+    },
+    state: () => held()?.state ?? null,
+    running: () => undefined,
+    openStep: () => void vscode.window.showInformationMessage(`Rein: ${name}'s steps are in its worktree: open it to see their diffs.`),
+    openFile: () => void vscode.window.showInformationMessage(`Rein: ${name}'s files are in its worktree: open it to see them.`),
+    log,
+    icon: vscode.Uri.joinPath(vscode.Uri.file(extensionPath), 'media', 'rein.svg'),
+    title: `Rein: Transcript (${name})`,
+    taskId,
+  });
+}
+
+/** A worktree task's transcript VS Code kept open across a reload. */
+async function restoreTaskTranscript(panel: vscode.WebviewPanel, taskId: string): Promise<void> {
+  const name = findTask(tasks, taskId)?.name ?? taskId;
+  const held = { panel: newTaskTranscript(taskId, name), state: await fetchTaskState(taskId) };
+  taskTranscripts.set(taskId, held);
+  await held.panel.restore(panel);
 }

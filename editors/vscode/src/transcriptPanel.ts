@@ -18,6 +18,10 @@ export interface TranscriptHost {
   log(msg: string): void;
   /** The panel's tab icon. */
   icon: vscode.Uri;
+  /** The panel's title (default "Rein: Transcript"). */
+  title?: string;
+  /** The worktree task it shows, kept with the panel so a reload brings back the same one. */
+  taskId?: string;
 }
 
 export class TranscriptPanel {
@@ -52,7 +56,7 @@ export class TranscriptPanel {
       return;
     }
     const column = vscode.window.activeTextEditor ? vscode.ViewColumn.Beside : vscode.ViewColumn.Active;
-    await this.attach(vscode.window.createWebviewPanel(TranscriptPanel.viewType, 'Rein: Transcript', column, TranscriptPanel.options));
+    await this.attach(vscode.window.createWebviewPanel(TranscriptPanel.viewType, this.host.title ?? 'Rein: Transcript', column, TranscriptPanel.options));
   }
 
   /** The panel's type, for VS Code to restore it after a reload (`registerWebviewPanelSerializer`). */
@@ -212,9 +216,9 @@ export class TranscriptPanel {
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="${csp}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Rein: Transcript</title>
+<title>${escapeAttr(this.host.title ?? 'Rein: Transcript')}</title>
 <style nonce="${nonce}">${STYLE}</style></head>
-<body>
+<body data-task="${escapeAttr(this.host.taskId ?? '')}">
 <header id="head" aria-live="polite">${this.lastHead}</header>
 <main>
 <ol id="entries" aria-label="Transcript">${this.html.join('')}</ol>
@@ -291,7 +295,7 @@ body.vscode-high-contrast .entry { border: 1px solid var(--vscode-contrastBorder
 const SCRIPT = `
 const vscode = acquireVsCodeApi();
 // Marks the panel as one to bring back after a reload (its content is fetched again then).
-vscode.setState({ transcript: true });
+vscode.setState({ transcript: true, taskId: document.body.dataset.task || null });
 const list = document.getElementById('entries');
 const head = document.getElementById('head');
 const live = document.getElementById('live');
@@ -331,3 +335,7 @@ document.addEventListener('click', (ev) => {
 });
 follow();
 `;
+
+function escapeAttr(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}

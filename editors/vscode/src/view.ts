@@ -1,6 +1,7 @@
 // The Rein view: goal and control, what the agent last said and is running, plan progress,
 // steps with the agent's words and outcomes, steers, decisions, files you hold, and after an
-// abort the agent's lines it kept.
+// abort the agent's lines it kept. While there are worktree tasks, a "Tasks" group on top lists
+// every task with its controls and the decisions it waits on.
 
 import * as vscode from 'vscode';
 import {
@@ -33,8 +34,20 @@ import {
   lastStep,
   stepPages,
 } from './model';
+import {
+  Tasks,
+  TaskSummary,
+  QueuedDecision,
+  hasWorktreeTasks,
+  taskCounts,
+  taskLabel,
+  taskDescription,
+  taskTooltip,
+  taskContext,
+  statusIcon,
+} from './tasks';
 
-type Group = 'plan' | 'steps' | 'constraints' | 'decisions' | 'held' | 'kept';
+type Group = 'plan' | 'steps' | 'constraints' | 'decisions' | 'held' | 'kept' | 'tasks';
 
 export type Node =
   | { kind: 'info'; id: string; label: string; description?: string; icon?: string; tooltip?: string }
@@ -49,28 +62,64 @@ export type Node =
   | { kind: 'constraint'; constraint: Constraint; index: number }
   | { kind: 'decision'; decision: Decision }
   | { kind: 'answered'; answered: AnsweredDecision; index: number }
-  | { kind: 'held'; path: string };
+  | { kind: 'held'; path: string }
+  | { kind: 'task'; task: TaskSummary }
+  | { kind: 'queued'; decision: QueuedDecision }
+  | { kind: 'taskInfo'; task: TaskSummary; id: string; label: string; description?: string; icon: string; tooltip?: string };
 
 export class ReinTree implements vscode.TreeDataProvider<Node> {
   private readonly changed = new vscode.EventEmitter<Node | undefined>();
   readonly onDidChangeTreeData = this.changed.event;
   private state: TaskState | null = null;
   private running: OutputChunk | undefined;
+  private tasks: Tasks | null = null;
 
   constructor(private readonly root: () => vscode.Uri | undefined) {}
 
-  /** Redraws for this state and the command running now (from `rein/output`). */
-  update(state: TaskState | null, running?: OutputChunk): void {
+  /** Redraws for this state, the command running now (from `rein/output`) and the task list. */
+  update(state: TaskState | null, running?: OutputChunk, tasks?: Tasks | null): void {
     this.state = state;
     this.running = running;
+    this.tasks = tasks ?? null;
     this.changed.fire(undefined);
   }
 
+  /** The rows of the "Tasks" group and of each task in it. */
+  private taskChildren(node?: Node): Node[] | undefined {
+    const t = this.tasks;
+    if (!hasWorktreeTasks(t)) return undefined;
+    if (node?.kind === 'group' && node.group === 'tasks') return t.tasks.map((task) => ({ kind: 'task', task }));
+    if (node?.kind !== 'task') return undefined;
+    const s = t.tasks.find((x) => x.taskId === node.task.taskId) ?? node.task;
+    const out: Node[] = t.decisions.filter((d) => d.taskId === s.taskId).map((decision) => ({ kind: 'queued', decision }));
+    if (s.lastStep) out.push({ kind: 'taskInfo', task: s, id: 'last', label: s.lastStep, description: `step ${s.steps}`, icon: 'history', tooltip: `Its last step (${s.steps}): ${s.lastStep}` });
+    // A waiting decision says why it stopped already (it is the row above).
+    if (s.stopReason && s.status !== 'running' && !s.decisions?.length) out.push({ kind: 'taskInfo', task: s, id: 'stop', label: s.stopReason, icon: 'info', tooltip: s.stopReason });
+    if (s.isolation === 'worktree') {
+      out.push({
+        kind: 'taskInfo',
+        task: s,
+        id: 'where',
+        label: s.branch ?? 'worktree',
+        description: s.worktree,
+        icon: 'git-branch',
+        tooltip: `Branch ${s.branch ?? '?'}, worktree ${s.worktree ?? '?'}.\nClick to open the worktree.`,
+      });
+    } else {
+      out.push({ kind: 'taskInfo', task: s, id: 'where', label: 'in your working tree', icon: 'home', tooltip: 'This task runs here: its details are below.' });
+    }
+    return out;
+  }
+
   getChildren(node?: Node): Node[] {
+    const fromTasks = this.taskChildren(node);
+    if (fromTasks) return fromTasks;
     const s = this.state;
+    if (!node && !s && hasWorktreeTasks(this.tasks)) return [{ kind: 'group', group: 'tasks' }];
     if (!s) return [];
     if (!node) {
       const out: Node[] = [];
+      if (hasWorktreeTasks(this.tasks)) out.push({ kind: 'group', group: 'tasks' });
       const st = statusText(s);
       out.push({
         kind: 'info',
@@ -166,6 +215,8 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
       }
       case 'held':
         return (s.heldFiles ?? []).map((path) => ({ kind: 'held', path }));
+      case 'tasks':
+        return [];
     }
   }
 
@@ -305,6 +356,43 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         item.contextValue = 'answered';
         return item;
       }
+      case 'task': {
+        const t = node.task;
+        const item = new vscode.TreeItem(taskLabel(t), t.decisions?.length ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed);
+        // A new id when a decision starts waiting, so the row opens on it (VS Code keeps the
+        // collapsed state of an id it has drawn).
+        item.id = `task:${t.taskId}${t.decisions?.length ? ':waiting' : ''}`;
+        item.description = taskDescription(t);
+        item.tooltip = taskTooltip(t);
+        const tint = t.decisions?.length || t.status === 'awaiting_decision' ? 'list.warningForeground' : t.status === 'failed' ? 'errorForeground' : t.status === 'running' ? 'charts.blue' : undefined;
+        item.iconPath = new vscode.ThemeIcon(statusIcon(t.decisions?.length ? 'awaiting_decision' : t.status), tint ? new vscode.ThemeColor(tint) : undefined);
+        item.contextValue = taskContext(t);
+        item.accessibilityInformation = { label: `${taskLabel(t)}, ${taskDescription(t)}` };
+        return item;
+      }
+      case 'queued': {
+        const d = node.decision;
+        const item = new vscode.TreeItem(d.question, vscode.TreeItemCollapsibleState.None);
+        item.id = `queued:${d.taskId}:${d.decisionId}`;
+        item.description = d.options.length ? d.options.join(' / ') : 'answer it';
+        item.iconPath = new vscode.ThemeIcon('question', new vscode.ThemeColor('list.warningForeground'));
+        item.tooltip = `${d.decisionId}: ${d.question}\nasked ${d.since}\nClick to answer.`;
+        item.contextValue = 'queued';
+        item.command = { command: 'rein.ui.answerQueued', title: 'Answer', arguments: [d] };
+        return item;
+      }
+      case 'taskInfo': {
+        const item = new vscode.TreeItem(node.label, vscode.TreeItemCollapsibleState.None);
+        item.id = `taskInfo:${node.task.taskId}:${node.id}`;
+        item.description = node.description;
+        item.tooltip = node.tooltip;
+        item.iconPath = new vscode.ThemeIcon(node.icon);
+        item.contextValue = `taskInfo:${node.id}`;
+        if (node.id === 'where' && node.task.isolation === 'worktree') {
+          item.command = { command: 'rein.ui.task.open', title: 'Open the worktree', arguments: [{ kind: 'task', task: node.task }] };
+        }
+        return item;
+      }
       case 'held': {
         const root = this.root();
         const uri = root ? vscode.Uri.joinPath(root, node.path) : undefined;
@@ -420,6 +508,15 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         item = new vscode.TreeItem('Decisions', E);
         item.description = [open ? `${open} open` : '', answered ? `${answered} answered` : ''].filter(Boolean).join(', ');
         item.iconPath = new vscode.ThemeIcon('question');
+        break;
+      }
+      case 'tasks': {
+        const t = this.tasks;
+        const c = t ? taskCounts(t) : undefined;
+        item = new vscode.TreeItem('Tasks', E);
+        item.description = c ? `${c.running} running · ${c.waiting} waiting` : '';
+        item.tooltip = 'Every task of this repository: the one here and those in worktrees. Hover a task for its controls; right-click for all of them.';
+        item.iconPath = new vscode.ThemeIcon('layers');
         break;
       }
       case 'held':

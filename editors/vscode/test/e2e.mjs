@@ -21,6 +21,7 @@ const ART = env('ARTIFACTS', join(process.cwd(), 'e2e-artifacts'));
 const SHOT = env('SCREENSHOT', '');
 const TRANSCRIPT_SHOT = env('TRANSCRIPT_SCREENSHOT', '');
 const ONLY = env('ONLY', '');
+const TASKS_SHOT = env('TASKS_SCREENSHOT', '');
 mkdirSync(ART, { recursive: true });
 
 const GOAL = 'Add a farewell next to the greeting';
@@ -79,6 +80,8 @@ function check(name, ok, detail = '') {
 
 const { dir, repo } = makeRepo(REIN_BIN, plan, { files: { 'test.sh': TEST_SH }, settings: { 'rein.policy': { allow: ['./test.sh'] } } });
 const headBefore = git(repo, 'rev-parse', 'HEAD').trim();
+// Worktree tasks are made here, not in the user's data dir (the server reads it at start).
+process.env.REIN_WORKTREES_DIR = join(dir, 'worktrees');
 let cs;
 let browser;
 let page;
@@ -160,6 +163,19 @@ async function answer(title, text) {
   await input.fill(text);
   await sleep(100);
   await page.keyboard.press('Enter');
+  await quickInput().waitFor({ state: 'hidden', timeout: 15_000 });
+}
+// Start Task's second question: where the task runs (each choice told by words of its detail).
+const WHERE = { here: 'edits the files you have open', worktree: 'your working tree is untouched', carry: 'the changes you have not committed' };
+/** Start Task from the palette: the goal, then where it runs. */
+async function startTask(goal, where = 'here') {
+  await palette('Rein: Start Task');
+  await quickInput().locator('.quick-input-title', { hasText: 'Rein: Start Task' }).first().waitFor({ state: 'visible', timeout: 15_000 });
+  await quickInput().locator('input[type="text"]').first().fill(goal);
+  await sleep(100);
+  await page.keyboard.press('Enter');
+  await quickInput().locator('.quick-input-title', { hasText: 'where should it run' }).first().waitFor({ state: 'visible', timeout: 15_000 });
+  await quickInput().locator('.monaco-list-row').filter({ hasText: WHERE[where] }).first().click();
   await quickInput().waitFor({ state: 'hidden', timeout: 15_000 });
 }
 async function showReinView() {
@@ -387,8 +403,7 @@ async function firstHour() {
 
   // An agent that cannot start: the typed goal is kept for the next Start Task.
   writeFileSync(join(plain, 'rein.toml'), '[agent]\nkind = "script"\nplan = "missing-plan.json"\n');
-  await palette('Rein: Start Task');
-  await answer('Rein: Start Task', 'a goal worth keeping');
+  await startTask('a goal worth keeping');
   const failed = await waitToast(/missing-plan\.json/).catch((e) => [e.message]);
   check('a start that fails says why', failed.some((t) => /missing-plan\.json/.test(t)), JSON.stringify(failed));
   await palette('Rein: Start Task');
@@ -476,8 +491,7 @@ async function scenario() {
   await shot('empty-view');
 
   // 2. Start task from the palette (goal asked; agent from the rein.agent setting).
-  await palette('Rein: Start Task');
-  await answer('Rein: Start Task', GOAL);
+  await startTask(GOAL);
   const running = await waitStatus(/Agent running · step \d+/).catch((e) => e.message);
   check('Start Task from the palette: status bar says the agent is running', /Agent running · step \d+/.test(running), running);
 
@@ -994,8 +1008,7 @@ async function scenario() {
 
   // 14. A second task, from an agent that reports no plan progress, aborted with "discard".
   writeFileSync(join(repo, '.rein', 'plan.json'), JSON.stringify(plainPlan, null, 2) + '\n');
-  await palette('Rein: Start Task');
-  await answer('Rein: Start Task', 'second task to abort');
+  await startTask('second task to abort');
   const run2 = await waitStatus(/Agent running/).catch((e) => e.message);
   check('a second task starts once the first is done', /Agent running/.test(run2), run2);
   await showReinView();
@@ -1084,8 +1097,7 @@ async function longTask() {
   const mark = existsSync(EXT_LOG) ? statSync(EXT_LOG).size : 0;
   const logSince = () => (existsSync(EXT_LOG) ? readFileSync(EXT_LOG, 'utf8').slice(mark) : '');
   const t0 = Date.now();
-  await palette('Rein: Start Task');
-  await answer('Rein: Start Task', 'a long task');
+  await startTask('a long task');
   const done = await waitStatus(/Agent done/, 900_000).catch((e) => e.message);
   check(`a long task (${LONG} steps) runs to its end`, /Agent done/.test(done), done);
   console.log(`   (the long task took ${Math.round((Date.now() - t0) / 1000)}s)`);
@@ -1138,11 +1150,263 @@ async function reopened() {
   await shot('reopened');
 }
 
+// 17. Three agents at once, each in a worktree of its own (issue 27): started from the palette,
+// listed in the Rein view with their status, holder, plan and waiting decisions, counted in
+// the status bar; paused all at once; one's decision answered from the one queue; one taken
+// over (its worktree opens in a new window); one landed into the working tree, one discarded.
+// Every check is cross-checked against the server (`rein tasks --json`) and git.
+const LONG_THINK = 600_000; // a step the tasks sit in until they are paused (cut short then)
+const wtPlans = {
+  farewell: {
+    steps: [
+      { plan: [{ text: 'Write farewell()', status: 'active' }, 'Document it', 'Check it'], think_ms: 800, say: 'A farewell beside the greeting.' },
+      { write: { path: 'src/farewell.py', content: 'def farewell(name):\n    return "bye " + name\n' }, item: 1, think_ms: 1500 },
+      { edit: { path: 'README.md', old: 'Says hello.', new: 'Says hello and goodbye.' }, item: 2, think_ms: 1500 },
+      { read: 'README.md', item: 3, think_ms: LONG_THINK },
+      { finish: 'Added farewell().' },
+    ],
+  },
+  tag: {
+    steps: [
+      { plan: [{ text: 'Write the notes', status: 'active' }, 'Tag the release'], think_ms: 800, say: 'Notes, then a tag.' },
+      { write: { path: 'NOTES.md', content: '# Notes\n\nv1: the greeter.\n' }, item: 1, think_ms: 1500 },
+      // Not on the allow-list: it waits for the person's decision.
+      { run: { cmd: 'git tag v1', timeout_s: 30 }, item: 2, think_ms: 500 },
+      { read: 'NOTES.md', think_ms: LONG_THINK },
+      { finish: 'Tagged.' },
+    ],
+  },
+  shout: {
+    steps: [
+      { plan: [{ text: 'Write shout()', status: 'active' }, 'Test it'], think_ms: 800, say: 'A louder greeting.' },
+      { write: { path: 'src/shout.py', content: 'def shout(name):\n    return name.upper()\n' }, item: 1, think_ms: 1500 },
+      { read: 'src/shout.py', item: 2, think_ms: LONG_THINK },
+      { finish: 'Added shout().' },
+    ],
+  },
+};
+const WT_GOALS = { farewell: 'Add a farewell', tag: 'Write release notes and tag v1', shout: 'Add a shout() helper' };
+
+async function worktreeTasks() {
+  const files = Object.fromEntries(Object.entries(wtPlans).map(([k, v]) => [`.rein/${k}.json`, JSON.stringify(v, null, 2) + '\n']));
+  const { dir: dir2, repo: repo2 } = makeRepo(REIN_BIN, wtPlans.farewell, { files });
+  try {
+    await worktreeScenario(repo2);
+  } finally {
+    // Whatever is left is discarded, so no engine or worktree outlives the test.
+    for (const t of cliTasks(repo2)?.tasks ?? []) {
+      try {
+        execFileSync(REIN_BIN, ['discard', t.taskId, '--force'], { cwd: repo2, encoding: 'utf8', stdio: 'pipe' });
+      } catch {}
+    }
+    if (!process.env.KEEP) cleanup(dir2);
+  }
+}
+
+/** `rein tasks --json` in the repository: the server's own list. */
+function cliTasks(cwd) {
+  try {
+    return JSON.parse(execFileSync(REIN_BIN, ['tasks', '--json'], { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 30_000 }));
+  } catch {
+    return null;
+  }
+}
+/** The worktree tasks of `rein tasks --json` (what this scenario starts). */
+const wtTasks = (l) => (l?.tasks ?? []).filter((t) => t.isolation === 'worktree');
+/** Tasks the server lists more than once (a worktree task also as the task here). */
+const listedTwice = (l) => (l?.tasks ?? []).filter((t, i, all) => all.findIndex((u) => u.taskId === t.taskId) !== i);
+
+/** The view row of the task named `name` ("task 2"). */
+const taskRow = (name) => page.locator('#workbench\\.parts\\.sidebar .monaco-list-row').filter({ hasText: `${name}: ` }).first();
+/** Right-clicks a task's row and runs the item `title` of its context menu. */
+async function taskMenuItem(name, title) {
+  await taskRow(name).click({ button: 'right' });
+  const item = page.locator('.context-view .action-item', { hasText: title }).first();
+  await item.waitFor({ state: 'visible', timeout: 10_000 });
+  // The workbench's menus act on a hovered item's Enter (a synthetic click can come too soon).
+  await item.hover();
+  await sleep(250);
+  await page.keyboard.press('Enter');
+}
+/** Hovers a task's row and clicks its inline action whose title starts with `title`. */
+async function taskAction(name, title) {
+  const row = taskRow(name);
+  await row.hover();
+  const action = row.locator(`.action-label[aria-label^="${title}"]`).first();
+  await action.waitFor({ state: 'visible', timeout: 10_000 });
+  await action.click();
+}
+
+async function worktreeScenario(repo2) {
+  const settingsFile = join(repo2, '.vscode', 'settings.json');
+  const baseSettings = JSON.parse(readFileSync(settingsFile, 'utf8'));
+  /** Points rein.agent at one of the plans (the next Start Task runs it). */
+  const usePlan = async (name) => {
+    writeFileSync(settingsFile, JSON.stringify({ ...baseSettings, 'rein.agent': { kind: 'script', plan: `.rein/${name}.json` } }, null, 2) + '\n');
+    await sleep(2500); // VS Code reads the changed settings file
+  };
+  await openWorkbench(cs.urlFor(repo2));
+  const idle = await waitStatus(/no task/, 90_000).catch((e) => e.message);
+  check('worktree tasks: the window on the second repository is up (no task)', /no task/.test(idle), idle);
+  await showReinView();
+
+  // Three tasks, each started in a worktree of its own from the palette; the last carries the
+  // uncommitted change (the settings file naming its plan) into its worktree.
+  const started = [];
+  for (const [key, where] of [['farewell', 'worktree'], ['tag', 'worktree'], ['shout', 'carry']]) {
+    await usePlan(key);
+    await startTask(WT_GOALS[key], where);
+    const t = await waitFor(`the server lists "${WT_GOALS[key]}" in a worktree`, () => cliTasks(repo2)?.tasks.find((x) => x.goal === WT_GOALS[key] && x.isolation === 'worktree'), 60_000).catch(() => null);
+    started.push(t);
+  }
+  const [t1, t2, t3] = started;
+  check('Start Task "in a worktree" starts three tasks, each on its own branch and worktree', started.every((t) => t && t.branch?.startsWith('rein/') && t.worktree && existsSync(t.worktree)) && new Set(started.map((t) => t?.worktree)).size === 3, JSON.stringify(started));
+  const own = await waitFor('each plan\'s first file in its own worktree', () => started.every((t, i) => t && existsSync(join(t.worktree, ['src/farewell.py', 'NOTES.md', 'src/shout.py'][i]))), 90_000).catch((e) => e.message);
+  check('each task runs its own plan (the rein.agent the window had at its start), in its own worktree', own === true, `${own} ${JSON.stringify(cliTasks(repo2))}`);
+  const carried = t3 ? readFileSync(join(t3.worktree, '.vscode', 'settings.json'), 'utf8') : '';
+  check('"with your uncommitted changes" carries them into the worktree (carry)', carried.includes('.rein/shout.json'), carried);
+  check('the person\'s working tree is untouched by the three agents', !existsSync(join(repo2, 'src/farewell.py')) && !existsSync(join(repo2, 'NOTES.md')) && !existsSync(join(repo2, 'src/shout.py')), git(repo2, 'status', '--short'));
+
+  // The view: a Tasks group, one row per task with status, holder, plan x/y, waiting decisions.
+  const listed = await waitTree('three tasks, task 2 waiting on its decision', (r) =>
+    r.some((x) => /^Tasks\s*\d+ running · 1 waiting$/.test(x)) &&
+    r.some((x) => x.startsWith(`task 1: ${WT_GOALS.farewell}`) && /running · plan \d\/3/.test(x)) &&
+    r.some((x) => x.startsWith(`task 2: ${WT_GOALS.tag}`) && /waiting for you · plan \d\/2 · 1 waiting/.test(x)) &&
+    r.some((x) => x.startsWith(`task 3: ${WT_GOALS.shout}`) && /running · plan \d\/2/.test(x)) &&
+    r.some((x) => x.startsWith('task 2: The agent wants to run `git tag v1`')), 90_000).catch((e) => e.message);
+  check('the Rein view lists the three tasks: status, plan x/y, and task 2\'s waiting decision under it', Array.isArray(listed), Array.isArray(listed) ? '' : `${listed}\n${JSON.stringify(await treeRows())}`);
+  const bar = await waitStatus(/Rein: 2 running · 1 waiting/, 30_000).catch((e) => e.message);
+  check('the status bar counts running tasks and waiting decisions ("2 running · 1 waiting")', /2 running · 1 waiting/.test(bar), bar);
+  const badge = (await page.locator('.activitybar .action-item a[aria-label^="Rein"] ~ .badge, .activitybar .action-item:has(a[aria-label^="Rein"]) .badge-content').first().innerText().catch(() => '')).trim();
+  check('the Rein view\'s badge shows the one waiting decision', badge === '1', JSON.stringify(badge));
+  const hover = await hoverRow(`task 1: ${WT_GOALS.farewell}`);
+  check('a task row\'s tooltip names its branch and worktree', t1 && hover.includes(t1.branch) && hover.includes(t1.worktree), hover);
+  await page.mouse.move(0, 0);
+  // The screenshot for the README: the view wide enough to read each row, every task open,
+  // a file of the person's beside.
+  await openFile('src/greet.py');
+  const wide = (await page.locator('#workbench\\.parts\\.sidebar').boundingBox())?.width ?? 0;
+  await sidebarWidth(600);
+  for (const name of ['task 1', 'task 3']) {
+    const twistie = taskRow(name).locator('.monaco-tl-twistie.collapsible.collapsed');
+    if (await twistie.count()) await twistie.first().click();
+  }
+  await page.mouse.move(0, 0);
+  await sleep(800);
+  const tasksShot = await shot('three-worktree-tasks');
+  if (TASKS_SHOT) copyFileSync(tasksShot, TASKS_SHOT);
+  await sidebarWidth(wide);
+  // A worktree task's transcript, from its context menu: a panel of its own, live.
+  await taskMenuItem('task 1', 'Show Its Transcript');
+  const tr = await waitFor('task 1\'s transcript', async () => {
+    const f = await transcriptFrame(5_000).catch(() => null);
+    if (!f) return false;
+    const e = await transcriptEntries(f);
+    return e.some((x) => x.includes(WT_GOALS.farewell)) && e.some((x) => x.includes('src/farewell.py')) ? e : false;
+  }, 60_000).catch((e) => e.message);
+  const trTab = await page.locator('.tab', { hasText: 'Rein: Transcript (task 1)' }).count();
+  check('"Show Its Transcript" opens task 1\'s transcript (rein.transcript with its taskId) in a tab of its own', Array.isArray(tr) && trTab === 1, Array.isArray(tr) ? `tabs ${JSON.stringify(await tabTitles())}` : String(tr));
+
+  // Pause all (the view's title action; the palette has it too): every running agent stops.
+  await palette('Rein: Pause All Agents');
+  const paused = await waitFor('every task paused or waiting (rein tasks)', () => {
+    const w = wtTasks(cliTasks(repo2));
+    return w.length === 3 && w.every((t) => t.status === 'paused' || t.status === 'awaiting_decision') && w.filter((t) => t.status === 'paused').length >= 2 ? w : false;
+  }, 60_000).catch((e) => e.message);
+  check('Pause All pauses every running task (rein tasks: none running)', typeof paused === 'object', typeof paused === 'object' ? '' : `${paused} ${JSON.stringify(cliTasks(repo2))}`);
+  // Task 2 waits on its decision; whether pause all also pauses it is the server's to say.
+  const pausedBar = await waitStatus(/Rein: 0 running · [23] paused · 1 waiting/, 30_000).catch((e) => e.message);
+  check('the status bar follows: "0 running · 2 paused · 1 waiting"', /0 running · [23] paused · 1 waiting/.test(pausedBar), pausedBar);
+  const pausedRows = await waitTree('tasks 1 and 3 paused', (r) => r.some((x) => x.startsWith('task 1: ') && /paused/.test(x)) && r.some((x) => x.startsWith('task 3: ') && /paused/.test(x)), 30_000).catch((e) => e.message);
+  check('the view shows tasks 1 and 3 paused', Array.isArray(pausedRows), Array.isArray(pausedRows) ? '' : String(pausedRows));
+
+  // The one queue of decisions: oldest first, each naming its task; answered with its taskId.
+  await palette('Rein: Answer Decisions');
+  await quickInput().locator('.quick-input-title', { hasText: 'Answer Decisions' }).first().waitFor({ timeout: 15_000 });
+  const queueRows = (await quickInput().locator('.monaco-list-row').allInnerTexts()).map((x) => x.replace(/\s+/g, ' ').trim());
+  check('Answer Decisions lists the waiting decision naming its task ("task 2: …")', queueRows.length === 1 && queueRows[0].startsWith('task 2: The agent wants to run `git tag v1`') && queueRows[0].includes('approve / deny'), JSON.stringify(queueRows));
+  await quickInput().locator('.monaco-list-row').first().click();
+  await quickInput().locator('.monaco-list-row', { hasText: 'deny' }).first().waitFor({ timeout: 15_000 });
+  await quickInput().locator('.monaco-list-row', { hasText: 'deny' }).first().click();
+  const answered = await waitFor('task 2\'s decision answered (rein tasks)', () => {
+    const l = cliTasks(repo2);
+    return l && l.decisions.length === 0 && l.tasks.find((t) => t.taskId === t2?.taskId)?.decisions.length === 0 ? l : false;
+  }, 30_000).catch((e) => e.message);
+  check('the answer reaches task 2 (rein.decide with its taskId): the queue is empty', typeof answered === 'object', typeof answered === 'object' ? '' : `${answered} ${JSON.stringify(cliTasks(repo2))}`);
+  const noTag = (() => { try { return git(repo2, 'tag', '--list', 'v1').trim() === ''; } catch { return false; } })();
+  check('denied, task 2 never ran git tag v1', noTag);
+  const quietBar = await waitStatus(/ 0 waiting/, 30_000).catch((e) => e.message);
+  check('the status bar says 0 waiting after the answer', / 0 waiting/.test(quietBar), quietBar);
+
+  // Take over task 3 from its controls: its worktree opens in a new window (rein.worktreeTakeover
+  // "newWindow", the default).
+  const popup = page.context().waitForEvent('page', { timeout: 30_000 }).catch(() => null);
+  await taskMenuItem('task 3', 'Take Over This Task');
+  await answer('Rein: Take Over', 'I will finish shout() myself');
+  const win = await popup;
+  const winUrl = win ? win.url() : '';
+  check('taking over a worktree task opens its worktree in a new window', !!t3 && decodeURIComponent(winUrl).includes(`folder=${t3.worktree}`), `${winUrl} vs ${t3?.worktree}`);
+  const held = await waitFor('task 3 held by the person (rein tasks)', () => wtTasks(cliTasks(repo2)).find((t) => t.taskId === t3?.taskId && t.holder === 'human'), 30_000).catch(() => null);
+  check('task 3 is yours (holder human), the others still the agents\'', !!held && wtTasks(cliTasks(repo2)).filter((t) => t.holder === 'agent').length === 2, JSON.stringify(cliTasks(repo2)));
+  // Every request above named its task; none of them may make a worktree task the task here.
+  const twice = listedTwice(cliTasks(repo2));
+  check('the server lists each task once after requests that name a worktree task (none becomes "here")', twice.length === 0, `listed twice: ${JSON.stringify(twice)}`);
+  if (win) {
+    // The new window's own rein lsp joins the worktree's engine: it shows the task you hold.
+    const there = await waitFor('the worktree window\'s status bar', async () => {
+      const t = (await win.locator('#workbench\\.parts\\.statusbar a[aria-label^="Rein"]').first().getAttribute('aria-label', { timeout: 2000 })) ?? '';
+      return /You hold control/.test(t) ? t : false;
+    }, 90_000).catch((e) => e.message);
+    check('the worktree\'s window serves task 3 from its engine (status bar: you hold control)', /You hold control/.test(there), there);
+    await win.close().catch(() => {});
+  }
+  await page.bringToFront();
+
+  // Land task 1 (paused) into the working tree as uncommitted changes.
+  const headBefore2 = git(repo2, 'rev-parse', 'HEAD').trim();
+  await closeToasts();
+  await taskAction('task 1', 'Land This Task');
+  const asChanges = quickInput().locator('.monaco-list-row', { hasText: 'As uncommitted changes' }).first();
+  await asChanges.waitFor({ timeout: 15_000 });
+  await asChanges.click();
+  const landed = await waitFor('the land report in the status bar', async () => {
+    const t = (await page.locator('#workbench\\.parts\\.statusbar').innerText()).replace(/\s+/g, ' ');
+    return /landed task 1/.test(t) ? t : false;
+  }, 60_000).catch((e) => e.message);
+  check('Land says what came over ("landed task 1 as uncommitted changes: 2 files applied")', /landed task 1 as uncommitted changes: 2 files applied; its worktree and branch are removed/.test(landed), landed);
+  const readme = readFileSync(join(repo2, 'README.md'), 'utf8');
+  check('task 1\'s work is in the working tree, uncommitted (HEAD unchanged)', existsSync(join(repo2, 'src/farewell.py')) && readme.includes('Says hello and goodbye.') && git(repo2, 'rev-parse', 'HEAD').trim() === headBefore2, git(repo2, 'status', '--short'));
+  const gone1 = await waitFor('task 1 gone from the list', () => {
+    const l = cliTasks(repo2);
+    return l && !wtTasks(l).some((t) => t.taskId === t1?.taskId) ? l : false;
+  }, 30_000).catch(() => null);
+  check('landed, task 1\'s worktree and branch are removed', !!gone1 && !!t1 && !existsSync(t1.worktree) && git(repo2, 'branch', '--list', t1.branch).trim() === '', git(repo2, 'worktree', 'list'));
+  const after1 = await waitTree('task 1 gone from the view', (r) => !r.some((x) => x.startsWith('task 1: ')) && r.some((x) => x.startsWith('task 2: ')), 30_000).catch((e) => e.message);
+  check('the view drops the landed task', Array.isArray(after1), Array.isArray(after1) ? '' : String(after1));
+
+  // Discard task 2 (asked first, in a dialog).
+  await taskAction('task 2', 'Discard This Task');
+  const dialog = page.locator('.monaco-dialog-box');
+  await dialog.waitFor({ timeout: 15_000 });
+  const dialogText = (await dialog.innerText()).replace(/\s+/g, ' ');
+  check('Discard asks first, naming the task, its worktree and branch', dialogText.includes(`discard task 2: ${WT_GOALS.tag}`) && !!t2 && dialogText.includes(t2.branch), dialogText);
+  await dialog.locator('.monaco-button', { hasText: /^Discard$/ }).first().click();
+  const gone2 = await waitFor('task 2 discarded', () => {
+    const l = cliTasks(repo2);
+    return l && !wtTasks(l).some((t) => t.taskId === t2?.taskId) ? l : false;
+  }, 30_000).catch(() => null);
+  check('Discard removes task 2, its worktree and its branch; the working tree keeps task 1\'s work', !!gone2 && !!t2 && !existsSync(t2.worktree) && git(repo2, 'branch', '--list', t2.branch).trim() === '' && existsSync(join(repo2, 'src/farewell.py')) && !existsSync(join(repo2, 'NOTES.md')), git(repo2, 'worktree', 'list'));
+  const left = await waitTree('only task 3 left', (r) => r.some((x) => x.startsWith('task 3: ') && /you hold it/.test(x)) && !r.some((x) => /^task [12]: /.test(x)), 30_000).catch((e) => e.message);
+  check('the view lists only task 3, held by you', Array.isArray(left), Array.isArray(left) ? '' : String(left));
+  await shot('worktree-tasks-after');
+}
+
 const started = Date.now();
 try {
   await boot();
-  if (ONLY !== 'main') await firstHour();
-  if (ONLY !== 'setup') await scenario();
+  if (ONLY !== 'main' && ONLY !== 'tasks') await firstHour();
+  if (ONLY !== 'setup' && ONLY !== 'tasks') await scenario();
+  if (ONLY !== 'setup' && ONLY !== 'main') await worktreeTasks();
 } catch (e) {
   check('scenario ran to the end', false, e?.stack ?? String(e));
   if (page) await shot('failure');

@@ -5,8 +5,8 @@
 #   REIN_BIN   the rein binary the test workspace uses (default: <repo>/target/debug/rein,
 #              built with cargo if missing)
 #   KEEP=1     keep the scratch repository
-#   ONLY=setup|main   run one scenario: the first hour (no repository, no agent, a subfolder)
-#              or the task itself (default: both)
+#   ONLY=setup|main|tasks   run one scenario: the first hour (no repository, no agent, a subfolder),
+#              the task itself, or three worktree tasks at once (default: all three)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROOT=$(git -C "$HERE" rev-parse --show-toplevel)
@@ -14,6 +14,7 @@ export REIN_BIN=${REIN_BIN:-$ROOT/target/debug/rein}
 export ARTIFACTS=${ARTIFACTS:-$ROOT/tests/artifacts/vscode}
 export SCREENSHOT=${SCREENSHOT:-$ARTIFACTS/vscode.png}
 export TRANSCRIPT_SCREENSHOT=${TRANSCRIPT_SCREENSHOT:-$ARTIFACTS/vscode-transcript.png}
+export TASKS_SCREENSHOT=${TASKS_SCREENSHOT:-$ARTIFACTS/vscode-tasks.png}
 cd "$HERE"
 
 fail() { echo "vscode-e2e: setup failed: $*" >&2; echo "vscode-e2e: 0 passed, 1 failed"; exit 1; }
