@@ -792,20 +792,23 @@ fn acp_command_case(
         reply.push(replied);
         processes = n;
     }
-    let to_state = Pct::of(state);
+    let (to_state, to_reply) = (Pct::of(state), Pct::of(reply));
     Ok(Acp::Measured(
         vec![ControlRow {
             case: format!("ACP agent's own command ({processes} processes, 2-file repo)"),
-            command: "rein.pause → all in T",
-            met: to_state.p99_ms < CONTROL_TARGET_MS,
+            command: "rein.pause → all in T, and its reply",
+            // The person is told "paused" by the reply: it is judged too.
+            met: to_state.p99_ms < CONTROL_TARGET_MS && to_reply.p99_ms < CONTROL_TARGET_MS,
             to_state,
-            to_reply: Pct::of(reply),
+            to_reply,
             target_p99_ms: CONTROL_TARGET_MS,
         }],
         "ACP agent's own command: the ACP test agent itself runs a shell with nested, \
          `setsid`'d and double-forked sleeps (not through Rein), as a harness's shell tool \
          does; its p50/p99 are from writing `rein.pause` to every process of that command in \
-         state T in /proc."
+         state T in /proc, and its reply's (which comes once they are stopped); the target \
+         is judged on both. The real harnesses' figures come from their suites \
+         (`tests/agents/run`), which need Node and the scripted model servers."
             .to_owned(),
     ))
 }
