@@ -2,7 +2,7 @@
 //! engine requests and engine notices into LSP notifications; it holds no engine logic.
 //!
 //! `server` is the event loop, `transport` the stdio framing, `commands` and `actions` the
-//! executeCommand and codeAction surfaces, `documents` the open buffers (and their `rein:`
+//! executeCommand and codeAction surfaces, `tasks` the surface of several tasks at once, `documents` the open buffers (and their `rein:`
 //! comments, found by `crate::steer`), `config` the settings, `editor` how the client names actions and `log` the client-side
 //! log.
 
