@@ -1338,6 +1338,25 @@ async function worktreeScenario(repo2) {
   const quietBar = await waitStatus(/ 0 waiting/, 30_000).catch((e) => e.message);
   check('the status bar says 0 waiting after the answer', / 0 waiting/.test(quietBar), quietBar);
 
+  // Resume all, then pause one task alone from its row (its inline button, with its taskId).
+  await palette('Rein: Resume All Agents');
+  const resumed = await waitFor('tasks 1 and 3 running again (rein tasks)', () => {
+    const w = wtTasks(cliTasks(repo2));
+    return ['task 1', 'task 3'].every((n) => w.find((t) => t.name === n)?.status === 'running') ? w : false;
+  }, 60_000).catch((e) => e.message);
+  check('Resume All resumes every paused task', Array.isArray(resumed), Array.isArray(resumed) ? '' : `${resumed} ${JSON.stringify(cliTasks(repo2))}`);
+  await waitTree('task 1 running in the view', (r) => r.some((x) => x.startsWith('task 1: ') && /running/.test(x)), 30_000).catch(() => {});
+  await taskAction('task 1', 'Pause This Task');
+  const one = await waitFor('task 1 paused, task 3 still running (rein tasks)', () => {
+    const w = wtTasks(cliTasks(repo2));
+    return w.find((t) => t.name === 'task 1')?.status === 'paused' && w.find((t) => t.name === 'task 3')?.status === 'running' ? w : false;
+  }, 30_000).catch((e) => e.message);
+  check('a task row\'s Pause pauses that task only (the others run on)', Array.isArray(one), Array.isArray(one) ? '' : `${one} ${JSON.stringify(cliTasks(repo2))} toasts: ${JSON.stringify(await toasts())}`);
+  if (!Array.isArray(one)) await shot('pause-one');
+  // Stopped again for the land below (a task that runs is not landed).
+  await palette('Rein: Pause All Agents');
+  await waitFor('task 1 paused again', () => wtTasks(cliTasks(repo2)).find((t) => t.name === 'task 1')?.status === 'paused', 60_000).catch(() => {});
+
   // Take over task 3 from its controls: its worktree opens in a new window (rein.worktreeTakeover
   // "newWindow", the default).
   const popup = page.context().waitForEvent('page', { timeout: 30_000 }).catch(() => null);
