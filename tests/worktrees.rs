@@ -27,6 +27,20 @@ fn worktrees_env(dir: &Path) -> Vec<(String, String)> {
     )]
 }
 
+/// An editor on `root` whose worktree tasks go to a temp dir of their own (kept while the
+/// last value lives), and a dir for the tasks' plans.
+fn editor(root: &Path) -> (Lsp, tempfile::TempDir, tempfile::TempDir) {
+    let plans = tempfile::tempdir().expect("temp dir");
+    let wts = tempfile::tempdir().expect("temp dir");
+    let (lsp, _) = Lsp::start_env(
+        root,
+        Lsp::rich_client(),
+        Value::Null,
+        &worktrees_env(wts.path()),
+    );
+    (lsp, plans, wts)
+}
+
 /// A scripted plan in a file of its own, outside the repository; the agent spec naming it.
 fn plan(dir: &Path, name: &str, steps: Value) -> Value {
     let path = dir.join(format!("{name}.json"));
@@ -131,14 +145,7 @@ fn three_worktree_tasks_and_one_in_place_run_together_under_one_hand() {
         ]),
     );
     let root = dir.path();
-    let plans = tempfile::tempdir().expect("temp dir");
-    let wts = tempfile::tempdir().expect("temp dir");
-    let (mut lsp, _) = Lsp::start_env(
-        root,
-        Lsp::rich_client(),
-        Value::Null,
-        &worktrees_env(wts.path()),
-    );
+    let (mut lsp, plans, _wts) = editor(root);
     lsp.ok("rein.start", json!({"goal": "work here"}));
     let a = start_worktree(
         &mut lsp,
@@ -339,14 +346,7 @@ fn kill_9_of_every_engine_recovers_each_task_from_its_last_checkpoint() {
         ]),
     );
     let root = dir.path();
-    let plans = tempfile::tempdir().expect("temp dir");
-    let wts = tempfile::tempdir().expect("temp dir");
-    let (mut lsp, _) = Lsp::start_env(
-        root,
-        Lsp::rich_client(),
-        Value::Null,
-        &worktrees_env(wts.path()),
-    );
+    let (mut lsp, plans, _wts) = editor(root);
     lsp.ok("rein.start", json!({"goal": "here"}));
     let steps = json!([
         {"write": {"path": "w1.txt", "content": "1\n"}},
@@ -401,14 +401,7 @@ fn kill_9_of_every_engine_recovers_each_task_from_its_last_checkpoint() {
 fn gc_lets_go_of_a_worktree_task_whose_worktree_was_removed_by_hand() {
     let dir = repo(&[("a.txt", "a\n")], json!([{"finish": "nothing here"}]));
     let root = dir.path();
-    let plans = tempfile::tempdir().expect("temp dir");
-    let wts = tempfile::tempdir().expect("temp dir");
-    let (mut lsp, _) = Lsp::start_env(
-        root,
-        Lsp::rich_client(),
-        Value::Null,
-        &worktrees_env(wts.path()),
-    );
+    let (mut lsp, plans, _wts) = editor(root);
     let id = start_worktree(
         &mut lsp,
         "write one file",
@@ -582,7 +575,8 @@ fn from_a_terminal_a_task_carries_uncommitted_work_and_lands_as_a_commit_of_its_
     assert_eq!(read(&tree, "staged.txt"), "staged\n");
     assert_eq!(read(root, "b.txt"), "b\n", "the person's tree is untouched");
     let head = git(root, &["rev-parse", "HEAD"]);
-    let out = rein_in(root, wts.path(), &["land", &id, "--commit"]);
+    // Named by its number, as `rein tasks` lists it.
+    let out = rein_in(root, wts.path(), &["land", "1", "--commit"]);
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -612,14 +606,7 @@ fn from_a_terminal_a_task_carries_uncommitted_work_and_lands_as_a_commit_of_its_
 fn landing_leaves_a_file_with_unsaved_editor_text_for_the_person_to_save() {
     let dir = repo(&[("a.txt", "one\ntwo\n")], json!([]));
     let root = dir.path();
-    let plans = tempfile::tempdir().expect("temp dir");
-    let wts = tempfile::tempdir().expect("temp dir");
-    let (mut lsp, _) = Lsp::start_env(
-        root,
-        Lsp::rich_client(),
-        Value::Null,
-        &worktrees_env(wts.path()),
-    );
+    let (mut lsp, plans, _wts) = editor(root);
     let id = start_worktree(
         &mut lsp,
         "change a",
@@ -651,14 +638,7 @@ fn landing_leaves_a_file_with_unsaved_editor_text_for_the_person_to_save() {
 fn an_overlap_is_answered_with_no_task_here_and_names_its_task_once_landed() {
     let dir = repo(&[("a.txt", "one\ntwo\n")], json!([]));
     let root = dir.path();
-    let plans = tempfile::tempdir().expect("temp dir");
-    let wts = tempfile::tempdir().expect("temp dir");
-    let (mut lsp, _) = Lsp::start_env(
-        root,
-        Lsp::rich_client(),
-        Value::Null,
-        &worktrees_env(wts.path()),
-    );
+    let (mut lsp, plans, _wts) = editor(root);
     let id = start_worktree(
         &mut lsp,
         "change two",

@@ -80,7 +80,8 @@ pub enum Cmd {
     /// Pause the running task (every editor and terminal sees it).
     #[command(after_help = CONTROL_HELP)]
     Pause {
-        /// The task (see `rein tasks`; default: the task here, else the only one).
+        /// The task: its id, or its number as `rein tasks` lists it (default: the task here,
+        /// else the only one).
         #[arg(long, value_name = "TASK")]
         task: Option<String>,
         /// Every task of the working tree at once.
@@ -93,7 +94,8 @@ pub enum Cmd {
     /// Resume a paused task.
     #[command(after_help = CONTROL_HELP)]
     Resume {
-        /// The task (see `rein tasks`; default: the task here, else the only one).
+        /// The task: its id, or its number as `rein tasks` lists it (default: the task here,
+        /// else the only one).
         #[arg(long, value_name = "TASK")]
         task: Option<String>,
         /// Every task of the working tree at once.
@@ -111,7 +113,8 @@ pub enum Cmd {
         /// Cut the step in flight first (it is rolled back to the last checkpoint).
         #[arg(long)]
         urgent: bool,
-        /// The task (see `rein tasks`; default: the task here, else the only one).
+        /// The task: its id, or its number as `rein tasks` lists it (default: the task here,
+        /// else the only one).
         #[arg(long, value_name = "TASK")]
         task: Option<String>,
         /// Every task of the working tree at once.
@@ -127,7 +130,8 @@ pub enum Cmd {
         /// Leave the working tree as it is.
         #[arg(long)]
         keep_changes: bool,
-        /// The task (see `rein tasks`; default: the task here, else the only one).
+        /// The task: its id, or its number as `rein tasks` lists it (default: the task here,
+        /// else the only one).
         #[arg(long, value_name = "TASK")]
         task: Option<String>,
         /// The repository.
@@ -140,7 +144,8 @@ pub enum Cmd {
         /// Why, for the record.
         #[arg(long)]
         reason: Option<String>,
-        /// The task (see `rein tasks`; default: the task here, else the only one).
+        /// The task: its id, or its number as `rein tasks` lists it (default: the task here,
+        /// else the only one).
         #[arg(long, value_name = "TASK")]
         task: Option<String>,
         /// The repository.
@@ -153,7 +158,8 @@ pub enum Cmd {
         /// A note for the agent.
         #[arg(long)]
         note: Option<String>,
-        /// The task (see `rein tasks`; default: the task here, else the only one).
+        /// The task: its id, or its number as `rein tasks` lists it (default: the task here,
+        /// else the only one).
         #[arg(long, value_name = "TASK")]
         task: Option<String>,
         /// The repository.
@@ -167,7 +173,8 @@ pub enum Cmd {
         id: String,
         /// One of its options (free text for a question).
         choice: String,
-        /// The task (see `rein tasks`; default: the task here, else the only one).
+        /// The task: its id, or its number as `rein tasks` lists it (default: the task here,
+        /// else the only one).
         #[arg(long, value_name = "TASK")]
         task: Option<String>,
         /// The repository.
@@ -180,7 +187,8 @@ pub enum Cmd {
     Rewind {
         /// A checkpoint id, an abbreviation or step:N (see `rein log`).
         checkpoint: String,
-        /// The task (see `rein tasks`; default: the task here, else the only one).
+        /// The task: its id, or its number as `rein tasks` lists it (default: the task here,
+        /// else the only one).
         #[arg(long, value_name = "TASK")]
         task: Option<String>,
         /// The repository.
@@ -200,7 +208,7 @@ pub enum Cmd {
     /// Bring a worktree task's work into this working tree: merged with your changes, never
     /// over them (overlaps keep your side and ask); then its worktree and branch go.
     Land {
-        /// The task (see `rein tasks`).
+        /// The task: its id, or its number as `rein tasks` lists it.
         task: String,
         /// Commit what landed on the current branch (default: uncommitted changes).
         #[arg(long)]
@@ -214,7 +222,7 @@ pub enum Cmd {
     },
     /// End a worktree task (aborted if it runs) and remove its worktree and branch.
     Discard {
-        /// The task (see `rein tasks`).
+        /// The task: its id, or its number as `rein tasks` lists it.
         task: String,
         /// Remove the worktree even if it holds changes its task did not record.
         #[arg(long)]

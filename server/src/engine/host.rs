@@ -455,7 +455,10 @@ impl Host {
                 Ok(Some(task)) => self.task_request(client, id, task, req),
                 Err(e) => self.answer(client, id, Err(e)),
             },
-            Ask::Task { task_id, request } => self.task_request(client, id, task_id, request),
+            Ask::Task { task_id, request } => {
+                let task = self.resolve(&task_id);
+                self.task_request(client, id, task, request)
+            }
             Ask::All(req) => self.all(client, id, req),
             Ask::Tasks => {
                 let tasks = self.tasks();
@@ -465,8 +468,14 @@ impl Host {
                 task_id,
                 commit,
                 keep,
-            } => self.land(client, id, task_id, commit, keep),
-            Ask::Discard { task_id, force } => self.discard(client, id, task_id, force),
+            } => {
+                let task = self.resolve(&task_id);
+                self.land(client, id, task, commit, keep)
+            }
+            Ask::Discard { task_id, force } => {
+                let task = self.resolve(&task_id);
+                self.discard(client, id, task, force)
+            }
             Ask::Edit { path, splices } => self.edit(client, path, &splices),
             Ask::Stop => {
                 self.stopping = true;
@@ -742,6 +751,10 @@ impl Host {
     }
 
     fn newer(&mut self, s: &TaskState) {
+        if self.workers.contains_key(&s.task.id) {
+            // A worktree task's state is never the one here.
+            return;
+        }
         let stale = self
             .state
             .as_ref()

@@ -384,6 +384,21 @@ impl Host {
         self.broadcast(&crate::engine::wire::ToClient::Tasks(now));
     }
 
+    /// The task `name` names: its id, or "task N" / "N" as `rein tasks` lists it; as given
+    /// when none matches (the refusal then names it).
+    pub(super) fn resolve(&self, name: &str) -> String {
+        let n = name.trim();
+        let n = n.strip_prefix("task ").unwrap_or(n).trim();
+        match n.parse::<u32>() {
+            Ok(k) if !self.workers.contains_key(name) => self
+                .workers
+                .values()
+                .find(|w| w.reg.n == k)
+                .map_or_else(|| name.to_owned(), |w| w.reg.task_id.clone()),
+            _ => name.to_owned(),
+        }
+    }
+
     /// Which task a request without a task id is for: the in-place one, else the only one.
     pub(super) fn default_task(&self) -> Result<Option<String>, ControlError> {
         if self.task.is_some() || self.workers.is_empty() {
