@@ -7,7 +7,6 @@
 //! its tools are called.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -243,27 +242,7 @@ pub fn c_pause_freezes_a_command_and_resume_finishes_it(h: &Harness) {
         json!({"policy": {"allow": ["touch"]}}),
         "make the late file",
     );
-    wait_command(&mut lsp, "late.txt");
-    let paused = lsp.ok("rein.pause", json!({}));
-    assert_eq!(status(&paused["state"]), "paused", "{paused:#}");
-    let rein = lsp.engine_pid();
-    wait_for(&mut lsp, "the command's processes to be stopped", |_| {
-        let ps = command_procs(rein, "late.txt");
-        !ps.is_empty() && ps.iter().all(|p| p.state == 'T')
-    });
-    std::thread::sleep(Duration::from_secs(4));
-    let ps = command_procs(rein, "late.txt");
-    assert!(
-        !root.join("late.txt").exists(),
-        "late.txt appeared while paused; processes:{}",
-        show(&ps)
-    );
-    assert!(
-        ps.iter().all(|p| p.state == 'T'),
-        "not every process of the command is stopped:{}",
-        show(&ps)
-    );
-    lsp.ok("rein.resume", json!({}));
+    pause_holds_the_command(&mut lsp, root, "late.txt");
     let s = wait_stop(&mut lsp);
     let s = decide_all(&mut lsp, s, "approve");
     assert_eq!(

@@ -353,28 +353,7 @@ fn e_pause_freezes_the_harness_command_and_resume_lets_it_finish_as_the_agents()
         json!({"policy": {"allow": ["touch"]}}),
         "touch late.txt",
     );
-    wait_command(&mut lsp, "late.txt");
-    let paused = lsp.ok("rein.pause", json!({}));
-    assert_eq!(status(&paused["state"]), "paused", "{paused:#}");
-    // Every process of the command stops (state T) soon after the pause.
-    let rein = lsp.engine_pid();
-    wait_for(&mut lsp, "the command's processes to be stopped", |_| {
-        let ps = command_procs(rein, "late.txt");
-        !ps.is_empty() && ps.iter().all(|p| p.state == 'T')
-    });
-    std::thread::sleep(Duration::from_secs(4));
-    let ps = command_procs(rein, "late.txt");
-    assert!(
-        !root.join("late.txt").exists(),
-        "late.txt appeared while paused; processes:{}",
-        show(&ps)
-    );
-    assert!(
-        !ps.is_empty() && ps.iter().all(|p| p.state == 'T'),
-        "not every process of the command is stopped:{}",
-        show(&ps)
-    );
-    lsp.ok("rein.resume", json!({}));
+    pause_holds_the_command(&mut lsp, root, "late.txt");
     let s = wait_status(&mut lsp, "done");
     assert!(root.join("late.txt").exists(), "{:#?}", actions(&s));
     let human: Vec<&str> = s["humanChanges"]

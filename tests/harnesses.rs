@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::{descendants, git, processes as procs, write, Lsp, Proc, PATIENCE};
 
@@ -243,6 +243,33 @@ pub fn wait_command(lsp: &mut Lsp, marker: &str) -> Vec<Proc> {
         );
         lsp.pump_until(Instant::now() + Duration::from_millis(100), |_| false);
     }
+}
+
+/// Pauses the task while its command marked `marker` runs (the command ends by making
+/// `root/<marker>`): the reply says paused, every process of the command stops (state `T`)
+/// and stays stopped, and the file does not appear meanwhile; then resumes the task.
+pub fn pause_holds_the_command(lsp: &mut Lsp, root: &Path, marker: &str) {
+    wait_command(lsp, marker);
+    let paused = lsp.ok("rein.pause", json!({}));
+    assert_eq!(paused["state"]["status"], "paused", "{paused:#}");
+    let rein = lsp.engine_pid();
+    wait_for(lsp, "the command's processes to be stopped", |_| {
+        let ps = command_procs(rein, marker);
+        !ps.is_empty() && ps.iter().all(|p| p.state == 'T')
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    let ps = command_procs(rein, marker);
+    assert!(
+        !root.join(marker).exists(),
+        "{marker} appeared while paused; processes:{}",
+        show(&ps)
+    );
+    assert!(
+        !ps.is_empty() && ps.iter().all(|p| p.state == 'T'),
+        "not every process of the command is stopped:{}",
+        show(&ps)
+    );
+    lsp.ok("rein.resume", json!({}));
 }
 
 /// Waits (pumping messages) until `pred` holds, or fails with `what`.
