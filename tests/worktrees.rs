@@ -670,3 +670,46 @@ fn an_overlap_is_answered_with_no_task_here_and_names_its_task_once_landed() {
     assert_eq!(tasks(&mut lsp)["decisions"], json!([]));
     nothing_left(root);
 }
+
+#[test]
+fn a_worktree_task_rewinds_in_its_own_tree_and_shows_its_own_transcript() {
+    let dir = repo(&[("a.txt", "a\n")], json!([]));
+    let root = dir.path();
+    let (mut lsp, plans, _wts) = editor(root);
+    let id = start_worktree(
+        &mut lsp,
+        "two files",
+        plan(
+            plans.path(),
+            "two",
+            json!([
+                {"write": {"path": "x.txt", "content": "x\n"}},
+                {"write": {"path": "y.txt", "content": "y\n"}},
+                {"finish": "both written"}
+            ]),
+        ),
+    );
+    let t = until_tasks(&mut lsp, "done", |t| task(t, &id)["status"] == "done");
+    let tree = worktree_of(&t, &id);
+    assert_eq!(read(&tree, "y.txt"), "y\n");
+    let said = lsp.ok("rein.transcript", json!({"taskId": id}));
+    assert!(said.to_string().contains("write y.txt"), "{said:#}");
+    lsp.ok("rein.rewind", json!({"taskId": id, "checkpoint": "step:1"}));
+    assert_eq!(read(&tree, "x.txt"), "x\n");
+    assert!(
+        !tree.join("y.txt").exists(),
+        "rewound to step 1 in its worktree"
+    );
+    assert!(
+        !root.join("x.txt").exists(),
+        "the person's tree is untouched"
+    );
+    // The rewind was the person's change: a discard asks before removing it with the tree.
+    let asked = format!("{:?}", lsp.command("rein.discard", json!({"taskId": id})));
+    assert!(
+        asked.contains("y.txt") && asked.contains("force"),
+        "{asked}"
+    );
+    lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
+    nothing_left(root);
+}
