@@ -1220,9 +1220,16 @@ const listedTwice = (l) => (l?.tasks ?? []).filter((t, i, all) => all.findIndex(
 const taskRow = (name) => page.locator('#workbench\\.parts\\.sidebar .monaco-list-row').filter({ hasText: `${name}: ` }).first();
 /** Right-clicks a task's row and runs the item `title` of its context menu. */
 async function taskMenuItem(name, title) {
-  await taskRow(name).click({ button: 'right' });
   const item = page.locator('.context-view .action-item', { hasText: title }).first();
-  await item.waitFor({ state: 'visible', timeout: 10_000 });
+  // The rows move as the tasks' states come in (a stop reason appears under a task): a click
+  // that met another row opens its menu instead; like a user, close it and click again.
+  for (let attempt = 1; ; attempt++) {
+    await taskRow(name).click({ button: 'right' });
+    const shown = await item.waitFor({ state: 'visible', timeout: 5_000 }).then(() => true, (e) => (attempt >= 3 ? Promise.reject(e) : false));
+    if (shown) break;
+    await page.keyboard.press('Escape');
+    await sleep(500);
+  }
   // The workbench's menus act on a hovered item's Enter (a synthetic click can come too soon).
   await item.hover();
   await sleep(250);
@@ -1231,9 +1238,13 @@ async function taskMenuItem(name, title) {
 /** Hovers a task's row and clicks its inline action whose title starts with `title`. */
 async function taskAction(name, title) {
   const row = taskRow(name);
-  await row.hover();
   const action = row.locator(`.action-label[aria-label^="${title}"]`).first();
-  await action.waitFor({ state: 'visible', timeout: 10_000 });
+  for (let attempt = 1; ; attempt++) {
+    await page.mouse.move(0, 0);
+    await row.hover();
+    const shown = await action.waitFor({ state: 'visible', timeout: 5_000 }).then(() => true, (e) => (attempt >= 3 ? Promise.reject(e) : false));
+    if (shown) break;
+  }
   await action.click();
 }
 
@@ -1356,6 +1367,7 @@ async function worktreeScenario(repo2) {
   // Stopped again for the land below (a task that runs is not landed).
   await palette('Rein: Pause All Agents');
   await waitFor('task 1 paused again', () => wtTasks(cliTasks(repo2)).find((t) => t.name === 'task 1')?.status === 'paused', 60_000).catch(() => {});
+  await waitTree('tasks 1 and 3 paused again in the view', (r) => r.some((x) => x.startsWith('task 1: ') && /paused/.test(x)) && r.some((x) => x.startsWith('task 3: ') && /paused/.test(x)), 30_000).catch(() => {});
 
   // Take over task 3 from its controls: its worktree opens in a new window (rein.worktreeTakeover
   // "newWindow", the default).
