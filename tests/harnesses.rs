@@ -245,6 +245,21 @@ pub fn wait_command(lsp: &mut Lsp, marker: &str) -> Vec<Proc> {
     }
 }
 
+/// `path` was first written by the agent, and the task recorded no change of the person's.
+pub fn agents_with_no_change_of_the_persons(root: &Path, s: &Value, path: &str) {
+    assert_eq!(
+        first_author_of(root, s, path).as_deref(),
+        Some("agent"),
+        "{:#?}",
+        actions(s)
+    );
+    assert!(
+        s["humanChanges"].as_array().is_none_or(|h| h.is_empty()),
+        "{:#}",
+        s["humanChanges"]
+    );
+}
+
 /// Pauses the task while its command marked `marker` runs (the command ends by making
 /// `root/<marker>`): the reply says paused, every process of the command stops (state `T`)
 /// and stays stopped, and the file does not appear meanwhile; then resumes the task.
