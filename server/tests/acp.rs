@@ -1106,8 +1106,14 @@ async fn the_abort_interrupt_cancels_the_turn_and_ends_the_process() {
     let root = dir.path();
     let sc = scenario(json!({"turns": [[{"wait_cancel": true}]]}));
     let spec = json!({"kind": "acp", "command": [agent_bin(), sc.file]});
-    let mut agent =
-        agent::build(&spec, root, 0, control::SandboxMode::default()).expect("an ACP agent");
+    let mut agent = agent::build(
+        &spec,
+        root,
+        0,
+        control::SandboxMode::default(),
+        agent::Memory::default(),
+    )
+    .expect("an ACP agent");
     let ctx = Context {
         goal: "fix the answer".into(),
         ..Default::default()

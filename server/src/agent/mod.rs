@@ -7,7 +7,7 @@ mod openai;
 mod script;
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -474,17 +474,53 @@ pub trait Agent: Send {
     fn acts_directly(&self) -> bool {
         false
     }
+
+    /// Begins the conversation's next turn with the person's follow-up `text`, after the
+    /// agent finished or was stopped; `report` is what the person changed since its last
+    /// turn (a reconcile report), when they changed anything. The next `next_move` works on
+    /// it. An error when this agent has no further turn to take.
+    fn follow_up(&mut self, _text: &str, _report: Option<&str>) -> Result<(), AgentError> {
+        Err(AgentError::Spec(
+            "this agent cannot continue a conversation; start a new task".into(),
+        ))
+    }
+
+    /// Whether `follow_up` would take one more turn now.
+    fn can_continue(&self) -> bool {
+        false
+    }
+
+    /// The agent's own id of its conversation (an ACP session id), kept in the task's state
+    /// so that a later process of the agent picks the conversation up (`Memory::session`).
+    fn session(&self) -> Option<String> {
+        None
+    }
+}
+
+/// What an agent built for a task that already ran gets to pick its conversation up.
+#[derive(Debug, Clone, Default)]
+pub struct Memory {
+    /// The task's own directory: an agent may keep its conversation there (bounded).
+    pub dir: Option<PathBuf>,
+    /// The conversation an earlier process of the agent had (`Agent::session`).
+    pub session: Option<String>,
+    /// What a new conversation is opened with when the old one cannot be picked up: the
+    /// handover (goal, what was done, the plan, the agent's last words, the person's
+    /// changes).
+    pub handover: Option<String>,
 }
 
 /// Builds the agent a spec names. `skip` moves are treated as already made, so an agent
-/// rebuilt after a restart picks up where the last completed step left it. An agent with a
-/// process of its own (ACP) runs it under `sandbox`.
+/// rebuilt after a restart picks up where the last completed step left it, with `memory` of
+/// its conversation. An agent with a process of its own (ACP) runs it under `sandbox`.
 pub fn build(
     spec: &serde_json::Value,
     root: &Path,
     skip: u32,
     sandbox: crate::exec::SandboxMode,
+    memory: Memory,
 ) -> Result<Box<dyn Agent>, AgentError> {
+    let _ = &memory;
     let kind = spec.get("kind").and_then(|k| k.as_str()).ok_or_else(|| {
         AgentError::Spec(
             "an agent spec needs \"kind\", e.g. {\"kind\": \"script\", \"plan\": \"plan.json\"}"

@@ -599,9 +599,13 @@ pub fn start_as(
             }
         }
     }
-    let agent = agent::build(&agent_spec, &root, 0, cfg.policy.sandbox)?;
-    let base = checkpoint::head_commit(&root)?;
     let id = id.unwrap_or_else(new_task_id);
+    let memory = agent::Memory {
+        dir: Some(StateStore::task_dir(&git_dir, &id)),
+        ..Default::default()
+    };
+    let agent = agent::build(&agent_spec, &root, 0, cfg.policy.sandbox, memory)?;
+    let base = checkpoint::head_commit(&root)?;
     let sandbox = Sandbox::new(&root)?;
     let now = state::now();
     let initial = TaskState {
@@ -643,6 +647,8 @@ pub fn start_as(
         kept_agent_lines: Vec::new(),
         sandbox: Some(sandbox_info(&cfg)),
         queued_stop: None,
+        turns: Vec::new(),
+        agent_session: None,
     };
     let store = StateStore::create(&git_dir, initial)?;
     let state = store.state().clone();
@@ -892,11 +898,17 @@ fn reopen(
     }
     // Built once the in-flight write is settled: a write that landed is a move made.
     let skip = engine.state().agent_moves;
+    let memory = agent::Memory {
+        dir: Some(engine.store.dir().to_owned()),
+        session: engine.state().agent_session.clone(),
+        handover: None,
+    };
     match agent::build(
         &engine.state().task.agent,
         &engine.root,
         skip,
         engine.cfg.policy.sandbox,
+        memory,
     ) {
         Ok(a) => {
             if landed {

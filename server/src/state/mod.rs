@@ -133,6 +133,30 @@ pub struct TaskState {
     /// the moment that command ends, which is never frozen or killed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_stop: Option<QueuedStop>,
+    /// The person's follow-ups, oldest first: each began a new turn of the same conversation
+    /// after the agent finished or was stopped (the first turn is the task's goal).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<Turn>,
+    /// The agent's own id of its conversation (an ACP session), to pick it up after a
+    /// restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_session: Option<String>,
+}
+
+/// One follow-up turn of the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Turn {
+    /// Its number: 2 for the first follow-up (the task's goal is turn 1).
+    pub n: u32,
+    /// What the person asked: this turn's goal.
+    pub text: String,
+    /// When it began (RFC 3339).
+    pub at: String,
+    /// The first step that belongs to it.
+    pub from_step: u32,
+    /// The checkpoint it began from: aborting the turn takes back only what came after.
+    pub checkpoint: Option<String>,
 }
 
 impl TaskState {

@@ -132,9 +132,14 @@ impl StateStore {
         git_dir.join("rein")
     }
 
+    /// The directory of task `id`'s files.
+    pub fn task_dir(git_dir: &Path, id: &str) -> PathBuf {
+        Self::rein_dir(git_dir).join("tasks").join(id)
+    }
+
     /// Writes a new task's files and makes it the current task.
     pub fn create(git_dir: &Path, state: TaskState) -> Result<Self, StateError> {
-        let dir = Self::rein_dir(git_dir).join("tasks").join(&state.task.id);
+        let dir = Self::task_dir(git_dir, &state.task.id);
         fs::create_dir_all(&dir).map_err(io("create", &dir))?;
         let mut store = StateStore {
             dir,
@@ -637,6 +642,8 @@ mod tests {
             kept_agent_lines: Vec::new(),
             sandbox: None,
             queued_stop: None,
+            turns: Vec::new(),
+            agent_session: None,
         }
     }
 
