@@ -35,7 +35,7 @@ use super::{
     PlanEntry, Proposal, ToolProgress, Upcoming, Words,
 };
 use crate::exec::SandboxMode;
-use link::{error, Event, Failure, Incoming, Quirks, Shared, TurnError};
+use link::{error, Event, Failure, Incoming, Picked, Quirks, Shared, TurnError};
 use worker::{Cmd, Launch};
 
 /// How long a cancelled turn may take to end before the agent is killed.
@@ -53,6 +53,8 @@ const TOOLS_KEPT: usize = 256;
 const WORDS_KEPT: usize = 64 * 1024;
 /// How long taking what the agent made waits for its connection to pass on all it sent.
 const FLUSH_PATIENCE: Duration = Duration::from_secs(1);
+/// How many earlier turns a new session is told of when no handover is given.
+const EARLIER_KEPT: usize = 8;
 /// How long a pause waits for the agent's connection thread to say its tree is stopped
 /// (the tree's own settling is bounded at 200 ms).
 const FREEZE_PATIENCE: Duration = Duration::from_millis(500);
@@ -138,8 +140,24 @@ pub struct AcpAgent {
     /// News is queued for the next prompt that would have cancelled the turn, had a guarded
     /// tool not been running: the turn is cancelled once it is over.
     news_held: bool,
-    /// Rein's word on a stray line the agent wrote to stdout, for its next step.
+    /// Rein's word on a stray line the agent wrote to stdout, or on a session it could not
+    /// pick up, for its next step.
     note: Option<String>,
+    /// The agent's id of its conversation: the session open now, else the one an earlier
+    /// process had, which the next process picks up.
+    conversation: Option<String>,
+    /// Where the task stands, for a new session that replaces one that could not be picked
+    /// up (the engine's handover after a restart); given once.
+    handover: Option<String>,
+    /// Earlier turns in this process's life: what was asked and the agent's last words, for
+    /// a new session when no handover is given.
+    earlier: Vec<(String, String)>,
+    /// The person's follow-up that opens the next prompt.
+    follow: Option<String>,
+    /// What the current turn is about: the task's goal until a follow-up.
+    asked: Option<String>,
+    /// The attempt was aborted: whatever its turn was doing is over.
+    aborting: bool,
 }
 
 struct Link {
@@ -312,6 +330,7 @@ impl AcpAgent {
                 grace: CANCEL_GRACE,
                 handshake,
                 confine,
+                resume: None,
             },
             root_canon: root.canonicalize().unwrap_or_else(|_| root.to_owned()),
             skip,
@@ -347,7 +366,21 @@ impl AcpAgent {
             note: None,
             guarded: Vec::new(),
             news_held: false,
+            conversation: None,
+            handover: None,
+            earlier: Vec::new(),
+            follow: None,
+            asked: None,
+            aborting: false,
         })
+    }
+
+    /// Picks the conversation up from what an earlier process of this task's agent left:
+    /// its session, and the handover for a new session when that one cannot be had.
+    pub fn remember(mut self, memory: super::Memory) -> Self {
+        self.conversation = memory.session;
+        self.handover = memory.handover;
+        self
     }
 
     /// The command line, as the spec gave it, for messages that must name it.
@@ -373,6 +406,7 @@ impl AcpAgent {
             return link.shared.clone();
         }
         let shared = Arc::new(Shared::default());
+        self.launch.resume = self.conversation.clone();
         let cmds = worker::start(self.launch.clone(), shared.clone());
         if let Ok(mut current) = self.current.lock() {
             *current = Some(cmds.clone());
@@ -387,6 +421,7 @@ impl AcpAgent {
         self.steers_pending = 0;
         self.ended = None;
         self.introduced = false;
+        self.aborting = false;
         self.tools.clear();
         shared
     }
@@ -591,11 +626,20 @@ impl AcpAgent {
             return Ok(());
         }
         self.queued.append(&mut self.refusals);
-        let text = if self.introduced {
-            followup(&self.queued, &ctx.goal)
-        } else {
-            self.intro(ctx)
+        if self.asked.is_none() {
+            self.asked = Some(ctx.goal.clone());
+        }
+        let text = match (self.introduced, &self.follow) {
+            (true, Some(ask)) => asking(&self.queued, ask),
+            (true, None) => followup(&self.queued, self.asked.as_deref().unwrap_or(&ctx.goal)),
+            (false, _) => {
+                let text = self.intro(ctx);
+                // Given once: the session has it now.
+                self.handover = None;
+                text
+            }
         };
+        self.follow = None;
         self.introduced = true;
         self.queued.clear();
         self.queued_constraints.clear();
@@ -645,17 +689,41 @@ impl AcpAgent {
                 text.push_str(&format!("\n- {c}"));
             }
         }
-        if self.skip > 0 {
+        if let Some(handover) = &self.handover {
+            text.push_str(
+                "\n\nYou worked on this task before, in a session that cannot be picked up; where it stands (everything done so far is in the working tree):\n",
+            );
+            text.push_str(handover.trim());
+        } else if !self.earlier.is_empty() {
+            text.push_str(
+                "\n\nYou worked on this task before, in a session that cannot be picked up; everything done so far is in the working tree. Earlier in it:",
+            );
+            for (asked, said) in &self.earlier {
+                text.push_str(&format!(
+                    "\n- you were asked: {}\n  you ended saying: {}",
+                    asked.trim(),
+                    said.trim()
+                ));
+            }
+        } else if self.skip > 0 {
             text.push_str(&format!(
                 "\n\nRein restarted while this task was running; the work of its first {} steps is in the working tree. Continue from there.",
                 self.skip
             ));
         }
         if let Some(why) = &self.restarted {
-            text.push_str(&format!("\n\n{why}"));
+            text.push_str(&format!(
+                "\n\nYour previous session ended: {why}. This is a new session; everything done so far is in the working tree."
+            ));
         }
         for q in &self.queued {
             text.push_str(&format!("\n\n{q}"));
+        }
+        if let Some(ask) = &self.follow {
+            text.push_str(&format!(
+                "\n\nThe person supervising you now asks you to go on with this:\n{}",
+                ask.trim()
+            ));
         }
         text.push_str(&format!("\n\n{ABOUT_REIN}"));
         text
@@ -664,9 +732,36 @@ impl AcpAgent {
     fn handle(&mut self, ev: Event) -> Option<Result<Proposal, AgentError>> {
         match ev {
             Event::Ready(opened) => {
+                self.conversation = Some(opened.session.0.to_string());
                 self.session = Some((opened.session, opened.steering));
                 self.quirks = opened.quirks;
                 self.login = opened.login;
+                match opened.picked {
+                    Picked::New => {}
+                    Picked::Resumed(how) => {
+                        tracing::info!("picked up the agent's session with {how}");
+                        // The session knows the task: it is told only what is new.
+                        self.introduced = true;
+                        if let Some(why) = self.restarted.take() {
+                            self.queued.insert(0, format!(
+                                "Your agent process ended ({why}) and was started again in this same session; everything done so far is in the working tree."
+                            ));
+                        } else if self.follow.is_none() {
+                            self.queued.insert(0, "Rein was restarted while you worked on this task, and this session was picked up as it was; everything done so far is in the working tree.".into());
+                        }
+                    }
+                    Picked::Lost(why) => {
+                        self.note = Some(format!(
+                            "The agent `{}` could not pick up its earlier session ({why}): it works in a new session, opened with {}.",
+                            self.name(),
+                            if self.handover.is_some() {
+                                "the handover (the goal, what was done, the plan, its last words and your changes)"
+                            } else {
+                                "the goal, the plan and what it was asked and said before"
+                            }
+                        ));
+                    }
+                }
                 None
             }
             Event::Failed(Failure {
@@ -746,9 +841,7 @@ impl AcpAgent {
                 match killed {
                     // It ignored a cancel Rein sent: start afresh, with what was queued.
                     Some(why) if cancelling => {
-                        self.restarted = Some(format!(
-                            "Your previous session was ended because {why}. This is a new session; everything done so far is in the working tree."
-                        ));
+                        self.restarted = Some(format!("Rein ended it because {why}"));
                         None
                     }
                     killed => {
@@ -756,9 +849,7 @@ impl AcpAgent {
                             Some(why) => format!("was ended by Rein because {why}"),
                             None => format!("exited unexpectedly ({status})"),
                         };
-                        self.restarted = Some(format!(
-                            "Your previous session ended when the agent process {how}. This is a new session; everything done so far is in the working tree."
-                        ));
+                        self.restarted = Some(format!("the agent process {how}"));
                         let mut msg = format!("the agent process `{}` {how}", self.name());
                         msg.push_str(&last_words(&stderr));
                         msg.push_str("\nResume to start it again in a new session.");
@@ -894,6 +985,11 @@ impl AcpAgent {
 
     /// The finish, with the agent's last words.
     fn finish(&mut self, summary: String) -> Proposal {
+        let asked = self.asked.clone().unwrap_or_default();
+        self.earlier.push((asked, summary.clone()));
+        if self.earlier.len() > EARLIER_KEPT {
+            self.earlier.remove(0);
+        }
         Proposal {
             words: Words {
                 message: summary.clone(),
@@ -1396,6 +1492,45 @@ impl Agent for AcpAgent {
         true
     }
 
+    fn follow_up(&mut self, text: &str, report: Option<&str>) -> Result<(), AgentError> {
+        if !self.can_continue() {
+            return Err(AgentError::Peer(format!(
+                "the agent `{}` is still in its turn; wait for it to end, or abort it, then continue",
+                self.name()
+            )));
+        }
+        if self.aborting || self.turn.is_some() {
+            // What is left of the aborted turn's process goes; the next one picks the
+            // session up.
+            self.disconnect();
+        }
+        self.ended = None;
+        self.cancel_sent = false;
+        self.steers_pending = 0;
+        self.queued.clear();
+        self.queued_constraints.clear();
+        self.refusals.clear();
+        self.reasons_steered.clear();
+        self.reasons_requeued.clear();
+        self.rejected = false;
+        self.news_held = false;
+        self.restarted = None;
+        if let Some(report) = report.filter(|r| !r.trim().is_empty()) {
+            self.queued.push(news(&[], Some(report)));
+        }
+        self.follow = Some(text.to_owned());
+        self.asked = Some(text.to_owned());
+        Ok(())
+    }
+
+    fn can_continue(&self) -> bool {
+        self.aborting || self.turn.is_none() || self.link.is_none()
+    }
+
+    fn session(&self) -> Option<String> {
+        self.conversation.clone()
+    }
+
     fn acting(&self) -> bool {
         self.link.is_some() && self.turn.is_some() && self.tools.values().any(|t| !t.done)
     }
@@ -1520,6 +1655,7 @@ impl Agent for AcpAgent {
                 self.commands_to_end = true;
             }
             Interrupt::Abort => {
+                self.aborting = true;
                 let _ = link.cmds.send(Cmd::Abort);
             }
         }
@@ -1594,6 +1730,18 @@ fn followup(queued: &[String], goal: &str) -> String {
         queued.join("\n\n"),
         goal.trim()
     )
+}
+
+/// The prompt of a follow-up in a session that knows the task: what the person changed since
+/// the agent's last turn, then their new ask.
+fn asking(queued: &[String], ask: &str) -> String {
+    let mut text = queued.join("\n\n");
+    if !text.is_empty() {
+        text.push_str("\n\n");
+    }
+    text.push_str("The person supervising you now asks you to go on with this:\n");
+    text.push_str(ask.trim());
+    text
 }
 
 /// The option that says yes once or no once; `cancelled` when the agent offers no such option.

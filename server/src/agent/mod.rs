@@ -520,7 +520,6 @@ pub fn build(
     sandbox: crate::exec::SandboxMode,
     memory: Memory,
 ) -> Result<Box<dyn Agent>, AgentError> {
-    let _ = &memory;
     let kind = spec.get("kind").and_then(|k| k.as_str()).ok_or_else(|| {
         AgentError::Spec(
             "an agent spec needs \"kind\", e.g. {\"kind\": \"script\", \"plan\": \"plan.json\"}"
@@ -530,9 +529,9 @@ pub fn build(
     match kind {
         "script" => Ok(Box::new(ScriptAgent::from_spec(spec, root, skip)?)),
         "openai" => Ok(Box::new(openai::OpenAiAgent::from_spec(spec, skip)?)),
-        "acp" => Ok(Box::new(acp::AcpAgent::from_spec(
-            spec, root, skip, sandbox,
-        )?)),
+        "acp" => Ok(Box::new(
+            acp::AcpAgent::from_spec(spec, root, skip, sandbox)?.remember(memory),
+        )),
         other => Err(AgentError::Spec(format!(
             "unknown agent kind \"{other}\"; this build knows \"script\", \"openai\" and \"acp\""
         ))),

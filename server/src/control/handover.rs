@@ -289,6 +289,97 @@ impl Engine {
     }
 }
 
+/// The most steps the agent's handover lists (the newest).
+const AGENT_STEPS: usize = 40;
+/// The most bytes of the agent's handover (its last words are cut first).
+const AGENT_HANDOVER_BYTES: usize = 16 * 1024;
+
+impl Engine {
+    /// The handover as the agent reads it, for a new session of an agent that cannot pick
+    /// up its earlier one: the goal and the person's follow-ups, the steps taken (the
+    /// newest), the plan, the agent's last words, and the files changed since the start with
+    /// the person's own steps. Read from the state and the checkpoints (no scan of the tree:
+    /// what changed since the last checkpoint reaches the agent as a reconcile report).
+    pub(super) fn agent_handover(&self) -> String {
+        let s = self.state();
+        let mut text = format!("The task's goal: {}\n", s.task.goal.trim());
+        for t in &s.turns {
+            text.push_str(&format!(
+                "Then the person asked (turn {}): {}\n",
+                t.n,
+                t.text.trim()
+            ));
+        }
+        let agent_steps = s
+            .steps
+            .iter()
+            .filter(|st| st.author == Author::Agent)
+            .count();
+        text.push_str(&format!(
+            "\nSteps taken so far: {} ({} by you); the newest:\n",
+            s.steps.len() + s.steps_omitted as usize,
+            agent_steps
+        ));
+        let from = s.steps.len().saturating_sub(AGENT_STEPS);
+        for st in &s.steps[from..] {
+            let who = match st.author {
+                Author::Agent => "you",
+                Author::Human => "the person",
+                Author::Unattributed => "unattributed",
+            };
+            text.push_str(&format!("{}. ({who}) {}", st.n, st.action));
+            if st.status != state::StepStatus::Done {
+                if let Some(d) = &st.detail {
+                    text.push_str(&format!(" ({:?}: {})", st.status, first_line(d)));
+                }
+            }
+            text.push('\n');
+        }
+        if !s.plan.is_empty() {
+            text.push_str("\nThe plan:\n");
+            for p in &s.plan {
+                let by = if p.edited_by_human {
+                    ", as the person edited it"
+                } else {
+                    ""
+                };
+                text.push_str(&format!("- {} ({:?}{by})\n", p.text, p.status));
+            }
+        }
+        let start = s.steps.first().and_then(|st| st.checkpoint.clone());
+        let changes = match (start, self.tip.clone()) {
+            (Some(a), Some(b)) if a != b => self.ckpt.diff(&a, &b).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        if !changes.is_empty() {
+            text.push_str("\nFiles changed since the task started (yours and the person's):\n");
+            for c in &changes {
+                let f = FileReport::new(c, false);
+                text.push_str(&format!(
+                    "- {} {:?} +{} -{}\n",
+                    f.path, f.kind, f.added, f.removed
+                ));
+            }
+        }
+        let last = s.summary.clone().or_else(|| {
+            s.steps
+                .iter()
+                .rev()
+                .find(|st| st.author == Author::Agent && st.message.is_some())
+                .and_then(|st| st.message.clone())
+        });
+        if let Some(why) = &s.stop_reason {
+            text.push_str(&format!("\nHow it stopped: {}\n", first_line(why)));
+        }
+        if let Some(words) = last.filter(|w| !w.trim().is_empty()) {
+            let room = AGENT_HANDOVER_BYTES.saturating_sub(text.len() + 64);
+            let words = state::tail(words.trim(), room).unwrap_or_default();
+            text.push_str(&format!("\nYour last words:\n{}\n", quoted(&words)));
+        }
+        state::head(&text, AGENT_HANDOVER_BYTES).unwrap_or(text)
+    }
+}
+
 /// The plan by status; without progress reported, every item is pending.
 fn by_status(plan: &[PlanItem], progress: bool) -> HandoverPlan {
     let of = |want: &[PlanStatus]| -> Vec<PlanItem> {

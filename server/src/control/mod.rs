@@ -901,7 +901,7 @@ fn reopen(
     let memory = agent::Memory {
         dir: Some(engine.store.dir().to_owned()),
         session: engine.state().agent_session.clone(),
-        handover: None,
+        handover: Some(engine.agent_handover()),
     };
     match agent::build(
         &engine.state().task.agent,
@@ -1712,6 +1712,8 @@ impl Engine {
             }
         };
         let remaining = self.agent.as_ref().and_then(|a| a.remaining());
+        // The agent's conversation, kept so a later process of it picks the session up.
+        let session = self.agent.as_ref().and_then(|a| a.session());
         let delivering = std::mem::take(&mut self.delivering);
         let words = std::mem::take(&mut self.said);
         let extra = std::mem::take(&mut self.extra);
@@ -1768,6 +1770,9 @@ impl Engine {
             s.last_agent_checkpoint = id.clone();
             s.agent_moves += 1;
             s.remaining_moves = remaining;
+            if session.is_some() && s.agent_session != session {
+                s.agent_session = session;
+            }
             s.decisions.clear();
             for c in &mut s.constraints {
                 if delivering.contains(&c.id) {

@@ -12,7 +12,7 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,10 +23,11 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AuthenticateRequest, CancelNotification, ClientCapabilities, ContentBlock,
     CreateTerminalRequest, FileSystemCapabilities, Implementation, InitializeRequest,
-    InitializeResponse, KillTerminalRequest, NewSessionRequest, PromptRequest, ReadTextFileRequest,
-    ReleaseTerminalRequest, RequestPermissionRequest, SessionId, SessionModeId, SessionModeState,
-    SessionNotification, SetSessionModeRequest, StopReason, TerminalOutputRequest, TextContent,
-    WaitForTerminalExitRequest, WriteTextFileRequest,
+    InitializeResponse, KillTerminalRequest, LoadSessionRequest, NewSessionRequest, PromptRequest,
+    ReadTextFileRequest, ReleaseTerminalRequest, RequestPermissionRequest, ResumeSessionRequest,
+    SessionId, SessionModeId, SessionModeState, SessionNotification, SetSessionModeRequest,
+    StopReason, TerminalOutputRequest, TextContent, WaitForTerminalExitRequest,
+    WriteTextFileRequest,
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Agent as Peer, Client, Lines, UntypedMessage};
@@ -38,7 +39,7 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-use super::link::{error, Event, Failure, Incoming, Opened, Quirks, Shared, TurnError};
+use super::link::{error, Event, Failure, Incoming, Opened, Picked, Quirks, Shared, TurnError};
 use crate::exec::{make_subreaper, ConfineError, Confinement, Tree, AGENT_TAG_VAR};
 
 /// How many stderr lines are kept to explain a crash.
@@ -80,6 +81,8 @@ pub(super) struct Launch {
     pub handshake: Duration,
     /// The Landlock domain the process enters, unless the sandbox is off.
     pub confine: Option<Confinement>,
+    /// The session an earlier process of the agent had, to pick up instead of a new one.
+    pub resume: Option<String>,
 }
 
 /// What the engine's side asks of the connection.
@@ -314,9 +317,10 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
                     w.cx = Some(cx.clone());
                     let done = w.done.clone();
                     let (root, mode) = (w.launch.root.clone(), w.launch.mode.clone());
-                    let hs = w.handshake.clone();
+                    let resume = w.launch.resume.clone().map(SessionId::new);
+                    let (hs, shared) = (w.handshake.clone(), w.shared.clone());
                     tokio::task::spawn_local(async move {
-                        let r = setup(cx, root, mode, hs).await;
+                        let r = setup(cx, root, mode, resume, hs, &shared).await;
                         let _ = done.send(Done::Setup(r));
                     });
                 }
@@ -501,7 +505,7 @@ fn handlers(
     )
     .on_receive_notification(
         async move |n: SessionNotification, _cx| {
-            s9.push(Event::Update(Box::new(n)));
+            s9.update(n);
             Ok(())
         },
         agent_client_protocol::on_receive_notification!(),
@@ -614,13 +618,17 @@ where
     }
 }
 
-/// `initialize` (fs and terminal capabilities), `session/new` in the working tree with no MCP
-/// servers, and an asking mode when the agent offers one; each request within `limit`.
+/// `initialize` (fs and terminal capabilities), then the session: `resume`'s when given and
+/// the agent can pick it up (`session/resume`, else `session/load`, whose replay of the
+/// conversation is dropped), else `session/new` in the working tree with no MCP servers;
+/// then an asking mode when the agent offers one; each request within `limit`.
 async fn setup(
     cx: ConnectionTo<Peer>,
     root: PathBuf,
     mode: Option<String>,
+    resume: Option<SessionId>,
     hs: Rc<Handshake>,
+    shared: &Shared,
 ) -> Result<Opened, SetupError> {
     let caps = ClientCapabilities::new()
         .fs(FileSystemCapabilities::new()
@@ -634,13 +642,15 @@ async fn setup(
         .await?
         .map_err(|e| SetupError::Said(format!("it refused `initialize`: {}", said(&e))))?;
     let steering = advertises_steering(&init);
-    let mut opened = ask(
-        &cx,
-        &hs,
-        "session/new",
-        NewSessionRequest::new(root.clone()),
-    )
-    .await?;
+    let agent_caps = &init.agent_capabilities;
+    let mut way = match resume {
+        None => Way::New,
+        // Resume first: it gives the session back without replaying it.
+        Some(id) if agent_caps.session_capabilities.resume.is_some() => Way::Resume(id),
+        Some(id) if agent_caps.load_session => Way::Load(id),
+        Some(_) => Way::Lost("it offers neither `session/resume` nor `session/load`".into()),
+    };
+    let mut opened = open(&cx, &hs, &root, &way, shared).await?;
     // Agents that take an API key from the environment (Codex's `api-key`, Gemini's
     // `gemini-api-key`) may still want `authenticate` first; interactive logins (a browser)
     // are never started from here. Why such a login failed is the agent's own advice
@@ -663,28 +673,104 @@ async fn setup(
             tried.push(format!("its `{method}` login failed: {}", said(&e)));
             continue;
         }
-        opened = ask(
-            &cx,
-            &hs,
-            "session/new",
-            NewSessionRequest::new(root.clone()),
-        )
-        .await?;
+        opened = open(&cx, &hs, &root, &way, shared).await?;
     }
-    let new = opened.map_err(|e| SetupError::Said(session_refused(&e, &init, &tried)))?;
-    if let Some(modes) = &new.modes {
+    if let (Err(e), Way::Resume(_) | Way::Load(_)) = (&opened, &way) {
+        if e.code != agent_client_protocol::ErrorCode::from(-32000) {
+            // The session is gone (or the agent would not give it back): a new one, told.
+            way = Way::Lost(format!(
+                "it refused to pick up its session with `{}`: {}",
+                way.method(),
+                said(e)
+            ));
+            opened = open(&cx, &hs, &root, &way, shared).await?;
+        }
+    }
+    let (session, modes) =
+        opened.map_err(|e| SetupError::Said(session_refused(&e, &init, &tried)))?;
+    if let Some(modes) = &modes {
         if let Some(id) = pick_mode(modes, mode.as_deref()).map_err(SetupError::Said)? {
-            let set = SetSessionModeRequest::new(new.session_id.clone(), id.clone());
+            let set = SetSessionModeRequest::new(session.clone(), id.clone());
             if let Err(e) = ask(&cx, &hs, "session/set_mode", set).await? {
                 tracing::warn!("the agent refused session mode {}: {}", id.0, said(&e));
             }
         }
     }
     Ok(Opened {
-        session: new.session_id,
+        session,
         steering,
         quirks: Quirks::of(init.agent_info.as_ref().map(|a| a.name.as_str())),
         login: login_advice(&init),
+        picked: match way {
+            Way::New => Picked::New,
+            Way::Resume(_) => Picked::Resumed("session/resume"),
+            Way::Load(_) => Picked::Resumed("session/load"),
+            Way::Lost(why) => Picked::Lost(why),
+        },
+    })
+}
+
+/// How the session is opened.
+enum Way {
+    /// A new session (there was none to pick up).
+    New,
+    /// `session/resume` of this one.
+    Resume(SessionId),
+    /// `session/load` of this one (the agent replays the conversation first).
+    Load(SessionId),
+    /// A new session, although there was one to pick up: why it could not be.
+    Lost(String),
+}
+
+impl Way {
+    fn method(&self) -> &'static str {
+        match self {
+            Way::New | Way::Lost(_) => "session/new",
+            Way::Resume(_) => "session/resume",
+            Way::Load(_) => "session/load",
+        }
+    }
+}
+
+/// Opens the session `way` says: its id and modes, or the agent's refusal.
+async fn open(
+    cx: &ConnectionTo<Peer>,
+    hs: &Handshake,
+    root: &Path,
+    way: &Way,
+    shared: &Shared,
+) -> Result<Result<(SessionId, Option<SessionModeState>), agent_client_protocol::Error>, SetupError>
+{
+    Ok(match way {
+        Way::New | Way::Lost(_) => ask(
+            cx,
+            hs,
+            way.method(),
+            NewSessionRequest::new(root.to_owned()),
+        )
+        .await?
+        .map(|r| (r.session_id, r.modes)),
+        Way::Resume(id) => ask(
+            cx,
+            hs,
+            way.method(),
+            ResumeSessionRequest::new(id.clone(), root.to_owned()),
+        )
+        .await?
+        .map(|r| (id.clone(), r.modes)),
+        Way::Load(id) => {
+            // The agent replays the conversation as session updates before it answers: they
+            // are history, never steps, so they are dropped until its first prompt goes out.
+            shared.begin_replay();
+            ask(
+                cx,
+                hs,
+                way.method(),
+                LoadSessionRequest::new(id.clone(), root.to_owned()),
+            )
+            .await?
+            .map(|r| (id.clone(), r.modes))
+        }
     })
 }
 
@@ -944,6 +1030,8 @@ impl Worker {
             return;
         };
         self.prompt = Some(turn);
+        // What the agent sends from now on is this turn's, not a loaded session's history.
+        self.shared.end_replay();
         let done = self.done.clone();
         tokio::task::spawn_local(async move {
             let req = PromptRequest::new(session, vec![ContentBlock::Text(TextContent::new(text))]);
