@@ -44,6 +44,12 @@
 //! CODE` on receiving `initialize` (both saying so on stderr first), `"silent": true` never
 //! answers `initialize`; `"garbage_on_initialize": TEXT` writes TEXT as a raw line on stdout
 //! on receiving `initialize`, before answering it; `"initialize_ms": N` answers it only after N ms.
+//! Sessions: with `"load_session": true` the agent offers `session/load` (and plays the
+//! scenario's `"replay": [ACTION…]` before answering it, as an agent replays a loaded
+//! conversation; with `"load_fails": TEXT` it refuses the load saying TEXT), with
+//! `"resume_session": true` `session/resume`; both are logged (`load`, `resume`, with the id
+//! asked for), and the process then serves that session. A new session is `test-session`
+//! in the first process of a scenario and `test-session-N` in the Nth after it.
 //! With `late_steering`, a steer wakes the turn but is answered `promptRequired` only once
 //! that turn has ended (the race where a correction arrives as the agent finishes).
 //! With `auth`, the agent offers those auth methods (each described as "run `acp-test-agent
@@ -58,14 +64,15 @@ use std::sync::{Arc, Mutex};
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AuthMethod, AuthMethodAgent, AuthenticateRequest, AuthenticateResponse,
     CancelNotification, ContentBlock, ContentChunk, CreateTerminalRequest, Diff, InitializeRequest,
-    InitializeResponse, KillTerminalRequest, NewSessionRequest, NewSessionResponse,
-    PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
-    PromptRequest, PromptResponse, ReadTextFileRequest, ReleaseTerminalRequest,
-    RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionMode, SessionModeId,
-    SessionModeState, SessionNotification, SessionUpdate, SetSessionModeRequest,
-    SetSessionModeResponse, StopReason, TerminalOutputRequest, TextContent, ToolCall,
-    ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
-    ToolKind, WaitForTerminalExitRequest, WriteTextFileRequest,
+    InitializeResponse, KillTerminalRequest, LoadSessionRequest, LoadSessionResponse,
+    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, Plan, PlanEntry,
+    PlanEntryPriority, PlanEntryStatus, PromptRequest, PromptResponse, ReadTextFileRequest,
+    ReleaseTerminalRequest, RequestPermissionOutcome, RequestPermissionRequest,
+    ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities, SessionId, SessionMode,
+    SessionModeId, SessionModeState, SessionNotification, SessionResumeCapabilities, SessionUpdate,
+    SetSessionModeRequest, SetSessionModeResponse, StopReason, TerminalOutputRequest, TextContent,
+    ToolCall, ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate,
+    ToolCallUpdateFields, ToolKind, WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
@@ -73,7 +80,19 @@ use futures::SinkExt;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-const SESSION: &str = "test-session";
+/// The session this process serves: `test-session` for the first process of a scenario,
+/// `test-session-N` for the Nth after it, or the one a client loaded or resumed.
+static SESSION: Mutex<String> = Mutex::new(String::new());
+
+fn session_id() -> String {
+    SESSION.lock().map(|s| s.clone()).unwrap_or_default()
+}
+
+fn set_session(id: String) {
+    if let Ok(mut s) = SESSION.lock() {
+        *s = id;
+    }
+}
 
 struct State {
     scenario: Value,
@@ -193,6 +212,10 @@ async fn main() {
         raw: out_tx.clone(),
         news: Notify::new(),
     });
+    set_session(match started {
+        0 => "test-session".to_owned(),
+        n => format!("test-session-{n}"),
+    });
     st.log(json!({"event": "start", "pid": std::process::id(), "process": started}));
     if let Some(dir) = st.scenario.get("state_at_start").and_then(Value::as_str) {
         let made = std::fs::create_dir_all(dir)
@@ -231,6 +254,7 @@ async fn main() {
         .with(|l: String| futures::future::ready(Ok::<_, std::io::Error>(l.into_bytes())));
     let transport = Lines::new(out, in_rx);
 
+    let (h, i) = (st.clone(), st.clone());
     let (a, b, c, d, e, f, g) = (
         st.clone(),
         st.clone(),
@@ -278,8 +302,16 @@ async fn main() {
                         AuthMethod::Agent(AuthMethodAgent::new(id.clone(), id).description(advice))
                     })
                     .collect();
+                let flag = |k: &str| a.scenario.get(k).and_then(Value::as_bool) == Some(true);
+                let mut sessions = SessionCapabilities::new();
+                if flag("resume_session") {
+                    sessions = sessions.resume(SessionResumeCapabilities::new());
+                }
+                let caps = AgentCapabilities::new()
+                    .load_session(flag("load_session"))
+                    .session_capabilities(sessions);
                 let mut resp = InitializeResponse::new(q.protocol_version)
-                    .agent_capabilities(AgentCapabilities::new())
+                    .agent_capabilities(caps)
                     .auth_methods(methods);
                 if a.scenario.get("steering").and_then(Value::as_bool) == Some(true) {
                     let mut meta = serde_json::Map::new();
@@ -304,7 +336,7 @@ async fn main() {
                 if let Ok(mut cwd) = b.cwd.lock() {
                     *cwd = q.cwd.clone();
                 }
-                let mut resp = NewSessionResponse::new(SESSION);
+                let mut resp = NewSessionResponse::new(session_id());
                 if let Some(m) = b.scenario.get("modes") {
                     let current = m.get("current").and_then(Value::as_str).unwrap_or("");
                     let available = m
@@ -336,6 +368,54 @@ async fn main() {
                 } else {
                     r.respond_with_error(agent_client_protocol::Error::auth_required())
                 }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |q: LoadSessionRequest,
+                        r: Responder<LoadSessionResponse>,
+                        cx: ConnectionTo<Client>| {
+                let id = q.session_id.0.to_string();
+                h.log(json!({"event": "load", "session": id, "cwd": q.cwd}));
+                if h.scenario.get("load_session").and_then(Value::as_bool) != Some(true) {
+                    return r.respond_with_error(agent_client_protocol::Error::method_not_found());
+                }
+                if let Some(why) = h.scenario.get("load_fails").and_then(Value::as_str) {
+                    return r.respond_with_error(agent_client_protocol::Error::new(-32603, why));
+                }
+                if let Ok(mut cwd) = h.cwd.lock() {
+                    *cwd = q.cwd.clone();
+                }
+                set_session(id);
+                // As the protocol has it: the whole conversation again, then the answer.
+                let replay = h
+                    .scenario
+                    .get("replay")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let st = h.clone();
+                tokio::spawn(async move {
+                    play_list(&st, &cx, replay).await;
+                    st.log(json!({"event": "loaded"}));
+                    let _ = r.respond(LoadSessionResponse::new());
+                });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |q: ResumeSessionRequest, r: Responder<ResumeSessionResponse>, _cx| {
+                let id = q.session_id.0.to_string();
+                i.log(json!({"event": "resume", "session": id, "cwd": q.cwd}));
+                if i.scenario.get("resume_session").and_then(Value::as_bool) != Some(true) {
+                    return r.respond_with_error(agent_client_protocol::Error::method_not_found());
+                }
+                if let Ok(mut cwd) = i.cwd.lock() {
+                    *cwd = q.cwd.clone();
+                }
+                set_session(id);
+                r.respond(ResumeSessionResponse::new())
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -494,12 +574,12 @@ fn play_list<'a>(
 }
 
 fn notify(cx: &ConnectionTo<Client>, update: SessionUpdate) {
-    let _ = cx.send_notification(SessionNotification::new(SESSION, update));
+    let _ = cx.send_notification(SessionNotification::new(session_id(), update));
 }
 
 /// One action; `Some(reason)` ends the turn.
 async fn act(st: &State, cx: &ConnectionTo<Client>, action: &Value) -> Option<&'static str> {
-    let session = SessionId::new(SESSION);
+    let session = SessionId::new(session_id());
     if let Some(t) = action.get("say").and_then(Value::as_str) {
         notify(
             cx,
@@ -707,7 +787,7 @@ async fn timed(st: &State, cx: &ConnectionTo<Client>, t: &Value) {
     let count = |k: &str| t.get(k).and_then(Value::as_u64).unwrap_or(0);
     let path = st.path(str_of(t, "path").unwrap_or(""));
     let read = || async {
-        let q = ReadTextFileRequest::new(SessionId::new(SESSION), path.clone());
+        let q = ReadTextFileRequest::new(SessionId::new(session_id()), path.clone());
         let started = std::time::Instant::now();
         let ok = cx.send_request(q).block_task().await.is_ok();
         (ok, started.elapsed().as_micros())
@@ -834,7 +914,7 @@ async fn run(st: &State, cx: &ConnectionTo<Client>, r: &Value) {
         ];
         let answer = cx
             .send_request(RequestPermissionRequest::new(
-                SessionId::new(SESSION),
+                SessionId::new(session_id()),
                 call,
                 options,
             ))
@@ -895,7 +975,7 @@ async fn run(st: &State, cx: &ConnectionTo<Client>, r: &Value) {
 /// `terminal_partial`); with `kill`, `terminal/kill`; then its exit, its output and release,
 /// all logged.
 async fn terminal(st: &State, cx: &ConnectionTo<Client>, t: &Value) {
-    let session = SessionId::new(SESSION);
+    let session = SessionId::new(session_id());
     let command = t.get("command").and_then(Value::as_str).unwrap_or("true");
     let args: Vec<String> = t
         .get("args")

@@ -2722,3 +2722,165 @@ async fn a_write_a_tool_announces_to_a_file_the_human_renamed_is_refused_naming_
     assert!(!root.join("src/x.py").exists());
     assert_eq!(read(root, "src/y.py"), X_PY);
 }
+
+/// Runs `sc`'s first process until the agent's session is saved with a step, ends the engine
+/// as a server going away does, then recovers the task and resumes it to its end.
+async fn restarted(root: &Path, sc: &Scenario) -> rein::state::TaskState {
+    let mut run = start_acp(root, sc);
+    let s = run
+        .until("the session saved with a step", |s| {
+            s.agent_session.is_some()
+        })
+        .await;
+    assert_eq!(s.agent_session.as_deref(), Some("test-session"));
+    drop(run);
+    eventually("the task to be left paused", || {
+        control::load(root)
+            .ok()
+            .flatten()
+            .is_some_and(|s| s.status == Status::Paused)
+    })
+    .await;
+    let (notify, notices) = channel();
+    let (handle, state) = control::recover(root, test_config(), notify)
+        .expect("recovers")
+        .expect("a task");
+    let mut run = Run::new(handle, notices, state, root.to_owned());
+    run.call(Request::Resume).await;
+    run.until("done", |s| s.status == Status::Done).await
+}
+
+/// The first process writes a file, then waits in its turn; the second ends its turn.
+fn two_processes(more: Value) -> Scenario {
+    let mut doc = json!({
+        "sessions": [
+            [[{"write": {"path": "a.txt", "content": "b\n"}}, {"wait_cancel": true}]],
+            [[{"say": "picked up"}]]
+        ]
+    });
+    if let (Some(d), Some(m)) = (doc.as_object_mut(), more.as_object()) {
+        d.extend(m.clone());
+    }
+    scenario(doc)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_the_agent_loads_its_session_and_the_replay_is_no_step() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = two_processes(json!({
+        "load_session": true,
+        "replay": [
+            {"say": "words of the earlier turn"},
+            {"tool": {"id": "old", "title": "Edit a.txt", "kind": "edit", "status": "completed", "paths": ["a.txt"]}},
+            {"plan": [{"content": "an old plan", "status": "completed"}]}
+        ]
+    }));
+    let s = restarted(root, &sc).await;
+    assert_eq!(s.summary.as_deref(), Some("picked up"));
+    let loads = sc.of("load");
+    assert_eq!(loads.len(), 1, "{:#?}", sc.events());
+    assert_eq!(loads[0]["session"], "test-session");
+    assert_eq!(sc.of("loaded").len(), 1, "the agent replayed its history");
+    assert_eq!(
+        sc.of("session").len(),
+        1,
+        "no new session: {:#?}",
+        sc.events()
+    );
+    assert!(
+        !s.steps.iter().any(|st| st.action.contains("Edit a.txt")),
+        "the replayed tool call is history, not a step: {:#?}",
+        s.steps
+    );
+    assert!(
+        !s.plan.iter().any(|p| p.text == "an old plan"),
+        "the replayed plan is not taken: {:#?}",
+        s.plan
+    );
+    let prompts = sc.of("prompt");
+    let again = prompts[1]["text"].as_str().expect("prompt text");
+    assert!(
+        again.contains("picked up as it was") && !again.contains("You worked on this task before"),
+        "the session knows the task; it is told what is new: {again}"
+    );
+    assert_eq!(s.agent_session.as_deref(), Some("test-session"));
+    assert_eq!(read(root, "a.txt"), "b\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_resume_is_preferred_to_load() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = two_processes(json!({"load_session": true, "resume_session": true}));
+    let s = restarted(root, &sc).await;
+    assert_eq!(s.summary.as_deref(), Some("picked up"));
+    let resumes = sc.of("resume");
+    assert_eq!(resumes.len(), 1, "{:#?}", sc.events());
+    assert_eq!(resumes[0]["session"], "test-session");
+    assert!(sc.of("load").is_empty() && sc.of("session").len() == 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_cannot_resume_gets_the_handover_and_the_transcript_says_so() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = two_processes(json!({}));
+    let s = restarted(root, &sc).await;
+    assert_eq!(s.summary.as_deref(), Some("picked up"));
+    assert!(sc.of("load").is_empty() && sc.of("resume").is_empty());
+    let sessions = sc.of("session");
+    assert_eq!(sessions.len(), 2, "a new session: {:#?}", sc.events());
+    let prompts = sc.of("prompt");
+    let first = prompts[1]["text"].as_str().expect("prompt text");
+    for said in [
+        "fix the answer",
+        "You worked on this task before, in a session that cannot be picked up",
+        "The task's goal: fix the answer",
+        "(you) write a.txt",
+        "a.txt Modified +1 -1",
+    ] {
+        assert!(first.contains(said), "{said:?} missing from {first}");
+    }
+    assert!(!first.contains("steps is in the working tree"), "{first}");
+    let note = s
+        .steps
+        .iter()
+        .filter_map(|st| st.detail.as_deref())
+        .find(|d| d.contains("could not pick up its earlier session"))
+        .unwrap_or_else(|| panic!("no step says so: {:#?}", s.steps));
+    assert!(
+        note.contains("neither `session/resume` nor `session/load`") && note.contains("handover"),
+        "{note}"
+    );
+    let transcript = control::transcript(root, 0)
+        .expect("a transcript")
+        .to_text();
+    assert!(
+        transcript.contains("could not pick up its earlier session"),
+        "{transcript}"
+    );
+    assert_eq!(s.agent_session.as_deref(), Some("test-session-1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_the_agent_will_not_load_is_replaced_by_a_new_one_with_the_handover() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = two_processes(json!({"load_session": true, "load_fails": "no such session"}));
+    let s = restarted(root, &sc).await;
+    assert_eq!(sc.of("load").len(), 1);
+    assert_eq!(sc.of("session").len(), 2, "{:#?}", sc.events());
+    let prompts = sc.of("prompt");
+    let first = prompts[1]["text"].as_str().expect("prompt text");
+    assert!(first.contains("The task's goal: fix the answer"), "{first}");
+    assert!(
+        s.steps
+            .iter()
+            .filter_map(|st| st.detail.as_deref())
+            .any(|d| d
+                .contains("refused to pick up its session with `session/load`: no such session")),
+        "{:#?}",
+        s.steps
+    );
+}

@@ -1141,6 +1141,8 @@ impl AcpAgent {
     }
 
     fn update(&mut self, n: SessionNotification) -> Option<Result<Proposal, AgentError>> {
+        // Nothing before the session is open: a loaded session's replay of its history
+        // comes then, and what it did was recorded when it did it.
         if self.session.as_ref().map(|(s, _)| s) != Some(&n.session_id) {
             return None;
         }

@@ -227,10 +227,6 @@ struct Inbox {
     /// Flushes asked for, and the last one done (see `ask_flush`).
     flushes_asked: u64,
     flushed: u64,
-    /// A loaded session's history is being replayed: its updates are not this process's.
-    replaying: bool,
-    /// Updates of a replay dropped so far.
-    replayed: usize,
 }
 
 /// The inbox shared by the connection thread and the engine's side.
@@ -255,34 +251,6 @@ impl Shared {
         self.lock().events.push_back(ev);
         self.notify.notify_one();
         self.queued.notify_waiters();
-    }
-
-    /// Queues a session update, unless it is a loaded session's replayed history.
-    pub(super) fn update(&self, n: SessionNotification) {
-        let mut inbox = self.lock();
-        if inbox.replaying {
-            inbox.replayed += 1;
-            return;
-        }
-        drop(inbox);
-        self.push(Event::Update(Box::new(n)));
-    }
-
-    /// From now on until `end_replay`, session updates are the history of a loaded session:
-    /// what the agent did before, already recorded, so never taken as steps.
-    pub(super) fn begin_replay(&self) {
-        self.lock().replaying = true;
-    }
-
-    /// Ends a replay (the session's first prompt goes out).
-    pub(super) fn end_replay(&self) {
-        let mut inbox = self.lock();
-        if std::mem::take(&mut inbox.replaying) {
-            tracing::debug!(
-                "left out {} updates the agent replayed of its session",
-                inbox.replayed
-            );
-        }
     }
 
     /// Queues a request from the agent, or refuses it at once while a turn is cancelled.

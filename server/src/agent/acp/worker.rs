@@ -318,9 +318,9 @@ async fn run(launch: Launch, shared: Arc<Shared>, mut cmds: mpsc::UnboundedRecei
                     let done = w.done.clone();
                     let (root, mode) = (w.launch.root.clone(), w.launch.mode.clone());
                     let resume = w.launch.resume.clone().map(SessionId::new);
-                    let (hs, shared) = (w.handshake.clone(), w.shared.clone());
+                    let hs = w.handshake.clone();
                     tokio::task::spawn_local(async move {
-                        let r = setup(cx, root, mode, resume, hs, &shared).await;
+                        let r = setup(cx, root, mode, resume, hs).await;
                         let _ = done.send(Done::Setup(r));
                     });
                 }
@@ -505,7 +505,7 @@ fn handlers(
     )
     .on_receive_notification(
         async move |n: SessionNotification, _cx| {
-            s9.update(n);
+            s9.push(Event::Update(Box::new(n)));
             Ok(())
         },
         agent_client_protocol::on_receive_notification!(),
@@ -628,7 +628,6 @@ async fn setup(
     mode: Option<String>,
     resume: Option<SessionId>,
     hs: Rc<Handshake>,
-    shared: &Shared,
 ) -> Result<Opened, SetupError> {
     let caps = ClientCapabilities::new()
         .fs(FileSystemCapabilities::new()
@@ -650,7 +649,7 @@ async fn setup(
         Some(id) if agent_caps.load_session => Way::Load(id),
         Some(_) => Way::Lost("it offers neither `session/resume` nor `session/load`".into()),
     };
-    let mut opened = open(&cx, &hs, &root, &way, shared).await?;
+    let mut opened = open(&cx, &hs, &root, &way).await?;
     // Agents that take an API key from the environment (Codex's `api-key`, Gemini's
     // `gemini-api-key`) may still want `authenticate` first; interactive logins (a browser)
     // are never started from here. Why such a login failed is the agent's own advice
@@ -673,7 +672,7 @@ async fn setup(
             tried.push(format!("its `{method}` login failed: {}", said(&e)));
             continue;
         }
-        opened = open(&cx, &hs, &root, &way, shared).await?;
+        opened = open(&cx, &hs, &root, &way).await?;
     }
     if let (Err(e), Way::Resume(_) | Way::Load(_)) = (&opened, &way) {
         if e.code != agent_client_protocol::ErrorCode::from(-32000) {
@@ -683,7 +682,7 @@ async fn setup(
                 way.method(),
                 said(e)
             ));
-            opened = open(&cx, &hs, &root, &way, shared).await?;
+            opened = open(&cx, &hs, &root, &way).await?;
         }
     }
     let (session, modes) =
@@ -738,7 +737,6 @@ async fn open(
     hs: &Handshake,
     root: &Path,
     way: &Way,
-    shared: &Shared,
 ) -> Result<Result<(SessionId, Option<SessionModeState>), agent_client_protocol::Error>, SetupError>
 {
     Ok(match way {
@@ -760,8 +758,8 @@ async fn open(
         .map(|r| (id.clone(), r.modes)),
         Way::Load(id) => {
             // The agent replays the conversation as session updates before it answers: they
-            // are history, never steps, so they are dropped until its first prompt goes out.
-            shared.begin_replay();
+            // reach the inbox before `Ready`, and the agent's side takes no update of a
+            // session before it is open (`AcpAgent::update`), so history never becomes steps.
             ask(
                 cx,
                 hs,
@@ -1030,8 +1028,6 @@ impl Worker {
             return;
         };
         self.prompt = Some(turn);
-        // What the agent sends from now on is this turn's, not a loaded session's history.
-        self.shared.end_replay();
         let done = self.done.clone();
         tokio::task::spawn_local(async move {
             let req = PromptRequest::new(session, vec![ContentBlock::Text(TextContent::new(text))]);
