@@ -243,14 +243,32 @@ pub enum Cmd {
         dir: Option<PathBuf>,
     },
     /// The current task's checkpoints, newest first; with --transcript, the task as a
-    /// conversation.
+    /// conversation. `rein tasks` lists the others.
     Log {
         /// Print the task as a conversation instead: the goal, the agent's words, each step
         /// with its status and files, command output, your steers, takeover and handback,
-        /// decisions and answers.
+        /// decisions and answers, each follow-up turn.
         #[arg(long)]
         transcript: bool,
+        /// Another task of the repository: its id (see `rein tasks`).
+        #[arg(long, value_name = "TASK")]
+        task: Option<String>,
+        /// The repository (or, when it is no directory, a task id: `rein log TASK`).
+        dir: Option<PathBuf>,
+    },
+    /// Continue a task that finished (or was aborted or failed): your next instruction
+    /// begins a new turn of the same conversation, with the same agent, checkpoints and
+    /// transcript. The agent is told first what you changed since its last turn.
+    #[command(after_help = CONTROL_HELP)]
+    Continue {
+        /// What the agent should do next.
+        text: String,
+        /// The task: its id, or its number as `rein tasks` lists it (default: the task here,
+        /// else the only one). An older task of this working tree becomes the task here.
+        #[arg(long, value_name = "TASK")]
+        task: Option<String>,
         /// The repository.
+        #[arg(long, short = 'C', value_name = "DIR")]
         dir: Option<PathBuf>,
     },
     /// Put the tree back to a checkpoint (the present is checkpointed first, so nothing is

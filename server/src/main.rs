@@ -193,17 +193,20 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Log {
             dir,
+            task,
             transcript: true,
         } => {
-            let t = rein::control::transcript(&dir_or_here(dir)?, 0)?;
+            let (dir, task) = log_target(dir, task)?;
+            let t = rein::control::transcript(&dir, task.as_deref(), 0)?;
             if t.task_id.is_none() {
                 out!("no Rein task in this repository")?;
             }
             std::io::stdout().lock().write_all(t.to_text().as_bytes())?;
             Ok(0)
         }
-        Cmd::Log { dir, .. } => {
-            for c in rein::control::log(&dir_or_here(dir)?)? {
+        Cmd::Log { dir, task, .. } => {
+            let (dir, task) = log_target(dir, task)?;
+            for c in rein::control::log(&dir, task.as_deref())? {
                 out!(
                     "{}  step {:>3}  {:<5}  {}",
                     &c.id[..12.min(c.id.len())],
@@ -266,6 +269,9 @@ fn run(cli: Cli) -> Result<i32> {
         ),
         Cmd::Takeover { reason, task, dir } => {
             act(dir, Request::Takeover { reason }, tasks::Target::of(task))
+        }
+        Cmd::Continue { text, task, dir } => {
+            act(dir, Request::Continue { text }, tasks::Target::of(task))
         }
         Cmd::Handback { note, task, dir } => {
             act(dir, Request::Handback { note }, tasks::Target::of(task))
@@ -487,6 +493,17 @@ async fn join(
             Some(_) => {}
             None => anyhow::bail!("the link to the Rein engine ended"),
         }
+    }
+}
+
+/// `rein log`'s repository and task: a lone argument that is no directory but has a task
+/// id's shape names the task (`rein log TASK`).
+fn log_target(dir: Option<PathBuf>, task: Option<String>) -> Result<(PathBuf, Option<String>)> {
+    match (dir, task) {
+        (Some(d), None) if !d.is_dir() && d.to_str().is_some_and(rein::control::is_task_id) => {
+            Ok((dir_or_here(None)?, d.to_str().map(str::to_owned)))
+        }
+        (dir, task) => Ok((dir_or_here(dir)?, task)),
     }
 }
 
