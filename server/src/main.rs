@@ -270,8 +270,14 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Takeover { reason, task, dir } => {
             act(dir, Request::Takeover { reason }, tasks::Target::of(task))
         }
-        Cmd::Continue { text, task, dir } => {
-            act(dir, Request::Continue { text }, tasks::Target::of(task))
+        Cmd::Continue {
+            text,
+            task,
+            wait,
+            dir,
+        } => {
+            init_stderr_log();
+            continue_task(&dir_or_here(dir)?, text, task, wait)
         }
         Cmd::Handback { note, task, dir } => {
             act(dir, Request::Handback { note }, tasks::Target::of(task))
@@ -663,6 +669,64 @@ fn run_task(
             Err(ControlError::NotNow(advice)) => anyhow::bail!("{}", for_terminal(&advice)),
             Err(e) => return Err(e.into()),
         };
+        let worktree = isolation == rein::engine::wire::Isolation::Worktree;
+        let said = match worktree {
+            true => format!(
+                "task {} started in a worktree of its own (branch rein/{}); `rein land {}` brings its work here",
+                state.task.id, state.task.id, state.task.id
+            ),
+            false => format!("task {} started in {}", state.task.id, dir.display()),
+        };
+        let task = worktree.then(|| state.task.id.clone());
+        follow_task(&remote, tx, rx, state, task, wait, &said).await
+    })
+}
+
+/// `rein continue`: the next turn of the task, followed as `rein run` follows a task.
+fn continue_task(dir: &Path, text: String, task: Option<String>, wait: bool) -> Result<i32> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (remote, _) = join(dir, tx.clone(), &mut rx).await?;
+        let state = match remote
+            .call_task(task.as_deref(), Request::Continue { text })
+            .await
+        {
+            Ok(reply) => Box::new(reply.state().clone()),
+            Err(ControlError::NotNow(advice)) => {
+                eprintln!("rein: {}", for_terminal(&advice));
+                return Ok(1);
+            }
+            Err(ControlError::BadArgument(why)) => {
+                eprintln!("rein: {why}");
+                return Ok(1);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let turn = state.turns.last().map_or(2, |t| t.n);
+        let said = format!("task {}: turn {turn} began", state.task.id);
+        // A worktree task's notices come named by it; an old task continued is the one here.
+        let here = remote.call(Request::State).await.ok();
+        let followed = match here {
+            Some(r) if r.state().task.id == state.task.id => None,
+            _ => Some(state.task.id.clone()),
+        };
+        follow_task(&remote, tx, rx, state, followed, wait, &said).await
+    })
+}
+
+/// Follows a task just started or continued until it ends or stops for the person (with
+/// `wait`, their answers read from standard input), printing a line per step.
+async fn follow_task(
+    remote: &Remote,
+    tx: tokio::sync::mpsc::UnboundedSender<Event>,
+    mut rx: Events,
+    state: Box<TaskState>,
+    task: Option<String>,
+    wait: bool,
+    said: &str,
+) -> Result<i32> {
+    {
         if wait {
             // Blocking reads belong on their own thread; it ends with the process.
             std::thread::spawn(move || {
@@ -675,10 +739,9 @@ fn run_task(
                 let _ = tx.send(Event::Line(None));
             });
         }
-        let worktree = isolation == rein::engine::wire::Isolation::Worktree;
         let mut run = Run {
-            handle: &remote,
-            task: worktree.then(|| state.task.id.clone()),
+            handle: remote,
+            task,
             seen: state.steps.len(),
             state,
             asked: None,
@@ -686,13 +749,7 @@ fn run_task(
             follow: false,
             partial: std::collections::HashMap::new(),
         };
-        let started = match worktree {
-            true => out!(
-                "task {} started in a worktree of its own (branch rein/{}); `rein land {}` brings its work here",
-                run.state.task.id, run.state.task.id, run.state.task.id
-            ),
-            false => out!("task {} started in {}", run.state.task.id, dir.display()),
-        };
+        let started = out!("{said}");
         let result = match started {
             Ok(()) => run.follow(&mut rx).await,
             Err(e) => Err(e.into()),
@@ -720,7 +777,7 @@ fn run_task(
             }
             other => other,
         }
-    })
+    }
 }
 
 /// The progress of one `rein run`.

@@ -1587,7 +1587,9 @@ async fn a_stray_line_after_the_handshake_is_told_once_and_the_session_goes_on()
         "{}",
         told[0]
     );
-    let text = control::transcript(root, None, 0).expect("transcript").to_text();
+    let text = control::transcript(root, None, 0)
+        .expect("transcript")
+        .to_text();
     assert_eq!(
         text.matches("Loading model weights").count(),
         1,
