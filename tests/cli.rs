@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use rein_e2e::{rein_bin, repo, PATIENCE};
 use serde_json::json;
 
-const SUBCOMMANDS: [&str; 22] = [
+const SUBCOMMANDS: [&str; 23] = [
     "lsp",
     "demo",
     "run",
@@ -26,6 +26,7 @@ const SUBCOMMANDS: [&str; 22] = [
     "abort",
     "takeover",
     "handback",
+    "continue",
     "decide",
     "rewind",
     "stop",

@@ -711,3 +711,122 @@ proptest! {
         wait_no_engine(root);
     }
 }
+
+/// How many follow-up turns the state holds.
+fn turns(s: &Value) -> usize {
+    s["turns"].as_array().map_or(0, Vec::len)
+}
+
+#[test]
+fn a_finished_task_is_continued_from_either_editor_and_the_terminal_and_an_old_one_from_history() {
+    let dir = repo(&[("a.txt", "a\n")], json!([{"finish": "unused"}]));
+    let root = dir.path();
+    let agent = json!({"kind": "script",
+    "steps": [{"write": {"path": "one.txt", "content": "1\n"}}, {"finish": "turn one"}],
+    "turns": [
+        [{"write": {"path": "two.txt", "content": "2\n"}}, {"finish": "turn two"}],
+        [{"write": {"path": "three.txt", "content": "3\n"}}, {"finish": "turn three"}],
+        [{"write": {"path": "four.txt", "content": "4\n"}}, {"finish": "turn four"}]
+    ]});
+    let (mut a, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    let (mut b, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    a.ok("rein.start", json!({"goal": "write files", "agent": agent}));
+    a.wait_state("turn one done", |s| status(s) == "done");
+    // The second editor continues the task the first started; both follow it.
+    let r = b.ok("rein.continue", json!({"text": "now two"}));
+    assert_eq!(r["state"]["status"], "running", "{r:#}");
+    a.wait_state("turn two done, seen by A", |s| {
+        turns(s) == 1 && status(s) == "done"
+    });
+    assert_eq!(read(root, "two.txt"), "2\n");
+    // The terminal continues it too, following the turn to its end as `rein run` does.
+    let out = on(root, &["continue", "now three"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let followed = text(&out.stdout);
+    assert!(
+        followed.contains("turn 3 began") && followed.contains("write three.txt"),
+        "{followed}"
+    );
+    b.wait_state("turn three done, seen by B", |s| {
+        turns(s) == 2 && status(s) == "done"
+    });
+    let log = rein(&["log", "--transcript", root.to_str().unwrap()]);
+    let said = text(&log.stdout);
+    assert!(
+        said.contains("Turn 2: now two") && said.contains("Turn 3: now three"),
+        "{said}"
+    );
+    let old = a.state["task"]["id"].as_str().unwrap().to_owned();
+    // A new task; the old one goes to the history, from which it is read and continued.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    a.ok("rein.start", json!({"goal": "another"}));
+    a.wait_state("the other task done", |s| {
+        s["task"]["id"] != old.as_str() && status(s) == "done"
+    });
+    let listed = a.ok("rein.tasks", json!({}));
+    let history = listed["history"].as_array().expect("a history");
+    assert_eq!(history.len(), 2, "{listed:#}");
+    assert_eq!(history[1]["taskId"], old.as_str(), "newest first");
+    assert_eq!(history[1]["turns"], 3);
+    assert_eq!(history[1]["canContinue"], true);
+    assert_eq!(history[0]["current"], true);
+    // `rein log TASK` and `rein log --transcript --task TASK` read it from the terminal.
+    let log = Command::new(rein_bin())
+        .args(["log", &old])
+        .current_dir(root)
+        .output()
+        .expect("rein log runs");
+    assert!(log.status.success(), "{}", text(&log.stderr));
+    assert!(
+        text(&log.stdout).contains("write three.txt"),
+        "{}",
+        text(&log.stdout)
+    );
+    let log = rein(&[
+        "log",
+        "--transcript",
+        "--task",
+        &old,
+        root.to_str().unwrap(),
+    ]);
+    assert!(
+        text(&log.stdout).contains("Turn 3: now three"),
+        "{}",
+        text(&log.stdout)
+    );
+    let t = a.ok("rein.transcript", json!({"taskId": old, "since": 0}));
+    assert_eq!(t["taskId"], old.as_str(), "{t:#}");
+    let turn_entries = t["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "turn")
+        .count();
+    assert_eq!(turn_entries, 2);
+    // While the history is read, the task here stays the newer one.
+    assert_ne!(a.state["task"]["id"], old.as_str());
+    let listed = on(root, &["tasks"]);
+    assert!(
+        text(&listed.stdout).contains(&old),
+        "{}",
+        text(&listed.stdout)
+    );
+    let r = b.ok("rein.continue", json!({"taskId": old, "text": "now four"}));
+    assert_eq!(r["state"]["task"]["id"], old.as_str(), "{r:#}");
+    a.wait_state("the old task's fourth turn, here", |s| {
+        s["task"]["id"] == old.as_str() && turns(s) == 3 && status(s) == "done"
+    });
+    assert_eq!(read(root, "four.txt"), "4\n");
+    // The plan has no fifth turn: refused with the reason, from the terminal too.
+    let out = on(root, &["continue", "now five"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("further turn"),
+        "{}",
+        text(&out.stderr)
+    );
+    versions_only_grow(&journal(root));
+    drop(a);
+    drop(b);
+    wait_no_engine(root);
+}

@@ -243,14 +243,37 @@ pub enum Cmd {
         dir: Option<PathBuf>,
     },
     /// The current task's checkpoints, newest first; with --transcript, the task as a
-    /// conversation.
+    /// conversation. `rein tasks` lists the others.
     Log {
         /// Print the task as a conversation instead: the goal, the agent's words, each step
         /// with its status and files, command output, your steers, takeover and handback,
-        /// decisions and answers.
+        /// decisions and answers, each follow-up turn.
         #[arg(long)]
         transcript: bool,
+        /// Another task of the repository: its id (see `rein tasks`).
+        #[arg(long, value_name = "TASK")]
+        task: Option<String>,
+        /// The repository (or, when it is no directory, a task id: `rein log TASK`).
+        dir: Option<PathBuf>,
+    },
+    /// Continue a task that finished (or was aborted or failed): your next instruction
+    /// begins a new turn of the same conversation, with the same agent, checkpoints and
+    /// transcript, followed here as `rein run` follows a task. The agent is told first what
+    /// you changed since its last turn.
+    #[command(after_help = CONTINUE_HELP)]
+    Continue {
+        /// What the agent should do next.
+        text: String,
+        /// When the turn stops for you, wait for answers on standard input (as `rein run
+        /// --wait`).
+        #[arg(long)]
+        wait: bool,
+        /// The task: its id, or its number as `rein tasks` lists it (default: the task here,
+        /// else the only one). An older task of this working tree becomes the task here.
+        #[arg(long, value_name = "TASK")]
+        task: Option<String>,
         /// The repository.
+        #[arg(long, short = 'C', value_name = "DIR")]
         dir: Option<PathBuf>,
     },
     /// Put the tree back to a checkpoint (the present is checkpointed first, so nothing is
@@ -301,6 +324,8 @@ pub enum Cmd {
 
 /// What the control subcommands share.
 const CONTROL_HELP: &str = "Acts on the task of the working tree's engine, the one every editor and terminal on it shares (started if none runs, recovering an interrupted task). Exit status: 0 done; 1 there is no task or the action does not apply now (the message says what does); 2 the engine could not be reached.";
+
+const CONTINUE_HELP: &str = "Exit status as `rein run`: 0 the turn is done; 1 the task failed or was aborted, or cannot be continued now (the message says why and what does); 2 the engine could not be reached; 3 the turn stopped for you and --wait was not given.";
 
 fn parse_json(text: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))

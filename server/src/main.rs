@@ -193,17 +193,20 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Log {
             dir,
+            task,
             transcript: true,
         } => {
-            let t = rein::control::transcript(&dir_or_here(dir)?, 0)?;
+            let (dir, task) = log_target(dir, task)?;
+            let t = rein::control::transcript(&dir, task.as_deref(), 0)?;
             if t.task_id.is_none() {
                 out!("no Rein task in this repository")?;
             }
             std::io::stdout().lock().write_all(t.to_text().as_bytes())?;
             Ok(0)
         }
-        Cmd::Log { dir, .. } => {
-            for c in rein::control::log(&dir_or_here(dir)?)? {
+        Cmd::Log { dir, task, .. } => {
+            let (dir, task) = log_target(dir, task)?;
+            for c in rein::control::log(&dir, task.as_deref())? {
                 out!(
                     "{}  step {:>3}  {:<5}  {}",
                     &c.id[..12.min(c.id.len())],
@@ -266,6 +269,15 @@ fn run(cli: Cli) -> Result<i32> {
         ),
         Cmd::Takeover { reason, task, dir } => {
             act(dir, Request::Takeover { reason }, tasks::Target::of(task))
+        }
+        Cmd::Continue {
+            text,
+            task,
+            wait,
+            dir,
+        } => {
+            init_stderr_log();
+            continue_task(&dir_or_here(dir)?, text, task, wait)
         }
         Cmd::Handback { note, task, dir } => {
             act(dir, Request::Handback { note }, tasks::Target::of(task))
@@ -490,6 +502,17 @@ async fn join(
     }
 }
 
+/// `rein log`'s repository and task: a lone argument that is no directory but has a task
+/// id's shape names the task (`rein log TASK`).
+fn log_target(dir: Option<PathBuf>, task: Option<String>) -> Result<(PathBuf, Option<String>)> {
+    match (dir, task) {
+        (Some(d), None) if !d.is_dir() && d.to_str().is_some_and(rein::control::is_task_id) => {
+            Ok((dir_or_here(None)?, d.to_str().map(str::to_owned)))
+        }
+        (dir, task) => Ok((dir_or_here(dir)?, task)),
+    }
+}
+
 /// An engine's advice, its actions named as commands of this terminal.
 fn for_terminal(advice: &Advice) -> String {
     advice.render(|a| match a {
@@ -646,6 +669,64 @@ fn run_task(
             Err(ControlError::NotNow(advice)) => anyhow::bail!("{}", for_terminal(&advice)),
             Err(e) => return Err(e.into()),
         };
+        let worktree = isolation == rein::engine::wire::Isolation::Worktree;
+        let said = match worktree {
+            true => format!(
+                "task {} started in a worktree of its own (branch rein/{}); `rein land {}` brings its work here",
+                state.task.id, state.task.id, state.task.id
+            ),
+            false => format!("task {} started in {}", state.task.id, dir.display()),
+        };
+        let task = worktree.then(|| state.task.id.clone());
+        follow_task(&remote, tx, rx, state, task, wait, &said).await
+    })
+}
+
+/// `rein continue`: the next turn of the task, followed as `rein run` follows a task.
+fn continue_task(dir: &Path, text: String, task: Option<String>, wait: bool) -> Result<i32> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (remote, _) = join(dir, tx.clone(), &mut rx).await?;
+        let state = match remote
+            .call_task(task.as_deref(), Request::Continue { text })
+            .await
+        {
+            Ok(reply) => Box::new(reply.state().clone()),
+            Err(ControlError::NotNow(advice)) => {
+                eprintln!("rein: {}", for_terminal(&advice));
+                return Ok(1);
+            }
+            Err(ControlError::BadArgument(why)) => {
+                eprintln!("rein: {why}");
+                return Ok(1);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let turn = state.turns.last().map_or(2, |t| t.n);
+        let said = format!("task {}: turn {turn} began", state.task.id);
+        // A worktree task's notices come named by it; an old task continued is the one here.
+        let here = remote.call(Request::State).await.ok();
+        let followed = match here {
+            Some(r) if r.state().task.id == state.task.id => None,
+            _ => Some(state.task.id.clone()),
+        };
+        follow_task(&remote, tx, rx, state, followed, wait, &said).await
+    })
+}
+
+/// Follows a task just started or continued until it ends or stops for the person (with
+/// `wait`, their answers read from standard input), printing a line per step.
+async fn follow_task(
+    remote: &Remote,
+    tx: tokio::sync::mpsc::UnboundedSender<Event>,
+    mut rx: Events,
+    state: Box<TaskState>,
+    task: Option<String>,
+    wait: bool,
+    said: &str,
+) -> Result<i32> {
+    {
         if wait {
             // Blocking reads belong on their own thread; it ends with the process.
             std::thread::spawn(move || {
@@ -658,10 +739,9 @@ fn run_task(
                 let _ = tx.send(Event::Line(None));
             });
         }
-        let worktree = isolation == rein::engine::wire::Isolation::Worktree;
         let mut run = Run {
-            handle: &remote,
-            task: worktree.then(|| state.task.id.clone()),
+            handle: remote,
+            task,
             seen: state.steps.len(),
             state,
             asked: None,
@@ -669,13 +749,7 @@ fn run_task(
             follow: false,
             partial: std::collections::HashMap::new(),
         };
-        let started = match worktree {
-            true => out!(
-                "task {} started in a worktree of its own (branch rein/{}); `rein land {}` brings its work here",
-                run.state.task.id, run.state.task.id, run.state.task.id
-            ),
-            false => out!("task {} started in {}", run.state.task.id, dir.display()),
-        };
+        let started = out!("{said}");
         let result = match started {
             Ok(()) => run.follow(&mut rx).await,
             Err(e) => Err(e.into()),
@@ -703,7 +777,7 @@ fn run_task(
             }
             other => other,
         }
-    })
+    }
 }
 
 /// The progress of one `rein run`.

@@ -102,7 +102,7 @@ pub fn list(dir: &Path, json: bool) -> Result<i32> {
             out!("{}", serde_json::to_string_pretty(&t)?)?;
             return Ok(0);
         }
-        if t.tasks.is_empty() {
+        if t.tasks.is_empty() && t.history.is_empty() {
             out!("no Rein task in this working tree; start one with `rein run` (add --worktree to run it beside others)")?;
             return Ok(0);
         }
@@ -130,6 +130,29 @@ pub fn list(dir: &Path, json: bool) -> Result<i32> {
                 d.task_id,
                 d.decision_id,
                 d.options.join("|")
+            )?;
+        }
+        let live: Vec<&str> = t.tasks.iter().map(|s| s.task_id.as_str()).collect();
+        let past: Vec<_> = t
+            .history
+            .iter()
+            .filter(|p| !live.contains(&p.task_id.as_str()))
+            .collect();
+        if !past.is_empty() {
+            out!("earlier tasks here, newest first (rein log --transcript --task ID; rein continue --task ID TEXT):")?;
+        }
+        for p in past {
+            let turns = match p.turns {
+                1 => String::new(),
+                n => format!(", {n} turns"),
+            };
+            out!(
+                "         {}  {:<17} {} step(s){turns}  {}{}",
+                p.task_id,
+                p.status.as_str(),
+                p.steps,
+                p.goal,
+                if p.can_continue { "" } else { "  (cannot continue)" }
             )?;
         }
         Ok(0)

@@ -1587,7 +1587,9 @@ async fn a_stray_line_after_the_handshake_is_told_once_and_the_session_goes_on()
         "{}",
         told[0]
     );
-    let text = control::transcript(root, 0).expect("transcript").to_text();
+    let text = control::transcript(root, None, 0)
+        .expect("transcript")
+        .to_text();
     assert_eq!(
         text.matches("Loading model weights").count(),
         1,
@@ -1916,7 +1918,7 @@ async fn plan_updates_words_and_tool_diffs_reach_the_state_the_handover_and_the_
     run.call(Request::Handback { note: None }).await;
     run.until("done", |s| s.status == Status::Done).await;
     // The same story, as a conversation.
-    let t = control::transcript(root, 0).expect("transcript");
+    let t = control::transcript(root, None, 0).expect("transcript");
     let text = t.to_text();
     for want in [
         "Goal: fix the answer",

@@ -1282,7 +1282,7 @@ async fn refusals_and_failures_are_kept_on_the_step_with_the_commands_output() {
     assert!(out.contains("out\n") && out.contains("err\n"), "{out:?}");
     assert_eq!(step(3).detail, None, "a read's content is not a detail");
     // The journal has the same, and the transcript reads it back.
-    let t = rein::control::transcript(root, 0).unwrap();
+    let t = rein::control::transcript(root, None, 0).unwrap();
     let text = t.to_text();
     assert!(
         text.contains("→ path \".GIT/config\" refused") && text.contains("    │ out"),

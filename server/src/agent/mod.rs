@@ -502,12 +502,28 @@ pub trait Agent: Send {
 pub struct Memory {
     /// The task's own directory: an agent may keep its conversation there (bounded).
     pub dir: Option<PathBuf>,
+    /// How many follow-up turns the conversation had begun (0 in its first turn): `skip`
+    /// counts the moves made in the latest.
+    pub turn: u32,
     /// The conversation an earlier process of the agent had (`Agent::session`).
     pub session: Option<String>,
     /// What a new conversation is opened with when the old one cannot be picked up: the
     /// handover (goal, what was done, the plan, the agent's last words, the person's
     /// changes).
     pub handover: Option<String>,
+}
+
+/// Whether an agent of this spec takes a further follow-up after `turns` of them (without
+/// starting it): a scripted agent while its plan holds one more turn; agents that talk to a
+/// model always.
+pub fn takes_turn(spec: &serde_json::Value, root: &Path, turns: u32) -> bool {
+    match spec.get("kind").and_then(|k| k.as_str()) {
+        Some("script") => {
+            ScriptAgent::from_spec(spec, root, turns, 0).is_ok_and(|a| a.can_continue())
+        }
+        Some("openai" | "acp") => true,
+        _ => false,
+    }
 }
 
 /// Builds the agent a spec names. `skip` moves are treated as already made, so an agent
@@ -527,7 +543,12 @@ pub fn build(
         )
     })?;
     match kind {
-        "script" => Ok(Box::new(ScriptAgent::from_spec(spec, root, skip)?)),
+        "script" => Ok(Box::new(ScriptAgent::from_spec(
+            spec,
+            root,
+            memory.turn,
+            skip,
+        )?)),
         "openai" => Ok(Box::new(openai::OpenAiAgent::from_spec(spec, skip)?)),
         "acp" => Ok(Box::new(
             acp::AcpAgent::from_spec(spec, root, skip, sandbox)?.remember(memory),

@@ -1,6 +1,8 @@
 //! The scripted agent: plays a JSON plan of moves, one per step, each after an optional
 //! `think_ms` delay that stands in for a model call (and that an interrupt cuts short).
-//! It is the built-in default used by the demo and the tests.
+//! It is the built-in default used by the demo and the tests. A plan may hold further
+//! `turns`, each played at one follow-up of the person's, so a conversation is testable
+//! without a model.
 
 use std::path::Path;
 use std::time::Duration;
@@ -20,19 +22,31 @@ struct Scripted {
 /// An agent that plays a fixed list of moves.
 #[derive(Debug, Clone)]
 pub struct ScriptAgent {
+    /// Every turn's moves, one after the other.
     steps: Vec<Scripted>,
+    /// Where each follow-up turn begins in `steps`, in order.
+    turn_starts: Vec<usize>,
+    /// The turn being played (0: the first).
+    turn: usize,
     cursor: usize,
 }
 
 impl ScriptAgent {
     /// Builds from `{"kind": "script", "plan": PATH}` (relative to `root`) or
-    /// `{"kind": "script", "steps": [...]}`, skipping the first `skip` moves.
-    pub fn from_spec(spec: &serde_json::Value, root: &Path, skip: u32) -> Result<Self, AgentError> {
+    /// `{"kind": "script", "steps": [...], "turns": [[...]]}`, at follow-up `turn` (0: the
+    /// first turn) with its first `skip` moves already made.
+    pub fn from_spec(
+        spec: &serde_json::Value,
+        root: &Path,
+        turn: u32,
+        skip: u32,
+    ) -> Result<Self, AgentError> {
         let (origin, doc) = if let Some(steps) = spec.get("steps") {
-            (
-                "inline steps".to_owned(),
-                serde_json::json!({ "steps": steps }),
-            )
+            let mut doc = serde_json::json!({ "steps": steps });
+            if let Some(turns) = spec.get("turns") {
+                doc["turns"] = turns.clone();
+            }
+            ("inline steps".to_owned(), doc)
         } else if let Some(plan) = spec.get("plan").and_then(|p| p.as_str()) {
             let path = root.join(plan);
             let text = std::fs::read_to_string(&path).map_err(|e| AgentError::Script {
@@ -51,31 +65,74 @@ impl ScriptAgent {
         };
         let mut agent =
             Self::parse(&doc).map_err(|why| AgentError::Script { path: origin, why })?;
-        agent.cursor = (skip as usize).min(agent.steps.len());
+        agent.turn = (turn as usize).min(agent.turn_starts.len());
+        agent.cursor = (agent.turn_start() + skip as usize).min(agent.turn_end());
         Ok(agent)
     }
 
-    /// Parses `{"steps": [...]}`.
+    /// Parses `{"steps": [...], "turns": [[...], ...]}`.
     fn parse(doc: &serde_json::Value) -> Result<Self, String> {
-        let steps = doc
+        let first = doc
             .get("steps")
             .and_then(|s| s.as_array())
             .ok_or("expected an object with a \"steps\" array")?;
-        // The plan each step's `item` names an item of: the latest `plan` step before it.
+        let turns = match doc.get("turns") {
+            None => Vec::new(),
+            Some(t) => t
+                .as_array()
+                .ok_or("\"turns\" takes a list of turns, each a list of steps like \"steps\"")?
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    t.as_array().ok_or(format!(
+                        "turn {}: a turn is a list of steps like \"steps\"",
+                        i + 2
+                    ))
+                })
+                .collect::<Result<Vec<_>, String>>()?,
+        };
+        // The plan each step's `item` names an item of: the latest `plan` step before it,
+        // in this turn or an earlier one (the plan carries over).
         let mut plan: Option<Vec<String>> = None;
-        let steps = steps
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let step =
-                    parse_step(s, plan.as_deref()).map_err(|e| format!("step {}: {e}", i + 1))?;
+        let mut steps = Vec::new();
+        let mut turn_starts = Vec::new();
+        for (t, list) in std::iter::once(first).chain(turns).enumerate() {
+            if t > 0 {
+                turn_starts.push(steps.len());
+            }
+            for (i, s) in list.iter().enumerate() {
+                let step = parse_step(s, plan.as_deref()).map_err(|e| match t {
+                    0 => format!("step {}: {e}", i + 1),
+                    t => format!("turn {}, step {}: {e}", t + 1, i + 1),
+                })?;
                 if let Move::Plan(items) = &step.mv {
                     plan = Some(items.iter().map(|p| p.text.clone()).collect());
                 }
-                Ok(step)
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        Ok(ScriptAgent { steps, cursor: 0 })
+                steps.push(step);
+            }
+        }
+        Ok(ScriptAgent {
+            steps,
+            turn_starts,
+            turn: 0,
+            cursor: 0,
+        })
+    }
+
+    /// Where the turn being played begins in `steps`.
+    fn turn_start(&self) -> usize {
+        match self.turn {
+            0 => 0,
+            t => self.turn_starts[t - 1],
+        }
+    }
+
+    /// Where the turn being played ends: the next turn's start, or the plan's end.
+    fn turn_end(&self) -> usize {
+        self.turn_starts
+            .get(self.turn)
+            .copied()
+            .unwrap_or(self.steps.len())
     }
 }
 
@@ -314,7 +371,11 @@ fn plan_item(v: &serde_json::Value, plan: Option<&[String]>) -> Result<String, S
 impl Agent for ScriptAgent {
     fn next_move<'a>(&'a mut self, _ctx: &'a Context) -> MoveFuture<'a> {
         Box::pin(async move {
-            let Some(next) = self.steps.get(self.cursor).cloned() else {
+            // A turn's moves end at the next turn's: that one waits for a follow-up.
+            let next = (self.cursor < self.turn_end())
+                .then(|| self.steps.get(self.cursor).cloned())
+                .flatten();
+            let Some(next) = next else {
                 return Err(AgentError::Exhausted);
             };
             if !next.think.is_zero() {
@@ -330,11 +391,34 @@ impl Agent for ScriptAgent {
     }
 
     fn remaining(&self) -> Option<u32> {
-        Some((self.steps.len() - self.cursor) as u32)
+        Some(self.turn_end().saturating_sub(self.cursor) as u32)
+    }
+
+    fn follow_up(&mut self, _text: &str, _report: Option<&str>) -> Result<(), AgentError> {
+        // A turn cut short (an abort) is left where it was: the follow-up is the next one.
+        match self.turn_starts.get(self.turn).copied() {
+            Some(t) => {
+                self.turn += 1;
+                self.cursor = t;
+                Ok(())
+            }
+            None => Err(AgentError::Spec(format!(
+                "the scripted agent's plan has no further turn (it holds {} follow-up turn(s), all played); add one to its \"turns\"",
+                self.turn_starts.len()
+            ))),
+        }
+    }
+
+    fn can_continue(&self) -> bool {
+        self.turn < self.turn_starts.len()
     }
 
     fn upcoming(&self) -> Upcoming {
-        match self.steps.get(self.cursor) {
+        match self
+            .steps
+            .get(self.cursor)
+            .filter(|_| self.cursor < self.turn_end())
+        {
             Some(next) => Upcoming {
                 words: next.words.clone(),
                 next: Some(next.mv.describe()),
@@ -353,6 +437,7 @@ mod tests {
         ScriptAgent::from_spec(
             &json!({"kind": "script", "steps": steps}),
             Path::new("."),
+            0,
             0,
         )
     }
@@ -460,10 +545,86 @@ mod tests {
         let a = ScriptAgent::from_spec(
             &json!({"kind": "script", "steps": [{"read": "a"}, {"read": "b"}, {"finish": "f"}]}),
             Path::new("."),
+            0,
             2,
         )
         .unwrap();
         assert_eq!(a.remaining(), Some(1));
+    }
+
+    fn moves_of_turn(a: &mut ScriptAgent) -> Vec<Move> {
+        let ctx = Context::default();
+        let mut moves = vec![];
+        while let Ok(p) =
+            futures_lite_block(a.next_move(&ctx)).expect("a scripted move never waits long")
+        {
+            moves.push(p.mv);
+        }
+        moves
+    }
+
+    /// Runs a future to its end on a runtime of its own (these moves have no think time).
+    fn futures_lite_block<T>(f: impl std::future::Future<Output = T>) -> Option<T> {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .ok()
+            .map(|rt| rt.block_on(f))
+    }
+
+    #[test]
+    fn each_follow_up_plays_the_next_turn_and_no_more() {
+        let spec = json!({"kind": "script",
+            "steps": [{"plan": ["fix a"]}, {"write": {"path": "a", "content": "1"}, "item": 1}, {"finish": "one"}],
+            "turns": [[{"write": {"path": "b", "content": "2"}, "item": "fix a"}, {"finish": "two"}], [{"finish": "three"}]]});
+        let mut a = ScriptAgent::from_spec(&spec, Path::new("."), 0, 0).unwrap();
+        assert_eq!(a.remaining(), Some(3));
+        assert_eq!(
+            moves_of_turn(&mut a).len(),
+            3,
+            "the first turn stops at its finish"
+        );
+        assert!(a.can_continue());
+        a.follow_up("now b", None).unwrap();
+        assert_eq!(a.remaining(), Some(2));
+        let second = moves_of_turn(&mut a);
+        assert_eq!(second.last(), Some(&Move::Finish("two".into())));
+        a.follow_up("and then", Some("report")).unwrap();
+        assert_eq!(moves_of_turn(&mut a), vec![Move::Finish("three".into())]);
+        assert!(!a.can_continue());
+        let err = a.follow_up("more", None).unwrap_err().to_string();
+        assert!(err.contains("no further turn"), "{err}");
+    }
+
+    #[test]
+    fn a_follow_up_after_a_turn_cut_short_starts_the_next_turn() {
+        let spec = json!({"kind": "script",
+            "steps": [{"read": "a"}, {"read": "b"}, {"finish": "one"}],
+            "turns": [[{"read": "c"}, {"finish": "two"}]]});
+        let mut a = ScriptAgent::from_spec(&spec, Path::new("."), 0, 1).unwrap();
+        a.follow_up("go on", None).unwrap();
+        assert_eq!(
+            moves_of_turn(&mut a),
+            vec![Move::Read { path: "c".into() }, Move::Finish("two".into())]
+        );
+        // Rebuilt after a restart in the second turn, one move into it.
+        let mut b = ScriptAgent::from_spec(&spec, Path::new("."), 1, 1).unwrap();
+        assert_eq!(moves_of_turn(&mut b), vec![Move::Finish("two".into())]);
+    }
+
+    #[test]
+    fn a_bad_turn_is_named_by_its_number() {
+        let spec =
+            json!({"kind": "script", "steps": [{"finish": "one"}], "turns": [[{"jump": 1}]]});
+        let err = ScriptAgent::from_spec(&spec, Path::new("."), 0, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("turn 2, step 1"), "{err}");
+        let spec = json!({"kind": "script", "steps": [], "turns": [{"read": "a"}]});
+        let err = ScriptAgent::from_spec(&spec, Path::new("."), 0, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a turn is a list of steps"), "{err}");
     }
 
     #[test]
@@ -534,6 +695,7 @@ mod tests {
         let err = ScriptAgent::from_spec(
             &json!({"kind": "script", "plan": "nope.json"}),
             Path::new("/nonexistent"),
+            0,
             0,
         )
         .unwrap_err()

@@ -46,10 +46,16 @@ impl Engine {
         made
     }
 
-    /// Abort: removes each directory the agent's commands made that is empty now, deepest
-    /// first. Returns how many it removed.
-    pub(super) fn remove_dirs_commands_made(&mut self) -> usize {
-        let mut dirs: Vec<MadeDir> = self.state().made_dirs.clone();
+    /// Abort: removes each directory the agent's commands made from step `from` on that is
+    /// empty now, deepest first. Returns how many it removed.
+    pub(super) fn remove_dirs_commands_made(&mut self, from: u32) -> usize {
+        let mut dirs: Vec<MadeDir> = self
+            .state()
+            .made_dirs
+            .iter()
+            .filter(|d| d.at_step >= from)
+            .cloned()
+            .collect();
         dirs.sort_by_key(|d| std::cmp::Reverse(Path::new(&d.path).components().count()));
         let mut removed = 0;
         for d in dirs {

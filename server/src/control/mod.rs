@@ -10,6 +10,7 @@ mod authorship;
 mod commands;
 mod gate;
 mod handover;
+mod history;
 mod human;
 mod ignored;
 mod made_dirs;
@@ -22,6 +23,7 @@ mod submodules;
 mod tools;
 mod transcript;
 mod transitions;
+mod turns;
 mod uncheckpointed;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -35,6 +37,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use crate::exec::SandboxMode;
 pub use advice::{Advice, UserAction};
 pub use handover::{FileStat, Handover, HandoverNext, HandoverPlan, HandoverWords};
+pub use history::{history, load_task, make_current, PastTask, HISTORY_LIMIT};
 pub use output::{OutputChunk, OutputExit, OutputState};
 pub use transcript::{transcript, Entry, Transcript};
 
@@ -92,6 +95,12 @@ pub enum Request {
         source: ConstraintSource,
         /// Cut the in-flight step (rolled back to the last checkpoint) first.
         urgent: bool,
+    },
+    /// The person's follow-up once the agent finished (or the task was aborted or failed):
+    /// the next turn of the same conversation.
+    Continue {
+        /// What the agent should do next.
+        text: String,
     },
     /// Stop and discard the agent's changes (or keep them all with `keep_changes`).
     Abort {
@@ -897,8 +906,11 @@ fn reopen(
         landed = engine.settle_write_intent();
     }
     // Built once the in-flight write is settled: a write that landed is a move made.
-    let skip = engine.state().agent_moves;
+    let turn = engine.state().turns.last();
+    let skip = engine.state().agent_moves
+        - turn.map_or(0, |t| t.moves_before.min(engine.state().agent_moves));
     let memory = agent::Memory {
+        turn: engine.state().turns.len() as u32,
         dir: Some(engine.store.dir().to_owned()),
         session: engine.state().agent_session.clone(),
         handover: Some(engine.agent_handover()),
@@ -986,12 +998,13 @@ pub fn load(workdir: &Path) -> Result<Option<TaskState>, ControlError> {
     }
 }
 
-/// The current task's checkpoints, newest first.
-pub fn log(workdir: &Path) -> Result<Vec<CheckpointInfo>, ControlError> {
-    let Some(s) = load(workdir)? else {
-        return Err(ControlError::NotNow(
-            "there is no Rein task in this repository".into(),
-        ));
+/// The checkpoints of task `task` (else the current task), newest first.
+pub fn log(workdir: &Path, task: Option<&str>) -> Result<Vec<CheckpointInfo>, ControlError> {
+    let s = match task {
+        Some(id) => load_task(workdir, id)?,
+        None => load(workdir)?.ok_or_else(|| {
+            ControlError::NotNow("there is no Rein task in this repository".into())
+        })?,
     };
     let root = checkpoint::workdir_root(workdir)?;
     // An engine may be running this task: a reader must not touch its private index.

@@ -201,6 +201,20 @@ pub enum Entry {
         /// What happened, in one line.
         text: String,
     },
+    /// The person's follow-up: a new turn of the conversation began.
+    Turn {
+        /// When.
+        at: Option<String>,
+        /// Its number (the goal is turn 1).
+        turn: u32,
+        /// What the person asked.
+        text: String,
+        /// The turn's first step.
+        step: u32,
+        /// What the person changed since the agent's last turn, as the agent was told.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        report: Option<String>,
+    },
     /// The task ended.
     End {
         /// When.
@@ -212,12 +226,20 @@ pub enum Entry {
     },
 }
 
-/// The transcript of the current task of the repository containing `workdir`, from the
-/// `since`-th entry on, read from its files (no engine needed).
-pub fn transcript(workdir: &Path, since: usize) -> Result<Transcript, ControlError> {
+/// The transcript of task `task` (else the current task) of the repository containing
+/// `workdir`, from the `since`-th entry on, read from its files (no engine needed).
+pub fn transcript(
+    workdir: &Path,
+    task: Option<&str>,
+    since: usize,
+) -> Result<Transcript, ControlError> {
     let root = checkpoint::workdir_root(workdir)?;
     let git_dir = checkpoint::git_dir(&root)?;
-    let Some(id) = StateStore::current(&git_dir)? else {
+    let id = match task {
+        Some(t) => Some(t.to_owned()),
+        None => StateStore::current(&git_dir)?,
+    };
+    let Some(id) = id else {
         return Ok(Transcript {
             task_id: None,
             entries: Vec::new(),
@@ -515,11 +537,21 @@ fn build(
             "aborted" => out.push(Entry::End {
                 at: at.clone(),
                 status: Status::Aborted,
-                text: s
-                    .stop_reason
-                    .clone()
-                    .filter(|_| s.status == Status::Aborted)
+                // Older journals did not say why: then the state's reason, if it is this one.
+                text: text(&d, "why")
+                    .or_else(|| {
+                        s.stop_reason
+                            .clone()
+                            .filter(|_| s.status == Status::Aborted && s.turns.is_empty())
+                    })
                     .unwrap_or_else(|| "aborted by you".into()),
+            }),
+            "continued" => out.push(Entry::Turn {
+                at: at.clone(),
+                turn: number(&d, "turn").unwrap_or(2),
+                text: text(&d, "text").unwrap_or_default(),
+                step: number(&d, "step").unwrap_or(0),
+                report: text(&d, "report"),
             }),
             "failed" => out.push(Entry::End {
                 at: at.clone(),
@@ -732,6 +764,14 @@ impl Transcript {
                 }
                 Entry::End { status, text, .. } => {
                     let _ = writeln!(t, "■ {}: {text}", status.as_str());
+                }
+                Entry::Turn {
+                    turn, text, report, ..
+                } => {
+                    let _ = writeln!(t, "\nTurn {turn}: {text}");
+                    if let Some(r) = report {
+                        t.push_str(&indent(r, "    (told the agent) "));
+                    }
                 }
             }
         }

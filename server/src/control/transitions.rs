@@ -181,6 +181,7 @@ impl Engine {
                 source,
                 urgent,
             } => self.steer(text, location, source, urgent, phase),
+            Request::Continue { text } => (self.follow_up(&text), Flow::Continue),
             Request::Abort { keep_changes } => (self.abort(keep_changes), Flow::Continue),
             Request::Takeover { reason } => (self.takeover(reason), Flow::Continue),
             Request::Handback { note } => (self.handback(note), Flow::Continue),
@@ -484,13 +485,28 @@ impl Engine {
         let mut kept = Vec::new();
         let mut in_git = Vec::new();
         let mut dirs = 0;
+        // A follow-up turn's abort takes back that turn only: what earlier turns did was
+        // finished work the person went on from.
+        let turn = self.current_turn();
         if !keep_changes {
-            let undone = self.revert_agent_changes(None)?;
+            let from = turn.as_ref().map(|(_, _, ckpt)| ckpt.as_str());
+            let undone = self.revert_agent_changes(from)?;
             (reverted, left, kept) = (undone.files, undone.left, undone.kept);
-            let ignored = self.revert_ignored();
-            reverted += ignored.files;
-            left.extend(ignored.left);
-            dirs = self.remove_dirs_commands_made();
+            match from {
+                None => {
+                    let ignored = self.revert_ignored();
+                    reverted += ignored.files;
+                    left.extend(ignored.left);
+                }
+                Some(from) => {
+                    let from = from.to_owned();
+                    match self.rewind_ignored(&from) {
+                        Ok(paths) => reverted += paths.len(),
+                        Err(e) => left.push((String::new(), e.to_string())),
+                    }
+                }
+            }
+            dirs = self.remove_dirs_commands_made(turn.as_ref().map_or(0, |(_, from, _)| *from));
             in_git = undone.in_git;
             let snap = self.ckpt.snapshot(SnapshotMeta {
                 step: n,
@@ -500,12 +516,15 @@ impl Engine {
             self.tip = Some(snap.id);
         }
         let task = self.state().task.id.clone();
-        let mut why = if keep_changes {
-            format!("aborted by the user; the agent's changes were kept (attempt at refs/rein/{task}/aborted)")
-        } else {
-            format!(
+        let mut why = match (&turn, keep_changes) {
+            (None, true) => format!("aborted by the user; the agent's changes were kept (attempt at refs/rein/{task}/aborted)"),
+            (None, false) => format!(
                 "aborted by the user; the agent's changes were removed from {reverted} file(s), yours kept (attempt at refs/rein/{task}/aborted)"
-            )
+            ),
+            (Some((n, _, _)), true) => format!("turn {n} aborted by the user; the agent's changes were kept (attempt at refs/rein/{task}/aborted)"),
+            (Some((n, _, _)), false) => format!(
+                "turn {n} aborted by the user; the agent's changes in this turn were removed from {reverted} file(s), the earlier turns' work and yours kept (attempt at refs/rein/{task}/aborted)"
+            ),
         };
         if dirs > 0 {
             why.push_str(&format!(
@@ -524,7 +543,13 @@ impl Engine {
             why.push_str(&told);
         }
         let mut unattributed: Vec<String> = Vec::new();
-        for u in &self.state().unattributed_changes {
+        let turn_from = turn.as_ref().map_or(0, |(_, from, _)| *from);
+        for u in self
+            .state()
+            .unattributed_changes
+            .iter()
+            .filter(|u| u.at_step >= turn_from)
+        {
             if !unattributed.contains(&u.path) {
                 unattributed.push(u.path.clone());
             }
@@ -543,6 +568,7 @@ impl Engine {
             .state()
             .unrecorded_ignored
             .iter()
+            .filter(|u| u.at_step >= turn_from)
             .map(|u| u.path.clone())
             .collect();
         if !unrecorded.is_empty() && !keep_changes {
@@ -597,7 +623,7 @@ impl Engine {
         super::journal(
             &self.store,
             "aborted",
-            serde_json::json!({ "keepChanges": keep_changes, "attempt": snap.id, "notReverted": left }),
+            serde_json::json!({ "keepChanges": keep_changes, "attempt": snap.id, "notReverted": left, "turn": turn.map(|(n, _, _)| n), "why": self.state().stop_reason }),
         );
         self.signal_agent(crate::agent::Interrupt::Abort);
         Ok(Reply::State(self.boxed_state()))

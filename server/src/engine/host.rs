@@ -21,6 +21,7 @@ use super::EngineError;
 use crate::control::{self, Advice, ControlError, Handle, Notice, Reply, Request, UserAction};
 use crate::state::{Status, TaskState};
 
+mod past;
 mod workers;
 
 /// How long an engine waits alone by default before acting on `engine.whenAlone`.
@@ -203,6 +204,8 @@ struct Host {
     first_seen: HashMap<(String, String), String>,
     /// The tasks last sent to clients (None: none sent, or no worktree task then).
     announced: Option<super::wire::Tasks>,
+    /// The settings the latest client gave: an old task continued runs under them.
+    settings: Option<Settings>,
 }
 
 impl Host {
@@ -226,6 +229,7 @@ impl Host {
             overlaps: Default::default(),
             first_seen: HashMap::new(),
             announced: None,
+            settings: None,
         }
     }
 
@@ -461,7 +465,8 @@ impl Host {
             }
             Ask::All(req) => self.all(client, id, req),
             Ask::Tasks => {
-                let tasks = self.tasks();
+                let mut tasks = self.tasks();
+                tasks.history = self.history();
                 self.answer(client, id, Ok(Answer::Tasks(tasks)));
             }
             Ask::Land {
@@ -510,6 +515,7 @@ impl Host {
     }
 
     fn take_lifetime(&mut self, settings: &Settings) {
+        self.settings = Some(settings.clone());
         self.when_alone = settings.when_alone;
         self.grace = settings
             .grace_ms

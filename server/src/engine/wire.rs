@@ -245,6 +245,10 @@ pub struct Tasks {
     pub tasks: Vec<TaskSummary>,
     /// The open decisions of every task, oldest first.
     pub decisions: Vec<QueuedDecision>,
+    /// Every task of the working tree, ended ones included, newest first: only in the
+    /// answer to `Ask::Tasks` (the notification stays small).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<crate::control::PastTask>,
 }
 
 /// One task, in a few fields that cost the same at step 10 and step 10,000.

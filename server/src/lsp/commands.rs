@@ -21,6 +21,7 @@ pub const COMMANDS: &[&str] = &[
     "rein.abort",
     "rein.takeover",
     "rein.handback",
+    "rein.continue",
     "rein.decide",
     "rein.release",
     "rein.rewind",
@@ -164,7 +165,11 @@ impl Server {
             "rein.state" => {
                 if self.engine.is_none() && self.tasks.is_none() {
                     let root = self.root.clone().map_err(bad)?;
-                    let state = control::load(&root).map_err(|e| to_rpc(e, self.editor))?;
+                    let state = match super::tasks::task_arg(args, command)? {
+                        Some(task) => control::load_task(&root, &task).map(Some),
+                        None => control::load(&root),
+                    }
+                    .map_err(|e| to_rpc(e, self.editor))?;
                     self.respond(id, Ok(json!({ "state": state })));
                     return Ok(None);
                 }
@@ -180,7 +185,9 @@ impl Server {
                 };
                 if self.engine.is_none() && self.tasks.is_none() {
                     let root = self.root.clone().map_err(bad)?;
-                    let t = control::transcript(&root, since).map_err(|e| to_rpc(e, self.editor))?;
+                    let task = super::tasks::task_arg(args, command)?;
+                    let t = control::transcript(&root, task.as_deref(), since)
+                        .map_err(|e| to_rpc(e, self.editor))?;
                     self.respond(id, Ok(json!(t)));
                     return Ok(None);
                 }
@@ -224,6 +231,9 @@ impl Server {
             },
             "rein.handback" => Request::Handback {
                 note: text_arg(args, command, "note", false)?,
+            },
+            "rein.continue" => Request::Continue {
+                text: text_arg(args, command, "text", true)?.unwrap_or_default(),
             },
             "rein.decide" => Request::Decide {
                 decision_id: text_arg(args, command, "decisionId", true)?.unwrap_or_default(),

@@ -157,6 +157,10 @@ pub struct Turn {
     pub from_step: u32,
     /// The checkpoint it began from: aborting the turn takes back only what came after.
     pub checkpoint: Option<String>,
+    /// The agent's moves before it (`agentMoves` then): an agent rebuilt later counts its
+    /// moves in the turn from here.
+    #[serde(default)]
+    pub moves_before: u32,
 }
 
 impl TaskState {

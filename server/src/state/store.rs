@@ -198,6 +198,13 @@ impl StateStore {
         write_atomic(&path, name.as_bytes())
     }
 
+    /// Makes the existing task `id` the repository's current task.
+    pub fn make_current(git_dir: &Path, id: &str) -> Result<(), StateError> {
+        let store = Self::open(git_dir, id)?;
+        let current = Self::rein_dir(git_dir).join("current");
+        write_atomic(&current, store.state.task.id.as_bytes())
+    }
+
     /// Opens an existing task.
     pub fn open(git_dir: &Path, id: &str) -> Result<Self, StateError> {
         if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') {

@@ -368,7 +368,11 @@ impl Host {
             .map(|d| (d.task_id.clone(), d.decision_id.clone()))
             .collect();
         self.first_seen.retain(|k, _| open.contains(k));
-        Tasks { tasks, decisions }
+        Tasks {
+            tasks,
+            decisions,
+            history: Vec::new(),
+        }
     }
 
     /// Sends every client the tasks, when they changed and there are worktree tasks (or were).
@@ -439,13 +443,8 @@ impl Host {
             }
         }
         let Some(w) = self.workers.get_mut(&task) else {
-            return self.answer(
-                client,
-                id,
-                Err(ControlError::BadArgument(format!(
-                    "no task {task} in this working tree; `rein tasks` lists them"
-                ))),
-            );
+            // Not live here: one of the working tree's past tasks, or none.
+            return self.past_task(client, id, task, req);
         };
         // Asked again: its engine starts (recovering the task) as the request goes out.
         w.stopped = false;
