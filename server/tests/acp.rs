@@ -2855,7 +2855,7 @@ async fn an_agent_that_cannot_resume_gets_the_handover_and_the_transcript_says_s
         note.contains("neither `session/resume` nor `session/load`") && note.contains("handover"),
         "{note}"
     );
-    let transcript = control::transcript(root, 0)
+    let transcript = control::transcript(root, None, 0)
         .expect("a transcript")
         .to_text();
     assert!(
@@ -2885,4 +2885,150 @@ async fn a_session_the_agent_will_not_load_is_replaced_by_a_new_one_with_the_han
         "{:#?}",
         s.steps
     );
+}
+
+/// Turn 1 ends with "done one" after a write; a second process ends its turn with "done two".
+fn two_turns(more: Value) -> Scenario {
+    let mut doc = json!({
+        "sessions": [
+            [[{"write": {"path": "a.txt", "content": "b\n"}}, {"say": "done one"}]],
+            [[{"say": "done two"}]]
+        ]
+    });
+    if let (Some(d), Some(m)) = (doc.as_object_mut(), more.as_object()) {
+        d.extend(m.clone());
+    }
+    scenario(doc)
+}
+
+/// Continues a finished task with `text` and runs the turn to its end.
+async fn follow_up(run: &mut Run, text: &str) -> rein::state::TaskState {
+    run.call(Request::Continue { text: text.into() }).await;
+    run.until("the follow-up done", |s| {
+        s.status == Status::Done && !s.turns.is_empty()
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_reaches_the_same_session_with_the_persons_changes() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = two_turns(json!({"load_session": true, "replay": [{"say": "turn one again"}]}));
+    let mut run = start_acp(root, &sc);
+    let s = run.until("turn 1 done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("done one"));
+    assert_eq!(s.agent_session.as_deref(), Some("test-session"));
+    write(root, "notes.md", "mine\n");
+    let s = follow_up(&mut run, "now also write the notes").await;
+    assert_eq!(s.summary.as_deref(), Some("done two"));
+    let loads = sc.of("load");
+    assert_eq!(loads.len(), 1, "{:#?}", sc.events());
+    assert_eq!(loads[0]["session"], "test-session");
+    assert_eq!(sc.of("session").len(), 1, "no new session");
+    let prompts = sc.of("prompt");
+    assert_eq!(prompts.len(), 2);
+    let asked = prompts[1]["text"].as_str().expect("prompt text");
+    assert!(
+        asked.contains("now also write the notes") && asked.contains("notes.md"),
+        "the follow-up, after what the person changed: {asked}"
+    );
+    assert!(
+        !asked.contains("fix the answer") && !asked.contains("You worked on this task before"),
+        "the session knows the task: {asked}"
+    );
+    assert!(
+        !s.steps
+            .iter()
+            .any(|st| st.message.as_deref() == Some("turn one again")),
+        "{:#?}",
+        s.steps
+    );
+    assert_eq!(s.agent_session.as_deref(), Some("test-session"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_to_an_agent_that_cannot_resume_tells_it_the_earlier_turns() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = two_turns(json!({}));
+    let mut run = start_acp(root, &sc);
+    run.until("turn 1 done", |s| s.status == Status::Done).await;
+    let s = follow_up(&mut run, "now also write the notes").await;
+    assert_eq!(
+        sc.of("session").len(),
+        2,
+        "a new session: {:#?}",
+        sc.events()
+    );
+    let prompts = sc.of("prompt");
+    let first = prompts[1]["text"].as_str().expect("prompt text");
+    for said in [
+        "fix the answer",
+        "you were asked: fix the answer",
+        "you ended saying: done one",
+        "now asks you to go on with this:\nnow also write the notes",
+    ] {
+        assert!(first.contains(said), "{said:?} missing from {first}");
+    }
+    assert!(
+        s.steps
+            .iter()
+            .filter_map(|st| st.detail.as_deref())
+            .any(|d| d.contains("could not pick up its earlier session")),
+        "{:#?}",
+        s.steps
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_task_continued_after_a_restart_gets_the_handover_when_its_agent_cannot_resume() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = two_turns(json!({}));
+    let mut run = start_acp(root, &sc);
+    run.until("turn 1 done", |s| s.status == Status::Done).await;
+    run.call(Request::Shutdown).await;
+    drop(run);
+    let (notify, notices) = channel();
+    let (handle, state) = control::recover(root, test_config(), notify)
+        .expect("recovers")
+        .expect("a task");
+    let mut run = Run::new(handle, notices, state, root.to_owned());
+    let s = follow_up(&mut run, "now also write the notes").await;
+    assert_eq!(s.summary.as_deref(), Some("done two"));
+    let prompts = sc.of("prompt");
+    let first = prompts[1]["text"].as_str().expect("prompt text");
+    for said in [
+        "The task's goal: fix the answer",
+        "(you) write a.txt",
+        "Your last words:\n> done one",
+        "now also write the notes",
+    ] {
+        assert!(first.contains(said), "{said:?} missing from {first}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_after_an_abort_picks_the_session_up() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let sc = two_processes(json!({"resume_session": true}));
+    let mut run = start_acp(root, &sc);
+    run.until("the session saved with a step", |s| {
+        s.agent_session.is_some()
+    })
+    .await;
+    run.call(Request::Abort {
+        keep_changes: false,
+    })
+    .await;
+    let s = follow_up(&mut run, "try again, smaller").await;
+    assert_eq!(s.summary.as_deref(), Some("picked up"));
+    let resumes = sc.of("resume");
+    assert_eq!(resumes.len(), 1, "{:#?}", sc.events());
+    assert_eq!(resumes[0]["session"], "test-session");
+    let prompts = sc.of("prompt");
+    let asked = prompts[1]["text"].as_str().expect("prompt text");
+    assert!(asked.ends_with("try again, smaller"), "{asked}");
 }
