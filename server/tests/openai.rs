@@ -785,7 +785,7 @@ async fn a_silent_server_times_out_with_a_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_restart_the_model_starts_afresh_and_is_told_so() {
+async fn after_a_restart_the_model_goes_on_with_its_earlier_messages() {
     let dir = repo(&[("src/lib.rs", BUGGY)]);
     let root = dir.path();
     let mock = Mock::new(vec![
@@ -815,11 +815,100 @@ async fn after_a_restart_the_model_starts_afresh_and_is_told_so() {
     run.call(Request::Resume).await;
     run.until("done", |s| s.status == Status::Done).await;
     assert_eq!(mock.count(), 3);
-    let fresh = mock.messages(2);
-    assert_eq!(fresh.len(), 2, "a new conversation: {fresh:#?}");
-    let system = fresh[0]["content"].as_str().unwrap();
-    assert!(system.contains("interrupted and resumed"), "{system}");
-    assert!(system.contains("1 moves were made"), "{system}");
+    let again = mock.messages(2);
+    assert_eq!(
+        again[..2],
+        mock.messages(0)[..],
+        "the same conversation: {again:#?}"
+    );
+    let system = again[0]["content"].as_str().unwrap();
+    assert!(!system.contains("interrupted and resumed"), "{system}");
+    assert!(
+        again[2]["tool_calls"][0]["id"] == "call_read",
+        "its read call: {again:#?}"
+    );
+    let cut = result_for(&again, "call_read");
+    assert!(
+        cut.contains("Rein stopped before this call's result"),
+        "{cut}"
+    );
+    let last = again.last().unwrap()["content"].as_str().unwrap();
+    assert!(last.contains("Rein was restarted"), "{last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continued_task_asks_the_model_with_its_earlier_messages() {
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let mock = Mock::new(vec![
+        Reply::Sse("read_lib.sse"),
+        Reply::Sse("finish.sse"),
+        Reply::Sse("finish.sse"),
+        Reply::Sse("finish.sse"),
+    ])
+    .await;
+    let mut run = start_with(root, &mock.base_url(), json!({}));
+    run.until("turn 1 done", |s| s.status == Status::Done).await;
+    assert_eq!(mock.count(), 2);
+    write(root, "NOTES.md", "mine\n");
+    run.call(Request::Continue {
+        text: "now add a test".into(),
+    })
+    .await;
+    run.until("turn 2 done", |s| {
+        s.status == Status::Done && s.turns.len() == 1
+    })
+    .await;
+    assert_eq!(mock.count(), 3);
+    let turn1 = mock.messages(1);
+    let turn2 = mock.messages(2);
+    assert_eq!(
+        turn2[..turn1.len()],
+        turn1[..],
+        "turn 2 goes on from turn 1's messages: {turn2:#?}"
+    );
+    assert!(
+        result_for(&turn2, "call_read").contains("41"),
+        "the file it read"
+    );
+    assert!(
+        result_for(&turn2, "call_finish").contains("turn ended here"),
+        "{turn2:#?}"
+    );
+    let asked: Vec<&str> = turn2[turn1.len()..]
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    let asked = asked.join("\n");
+    assert!(
+        asked.contains("NOTES.md") && asked.contains("now add a test"),
+        "the person's change and their follow-up: {asked}"
+    );
+
+    // After a restart, the old task's next follow-up still has all of it.
+    run.call(Request::Shutdown).await;
+    drop(run);
+    let (notify, notices) = channel();
+    let (handle, state) = control::recover(root, test_config(), notify)
+        .expect("recovers")
+        .expect("a task");
+    let mut run = Run::new(handle, notices, state, root.to_owned());
+    run.call(Request::Continue {
+        text: "and a changelog line".into(),
+    })
+    .await;
+    run.until("turn 3 done", |s| {
+        s.status == Status::Done && s.turns.len() == 2
+    })
+    .await;
+    let turn3 = mock.messages(3);
+    assert_eq!(turn3[..turn1.len()], turn1[..], "{turn3:#?}");
+    let text = serde_json::to_string(&turn3).unwrap();
+    assert!(
+        text.contains("now add a test") && text.contains("and a changelog line"),
+        "{turn3:#?}"
+    );
 }
 
 /// A command the sandbox denied (the real kernel): the person is asked whether to run it

@@ -549,7 +549,9 @@ pub fn build(
             memory.turn,
             skip,
         )?)),
-        "openai" => Ok(Box::new(openai::OpenAiAgent::from_spec(spec, skip)?)),
+        "openai" => Ok(Box::new(
+            openai::OpenAiAgent::from_spec(spec, skip)?.remember(memory),
+        )),
         "acp" => Ok(Box::new(
             acp::AcpAgent::from_spec(spec, root, skip, sandbox)?.remember(memory),
         )),

@@ -14,12 +14,14 @@
 
 mod budget;
 mod client;
+mod memory;
 mod sse;
 mod stream;
 mod tools;
 mod wire;
 
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -64,6 +66,12 @@ goal is met.
 - Always answer with a tool call.";
 
 const NUDGE: &str = "Use a tool to act; call finish when the goal is met.";
+
+const TURN_ENDED: &str = "the turn ended here (you finished, or the human stopped you); what came \
+of it is in the files";
+
+const RESTARTED: &str = "[Rein was restarted; this conversation goes on from here. Everything \
+done so far is in the working tree: look at the files before acting.]";
 
 const NOT_RUN: &str = "not run: the human stepped in before this call was made (see the next \
 message); decide again from the files as they are now";
@@ -158,6 +166,12 @@ pub struct OpenAiAgent {
     known_plan: Option<Vec<PlanEntry>>,
     /// Moves made before a restart (their conversation is gone).
     resumed_after: u32,
+    /// Where the conversation is kept (the task's directory), when it is.
+    kept: Option<PathBuf>,
+    /// Messages for the next request, after the conversation: a follow-up, a restart's note.
+    pending: Vec<Msg>,
+    /// Where the task stands, for a conversation that could not be kept.
+    handover: Option<String>,
 }
 
 /// A move ready to hand over and the agent state that goes with it.
@@ -194,7 +208,36 @@ impl OpenAiAgent {
             awaiting: None,
             known_plan: Some(Vec::new()),
             resumed_after: skip,
+            kept: None,
+            pending: Vec::new(),
+            handover: None,
         })
+    }
+
+    /// Keeps the conversation in the task's directory from now on, going on with the one
+    /// kept there if there is one; else a new conversation opens with the handover.
+    pub fn remember(mut self, memory: super::Memory) -> Self {
+        let Some(dir) = memory.dir else {
+            return self;
+        };
+        let kept = memory::path(&dir);
+        match memory::load(&kept) {
+            Some(conv) => {
+                self.conv = conv;
+                self.pending.push(Msg::text(Kind::Note, RESTARTED));
+            }
+            None => self.handover = memory.handover,
+        }
+        self.kept = Some(kept);
+        self
+    }
+
+    fn save(&self, extra: &[Msg]) {
+        if let Some(at) = &self.kept {
+            if !self.conv.is_empty() {
+                memory::save(at, &[self.conv.as_slice(), extra].concat());
+            }
+        }
     }
 
     /// Tokens the conversation may use: the window less the tools and room for the answer
@@ -230,6 +273,7 @@ impl OpenAiAgent {
         if let Some(id) = &self.awaiting {
             conv.push(Msg::result(id, result_text(ctx.last_result.as_ref())));
         }
+        conv.extend(self.pending.iter().cloned());
         let human = human_messages(ctx, self.known_plan.as_deref());
         let mut queued = self.queued.clone();
         if !human.is_empty() {
@@ -350,7 +394,12 @@ impl OpenAiAgent {
     /// The system prompt and the opening message.
     fn opening(&self, ctx: &Context) -> Vec<Msg> {
         let mut system = format!("{RULES}\n\nThe goal: {}", ctx.goal);
-        if self.resumed_after > 0 {
+        if let Some(handover) = &self.handover {
+            system.push_str(&format!(
+                "\n\nThis task ran before and its conversation is gone. Where it stands (everything done so far is in the working tree):\n{}",
+                handover.trim()
+            ));
+        } else if self.resumed_after > 0 {
             system.push_str(&format!(
                 "\n\nThis task was interrupted and resumed; the conversation before that is gone ({} moves were made). Look at the files before acting.",
                 self.resumed_after
@@ -383,6 +432,8 @@ impl OpenAiAgent {
         self.conv = t.conv;
         self.queued = t.queued;
         self.awaiting = Some(t.call);
+        self.pending.clear();
+        self.save(&[]);
         Proposal {
             mv: t.mv,
             words: t.words,
@@ -403,6 +454,34 @@ impl Agent for OpenAiAgent {
             words: Words::default(),
             next: self.queued.front().map(|(_, mv)| mv.describe()),
         }
+    }
+
+    fn follow_up(&mut self, text: &str, report: Option<&str>) -> Result<(), AgentError> {
+        // The conversation goes on: the calls of the turn that ended get their results
+        // first, as a chat API wants every call answered.
+        if let Some(id) = self.awaiting.take() {
+            self.pending.push(Msg::result(&id, TURN_ENDED));
+        }
+        for (call, _) in self.queued.drain(..) {
+            self.pending.push(Msg::result(&call.id, NOT_RUN));
+        }
+        if let Some(report) = report.filter(|r| !r.trim().is_empty()) {
+            self.pending.push(Msg::text(
+                Kind::Human,
+                format!("Report from Rein:\n\n{report}"),
+            ));
+        }
+        self.pending.push(Msg::text(
+            Kind::Human,
+            format!("The human's follow-up, the next request in this conversation: {text}"),
+        ));
+        // Kept with it, so a restart before the next move still has the follow-up.
+        self.save(&self.pending);
+        Ok(())
+    }
+
+    fn can_continue(&self) -> bool {
+        true
     }
 }
 

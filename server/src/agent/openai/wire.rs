@@ -2,10 +2,12 @@
 //! carries a kind, so the context budget knows what it may shorten (old tool results) and
 //! what it must never touch (the system prompt, the goal, the human's words).
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 /// Why a message is in the conversation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub(crate) enum Kind {
     /// The system prompt: rules and goal.
     System,
@@ -22,7 +24,7 @@ pub(crate) enum Kind {
 }
 
 /// One tool call the model made.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ToolCall {
     /// The id results must quote back.
     pub id: String,
@@ -33,15 +35,18 @@ pub(crate) struct ToolCall {
 }
 
 /// One message of the conversation.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct Msg {
     /// Why it is there (its role follows from this).
     pub kind: Kind,
     /// The text.
     pub content: String,
     /// Tool calls of a `Model` message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<ToolCall>,
     /// The call a `Result` answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
 }
 
