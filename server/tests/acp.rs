@@ -3032,3 +3032,65 @@ async fn a_follow_up_after_an_abort_picks_the_session_up() {
     let asked = prompts[1]["text"].as_str().expect("prompt text");
     assert!(asked.ends_with("try again, smaller"), "{asked}");
 }
+
+/// Turn 1 ends; the follow-up `now also write the notes` is cut by the engine going away; the
+/// task is recovered and resumed. Returns what the third process was prompted with.
+async fn a_follow_up_cut_by_a_restart(root: &Path, more: Value) -> String {
+    let mut doc = json!({
+        "sessions": [
+            [[{"write": {"path": "a.txt", "content": "b\n"}}, {"say": "done one"}]],
+            [[{"wait_cancel": true}]],
+            [[{"say": "done two"}]]
+        ]
+    });
+    if let (Some(d), Some(m)) = (doc.as_object_mut(), more.as_object()) {
+        d.extend(m.clone());
+    }
+    let sc = scenario(doc);
+    let mut run = start_acp(root, &sc);
+    run.until("turn 1 done", |s| s.status == Status::Done).await;
+    run.call(Request::Continue {
+        text: "now also write the notes".into(),
+    })
+    .await;
+    sc.logged("prompt", 2).await;
+    drop(run);
+    eventually("the task to be left paused", || {
+        control::load(root)
+            .ok()
+            .flatten()
+            .is_some_and(|s| s.status == Status::Paused)
+    })
+    .await;
+    let (notify, notices) = channel();
+    let (handle, state) = control::recover(root, test_config(), notify)
+        .expect("recovers")
+        .expect("a task");
+    let mut run = Run::new(handle, notices, state, root.to_owned());
+    run.call(Request::Resume).await;
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.summary.as_deref(), Some("done two"));
+    sc.of("prompt")[2]["text"]
+        .as_str()
+        .expect("prompt text")
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_cut_by_a_restart_goes_on_with_the_follow_up_not_the_goal() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let resumed = a_follow_up_cut_by_a_restart(dir.path(), json!({"resume_session": true})).await;
+    assert!(
+        resumed.ends_with("Then continue with the task: now also write the notes"),
+        "{resumed}"
+    );
+    let dir = repo(&[("a.txt", "a\n")]);
+    let fresh = a_follow_up_cut_by_a_restart(dir.path(), json!({})).await;
+    for said in [
+        "Then the person asked (turn 2): now also write the notes",
+        "What you are working on now: now also write the notes",
+        "What the person asked last, which you are working on:\nnow also write the notes",
+    ] {
+        assert!(fresh.contains(said), "{said:?} missing from {fresh}");
+    }
+}

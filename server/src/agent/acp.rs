@@ -380,6 +380,7 @@ impl AcpAgent {
     pub fn remember(mut self, memory: super::Memory) -> Self {
         self.conversation = memory.session;
         self.handover = memory.handover;
+        self.asked = memory.asked;
         self
     }
 
@@ -719,11 +720,16 @@ impl AcpAgent {
         for q in &self.queued {
             text.push_str(&format!("\n\n{q}"));
         }
-        if let Some(ask) = &self.follow {
-            text.push_str(&format!(
+        match (&self.follow, &self.asked) {
+            (Some(ask), _) => text.push_str(&format!(
                 "\n\nThe person supervising you now asks you to go on with this:\n{}",
                 ask.trim()
-            ));
+            )),
+            (None, Some(ask)) if ask.trim() != ctx.goal.trim() => text.push_str(&format!(
+                "\n\nWhat the person asked last, which you are working on:\n{}",
+                ask.trim()
+            )),
+            _ => {}
         }
         text.push_str(&format!("\n\n{ABOUT_REIN}"));
         text

@@ -507,6 +507,9 @@ pub struct Memory {
     pub turn: u32,
     /// The conversation an earlier process of the agent had (`Agent::session`).
     pub session: Option<String>,
+    /// What the turn under way asks when it is a follow-up (the person's latest words);
+    /// `None` in the first turn, whose ask is the task's goal.
+    pub asked: Option<String>,
     /// What a new conversation is opened with when the old one cannot be picked up: the
     /// handover (goal, what was done, the plan, the agent's last words, the person's
     /// changes).

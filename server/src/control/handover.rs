@@ -376,6 +376,8 @@ impl Engine {
             let words = state::tail(words.trim(), room).unwrap_or_default();
             text.push_str(&format!("\nYour last words:\n{}\n", quoted(&words)));
         }
+        let now = s.turns.last().map_or(&s.task.goal, |t| &t.text);
+        text.push_str(&format!("\nWhat you are working on now: {}\n", now.trim()));
         state::head(&text, AGENT_HANDOVER_BYTES).unwrap_or(text)
     }
 }

@@ -913,6 +913,7 @@ fn reopen(
         turn: engine.state().turns.len() as u32,
         dir: Some(engine.store.dir().to_owned()),
         session: engine.state().agent_session.clone(),
+        asked: engine.state().turns.last().map(|t| t.text.clone()),
         handover: Some(engine.agent_handover()),
     };
     match agent::build(
