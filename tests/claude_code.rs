@@ -1014,3 +1014,55 @@ fn n_claude_code_runs_in_a_worktree_of_its_own_and_its_work_lands_here() {
     assert_eq!(read(root, "hello.txt"), "hello\n");
     assert!(!tree.exists(), "the landed task's worktree is removed");
 }
+
+// (o) -----------------------------------------------------------------------------------
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn o_a_follow_up_and_a_kill9_keep_claudes_session() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let write_it = |name: &str, content: &str| {
+        tool(
+            "Write",
+            json!({"file_path": abs(root, name), "content": content}),
+        )
+    };
+    let model = Model::start(json!({"turns": [
+        {"blocks": [text("I'll write it."), write_it("hello.txt", "hello\n")]},
+        {"when": "[tool_result", "blocks": [text("Wrote hello.txt.")]},
+        {"when": "now write bye.txt", "blocks": [write_it("bye.txt", "bye\n")]},
+        {"when": "[tool_result", "blocks": [text("Wrote bye.txt.")]},
+        {"when": "now write third.txt", "delay_s": 60, "once": true, "blocks": [text("never")]},
+        {"when": "now write third.txt", "blocks": [write_it("third.txt", "third\n")]},
+        {"when": "[tool_result", "blocks": [text("Wrote third.txt.")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "write hello.txt");
+    let requests = || -> Vec<Value> {
+        model
+            .requests()
+            .into_iter()
+            .filter(|r| r["kind"] == "main")
+            .collect()
+    };
+    let talk = Talk {
+        requests: &requests,
+        last: |r| {
+            r["body"]["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .map(|m| m["content"].to_string())
+                .unwrap_or_default()
+        },
+        earlier: |r| {
+            let messages = r["body"]["messages"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let n = messages.len().saturating_sub(1);
+            Value::Array(messages[..n].to_vec()).to_string()
+        },
+        wait_cut: &|| model.wait_turn(4),
+    };
+    a_conversation_across_a_follow_up_and_a_kill9(&mut lsp, root, &talk, true);
+}

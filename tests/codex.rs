@@ -13,7 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rein_e2e::harnesses::{harness_proc, pause_latencies, report_pause, wait_harness_gone};
+use rein_e2e::harnesses::{
+    a_conversation_across_a_follow_up_and_a_kill9, harness_proc, pause_latencies, report_pause,
+    wait_harness_gone, Talk,
+};
 use rein_e2e::*;
 use serde_json::{json, Value};
 
@@ -840,4 +843,46 @@ fn codex_without_an_api_key_pauses_with_its_own_reason() {
             && reason.contains("ChatGPT"),
         "Codex's own reason and its login methods reach the person: {reason}"
     );
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn a_follow_up_and_a_kill9_keep_codexs_session() {
+    let add = |name: &str, line: &str| patch(&format!("*** Add File: {name}\n+{line}\n"));
+    let codex = Codex::new(json!({"turns": [
+        {"items": [add("hello.txt", "hello")]},
+        {"items": [message("Wrote hello.txt.")]},
+        {"when": "now write bye.txt", "items": [add("bye.txt", "bye")]},
+        {"items": [message("Wrote bye.txt.")]},
+        {"when": "now write third.txt", "delay_s": 60, "items": [message("never")]},
+        {"when": "now write third.txt", "items": [add("third.txt", "third")]},
+        {"items": [message("Wrote third.txt.")]},
+    ]}));
+    let dir = workspace(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let mut lsp = start(root, &codex, "write hello.txt", Value::Null);
+    let requests = || -> Vec<Value> {
+        codex
+            .requests()
+            .into_iter()
+            .filter(|r| r["turn"].is_u64())
+            .collect()
+    };
+    let talk = Talk {
+        requests: &requests,
+        last: |r| {
+            r["body"]["input"]
+                .as_array()
+                .and_then(|i| i.last())
+                .map(Value::to_string)
+                .unwrap_or_default()
+        },
+        earlier: |r| {
+            let items = r["body"]["input"].as_array().cloned().unwrap_or_default();
+            let n = items.len().saturating_sub(1);
+            Value::Array(items[..n].to_vec()).to_string()
+        },
+        wait_cut: &|| codex.wait_turns(5),
+    };
+    a_conversation_across_a_follow_up_and_a_kill9(&mut lsp, root, &talk, true);
 }

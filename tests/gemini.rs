@@ -625,3 +625,57 @@ fn k_web_fetch_is_asked_about_and_a_deny_goes_on_while_web_search_runs_unasked()
         model.summary()
     );
 }
+
+/// Gemini CLI 0.61 offers `loadSession`, but its `session/load` answers "No previous sessions
+/// found for this project": loading writes the session file's opening again (its context
+/// message, which resets the messages) before it reads it, so the session it reads holds
+/// nothing to resume. Rein then opens a new session with what came before, and says so.
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn l_a_follow_up_and_a_kill9_give_gemini_the_earlier_turns_and_the_handover() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let write_it = |name: &str, content: &str| {
+        call(
+            "write_file",
+            json!({"file_path": abs(root, name), "content": content}),
+        )
+    };
+    let model = Model::start(json!({"turns": [
+        {"parts": [say("I'll write it."), write_it("hello.txt", "hello\n")]},
+        {"when": RESULT, "parts": [say("Wrote hello.txt.")]},
+        {"when": "now write bye.txt", "parts": [write_it("bye.txt", "bye\n")]},
+        {"when": RESULT, "parts": [say("Wrote bye.txt.")]},
+        {"when": "now write third.txt", "delay_s": 60, "once": true, "parts": [say("never")]},
+        {"when": "now write third.txt", "parts": [write_it("third.txt", "third\n")]},
+        {"when": RESULT, "parts": [say("Wrote third.txt.")]}
+    ]}));
+    let mut lsp = start(root, &model, Value::Null, "write hello.txt");
+    let requests = || -> Vec<Value> {
+        model
+            .requests()
+            .into_iter()
+            .filter(|r| r["kind"] == "main")
+            .collect()
+    };
+    let talk = Talk {
+        requests: &requests,
+        last: |r| {
+            r["body"]["contents"]
+                .as_array()
+                .and_then(|m| m.last())
+                .map(|m| m["parts"].to_string())
+                .unwrap_or_default()
+        },
+        earlier: |r| {
+            let contents = r["body"]["contents"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let n = contents.len().saturating_sub(1);
+            Value::Array(contents[..n].to_vec()).to_string()
+        },
+        wait_cut: &|| model.wait_turn(4),
+    };
+    a_conversation_across_a_follow_up_and_a_kill9(&mut lsp, root, &talk, false);
+}

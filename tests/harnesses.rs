@@ -497,3 +497,139 @@ pub fn report_pause(harness: &str, scenario: &str, pauses: Pauses) {
         }
     }
 }
+
+/// How a suite reads what its model server was asked, for
+/// `a_conversation_across_a_follow_up_and_a_kill9`.
+pub struct Talk<'a> {
+    /// The requests of the harness's main loop so far, in order.
+    pub requests: &'a dyn Fn() -> Vec<Value>,
+    /// A request's last message (what the harness sent this time), as text.
+    pub last: fn(&Value) -> String,
+    /// A request's messages before its last, as text.
+    pub earlier: fn(&Value) -> String,
+    /// Waits until the model thinks on the turn the kill -9 cuts.
+    pub wait_cut: &'a dyn Fn(),
+}
+
+impl Talk<'_> {
+    /// The first request whose last message carries `text`.
+    fn asked(&self, text: &str) -> Value {
+        (self.requests)()
+            .into_iter()
+            .find(|r| (self.last)(r).contains(text))
+            .unwrap_or_else(|| {
+                let last: Vec<String> = (self.requests)()
+                    .iter()
+                    .map(|r| (self.last)(r).chars().take(300).collect())
+                    .collect();
+                panic!("no model request was sent {text:?}; the last messages: {last:#?}")
+            })
+    }
+}
+
+/// A task is a conversation, the same for every harness (issue 30). The task (goal `write
+/// hello.txt`) has ended; the person edits `notes.md` and follows up with `now write
+/// bye.txt`. Then `now write third.txt`, whose model turn (scripted to think long) is cut by
+/// kill -9 of the engine; the engine the editor starts again recovers the task and the person
+/// resumes. With a harness that `resumes` its session, each request that carries a new
+/// prompt also carries the turns before it (the same session, and the restarted one is told
+/// Rein restarted); with one that cannot, each new session opens with what came before (the
+/// earlier turns, then the handover) and a step says it could not pick its session up. The
+/// harness's model script writes each file when asked (`now write third.txt` twice: the
+/// turn cut, then the one after the restart). Returns the final state.
+pub fn a_conversation_across_a_follow_up_and_a_kill9(
+    lsp: &mut Lsp,
+    root: &Path,
+    talk: &Talk,
+    resumes: bool,
+) -> Value {
+    let first = wait_status(lsp, "done");
+    let session = first["agentSession"].clone();
+    assert!(
+        session.is_string(),
+        "the agent's session is kept: {first:#}"
+    );
+    write(root, "notes.md", "mine\n");
+    lsp.ok("rein.continue", json!({"text": "now write bye.txt"}));
+    let s = lsp.wait_state("turn 2 done", |s| {
+        status(s) == "done" && s["turns"].as_array().is_some_and(|t| t.len() == 1)
+    });
+    assert_eq!(crate::read(root, "bye.txt").trim(), "bye");
+    let asked = talk.asked("now write bye.txt");
+    let said = (talk.last)(&asked);
+    assert!(
+        said.contains("notes.md"),
+        "the person's change comes with the follow-up: {said}"
+    );
+    if resumes {
+        let before = (talk.earlier)(&asked);
+        assert!(
+            before.contains("hello.txt") && !said.contains("You worked on this task before"),
+            "the follow-up's request carries the first turn, in the same session: {before}"
+        );
+        assert_eq!(s["agentSession"], session, "the same session");
+    } else {
+        assert!(
+            said.contains("You worked on this task before")
+                && said.contains("you were asked: write hello.txt"),
+            "a new session is told the earlier turn: {said}"
+        );
+        let told = s["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|st| st["detail"].as_str())
+            .any(|d| d.contains("could not pick up its earlier session"));
+        assert!(told, "the transcript says so: {:#?}", actions(&s));
+    }
+
+    lsp.ok("rein.continue", json!({"text": "now write third.txt"}));
+    (talk.wait_cut)();
+    let engine = lsp.engine_pid();
+    crate::kill9_engine(root);
+    let recovered = lsp.wait_state("recovered", |s| {
+        status(s) == "paused"
+            && s["stopReason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("interrupted"))
+    });
+    assert_ne!(lsp.engine_pid(), engine, "a new engine");
+    lsp.ok("rein.resume", json!({}));
+    let s = lsp.wait_state("turn 3 done", |s| {
+        status(s) == "done" && s["turns"].as_array().is_some_and(|t| t.len() == 2)
+    });
+    assert_eq!(crate::read(root, "third.txt").trim(), "third");
+    let again = (talk.requests)()
+        .into_iter()
+        .filter(|r| (talk.last)(r).contains("now write third.txt"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("the restarted turn never reached the model"));
+    let said = (talk.last)(&again);
+    if resumes {
+        let before = (talk.earlier)(&again);
+        assert!(
+            said.contains("Rein was restarted")
+                && before.contains("bye.txt")
+                && before.contains("hello.txt"),
+            "after the restart the session is the same: {said} after {before}"
+        );
+        assert_eq!(recovered["agentSession"], session);
+        assert_eq!(
+            s["agentSession"], session,
+            "the same session after the restart"
+        );
+    } else {
+        for handed in [
+            "You worked on this task before",
+            "The task's goal: write hello.txt",
+            "(turn 2): now write bye.txt",
+            "What you are working on now: now write third.txt",
+        ] {
+            assert!(
+                said.contains(handed),
+                "{handed:?} missing from the handover: {said}"
+            );
+        }
+    }
+    s
+}
