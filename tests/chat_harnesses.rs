@@ -417,3 +417,48 @@ fn decide_all(lsp: &mut Lsp, mut s: Value, choice: &str) -> Value {
     }
     s
 }
+
+/// (e) A task is a conversation: a follow-up, then a kill -9 of the engine during the next
+/// one, as `a_conversation_across_a_follow_up_and_a_kill9` has it; `resumes` is whether this
+/// harness picks its session up (docs/agents.md, "Memory").
+pub fn e_a_conversation_across_a_follow_up_and_a_kill9(h: &Harness, resumes: bool) {
+    let dir = repo(&[("m.py", M_PY)]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"say": "I'll write it.", "calls": [(h.write)(&abs(root, "hello.txt"), "hello\n")]},
+        {"when": RESULT, "say": "Wrote hello.txt."},
+        {"when": "now write bye.txt", "calls": [(h.write)(&abs(root, "bye.txt"), "bye\n")]},
+        {"when": RESULT, "say": "Wrote bye.txt."},
+        {"when": "now write third.txt", "delay_s": 60, "say": "never"},
+        {"when": "now write third.txt", "calls": [(h.write)(&abs(root, "third.txt"), "third\n")]},
+        {"when": RESULT, "say": "Wrote third.txt."}
+    ]}));
+    let mut lsp = start(h, root, &model, Value::Null, "write hello.txt");
+    let requests = || -> Vec<Value> {
+        model
+            .requests()
+            .into_iter()
+            .filter(|r| r["kind"] == "main")
+            .collect()
+    };
+    let talk = Talk {
+        requests: &requests,
+        last: |r| {
+            r["body"]["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .map(|m| m.to_string())
+                .unwrap_or_default()
+        },
+        earlier: |r| {
+            let messages = r["body"]["messages"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let n = messages.len().saturating_sub(1);
+            Value::Array(messages[..n].to_vec()).to_string()
+        },
+        wait_cut: &|| model.wait_turn(4),
+    };
+    a_conversation_across_a_follow_up_and_a_kill9(&mut lsp, root, &talk, resumes);
+}

@@ -76,3 +76,9 @@ fn d1_takeover_during_a_command_ends_its_processes() {
 fn d2_abort_during_a_command_ends_its_processes() {
     d_stop_during_a_command_ends_its_processes(&HARNESS, "rein.abort");
 }
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn e_a_follow_up_and_a_kill9_keep_the_conversation() {
+    e_a_conversation_across_a_follow_up_and_a_kill9(&HARNESS, true);
+}

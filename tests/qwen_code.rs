@@ -82,3 +82,9 @@ fn d2_abort_during_a_command_ends_its_processes() {
 fn e_taken_for_an_unknown_agent_it_is_asked_about_its_state_dir_and_starts_once_allowed() {
     e_a_denied_state_dir_is_asked_about_and_allowed(&HARNESS, "~/.qwen");
 }
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn e_a_follow_up_and_a_kill9_keep_the_conversation() {
+    e_a_conversation_across_a_follow_up_and_a_kill9(&HARNESS, true);
+}

@@ -2783,6 +2783,11 @@ async fn after_a_restart_the_agent_loads_its_session_and_the_replay_is_no_step()
     let loads = sc.of("load");
     assert_eq!(loads.len(), 1, "{:#?}", sc.events());
     assert_eq!(loads[0]["session"], "test-session");
+    // Asked for by the very spelling it was opened with, which has no trailing slash (Qwen
+    // Code finds a session by it).
+    let opened = &sc.of("session")[0]["cwd"];
+    assert_eq!(&loads[0]["cwd"], opened);
+    assert!(!opened.as_str().expect("cwd").ends_with('/'), "{opened}");
     assert_eq!(sc.of("loaded").len(), 1, "the agent replayed its history");
     assert_eq!(
         sc.of("session").len(),

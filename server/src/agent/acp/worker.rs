@@ -629,6 +629,10 @@ async fn setup(
     resume: Option<SessionId>,
     hs: Rc<Handshake>,
 ) -> Result<Opened, SetupError> {
+    // As a path is written, with no trailing slash (git gives the work tree with one): an
+    // agent that files its sessions by the directory (Qwen Code) looks them up again by the
+    // spelling it is given, so `dir/` and `dir` must not differ.
+    let root: PathBuf = root.components().collect();
     let caps = ClientCapabilities::new()
         .fs(FileSystemCapabilities::new()
             .read_text_file(true)
