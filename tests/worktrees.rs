@@ -713,3 +713,35 @@ fn a_worktree_task_rewinds_in_its_own_tree_and_shows_its_own_transcript() {
     lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
     nothing_left(root);
 }
+
+#[test]
+fn a_finished_worktree_task_is_continued_in_its_own_worktree() {
+    let dir = repo(&[("a.txt", "a\n")], json!([]));
+    let root = dir.path();
+    let (mut lsp, plans, _wts) = editor(root);
+    // A plan file holds its further turns after its steps.
+    let path = plans.path().join("turns.json");
+    let doc = json!({
+        "steps": [{"write": {"path": "x.txt", "content": "x\n"}}, {"finish": "x written"}],
+        "turns": [[{"write": {"path": "y.txt", "content": "y\n"}}, {"finish": "y written"}]]
+    });
+    std::fs::write(&path, doc.to_string()).expect("write plan");
+    let agent = json!({"kind": "script", "plan": path});
+    let id = start_worktree(&mut lsp, "x then y", agent);
+    let t = until_tasks(&mut lsp, "done", |t| task(t, &id)["status"] == "done");
+    let tree = worktree_of(&t, &id);
+    let r = lsp.ok("rein.continue", json!({"taskId": id, "text": "now y"}));
+    assert_eq!(r["state"]["task"]["id"], id.as_str(), "{r:#}");
+    until_tasks(&mut lsp, "turn 2 done", |t| {
+        task(t, &id)["status"] == "done" && steps_of(t, &id) > 2
+    });
+    assert_eq!(read(&tree, "y.txt"), "y\n", "written in its worktree");
+    assert!(
+        !root.join("y.txt").exists(),
+        "the person's tree is untouched"
+    );
+    let said = lsp.ok("rein.transcript", json!({"taskId": id}));
+    assert!(said.to_string().contains("now y"), "{said:#}");
+    lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
+    nothing_left(root);
+}

@@ -287,3 +287,80 @@ async fn an_old_task_is_listed_made_current_again_and_continued() {
         "the follow-up's checkpoints are the old task's"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_control_works_on_a_follow_up_turn() {
+    let dir = repo(&[("notes.md", "mine\n")]);
+    let root = dir.path();
+    let spec = json!({"kind": "script",
+    "steps": [{"write": {"path": "a.txt", "content": "a\n"}}, {"finish": "one"}],
+    "turns": [[
+        {"write": {"path": "b.txt", "content": "b\n"}},
+        {"read": "b.txt", "think_ms": 1500},
+        {"write": {"path": "c.txt", "content": "c\n"}},
+        {"read": "c.txt", "think_ms": 600000},
+        {"finish": "two"}
+    ]]});
+    let mut run = start_agent(root, spec);
+    run.until("turn 1 done", |s| s.status == Status::Done).await;
+    run.call(Request::Continue {
+        text: "b and c".into(),
+    })
+    .await;
+    run.until("turn 2 thinks", |s| {
+        s.turns.len() == 1 && s.steps.iter().any(|st| st.action == "write b.txt")
+    })
+    .await;
+    // Pause and resume: the think is cut and played again.
+    run.call(Request::Pause).await;
+    assert_eq!(run.state.status, Status::Paused);
+    run.call(Request::Resume).await;
+    // Steer: delivered before the next move.
+    let reply = run
+        .call(Request::Steer {
+            text: "keep it short".into(),
+            location: None,
+            source: rein::state::ConstraintSource::Command,
+            urgent: true,
+        })
+        .await;
+    assert!(matches!(reply, Reply::Steered { .. }));
+    run.until("the steer delivered", |s| {
+        s.constraints.iter().any(|c| c.delivered_at_step.is_some())
+    })
+    .await;
+    // Take over, edit, hand back: the edit is the person's, and the turn goes on.
+    let reply = run.call(Request::Takeover { reason: None }).await;
+    assert!(matches!(reply, Reply::Handover { .. }));
+    write(root, "b.txt", "b, by me\n");
+    let reply = run.call(Request::Handback { note: None }).await;
+    let Reply::Handback { report, .. } = reply else {
+        panic!("a handback report")
+    };
+    assert!(report.markdown().contains("b.txt"));
+    let s = run
+        .until("c written", |s| {
+            s.steps.iter().any(|st| st.action == "write c.txt")
+        })
+        .await;
+    // Rewind to the turn's first step: c.txt goes, the person's b.txt stays.
+    let first = s.turns[0].from_step;
+    run.call(Request::Pause).await;
+    run.call(Request::Rewind {
+        checkpoint: format!("step:{first}"),
+    })
+    .await;
+    assert!(!root.join("c.txt").exists());
+    assert_eq!(read(root, "b.txt"), "b, by me\n");
+    assert_eq!(read(root, "a.txt"), "a\n", "turn 1 stays");
+    run.call(Request::Abort {
+        keep_changes: false,
+    })
+    .await;
+    assert_eq!(
+        read(root, "b.txt"),
+        "b, by me\n",
+        "the person's edit is kept"
+    );
+    assert_eq!(read(root, "a.txt"), "a\n", "turn 1 stays");
+}
