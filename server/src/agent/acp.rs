@@ -2065,5 +2065,15 @@ mod tests {
         let f = followup(&[n], "fix it");
         assert!(f.ends_with("continue with the task: fix it"), "{f}");
         assert_eq!(followup(&[], "fix it"), "Continue with the task: fix it");
+        let a = asking(&[news(&[], Some("notes.md added"))], "now add tests");
+        assert!(
+            a.contains("notes.md added")
+                && a.ends_with("now asks you to go on with this:\nnow add tests"),
+            "what the person changed, then their request: {a}"
+        );
+        assert_eq!(
+            asking(&[], " now add tests "),
+            "The person supervising you now asks you to go on with this:\nnow add tests"
+        );
     }
 }
