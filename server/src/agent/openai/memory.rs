@@ -21,6 +21,8 @@ pub(super) const FILE: &str = "openai-messages.json";
 const SAVED_TOKENS: usize = 256 * 1024;
 /// What a tool call left without a result when Rein stopped is answered with.
 const CUT: &str = "not known: Rein stopped before this call's result was recorded; look at the files before acting";
+/// What a `finish` left without a result is answered with: the turn ended there.
+const FINISHED: &str = "the turn ended here; what came of it is in the files";
 
 #[derive(Serialize, Deserialize)]
 struct Saved {
@@ -98,14 +100,19 @@ fn answer_cut_calls(conv: &mut Vec<Msg>) {
         .iter()
         .filter_map(|m| m.call_id.clone())
         .collect();
-    let cut: Vec<String> = conv[last]
+    let cut: Vec<(String, &'static str)> = conv[last]
         .calls
         .iter()
         .filter(|c| !answered.contains(&c.id))
-        .map(|c| c.id.clone())
+        .map(|c| {
+            (
+                c.id.clone(),
+                if c.name == "finish" { FINISHED } else { CUT },
+            )
+        })
         .collect();
-    for id in cut {
-        conv.push(Msg::result(&id, CUT));
+    for (id, text) in cut {
+        conv.push(Msg::result(&id, text));
     }
 }
 
@@ -138,6 +145,24 @@ mod tests {
         assert_eq!(back[..4], conv[..]);
         assert_eq!(back[4], Msg::result("2", CUT));
         assert_eq!(back.len(), 5);
+        let finished = vec![
+            Msg::text(Kind::System, "rules"),
+            Msg::text(Kind::Goal, "Goal: g"),
+            Msg::model(
+                String::new(),
+                vec![ToolCall {
+                    id: "f".into(),
+                    name: "finish".into(),
+                    arguments: "{\"summary\":\"done\"}".into(),
+                }],
+            ),
+        ];
+        save(&at, &finished);
+        assert_eq!(
+            load(&at).expect("kept").last(),
+            Some(&Msg::result("f", FINISHED)),
+            "a finished turn is not a cut call"
+        );
         std::fs::write(&at, "{not json").expect("spoil");
         assert_eq!(load(&at), None, "an unreadable file starts afresh");
     }
