@@ -858,7 +858,7 @@ impl AcpAgent {
                         self.restarted = Some(format!("the agent process {how}"));
                         let mut msg = format!("the agent process `{}` {how}", self.name());
                         msg.push_str(&last_words(&stderr));
-                        msg.push_str("\nResume to start it again in a new session.");
+                        msg.push_str("\nResume to start it again (in the same session when it can pick it up).");
                         Some(Err(AgentError::Peer(msg)))
                     }
                 }
