@@ -436,6 +436,41 @@ fn build(
                     files: Vec::new(),
                 });
             }
+            "ignored_unrecorded" => {
+                // Its step says which ignored path changed and that nothing of it was saved.
+                let Some(n) = number(&d, "n") else { continue };
+                let by_agent = d.get("by_agent").and_then(Value::as_bool) == Some(true);
+                let path = text(&d, "path").unwrap_or_default();
+                let title = s
+                    .steps
+                    .iter()
+                    .find(|st| st.n == n)
+                    .map(|st| st.action.clone())
+                    .unwrap_or_else(|| {
+                        format!("{path}, which git ignores, changed while the agent ran; its previous content was not recorded")
+                    });
+                out.push(if by_agent {
+                    Entry::Tool {
+                        at: at.clone(),
+                        step: n,
+                        title,
+                        status: StepStatus::Done,
+                        plan_item: None,
+                        detail: None,
+                        checkpoint: None,
+                        files: Vec::new(),
+                        tool: None,
+                    }
+                } else {
+                    Entry::Unattributed {
+                        at: at.clone(),
+                        step: n,
+                        title,
+                        checkpoint: None,
+                        files: Vec::new(),
+                    }
+                });
+            }
             "steered" => {
                 let id = text(&d, "id").unwrap_or_default();
                 let known = s.constraints.iter().find(|c| c.id == id);
