@@ -801,6 +801,29 @@ mod tests {
     }
 
     #[test]
+    fn an_ignored_path_changed_with_nothing_saved_is_told_by_whom() {
+        let s = state();
+        let lines = vec![
+            line(
+                "ignored_unrecorded",
+                json!({"n": 7, "path": "build/fresh.log", "by_agent": false}),
+            ),
+            line(
+                "ignored_unrecorded",
+                json!({"n": 8, "path": ".env", "by_agent": true}),
+            ),
+        ];
+        let t = build(&s, &lines, 0, |_| vec![]);
+        let text = t.to_text();
+        for want in [
+            "step 7: someone: build/fresh.log, which git ignores, changed while the agent ran; its previous content was not recorded",
+            "step 8: .env, which git ignores, changed while the agent ran; its previous content was not recorded",
+        ] {
+            assert!(text.contains(want), "{want:?} not in:\n{text}");
+        }
+    }
+
+    #[test]
     fn the_journal_reads_as_a_conversation_and_since_returns_the_rest() {
         let s = state();
         let lines = vec![
