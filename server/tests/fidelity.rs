@@ -960,6 +960,30 @@ async fn a_file_in_an_ignored_directory_changed_by_an_unnaming_command_is_report
     assert_git_clean(root, "after abort");
 }
 
+/// The agent's own writes into an ignored directory are saved before they land: however many,
+/// they are not told as changes nothing recorded (abort puts them back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_saved_writes_inside_an_ignored_directory_are_not_reported_unrecorded() {
+    let dir = ignoring_repo();
+    let root = dir.path();
+    write(root, "build/old.o", "old\n");
+    let mut steps: Vec<serde_json::Value> = (0..12)
+        .map(|i| json!({"write": {"path": format!("build/w{i}.o"), "content": "agent\n"}}))
+        .collect();
+    steps.push(json!({"run": {"cmd": "sh -c 'echo after > after.txt'"}}));
+    steps.push(json!({"read": "a.txt", "think_ms": 600000}));
+    let mut run = start(root, serde_json::Value::Array(steps));
+    approved_steps(&mut run, 13).await;
+    assert!(
+        run.state.unrecorded_ignored.is_empty(),
+        "{:#?}",
+        run.state.unrecorded_ignored
+    );
+    abort(&mut run).await;
+    assert!(!root.join("build/w3.o").exists());
+    assert_eq!(read(root, "build/old.o"), "old\n");
+}
+
 /// Many files changed inside one ignored directory (a build's output) are one entry naming
 /// the directory and how many, not one step per file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -101,9 +101,13 @@ impl Checkpoints {
     /// The ignored paths the watchers saw change since the last call, each once: files and
     /// directories no checkpoint holds and git ignores, those inside an ignored directory
     /// included as far as they are followed (`ignored_watch`); many under one directory are
-    /// told as it. A new ignored directory is followed from now on. Empty when nothing is
+    /// told as it, leaving out first the paths `known` says are accounted for (saved before
+    /// the write). A new ignored directory is followed from now on. Empty when nothing is
     /// watched.
-    pub fn take_ignored_changes(&mut self) -> Result<Vec<IgnoredChange>> {
+    pub fn take_ignored_changes(
+        &mut self,
+        known: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<IgnoredChange>> {
         if self.live.is_none() || self.read_only {
             return Ok(Vec::new());
         }
@@ -142,7 +146,9 @@ impl Checkpoints {
             if dir {
                 new_dirs.push(rel.clone());
             }
-            found.insert(rel, (meta.is_none(), dir));
+            if !known(&rel.to_string_lossy()) {
+                found.insert(rel, (meta.is_none(), dir));
+            }
         }
         drop(tree);
         let Some(watch) = self.live.as_mut().and_then(|l| l.ignored.as_mut()) else {

@@ -149,7 +149,7 @@ impl Engine {
     /// The agent gets control (a resume, a handback): ignored files changed before now are
     /// not its, and saves made before now do not cover what it changes from here on.
     pub(super) fn ignored_hold_begins(&mut self) {
-        if let Err(e) = self.ckpt.take_ignored_changes() {
+        if let Err(e) = self.ckpt.take_ignored_changes(&|_| false) {
             tracing::debug!(error = %e, "cannot read which ignored files changed");
         }
         self.ignored_from = match self.ckpt.ignored_saves() {
@@ -163,7 +163,19 @@ impl Engine {
     /// step saying its previous content was not recorded: the agent's where `evidence` names
     /// it, else unattributed (never claimed for either on a guess).
     pub(super) fn note_unrecorded_ignored(&mut self, evidence: &Evidence) {
-        let changes = match self.ckpt.take_ignored_changes() {
+        let saves = self.ckpt.ignored_saves().unwrap_or_default();
+        let from = self.ignored_from;
+        // Saved since the agent got control (abort puts it back), or the temp file of one of
+        // Rein's own writes: nothing to report. Left out before many paths are told as their
+        // directory.
+        let covered = |path: &str| {
+            let name = path.rsplit('/').next().unwrap_or(path);
+            name.starts_with(crate::exec::TEMP_PREFIX)
+                || saves
+                    .iter()
+                    .any(|s| s.by_agent && s.seq > from && s.shown() == path)
+        };
+        let changes = match self.ckpt.take_ignored_changes(&covered) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read which ignored files changed");
@@ -173,20 +185,13 @@ impl Engine {
         if changes.is_empty() {
             return;
         }
-        let saves = self.ckpt.ignored_saves().unwrap_or_default();
-        let from = self.ignored_from;
-        let covered = |c: &IgnoredChange| {
-            saves
-                .iter()
-                .any(|s| s.by_agent && s.seq > from && s.shown() == c.path)
-        };
         let listed: Vec<String> = self
             .state()
             .unrecorded_ignored
             .iter()
             .map(|u| u.path.clone())
             .collect();
-        for c in changes.iter().filter(|c| !covered(c)) {
+        for c in changes.iter().filter(|c| !covered(&c.path)) {
             let shown = if c.dir {
                 format!("{}/", c.path)
             } else {
