@@ -818,6 +818,46 @@ async fn abort_removes_the_directory_an_acp_terminal_made() {
     assert_git_clean(root, "after abort");
 }
 
+/// A terminal's command named `late` but was ended by a take over before making it; the
+/// person made `late` while holding control: it is theirs, never removed by abort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_the_person_made_that_a_cut_command_named_is_kept() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let (mut run, _log, _) = start_acp(
+        root,
+        json!([
+            [
+                {"terminal": {"command": "sh", "args": ["-c", "sleep 600; mkdir -p late"]}},
+                {"wait_cancel": true}
+            ],
+            [
+                {"read": "a.txt"},
+                {"wait_cancel": true}
+            ]
+        ]),
+    );
+    until_approving(&mut run, "the terminal", |s| {
+        s.steps.iter().any(|st| st.action.contains("sleep 600"))
+    })
+    .await;
+    run.call(Request::Takeover { reason: None }).await;
+    std::fs::create_dir(root.join("late")).expect("mkdir");
+    let before = run.agent_steps();
+    run.call(Request::Handback { note: None }).await;
+    run.until("a step after the handback", |s| {
+        s.steps
+            .iter()
+            .filter(|st| st.author == Author::Agent)
+            .count()
+            > before
+    })
+    .await;
+    assert!(run.state.made_dirs.is_empty(), "{:?}", run.state.made_dirs);
+    abort(&mut run).await;
+    assert!(root.join("late").is_dir(), "the person's directory went");
+}
+
 /// A harness that runs `mkdir` itself, announcing the `execute` tool call without asking
 /// permission: the tool call's line names the directory, so it is the agent's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
