@@ -76,6 +76,8 @@ mod imp {
         root: PathBuf,
         /// Watch descriptor → the directory it watches, repo-relative ("" is the root).
         dirs: HashMap<WatchDescriptor, PathBuf>,
+        /// Whether a change of a `MEANINGFUL` name ends it (not for a plain one).
+        meaningful: bool,
     }
 
     fn mask() -> AddWatchFlags {
@@ -117,7 +119,17 @@ mod imp {
                 inotify,
                 root: root.to_path_buf(),
                 dirs: HashMap::new(),
+                meaningful: true,
             })
+        }
+
+        /// A watcher of `root` that watches no directory yet and for which no name is
+        /// meaningful: it only reports paths (for directories whose rules do not matter to
+        /// the rest of the tree, such as ignored ones, where a `.gitignore` is just a file).
+        pub fn plain(root: &Path) -> Result<Self, WatchError> {
+            let mut this = Self::empty(root)?;
+            this.meaningful = false;
+            Ok(this)
         }
 
         /// Watches the directory `rel` alone; safe from several threads at once. None when it
@@ -188,7 +200,7 @@ mod imp {
                     if name == ".git" && dir.as_os_str().is_empty() {
                         continue;
                     }
-                    if MEANINGFUL.iter().any(|m| OsStr::new(m) == name) {
+                    if self.meaningful && MEANINGFUL.iter().any(|m| OsStr::new(m) == name) {
                         return Drained::Lost(format!("{} changed", rel.display()));
                     }
                     if ev.mask.contains(AddWatchFlags::IN_ISDIR) {
@@ -285,6 +297,11 @@ mod imp {
 
         /// Always `Unsupported` on this platform.
         pub fn empty(_root: &Path) -> Result<Self, WatchError> {
+            Err(WatchError::Unsupported)
+        }
+
+        /// Always `Unsupported` on this platform.
+        pub fn plain(_root: &Path) -> Result<Self, WatchError> {
             Err(WatchError::Unsupported)
         }
 

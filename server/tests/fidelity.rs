@@ -54,6 +54,40 @@ async fn agent_steps(run: &mut Run, n: usize) {
     assert!(s.decisions.is_empty(), "asked: {:?}", s.decisions);
 }
 
+/// Waits until the agent has completed `n` steps, approving each command it asks to run.
+async fn approved_steps(run: &mut Run, n: usize) {
+    until_approving(run, "the agent's steps", |s| {
+        s.steps
+            .iter()
+            .filter(|st| st.author == Author::Agent)
+            .count()
+            >= n
+    })
+    .await;
+}
+
+/// Waits until `pred` holds, approving each command the agent asks to run meanwhile.
+async fn until_approving(
+    run: &mut Run,
+    what: &str,
+    pred: impl Fn(&rein::state::TaskState) -> bool,
+) -> rein::state::TaskState {
+    loop {
+        let s = run
+            .until(what, |s| s.status == Status::AwaitingDecision || pred(s))
+            .await;
+        let Some(d) = s.decisions.first() else {
+            return s;
+        };
+        assert!(d.question.contains("wants to run"), "{}", d.question);
+        run.call(Request::Decide {
+            decision_id: d.id.clone(),
+            choice: "approve".into(),
+        })
+        .await;
+    }
+}
+
 /// Aborts, taking the agent's changes back out, and checks nothing was left unreachable.
 async fn abort(run: &mut Run) {
     run.call(Request::Abort {
@@ -721,6 +755,314 @@ async fn abort_removes_an_empty_directory_a_harness_command_made() {
     assert_git_clean(root, "after abort");
 }
 
+/// Makes `path` executable.
+fn set_exec(root: &Path, path: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(root.join(path), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+}
+
+/// A bare `mkdir` (no shell around it) as the agent's command: the directory it names is the
+/// agent's, and abort removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_removes_the_directory_a_bare_mkdir_made() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "mkdir -p out/logs"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    approved_steps(&mut run, 1).await;
+    assert!(root.join("out/logs").is_dir());
+    let made: Vec<&str> = run
+        .state
+        .made_dirs
+        .iter()
+        .map(|d| d.path.as_str())
+        .collect();
+    assert_eq!(made, ["out/logs", "out"]);
+    abort(&mut run).await;
+    assert!(!root.join("out").exists(), "out stayed");
+    assert_git_clean(root, "after abort");
+}
+
+/// An ACP agent's `terminal/create` running `mkdir -p out/logs`: the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_removes_the_directory_an_acp_terminal_made() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let (mut run, _log, _) = start_acp(
+        root,
+        json!([[
+            {"terminal": {"command": "mkdir", "args": ["-p", "out/logs"]}},
+            {"read": "a.txt"},
+            {"wait_cancel": true}
+        ]]),
+    );
+    let s = run
+        .until("the question", |s| s.status == Status::AwaitingDecision)
+        .await;
+    run.call(Request::Decide {
+        decision_id: s.decisions[0].id.clone(),
+        choice: "approve".into(),
+    })
+    .await;
+    run.until("the directory", |s| !s.made_dirs.is_empty())
+        .await;
+    assert!(root.join("out/logs").is_dir());
+    abort(&mut run).await;
+    assert!(!root.join("out").exists(), "out stayed");
+    assert_git_clean(root, "after abort");
+}
+
+/// A terminal's command named `late` but was ended by a take over before making it; the
+/// person made `late` while holding control: it is theirs, never removed by abort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_the_person_made_that_a_cut_command_named_is_kept() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let (mut run, _log, _) = start_acp(
+        root,
+        json!([
+            [
+                {"terminal": {"command": "sh", "args": ["-c", "sleep 600; mkdir -p late"]}},
+                {"wait_cancel": true}
+            ],
+            [
+                {"read": "a.txt"},
+                {"wait_cancel": true}
+            ]
+        ]),
+    );
+    until_approving(&mut run, "the terminal", |s| {
+        s.steps.iter().any(|st| st.action.contains("sleep 600"))
+    })
+    .await;
+    run.call(Request::Takeover { reason: None }).await;
+    std::fs::create_dir(root.join("late")).expect("mkdir");
+    let before = run.agent_steps();
+    run.call(Request::Handback { note: None }).await;
+    run.until("a step after the handback", |s| {
+        s.steps
+            .iter()
+            .filter(|st| st.author == Author::Agent)
+            .count()
+            > before
+    })
+    .await;
+    assert!(run.state.made_dirs.is_empty(), "{:?}", run.state.made_dirs);
+    abort(&mut run).await;
+    assert!(root.join("late").is_dir(), "the person's directory went");
+}
+
+/// A harness that runs `mkdir` itself, announcing the `execute` tool call without asking
+/// permission: the tool call's line names the directory, so it is the agent's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_removes_the_directory_a_harness_command_made_unasked() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    std::fs::create_dir(root.join("mine")).expect("mkdir");
+    let (mut run, _log, _) = start_acp(
+        root,
+        json!([[
+            {"run": {"command": "mkdir -p out/logs mine", "id": "m1"}},
+            {"read": "a.txt"},
+            {"wait_cancel": true}
+        ]]),
+    );
+    run.until("the directory", |s| !s.made_dirs.is_empty())
+        .await;
+    assert!(root.join("out/logs").is_dir());
+    abort(&mut run).await;
+    assert!(!root.join("out").exists(), "out stayed");
+    assert!(root.join("mine").is_dir(), "the person's directory went");
+    assert_git_clean(root, "after abort");
+}
+
+/// A rewind takes back the empty directories the steps it takes back made, and keeps those
+/// made before its checkpoint and the person's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewind_removes_the_empty_directories_the_steps_it_takes_back_made() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "mkdir -p early"}},
+            {"run": {"cmd": "mkdir -p out/logs"}},
+            {"run": {"cmd": "mkdir later"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    approved_steps(&mut run, 3).await;
+    run.call(Request::Pause).await;
+    std::fs::create_dir(root.join("mine")).expect("mkdir");
+    write(root, "later/kept.txt", "the person's\n");
+    let after_early = run
+        .state
+        .steps
+        .iter()
+        .find(|st| st.action.contains("early"))
+        .map(|st| st.n)
+        .expect("the first mkdir's step");
+    run.call(Request::Rewind {
+        checkpoint: format!("step:{after_early}"),
+    })
+    .await;
+    assert!(!root.join("out").exists(), "out stayed");
+    assert!(root.join("early").is_dir(), "made before the checkpoint");
+    assert!(root.join("mine").is_dir(), "the person's");
+    assert_eq!(read(root, "later/kept.txt"), "the person's\n");
+    let made: Vec<&str> = run
+        .state
+        .made_dirs
+        .iter()
+        .map(|d| d.path.as_str())
+        .collect();
+    assert!(!made.contains(&"out/logs"), "{made:?}");
+    run.call(Request::Abort {
+        keep_changes: false,
+    })
+    .await;
+    assert!(!root.join("early").exists(), "early stayed after abort");
+}
+
+/// An ignored directory that was there before the task (`build/`): a command that does not
+/// name what it writes there (`./build.sh`) changes a file in it and makes another. Nothing
+/// was saved before, so Rein says so truly, blames nobody, and abort leaves both, naming them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_in_an_ignored_directory_changed_by_an_unnaming_command_is_reported_unrecorded() {
+    let dir = ignoring_repo();
+    let root = dir.path();
+    write(
+        root,
+        "build.sh",
+        "#!/bin/sh\necho agent > build/agent.log\necho new > build/fresh.log\n",
+    );
+    set_exec(root, "build.sh");
+    git(root, &["add", "build.sh"]);
+    git(root, &["commit", "-q", "-m", "a build script"]);
+    write(root, "build/agent.log", "the person's log\n");
+    write(root, "build/untouched.log", "same\n");
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "./build.sh"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let s = until_approving(&mut run, "the report", |s| s.unrecorded_ignored.len() >= 2).await;
+    let mut listed: Vec<(&str, bool)> = s
+        .unrecorded_ignored
+        .iter()
+        .map(|u| (u.path.as_str(), u.by_agent))
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        [("build/agent.log", false), ("build/fresh.log", false)]
+    );
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.action.starts_with("build/agent.log, which git ignores"))
+        .expect("its step");
+    assert_eq!(step.author, Author::Unattributed, "{}", step.action);
+    assert!(
+        step.action.contains("did not record its previous content"),
+        "{}",
+        step.action
+    );
+    abort(&mut run).await;
+    assert_eq!(read(root, "build/agent.log"), "agent\n", "kept");
+    assert_eq!(
+        read(root, "build/fresh.log"),
+        "new\n",
+        "never removed on a guess"
+    );
+    let why = run.state.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("left 2 path(s) git ignores")
+            && why.contains("build/agent.log")
+            && why.contains("build/fresh.log"),
+        "{why}"
+    );
+    let transcript = rein::control::transcript(root, 0)
+        .expect("transcript")
+        .to_text();
+    assert!(
+        transcript.contains("build/fresh.log, which git ignores"),
+        "{transcript}"
+    );
+    assert_git_clean(root, "after abort");
+}
+
+/// The agent's own writes into an ignored directory are saved before they land: however many,
+/// they are not told as changes nothing recorded (abort puts them back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_saved_writes_inside_an_ignored_directory_are_not_reported_unrecorded() {
+    let dir = ignoring_repo();
+    let root = dir.path();
+    write(root, "build/old.o", "old\n");
+    let mut steps: Vec<serde_json::Value> = (0..12)
+        .map(|i| json!({"write": {"path": format!("build/w{i}.o"), "content": "agent\n"}}))
+        .collect();
+    steps.push(json!({"run": {"cmd": "sh -c 'echo after > after.txt'"}}));
+    steps.push(json!({"read": "a.txt", "think_ms": 600000}));
+    let mut run = start(root, serde_json::Value::Array(steps));
+    approved_steps(&mut run, 13).await;
+    assert!(
+        run.state.unrecorded_ignored.is_empty(),
+        "{:#?}",
+        run.state.unrecorded_ignored
+    );
+    abort(&mut run).await;
+    assert!(!root.join("build/w3.o").exists());
+    assert_eq!(read(root, "build/old.o"), "old\n");
+}
+
+/// Many files changed inside one ignored directory (a build's output) are one entry naming
+/// the directory and how many, not one step per file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_changes_inside_an_ignored_directory_are_reported_as_the_directory() {
+    let dir = ignoring_repo();
+    let root = dir.path();
+    write(
+        root,
+        "build.sh",
+        "#!/bin/sh\nfor i in $(seq 1 40); do echo $i > build/o$i.o; done\n",
+    );
+    set_exec(root, "build.sh");
+    git(root, &["add", "build.sh"]);
+    git(root, &["commit", "-q", "-m", "a build script"]);
+    write(root, "build/old.o", "old\n");
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "./build.sh"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let s = until_approving(&mut run, "the report", |s| !s.unrecorded_ignored.is_empty()).await;
+    let listed: Vec<&str> = s
+        .unrecorded_ignored
+        .iter()
+        .map(|u| u.path.as_str())
+        .collect();
+    assert_eq!(listed, ["build/"]);
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.n == s.unrecorded_ignored[0].at_step)
+        .expect("its step");
+    assert!(step.action.contains("40 paths inside"), "{}", step.action);
+    abort(&mut run).await;
+    assert_eq!(read(root, "build/o7.o"), "7\n");
+}
+
 /// A repository with a real submodule `sub` (a local repository added with the file protocol
 /// allowed), holding `lib.txt`.
 fn repo_with_submodule() -> (tempfile::TempDir, tempfile::TempDir) {
@@ -813,6 +1155,11 @@ async fn changes_inside_a_submodule_are_named_in_steps_and_the_handback_report()
     abort(&mut run).await;
     let why = run.state.stop_reason.clone().unwrap_or_default();
     assert!(why.contains("removed from 0 file(s)"), "{why}");
+    // Said truly: what the agent's command did inside is not taken back.
+    assert!(
+        why.contains("left the inside of submodule sub as it is"),
+        "{why}"
+    );
     // Nothing inside is taken back: Rein cannot tell whose it is.
     assert_eq!(read(root, "sub/lib.txt"), "lib\nagent\nhuman\n");
 }

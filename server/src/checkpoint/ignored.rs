@@ -10,12 +10,14 @@
 //!
 //! Must never: write the working tree, or put an ignored file into a checkpoint's tree.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use git2::build::TreeUpdateBuilder;
 use git2::{ErrorCode, FileMode, Oid, Signature, Tree};
 
 use super::chain::EMAIL;
+use super::ignored_watch::grouped;
 use super::objects::{bytes_path, entry_mode};
 use super::walk::is_ignored;
 use super::{CheckpointError, Checkpoints, EntryMode, Result};
@@ -59,8 +61,24 @@ pub struct IgnoredChange {
     pub path: String,
     /// It is gone now.
     pub gone: bool,
-    /// It is a directory (only its own entry was seen: its files are not watched).
+    /// It is a directory.
     pub dir: bool,
+    /// How many paths inside this directory changed, when they are told as it (too many to
+    /// name); 0 when it is the path itself that changed.
+    pub inside: usize,
+    /// Events of this directory were lost: something inside may have changed.
+    pub lost: bool,
+}
+
+/// A change of `rel` as told.
+fn change(rel: &Path, gone: bool, dir: bool, inside: usize) -> IgnoredChange {
+    IgnoredChange {
+        path: rel.to_string_lossy().into_owned(),
+        gone,
+        dir,
+        inside,
+        lost: false,
+    }
 }
 
 impl Checkpoints {
@@ -80,25 +98,40 @@ impl Checkpoints {
         is_ignored(&self.repo, workdir, &rel, link)
     }
 
-    /// The ignored paths the watcher saw change since the last call, each once: files and
-    /// directories no checkpoint holds and git ignores (what is inside an ignored directory
-    /// is not watched: only the directory appearing, going or changing its own entry is).
-    /// Empty when nothing is watched.
-    pub fn take_ignored_changes(&mut self) -> Result<Vec<IgnoredChange>> {
+    /// The ignored paths the watchers saw change since the last call, each once: files and
+    /// directories no checkpoint holds and git ignores, those inside an ignored directory
+    /// included as far as they are followed (`ignored_watch`); many under one directory are
+    /// told as it, leaving out first the paths `known` says are accounted for (saved before
+    /// the write). A new ignored directory is followed from now on. Empty when nothing is
+    /// watched.
+    pub fn take_ignored_changes(
+        &mut self,
+        known: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<IgnoredChange>> {
         if self.live.is_none() || self.read_only {
             return Ok(Vec::new());
         }
         self.drain_into_pending()?;
-        let seen = match self.live.as_mut() {
-            Some(live) => std::mem::take(&mut live.seen),
-            None => return Ok(Vec::new()),
-        };
         let Some(workdir) = self.repo.workdir().map(Path::to_path_buf) else {
             return Ok(Vec::new());
         };
+        let (seen, inside) = match self.live.as_mut() {
+            Some(live) => (
+                std::mem::take(&mut live.seen),
+                live.ignored
+                    .as_mut()
+                    .map(|w| w.drain(&workdir))
+                    .unwrap_or_default(),
+            ),
+            None => return Ok(Vec::new()),
+        };
         let tree = self.tip_tree()?;
-        let mut out = Vec::new();
-        for rel in seen {
+        let mut found = BTreeMap::new();
+        let mut new_dirs = Vec::new();
+        // What lies under an ignored directory is ignored (git cannot take back a file whose
+        // parent it excludes), so only the tree's watcher's paths are asked about.
+        let asked = seen.into_iter().map(|p| (p, true));
+        for (rel, ask) in asked.chain(inside.paths.into_iter().map(|p| (p, false))) {
             match tree.get_path(&rel) {
                 Ok(_) => continue,
                 Err(e) if e.code() == ErrorCode::NotFound => {}
@@ -106,15 +139,47 @@ impl Checkpoints {
             }
             let meta = std::fs::symlink_metadata(workdir.join(&rel)).ok();
             let link = meta.as_ref().is_some_and(|m| m.file_type().is_symlink());
-            if !is_ignored(&self.repo, &workdir, &rel, link)? {
+            if ask && !is_ignored(&self.repo, &workdir, &rel, link)? {
                 continue;
             }
-            out.push(IgnoredChange {
-                path: rel.to_string_lossy().into_owned(),
-                gone: meta.is_none(),
-                dir: meta.is_some_and(|m| m.is_dir()),
-            });
+            let dir = meta.as_ref().is_some_and(|m| m.is_dir());
+            if dir {
+                new_dirs.push(rel.clone());
+            }
+            if !known(&rel.to_string_lossy()) {
+                found.insert(rel, (meta.is_none(), dir));
+            }
         }
+        drop(tree);
+        let Some(watch) = self.live.as_mut().and_then(|l| l.ignored.as_mut()) else {
+            return Ok(found
+                .into_iter()
+                .map(|(rel, (gone, dir))| change(&rel, gone, dir, 0))
+                .collect());
+        };
+        let groups = grouped(found.keys().map(PathBuf::as_path), |p| {
+            watch.root_of(p).cloned()
+        });
+        let mut out: Vec<IgnoredChange> = groups
+            .into_iter()
+            .map(|(rel, inside)| {
+                let (gone, dir) = found.get(&rel).copied().unwrap_or_else(|| {
+                    let meta = std::fs::symlink_metadata(workdir.join(&rel)).ok();
+                    (meta.is_none(), meta.is_some_and(|m| m.is_dir()))
+                });
+                change(&rel, gone, dir, inside)
+            })
+            .collect();
+        out.extend(inside.lost.iter().map(|rel| IgnoredChange {
+            lost: true,
+            ..change(rel, false, true, 0)
+        }));
+        // An ignored directory that appeared (a build's first output) is followed from now on.
+        let new_dirs: Vec<PathBuf> = new_dirs
+            .into_iter()
+            .filter(|d| watch.root_of(d).is_none())
+            .collect();
+        watch.add(&workdir, new_dirs);
         Ok(out)
     }
 

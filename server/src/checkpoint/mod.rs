@@ -24,6 +24,7 @@ mod convert;
 mod diff;
 mod failed;
 mod ignored;
+mod ignored_watch;
 mod index;
 mod nested;
 mod objects;

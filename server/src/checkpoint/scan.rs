@@ -13,6 +13,7 @@ use git2::{Delta, DiffOptions, Index, IndexEntry, ObjectType, Oid, Repository};
 
 use crate::watch::{Drained, Watcher};
 
+use super::ignored_watch::IgnoredWatch;
 use super::index::remove_if_exists;
 use super::objects::{bytes_path, path_bytes};
 use super::seed::{Findings, Loading, Seed};
@@ -39,6 +40,8 @@ pub(super) struct Live {
     /// (`Checkpoints::take_ignored_changes`): `pending` forgets paths once applied, this does
     /// not.
     pub(super) seen: BTreeSet<PathBuf>,
+    /// The ignored directories followed for what changes inside them (not scanned).
+    pub(super) ignored: Option<IgnoredWatch>,
 }
 
 /// Whether the watcher should follow directory `rel`: not a repository of its own, and not
@@ -145,6 +148,7 @@ impl Checkpoints {
                     gitlinks: Vec::new(),
                     pending: BTreeSet::new(),
                     seen: BTreeSet::new(),
+                    ignored: None,
                 });
                 true
             }
@@ -310,6 +314,16 @@ impl Checkpoints {
             self.live = None;
         } else if let Some(live) = &mut self.live {
             live.watcher.adopt(std::mem::take(&mut found.watches));
+            let workdir = self
+                .repo
+                .workdir()
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
+            let roots = std::mem::take(&mut found.ignored_dirs);
+            match &mut live.ignored {
+                Some(w) => w.add(&workdir, roots),
+                None => live.ignored = IgnoredWatch::start(&workdir, roots),
+            }
         }
         let from_git = seed.as_ref().is_some_and(Seed::copies_git_index);
         let converted = self.converted_files(&entries, &found, from_git);

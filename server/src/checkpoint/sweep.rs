@@ -36,6 +36,8 @@ pub(super) struct Found {
     pub(super) watches: Vec<Added>,
     /// Why a directory could not be watched (the watches are then incomplete).
     pub(super) watch_error: Option<WatchError>,
+    /// Untracked directories git ignores, not gone into (the outermost ones).
+    pub(super) ignored_dirs: Vec<PathBuf>,
 }
 
 /// The outcome of a sweep.
@@ -210,6 +212,7 @@ pub(super) fn sweep(
         found.read.extend(part.found.read);
         found.gone.extend(part.found.gone);
         found.watches.extend(part.found.watches);
+        found.ignored_dirs.extend(part.found.ignored_dirs);
         if found.watch_error.is_none() {
             found.watch_error = part.found.watch_error;
         }
@@ -434,7 +437,10 @@ fn visit(
                     path: rel.clone(),
                     tracked: 0..0,
                 }),
-                None => {}
+                None => part
+                    .found
+                    .ignored_dirs
+                    .push(PathBuf::from(OsStr::from_bytes(&rel))),
             }
             continue;
         }

@@ -6,10 +6,13 @@
 //! What the write left is recorded when its step is: abort takes back only what is still the
 //! agent's (the same three-way revert as a tracked file's), so a change the person made to the
 //! file afterwards stays. A write Rein cannot see coming (a command that does not name the
-//! file) leaves nothing to restore from: when the watcher sees an ignored file change while
-//! the agent holds control and nothing was saved of it, the change is recorded as a step that
-//! says so (the agent's where a tool call or command names the file, else unattributed) and
-//! listed in `unrecordedIgnored`, and abort names it as left.
+//! file) leaves nothing to restore from: when the watchers see an ignored file change while
+//! the agent holds control (inside an ignored directory too, as far as `checkpoint` follows
+//! those) and nothing was saved of it, the change is recorded as a step that says so (the
+//! agent's where a tool call or command names the file, else unattributed; many under one
+//! directory as that directory with their number) and listed in `unrecordedIgnored`, and
+//! abort names it as left: never removed, even when it is new, unless a save proves it the
+//! agent's.
 //!
 //! Must never: save or restore a file that a checkpoint holds (those are the chain's), nor a
 //! directory.
@@ -56,6 +59,18 @@ fn node(saved: &Saved) -> Option<Node> {
 
 fn side(node: &Option<Node>) -> Option<(&[u8], NodeKind)> {
     node.as_ref().map(|n| (n.bytes.as_slice(), n.kind))
+}
+
+/// What a step says of the ignored path `c` (shown as `shown`) that changed with nothing saved.
+fn unrecorded_action(c: &IgnoredChange, shown: &str, by_agent: bool) -> String {
+    let verb = if c.gone { "removed" } else { "changed" };
+    match (c.lost, c.inside, by_agent) {
+        (true, _, _) => format!("{shown}, which git ignores, may have changed while the agent ran (more changes than Rein could follow); Rein did not record what it held, so abort leaves it"),
+        (false, 0, true) => format!("the agent {verb} {shown}, which git ignores; its previous content was not recorded, so abort cannot put it back"),
+        (false, 0, false) => format!("{shown}, which git ignores, was {verb} while the agent ran; Rein cannot tell who did it and did not record its previous content, so abort leaves it"),
+        (false, n, true) => format!("the agent changed {n} paths inside {shown}, which git ignores; their previous content was not recorded, so abort cannot put them back"),
+        (false, n, false) => format!("{n} paths inside {shown}, which git ignores, changed while the agent ran; Rein cannot tell who changed them and did not record their previous content, so abort leaves them"),
+    }
 }
 
 impl Engine {
@@ -134,7 +149,7 @@ impl Engine {
     /// The agent gets control (a resume, a handback): ignored files changed before now are
     /// not its, and saves made before now do not cover what it changes from here on.
     pub(super) fn ignored_hold_begins(&mut self) {
-        if let Err(e) = self.ckpt.take_ignored_changes() {
+        if let Err(e) = self.ckpt.take_ignored_changes(&|_| false) {
             tracing::debug!(error = %e, "cannot read which ignored files changed");
         }
         self.ignored_from = match self.ckpt.ignored_saves() {
@@ -148,7 +163,19 @@ impl Engine {
     /// step saying its previous content was not recorded: the agent's where `evidence` names
     /// it, else unattributed (never claimed for either on a guess).
     pub(super) fn note_unrecorded_ignored(&mut self, evidence: &Evidence) {
-        let changes = match self.ckpt.take_ignored_changes() {
+        let saves = self.ckpt.ignored_saves().unwrap_or_default();
+        let from = self.ignored_from;
+        // Saved since the agent got control (abort puts it back), or the temp file of one of
+        // Rein's own writes: nothing to report. Left out before many paths are told as their
+        // directory.
+        let covered = |path: &str| {
+            let name = path.rsplit('/').next().unwrap_or(path);
+            name.starts_with(crate::exec::TEMP_PREFIX)
+                || saves
+                    .iter()
+                    .any(|s| s.by_agent && s.seq > from && s.shown() == path)
+        };
+        let changes = match self.ckpt.take_ignored_changes(&covered) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read which ignored files changed");
@@ -158,20 +185,13 @@ impl Engine {
         if changes.is_empty() {
             return;
         }
-        let saves = self.ckpt.ignored_saves().unwrap_or_default();
-        let from = self.ignored_from;
-        let covered = |c: &IgnoredChange| {
-            saves
-                .iter()
-                .any(|s| s.by_agent && s.seq > from && s.shown() == c.path)
-        };
         let listed: Vec<String> = self
             .state()
             .unrecorded_ignored
             .iter()
             .map(|u| u.path.clone())
             .collect();
-        for c in changes.iter().filter(|c| !covered(c)) {
+        for c in changes.iter().filter(|c| !covered(&c.path)) {
             let shown = if c.dir {
                 format!("{}/", c.path)
             } else {
@@ -181,18 +201,16 @@ impl Engine {
                 continue;
             }
             let inside = format!("{}/", c.path);
+            // Many paths told as their directory are the agent's only when its line names it.
             let by_agent = evidence.names(&c.path)
                 || (c.dir
+                    && c.inside == 0
+                    && !c.lost
                     && evidence
                         .named_paths()
                         .iter()
                         .any(|p| p.starts_with(&inside)));
-            let verb = if c.gone { "removed" } else { "changed" };
-            let action = if by_agent {
-                format!("the agent {verb} {shown}, which git ignores; its previous content was not recorded, so abort cannot put it back")
-            } else {
-                format!("{shown}, which git ignores, was {verb} while the agent ran; Rein cannot tell who did it and did not record its previous content, so abort leaves it")
-            };
+            let action = unrecorded_action(c, &shown, by_agent);
             let author = if by_agent {
                 Author::Agent
             } else {

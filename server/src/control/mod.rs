@@ -495,6 +495,10 @@ struct Engine {
     ignored_from: u32,
     /// Paths a command about to run named that were absent (`made_dirs`).
     absent_before: std::collections::BTreeSet<String>,
+    /// Since when a directory's birth may be the agent's (`made_dirs`).
+    dirs_from: std::time::SystemTime,
+    /// Submodules whose inside changed while the agent ran (`submodules`): abort names them.
+    submodules_changed: std::collections::BTreeSet<String>,
 }
 
 /// What a move leaves for its step's record beyond its outcome.
@@ -1170,6 +1174,8 @@ impl Engine {
             roots,
             ignored_from: 0,
             absent_before: Default::default(),
+            dirs_from: std::time::SystemTime::now(),
+            submodules_changed: Default::default(),
         }
     }
 
@@ -1696,9 +1702,11 @@ impl Engine {
         also: impl FnOnce(&mut TaskState),
     ) -> Flow {
         self.settle_ignored(&touched);
-        let made = matches!(touched, Touched::Tree(_))
-            .then(|| self.made_dirs())
-            .unwrap_or_default();
+        // A terminal's command may have made what it named since the step that started it.
+        let made = self.made_dirs(match &touched {
+            Touched::Tree(evidence) => Some(evidence),
+            _ => None,
+        });
         let paths = match touched {
             Touched::Tree(evidence) => self.attribute(&evidence),
             Touched::Nothing => Vec::new(),

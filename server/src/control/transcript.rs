@@ -458,6 +458,41 @@ fn build(
                     files: Vec::new(),
                 });
             }
+            "ignored_unrecorded" => {
+                // Its step says which ignored path changed and that nothing of it was saved.
+                let Some(n) = number(&d, "n") else { continue };
+                let by_agent = d.get("by_agent").and_then(Value::as_bool) == Some(true);
+                let path = text(&d, "path").unwrap_or_default();
+                let title = s
+                    .steps
+                    .iter()
+                    .find(|st| st.n == n)
+                    .map(|st| st.action.clone())
+                    .unwrap_or_else(|| {
+                        format!("{path}, which git ignores, changed while the agent ran; its previous content was not recorded")
+                    });
+                out.push(if by_agent {
+                    Entry::Tool {
+                        at: at.clone(),
+                        step: n,
+                        title,
+                        status: StepStatus::Done,
+                        plan_item: None,
+                        detail: None,
+                        checkpoint: None,
+                        files: Vec::new(),
+                        tool: None,
+                    }
+                } else {
+                    Entry::Unattributed {
+                        at: at.clone(),
+                        step: n,
+                        title,
+                        checkpoint: None,
+                        files: Vec::new(),
+                    }
+                });
+            }
             "steered" => {
                 let id = text(&d, "id").unwrap_or_default();
                 let known = s.constraints.iter().find(|c| c.id == id);
@@ -803,6 +838,29 @@ mod tests {
 
     fn line(event: &str, detail: Value) -> Value {
         json!({"at": "2025-01-01T00:00:01Z", "version": 1, "event": event, "detail": detail})
+    }
+
+    #[test]
+    fn an_ignored_path_changed_with_nothing_saved_is_told_by_whom() {
+        let s = state();
+        let lines = vec![
+            line(
+                "ignored_unrecorded",
+                json!({"n": 7, "path": "build/fresh.log", "by_agent": false}),
+            ),
+            line(
+                "ignored_unrecorded",
+                json!({"n": 8, "path": ".env", "by_agent": true}),
+            ),
+        ];
+        let t = build(&s, &lines, 0, |_| vec![]);
+        let text = t.to_text();
+        for want in [
+            "step 7: someone: build/fresh.log, which git ignores, changed while the agent ran; its previous content was not recorded",
+            "step 8: .env, which git ignores, changed while the agent ran; its previous content was not recorded",
+        ] {
+            assert!(text.contains(want), "{want:?} not in:\n{text}");
+        }
     }
 
     #[test]

@@ -121,6 +121,28 @@ pub(super) fn resolve_target(
     }
 }
 
+/// The step a rewind to checkpoint `target` (given as `spec`) goes back to the end of: step N
+/// for `step:N`, else the last step whose checkpoint is `target`.
+fn rewound_step(
+    ckpt: &Checkpoints,
+    steps: &[std::sync::Arc<state::Step>],
+    spec: &str,
+    target: &str,
+) -> Option<u32> {
+    if let Some(n) = spec.trim().strip_prefix("step:") {
+        return n.trim().parse().ok();
+    }
+    steps
+        .iter()
+        .rev()
+        .find(|st| {
+            st.checkpoint
+                .as_deref()
+                .is_some_and(|c| ckpt.resolve(c).is_ok_and(|id| id == target))
+        })
+        .map(|st| st.n)
+}
+
 impl Engine {
     /// Handles one request; says what the in-flight work (if any) must do about it.
     pub(super) fn dispatch(&mut self, env: Envelope, phase: Phase<'_>) -> Flow {
@@ -369,6 +391,7 @@ impl Engine {
                 }
                 self.note_moved_head();
                 self.ignored_hold_begins();
+                self.dirs_hold_begins();
             }
         }
         self.commit(|s| {
@@ -577,6 +600,13 @@ impl Engine {
                 unrecorded.len(),
                 unrecorded.join(", ")
             );
+            self.say(Level::Warning, told.clone());
+            why.push_str("; ");
+            why.push_str(&told);
+        }
+        if let Some(told) =
+            super::submodules::left_inside(&self.submodules_changed).filter(|_| !keep_changes)
+        {
             self.say(Level::Warning, told.clone());
             why.push_str("; ");
             why.push_str(&told);
@@ -919,6 +949,7 @@ impl Engine {
         let noted = report.note.clone();
         self.reconcile_note = Some(report.markdown());
         self.ignored_hold_begins();
+        self.dirs_hold_begins();
         self.commit(|s| {
             s.status = Status::Running;
             s.held_files.clear();
@@ -1254,6 +1285,9 @@ impl Engine {
         // changed and what nothing attributes stay (docs/agents.md, "Who made a change").
         let undone = self.revert_agent_changes(Some(&target))?;
         let ignored = self.rewind_ignored(&target)?;
+        let dirs = rewound_step(&self.ckpt, &self.state().steps, spec, &target)
+            .map(|upto| self.rewind_made_dirs(upto))
+            .unwrap_or_default();
         let files = undone.files + ignored.len();
         for path in ignored {
             (self.notify)(super::Notice::Wrote { path });
@@ -1270,6 +1304,13 @@ impl Engine {
         let mut told = format!(
             "rewound {files} file(s) to checkpoint {short} (the agent's changes; yours kept)"
         );
+        if !dirs.is_empty() {
+            told.push_str(&format!(
+                "; removed {} empty director{} the agent's commands made",
+                dirs.len(),
+                if dirs.len() == 1 { "y" } else { "ies" }
+            ));
+        }
         if !undone.kept.is_empty() {
             let named: Vec<String> = undone.kept.iter().map(KeptLines::describe).collect();
             told.push_str(&format!(
