@@ -990,7 +990,7 @@ async fn a_file_in_an_ignored_directory_changed_by_an_unnaming_command_is_report
             && why.contains("build/fresh.log"),
         "{why}"
     );
-    let transcript = rein::control::transcript(root, 0)
+    let transcript = rein::control::transcript(root, None, 0)
         .expect("transcript")
         .to_text();
     assert!(
