@@ -1063,6 +1063,33 @@ async fn many_changes_inside_an_ignored_directory_are_reported_as_the_directory(
     assert_eq!(read(root, "build/o7.o"), "7\n");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ignored_directory_too_big_to_follow_whole_is_named_by_abort() {
+    let dir = ignoring_repo();
+    let root = dir.path();
+    // More directories inside an ignored one than a task follows.
+    for i in 0..300 {
+        std::fs::create_dir_all(root.join(format!("build/d{i:03}"))).expect("mkdir");
+    }
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "true"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    until_approving(&mut run, "the command ran", |s| {
+        s.steps.iter().any(|st| st.action.starts_with("run true"))
+    })
+    .await;
+    abort(&mut run).await;
+    let why = run.state.stop_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("not all of build") && why.contains("not known to it"),
+        "{why}"
+    );
+}
+
 /// A repository with a real submodule `sub` (a local repository added with the file protocol
 /// allowed), holding `lib.txt`.
 fn repo_with_submodule() -> (tempfile::TempDir, tempfile::TempDir) {

@@ -98,6 +98,21 @@ impl Checkpoints {
         is_ignored(&self.repo, workdir, &rel, link)
     }
 
+    /// The outermost ignored directories Rein does not follow all the way down (a budget of
+    /// directories per task, or a watch the kernel refused): a change deep inside them is
+    /// not seen, so the person is told rather than left to think nothing changed there.
+    pub fn ignored_partly_followed(&self) -> Vec<String> {
+        self.live
+            .as_ref()
+            .and_then(|live| live.ignored.as_ref())
+            .map(|w| {
+                w.partly_followed()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The ignored paths the watchers saw change since the last call, each once: files and
     /// directories no checkpoint holds and git ignores, those inside an ignored directory
     /// included as far as they are followed (`ignored_watch`); many under one directory are

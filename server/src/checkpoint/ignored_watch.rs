@@ -42,6 +42,9 @@ pub(super) struct IgnoredWatch {
     roots: BTreeSet<PathBuf>,
     /// How many directories are watched or were (the budget counts both).
     spent: usize,
+    /// The outermost ignored directories not followed all the way down (the budget ran
+    /// out, or the kernel refused a watch): a change deep inside them is not seen.
+    partly: BTreeSet<PathBuf>,
 }
 
 impl IgnoredWatch {
@@ -59,6 +62,7 @@ impl IgnoredWatch {
             watcher,
             roots: BTreeSet::new(),
             spent: 0,
+            partly: BTreeSet::new(),
         };
         this.add(workdir, roots);
         Some(this)
@@ -74,10 +78,12 @@ impl IgnoredWatch {
         self.roots.extend(roots.iter().cloned());
         // One queue per root, taken in turn: a big `node_modules/` does not use up the budget
         // before `target/` gets any.
-        let mut queues: VecDeque<VecDeque<PathBuf>> =
-            roots.into_iter().map(|r| VecDeque::from([r])).collect();
+        let mut queues: VecDeque<(PathBuf, VecDeque<PathBuf>)> = roots
+            .into_iter()
+            .map(|r| (r.clone(), VecDeque::from([r])))
+            .collect();
         let mut added = Vec::new();
-        while let Some(mut queue) = queues.pop_front() {
+        while let Some((root, mut queue)) = queues.pop_front() {
             let Some(dir) = queue.pop_front() else {
                 continue;
             };
@@ -85,16 +91,20 @@ impl IgnoredWatch {
                 tracing::debug!(
                     "watching {WATCH_BUDGET} directories under ignored ones: deeper ones are not"
                 );
+                self.partly.insert(root);
+                self.partly.extend(queues.into_iter().map(|(r, _)| r));
                 break;
             }
             match self.watcher.add_dir(&dir) {
                 Ok(Some(a)) => added.push(a),
                 Ok(None) => {
-                    queues.push_back(queue);
+                    queues.push_back((root, queue));
                     continue;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot watch an ignored directory: a change inside it is not reported");
+                    self.partly.insert(root);
+                    self.partly.extend(queues.into_iter().map(|(r, _)| r));
                     break;
                 }
             }
@@ -108,9 +118,14 @@ impl IgnoredWatch {
                     }
                 }
             }
-            queues.push_back(queue);
+            queues.push_back((root, queue));
         }
         self.watcher.adopt(added);
+    }
+
+    /// The outermost ignored directories not followed all the way down.
+    pub(super) fn partly_followed(&self) -> impl Iterator<Item = &PathBuf> {
+        self.partly.iter()
     }
 
     /// What changed under the followed directories since the last look.
@@ -209,6 +224,10 @@ mod tests {
         let mut w =
             IgnoredWatch::start(root, vec!["build".into(), "target".into()]).expect("inotify");
         assert_eq!(w.spent, WATCH_BUDGET);
+        assert!(
+            w.partly_followed().next().is_some(),
+            "the budget's end is known"
+        );
         std::fs::write(root.join("build/logs/agent.log"), "x").expect("write");
         std::fs::write(root.join("build/.gitignore"), "*").expect("write");
         let seen = w.drain(root);

@@ -587,6 +587,15 @@ impl Engine {
             why.push_str("; ");
             why.push_str(&told);
         }
+        let partly = self.ckpt.ignored_partly_followed();
+        if !partly.is_empty() && !keep_changes {
+            let told = format!(
+                "Rein follows a bounded number of directories inside ignored ones, not all of {}: a change deep inside them is not known to it, so none there was taken back",
+                partly.join(", ")
+            );
+            why.push_str("; ");
+            why.push_str(&told);
+        }
         let unrecorded: Vec<String> = self
             .state()
             .unrecorded_ignored
