@@ -257,6 +257,16 @@ pub fn head_commit(workdir: &Path) -> Result<Option<String>> {
     Ok(Some(id.to_string()))
 }
 
+/// The branch HEAD names at `workdir` (`main`), even unborn; None when HEAD is detached.
+pub fn head_branch(workdir: &Path) -> Result<Option<String>> {
+    let repo = open_repo(workdir)?;
+    let head = repo.find_reference("HEAD")?;
+    Ok(head
+        .symbolic_target_bytes()
+        .and_then(|t| t.strip_prefix(b"refs/heads/"))
+        .map(|b| String::from_utf8_lossy(b).into_owned()))
+}
+
 /// The per-worktree git directory of the repository at `workdir` (where state files go).
 pub fn git_dir(workdir: &Path) -> Result<PathBuf> {
     Ok(open_repo(workdir)?.path().to_path_buf())

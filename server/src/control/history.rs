@@ -28,6 +28,9 @@ pub struct PastTask {
     pub status: Status,
     /// When it started (RFC 3339).
     pub started: String,
+    /// The branch it started on, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
     /// When its last step or turn was (RFC 3339), when it made one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated: Option<String>,
@@ -97,6 +100,7 @@ pub fn past(s: &TaskState, root: &Path, current: bool) -> PastTask {
         goal: s.task.goal.clone(),
         status: s.status,
         started: s.task.started.clone(),
+        branch: s.task.branch.clone(),
         updated,
         steps: s.steps.last().map_or(0, |st| u64::from(st.n)),
         turns: 1 + s.turns.len() as u32,

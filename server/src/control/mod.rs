@@ -629,6 +629,7 @@ pub fn start_as(
             base: base.clone(),
             agent: agent_spec,
             started: now.clone(),
+            branch: checkpoint::head_branch(&root).ok().flatten(),
         },
         status: Status::Running,
         control: Control {

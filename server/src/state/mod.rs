@@ -316,6 +316,10 @@ pub struct TaskInfo {
     pub agent: serde_json::Value,
     /// When the task started (RFC 3339).
     pub started: String,
+    /// The branch the working tree was on when the task started (none when detached, or
+    /// for a task from before this was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
 }
 
 /// The run's status.

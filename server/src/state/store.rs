@@ -615,6 +615,7 @@ mod tests {
                 base: None,
                 agent: serde_json::Value::Null,
                 started: now(),
+                branch: None,
             },
             status: Status::Running,
             control: Control {
