@@ -283,6 +283,8 @@ ol.plan { margin: 4px 0 2px; padding-left: 2.2em; }
 .control .rule { flex: 1; border-top: 1px solid var(--vscode-panel-border, var(--vscode-descriptionForeground)); }
 .control.c-taken_over .ctext, .control.c-handed_back .ctext { color: var(--vscode-foreground); font-weight: 600; }
 .control time { margin-left: 8px; font-weight: normal; color: var(--vscode-descriptionForeground); }
+.turn { margin-top: 16px; border-left-width: 4px; }
+.turn .report { margin-top: 4px; color: var(--vscode-descriptionForeground); }
 .end { border: 1px solid var(--vscode-charts-green, var(--vscode-focusBorder)); }
 .end.e-aborted, .end.e-failed { border-color: var(--vscode-errorForeground); }
 #live { margin: 6px 0 0 1.4em; }
