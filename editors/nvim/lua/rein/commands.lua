@@ -931,8 +931,54 @@ function M.diff(args, t)
   end)
 end
 
+--- `:Rein continue [task=ID] [text]`: an ended task's conversation goes on: `text` (asked
+--- when not given) is the agent's next turn, in the same session, checkpoints and transcript;
+--- the agent is told what you changed since its last turn first. `task=ID` names an earlier
+--- task of the working tree (from `:Rein tasks`), which becomes the task here again.
+sub.continue = {
+  desc = "give an ended task's agent your next words: the next turn of the same conversation (task=ID: an earlier task)",
+  task = true,
+  run = function(args, _, ref)
+    local function go(t, client)
+      local st = t or current_state()
+      if not st or not ended[st.status] then
+        -- Still under way (or no task): sent bare, the server says what to do instead
+        -- (steer it, resume it, or start one).
+        rein().exec("continue", for_task(t, { text = args }))
+        return
+      end
+      local goal = tostring(st.goal or (type(st.task) == "table" and st.task.goal) or "")
+      local turn = (tonumber(st.turns) or (type(st.turns) == "table" and #st.turns + 1) or 1) + 1
+      local function send(text)
+        text = trim(text)
+        if text == "" then
+          return
+        end
+        rein().exec("continue", for_task(t, { text = text }), function(result, c)
+          local s = type(result) == "table" and result.state or nil
+          if type(s) == "table" and type(s.task) == "table" and not tasks().is_worktree(c.id, s.task.id) then
+            -- An earlier task is the task here again: shown as such at once.
+            rein()._set_state(c.id, s)
+          end
+          -- The server says the turn began; the history (turns, current) follows.
+          tasks().fetch(client or c)
+        end)
+      end
+      if args ~= "" then
+        send(args)
+      else
+        input(("Rein continue %q (turn %d): "):format(goal, turn), nil, send)
+      end
+    end
+    if ref then
+      return tasks().with_task(ref, go)
+    end
+    go(nil)
+  end,
+}
+
 sub.tasks = {
-  desc = "the tasks (each with its status, holder, plan, decisions): keys act on the one under the cursor",
+  desc = "the tasks (each with its status, holder, plan, decisions) and the earlier ones: keys act on the one under the cursor",
   run = function()
     tasks().open()
   end,
