@@ -163,6 +163,13 @@ async fn a_follow_up_is_refused_while_the_task_is_live_naming_steer() {
         why.contains("still paused") && why.contains("steer"),
         "{why}"
     );
+    // A bare follow-up (what an editor sends to a task it sees live) gets the same answer,
+    // not "empty": the person is told to steer, not asked for words.
+    let bare = run.refused(Request::Continue { text: "".into() }).await;
+    assert!(
+        bare.contains("still paused") && bare.contains("steer"),
+        "{bare}"
+    );
     run.call(Request::Abort {
         keep_changes: false,
     })

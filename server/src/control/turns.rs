@@ -16,11 +16,8 @@ impl Engine {
     /// `Request::Continue`: the person's follow-up `text` begins the next turn.
     pub(super) fn follow_up(&mut self, text: &str) -> Result<Reply, ControlError> {
         let text = text.trim();
-        if text.is_empty() {
-            return Err(ControlError::BadArgument(
-                "the follow-up is empty: say what the agent should do next".into(),
-            ));
-        }
+        // Whether a turn can begin is said first: an editor sends a bare follow-up to a task
+        // it sees still live, so the person hears what to do instead of being asked for words.
         let status = self.state().status;
         if !status.is_terminal() {
             return Err(ControlError::NotNow(
@@ -35,6 +32,11 @@ impl Engine {
                 } else {
                     ""
                 }),
+            ));
+        }
+        if text.is_empty() {
+            return Err(ControlError::BadArgument(
+                "the follow-up is empty: say what the agent should do next".into(),
             ));
         }
         let Some(agent) = self.agent.as_ref() else {
