@@ -1345,7 +1345,14 @@ async function continueTask(arg?: Node | string): Promise<void> {
   if (!text?.trim()) return;
   const res = await call<{ state?: TaskState }>('rein.continue', { text: text.trim(), ...(old ? { taskId: old.taskId } : {}) });
   if (!res) return;
-  vscode.window.setStatusBarMessage(`$(comment-discussion) Rein: turn ${turn} of "${goal}" began`, 6000);
+  // The earlier task is the task here now: its read-only panel gives way to the live transcript.
+  const earlier = old && taskTranscripts.get(old.taskId);
+  if (earlier) {
+    taskTranscripts.delete(old.taskId);
+    const wasOpen = earlier.panel.open;
+    earlier.panel.close();
+    if (wasOpen) await showTranscript();
+  }
   await fetchTasks();
 }
 
@@ -1366,7 +1373,7 @@ async function showPastTranscript(arg?: Node | string): Promise<void> {
     }
     const pick = await vscode.window.showQuickPick(
       history.map((h) => ({ label: h.goal, description: `${h.current ? 'current · ' : ''}${pastDescription(h)}`, h })),
-      { title: 'Rein: Show the Transcript of a Task', placeHolder: 'The tasks of this working tree, newest first', matchOnDescription: true },
+      { title: 'Rein: Open a Task from the History', placeHolder: 'The tasks of this working tree, newest first: its transcript opens', matchOnDescription: true },
     );
     if (!pick) return;
     p = pick.h;
@@ -1724,6 +1731,7 @@ function newTaskTranscript(taskId: string, name: string, earlier = false): Trans
     log,
     icon: vscode.Uri.joinPath(vscode.Uri.file(extensionPath), 'media', 'rein.svg'),
     title: earlier ? `Rein: Transcript (earlier: ${name})` : `Rein: Transcript (${name})`,
+    note: earlier ? 'An earlier task of this working tree, read-only. Rein: Continue the Task… on its History row makes it the task here again.' : undefined,
     taskId,
   });
 }

@@ -389,7 +389,7 @@ export interface StartOrContinue {
 export function startOrContinue(goal: string, status: string, canContinue: boolean | undefined): StartOrContinue[] | undefined {
   if (taskActive({ status } as TaskSummary) || canContinue === false) return undefined;
   return [
-    { id: 'continue', label: `$(comment-discussion) Continue: ${goal}`, detail: `The same agent, its conversation, checkpoints and transcript: your words are its next turn (the task is ${statusWords(status)}).` },
+    { id: 'continue', label: `$(reply) Continue: ${goal}`, detail: `The same agent and conversation: your words are its next turn (it is ${statusWords(status)}).` },
     { id: 'new', label: '$(add) New task', detail: 'A new goal for a new agent session.' },
   ];
 }

@@ -147,6 +147,11 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         icon: 'target',
         tooltip: tooltipLines(s).join('\n'),
       });
+      // A continued task: the turn under way, in the person's words.
+      const turn = s.turns?.length ? s.turns[s.turns.length - 1] : undefined;
+      if (turn) {
+        out.push({ kind: 'info', id: 'turn', label: `You: ${firstLine(turn.text)}`, description: `turn ${turn.n}`, icon: 'reply', tooltip: `Turn ${turn.n} of this task, from step ${turn.fromStep}: ${turn.text}\n\nClick for the whole transcript.` });
+      }
       const holder = s.control.holder;
       out.push({
         kind: 'info',
@@ -254,7 +259,7 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
           item.command = { command: 'rein.ui.menu', title: 'Controls' };
         }
         if (node.id === 'now') item.command = { command: 'rein.ui.output', title: 'Show the command output' };
-        if (node.id === 'said') item.command = { command: 'rein.ui.transcript', title: 'Show the transcript' };
+        if (node.id === 'said' || node.id === 'turn') item.command = { command: 'rein.ui.transcript', title: 'Show the transcript' };
         return item;
       }
       case 'group':

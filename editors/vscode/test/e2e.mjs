@@ -1534,8 +1534,9 @@ async function conversationScenario(repo3) {
   await group.waitFor({ timeout: 30_000 }).catch(() => {});
   if ((await group.getAttribute('aria-expanded').catch(() => null)) !== 'true') await group.click();
   const hist = await waitTree('the History rows', (r) => {
-    const a = r.findIndex((x) => x.startsWith(`${CONV_GOAL2} `) && / current · done/.test(x));
-    const b = r.findIndex((x) => x.startsWith(`${CONV_GOAL} `));
+    // A row's label and description read as one text ("Write the first filedone · …").
+    const a = r.findIndex((x) => x.startsWith(CONV_GOAL2) && /current · done/.test(x));
+    const b = r.findIndex((x) => x.startsWith(CONV_GOAL));
     return a >= 0 && b > a && /done · .* ago · \d+ steps · 2 turns/.test(r[b]);
   }, 30_000).catch((e) => e.message);
   check('the History lists the tasks newest first, the older one with "2 turns", the newer as current', Array.isArray(hist), Array.isArray(hist) ? '' : String(hist));
@@ -1554,6 +1555,7 @@ async function conversationScenario(repo3) {
   }, 30_000).catch((e) => e.message);
   check('clicking an older task in History opens its transcript read-only (its own panel, its goal and turns)', tab && Array.isArray(old) && old.some((x) => /now write the second file/.test(x)) && !old.some((x) => x.includes(CONV_GOAL2)), Array.isArray(old) ? old.join(' | ') : String(old));
   check('opening an older task leaves the task here as it was', taskOnDisk(repo3)?.task.id === newer?.task?.id);
+  await page.mouse.move(700, 600);
   await shot('conversation-earlier-transcript');
 
   // Its Continue button continues it: it is the task here again and runs turn 3.
@@ -1572,8 +1574,19 @@ async function conversationScenario(repo3) {
     return s?.task.id === first?.task.id && s.status === 'done' && s.turns?.length === 2 ? s : false;
   }, 90_000).catch((e) => e.message);
   check('Continue on an older task in History makes it the task here again and runs its next turn', typeof turn3 === 'object' && turn3.turns[1].text === 'and a third file' && existsSync(join(repo3, 'three.txt')), typeof turn3 === 'object' ? '' : String(turn3));
-  const again = await waitTree('the older task current with 3 turns', (r) => r.some((x) => x.startsWith(`${CONV_GOAL} `) && /current · done .* 3 turns/.test(x)), 30_000).catch((e) => e.message);
-  check('the view follows: the goal of the continued task, the History marks it current with 3 turns', Array.isArray(again) && again.some((x) => x.startsWith(CONV_GOAL) && /done/.test(x)), Array.isArray(again) ? '' : String(again));
+  const again = await waitTree('the older task current with 3 turns', (r) => r.some((x) => x.startsWith(CONV_GOAL) && /current · done .* 3 turns/.test(x)), 30_000).catch((e) => e.message);
+  check('the view follows: the History marks the continued task current with 3 turns, the view shows its turn', Array.isArray(again) && again.some((x) => /^You: and a third file\s*turn 3$/.test(x)), Array.isArray(again) ? '' : String(again));
+  const live = await waitFor('the live transcript of the continued task', async () => {
+    const tabs = await tabTitles();
+    return tabs.some((t) => /Rein: Transcript(?! \()/.test(t)) && !tabs.some((t) => t.includes('earlier:')) ? tabs : false;
+  }, 20_000).catch((e) => e.message);
+  const liveEntries = await waitFor('the continued task in the live transcript', async () => {
+    const f = await transcriptFrame(5_000).catch(() => null);
+    const e = f ? await transcriptEntries(f) : [];
+    return e.some((x) => /^You: turn 3/.test(x)) && e.some((x) => /Wrote three\.txt/.test(x)) ? e : false;
+  }, 30_000).catch((e) => e.message);
+  check('its read-only panel gave way to the live transcript of the task here, with turn 3', Array.isArray(live) && Array.isArray(liveEntries), `${live}; ${Array.isArray(liveEntries) ? '' : liveEntries}`);
+  await page.mouse.move(700, 600);
   await shot('conversation-continued');
 }
 
