@@ -940,7 +940,9 @@ sub.continue = {
   task = true,
   run = function(args, _, ref)
     local function go(t, client)
-      local st = t or current_state()
+      local here = current_state()
+      -- The task here, however it was named: its state knows its turns.
+      local st = (t and not (here and type(here.task) == "table" and here.task.id == t.taskId)) and t or here
       if not st or not ended[st.status] then
         -- Still under way (or no task): sent bare, the server says what to do instead
         -- (steer it, resume it, or start one).
