@@ -146,8 +146,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
 
   context.subscriptions.push(
     vscode.window.registerWebviewPanelSerializer(TranscriptPanel.viewType, {
-      deserializeWebviewPanel: (panel, saved: { taskId?: string | null } | undefined) =>
-        saved?.taskId && saved.taskId !== state?.task.id ? restoreTaskTranscript(panel, saved.taskId) : transcript.restore(panel),
+      deserializeWebviewPanel: (panel, saved: { taskId?: string | null; name?: string | null; earlier?: boolean } | undefined) =>
+        saved?.taskId && saved.taskId !== state?.task.id ? restoreTaskTranscript(panel, saved.taskId, saved.name ?? undefined, !!saved.earlier) : transcript.restore(panel),
     }),
   );
 
@@ -1356,6 +1356,11 @@ async function continueTask(arg?: Node | string): Promise<void> {
   await fetchTasks();
 }
 
+/** A goal short enough for a tab's title. */
+function shortGoal(goal: string): string {
+  return goal.length > 40 ? `${goal.slice(0, 39)}…` : goal;
+}
+
 /**
  * An earlier task's transcript, read-only, in a panel of its own (`rein.transcript {taskId}`
  * reads it from the task's files); the task here's is the usual transcript. Without a row,
@@ -1379,8 +1384,7 @@ async function showPastTranscript(arg?: Node | string): Promise<void> {
     p = pick.h;
   }
   if (p.current || p.taskId === state?.task.id) return showTranscript();
-  const name = p.goal.length > 40 ? `${p.goal.slice(0, 39)}…` : p.goal;
-  const held = taskTranscripts.get(p.taskId) ?? { panel: newTaskTranscript(p.taskId, name, true), state: null };
+  const held = taskTranscripts.get(p.taskId) ?? { panel: newTaskTranscript(p.taskId, shortGoal(p.goal), true), state: null };
   taskTranscripts.set(p.taskId, held);
   held.state = (await fetchTaskState(p.taskId)) ?? held.state;
   await held.panel.show();
@@ -1412,9 +1416,10 @@ function onTasks(p: unknown): void {
   if (line !== loggedTasks) log(`tasks: ${(loggedTasks = line) || 'none'}`);
   tasks = next;
   render();
-  // Open transcripts of worktree tasks follow their task (its whole state is fetched).
+  // Open transcripts of worktree tasks follow their task (its whole state is fetched); an
+  // earlier task's is filled once (a panel restored before the server answered).
   for (const [taskId, t] of taskTranscripts) {
-    if (!findTask(tasks, taskId)) continue;
+    if (!findTask(tasks, taskId) && (t.state || !tasks.history.some((p) => p.taskId === taskId))) continue;
     void fetchTaskState(taskId).then((st) => {
       if (st) t.state = st;
       t.panel.onState(t.state);
@@ -1731,15 +1736,18 @@ function newTaskTranscript(taskId: string, name: string, earlier = false): Trans
     log,
     icon: vscode.Uri.joinPath(vscode.Uri.file(extensionPath), 'media', 'rein.svg'),
     title: earlier ? `Rein: Transcript (earlier: ${name})` : `Rein: Transcript (${name})`,
+    name,
+    earlier,
     note: earlier ? 'An earlier task of this working tree, read-only. Rein: Continue the Task… on its History row makes it the task here again.' : undefined,
     taskId,
   });
 }
 
 /** A worktree task's transcript VS Code kept open across a reload. */
-async function restoreTaskTranscript(panel: vscode.WebviewPanel, taskId: string): Promise<void> {
-  const name = findTask(tasks, taskId)?.name ?? taskId;
-  const held = { panel: newTaskTranscript(taskId, name), state: await fetchTaskState(taskId) };
+async function restoreTaskTranscript(panel: vscode.WebviewPanel, taskId: string, saved?: string, earlier = false): Promise<void> {
+  // Named as it was (the server may not answer yet: its state comes with the next task list).
+  const name = findTask(tasks, taskId)?.name ?? saved ?? taskId;
+  const held = { panel: newTaskTranscript(taskId, name, earlier), state: await fetchTaskState(taskId) };
   taskTranscripts.set(taskId, held);
   await held.panel.restore(panel);
 }

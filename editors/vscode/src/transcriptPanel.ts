@@ -24,6 +24,10 @@ export interface TranscriptHost {
   taskId?: string;
   /** A line under the head (an earlier task's: read-only). */
   note?: string;
+  /** How the task is named in the title, and whether it is an earlier task: kept with the
+   * panel so a reload brings it back as it was. */
+  name?: string;
+  earlier?: boolean;
 }
 
 export class TranscriptPanel {
@@ -230,7 +234,7 @@ export class TranscriptPanel {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${escapeAttr(this.host.title ?? 'Rein: Transcript')}</title>
 <style nonce="${nonce}">${STYLE}</style></head>
-<body data-task="${escapeAttr(this.host.taskId ?? '')}">
+<body data-task="${escapeAttr(this.host.taskId ?? '')}" data-name="${escapeAttr(this.host.name ?? '')}" data-earlier="${this.host.earlier ? '1' : ''}">
 <header id="head" aria-live="polite">${this.lastHead}</header>
 <main>
 <ol id="entries" aria-label="Transcript">${this.html.join('')}</ol>
@@ -310,7 +314,7 @@ body.vscode-high-contrast .entry { border: 1px solid var(--vscode-contrastBorder
 const SCRIPT = `
 const vscode = acquireVsCodeApi();
 // Marks the panel as one to bring back after a reload (its content is fetched again then).
-vscode.setState({ transcript: true, taskId: document.body.dataset.task || null });
+vscode.setState({ transcript: true, taskId: document.body.dataset.task || null, name: document.body.dataset.name || null, earlier: !!document.body.dataset.earlier });
 const list = document.getElementById('entries');
 const head = document.getElementById('head');
 const live = document.getElementById('live');
