@@ -143,6 +143,9 @@ async fn two_follow_ups_with_the_persons_edits_between_and_an_abort_of_the_third
         })
         .await;
     assert!(no_more.contains("cannot take a further turn"), "{no_more}");
+    // A bare one (what an editor sends when it sees no turn left) gets the same answer.
+    let bare = run.refused(Request::Continue { text: "".into() }).await;
+    assert!(bare.contains("cannot take a further turn"), "{bare}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -234,7 +234,7 @@ T.scenario("a task is a conversation", {
     end,
   },
   {
-    ":Rein transcript task=ID opens an earlier task by its id; a follow-up with no turn left is refused in the server's words",
+    ":Rein transcript task=ID opens an earlier task by its id; :Rein continue on a task with no turn left asks nothing, the server says why",
     function()
       H.cmd("Rein transcript task=" .. newer_id)
       local tr = wait_transcript("Goal: write the files again")
@@ -242,9 +242,19 @@ T.scenario("a task is a conversation", {
       T.no_contains(tr, "you: ")
       vim.cmd("close")
       T.eq(H.state().task.id, first_id)
-      -- The plan holds no fourth turn: the server says so and what to do.
-      local before = #H.messages
-      H.cmd("Rein continue and a fourth")
+      -- The plan holds no fourth turn: no words are asked, the server says so and what to do.
+      H.cmd("Rein tasks")
+      T.wait(function()
+        local l = require("rein.tasks")._lists[H.client().id]
+        for _, p in ipairs(l and l.history or {}) do
+          if p.current and p.status == "done" and p.turns == 3 then
+            return p.canContinue == false
+          end
+        end
+      end, "the history to say the task takes no further turn")
+      vim.cmd("close")
+      local before, prompts = #H.messages, #H.prompts
+      H.cmd("Rein continue")
       local m = T.wait(function()
         for i = before + 1, #H.messages do
           if H.messages[i].msg:find("further turn", 1, true) then
@@ -253,6 +263,7 @@ T.scenario("a task is a conversation", {
         end
       end, "the refusal")
       T.contains(m, ":Rein start")
+      T.eq(#H.prompts, prompts, "no words asked")
       T.eq(#(H.state().turns or {}), 2)
     end,
   },

@@ -791,7 +791,8 @@ async function startTask(): Promise<void> {
   }
   // The task here has ended: its conversation can go on instead of a new one beginning.
   if (state && isTerminal(state.status) && !workspaceState?.get<string>(GOAL_KEY)) {
-    const offer = startOrContinue(state.task.goal, state.status, currentPast(tasks)?.canContinue);
+    const listed = currentPast(tasks);
+    const offer = startOrContinue(state.task.goal, state.status, listed && isTerminal(listed.status as TaskState['status']) ? listed.canContinue : undefined);
     if (offer) {
       const pick = await vscode.window.showQuickPick(offer, {
         title: `Rein: Start Task — the task here has ended (${state.status})`,
@@ -1326,12 +1327,20 @@ async function continueTask(arg?: Node | string): Promise<void> {
   const picked = pastOf(arg);
   const old = picked && !picked.current ? picked : undefined;
   if (!old) {
-    // The task here: while it runs, its turn is not over; sent bare, the server says so and
-    // names what to do (steer it), instead of asking for words that would be thrown away.
-    if (!state || isActive(state)) {
+    // The task here: while it runs its turn is not over, and an agent out of turns takes no
+    // more. Sent bare, the server says so and names what to do (steer it, start a new task),
+    // instead of asking for words that would be thrown away.
+    // (A history listed while the task ran says no turn: only one listed after its end counts.)
+    const listed = currentPast(tasks);
+    const outOfTurns = listed?.canContinue === false && isTerminal(listed.status as TaskState['status']);
+    if (!state || isActive(state) || outOfTurns) {
       await call('rein.continue', { text: '' });
       return;
     }
+  } else if (!old.canContinue) {
+    // Asking the server would make it the task here first: said as the history says it.
+    void vscode.window.showWarningMessage(`Rein: "${old.goal}" cannot be continued: its agent takes no further turn. Start a new task instead.`);
+    return;
   }
   const goal = old?.goal ?? state!.task.goal;
   const turn = (old?.turns ?? currentPast(tasks)?.turns ?? 1) + 1;

@@ -1588,6 +1588,13 @@ async function conversationScenario(repo3) {
   check('its read-only panel gave way to the live transcript of the task here, with turn 3', Array.isArray(live) && Array.isArray(liveEntries), `${live}; ${Array.isArray(liveEntries) ? '' : liveEntries}`);
   await page.mouse.move(700, 600);
   await shot('conversation-continued');
+
+  // Its plan holds no further turn: Continue asks no words, the server's refusal says why.
+  await closeToasts();
+  await palette('Rein: Continue the Task');
+  const noMore = await waitToast(/cannot take a further turn/, 20_000).catch((e) => e.message);
+  const asked = await quickInput().locator('.quick-input-title', { hasText: 'Rein: Continue' }).count();
+  check('Continue on a task whose agent takes no further turn asks nothing and says why, naming Start Task', Array.isArray(noMore) && !asked && noMore.some((t) => /cannot take a further turn.*"Rein: Start Task"/.test(t)), Array.isArray(noMore) ? noMore.join(' | ') : String(noMore));
 }
 
 const started = Date.now();

@@ -942,10 +942,27 @@ sub.continue = {
     local function go(t, client)
       local here = current_state()
       -- The task here, however it was named: its state knows its turns.
-      local st = (t and not (here and type(here.task) == "table" and here.task.id == t.taskId)) and t or here
-      if not st or not ended[st.status] then
-        -- Still under way (or no task): sent bare, the server says what to do instead
-        -- (steer it, resume it, or start one).
+      local earlier = t and not (here and type(here.task) == "table" and here.task.id == t.taskId)
+      local st = earlier and t or here
+      -- How the history lists it (whether its agent takes another turn).
+      local past = t and t.canContinue ~= nil and t or nil
+      if not past and client then
+        for _, p in ipairs(tasks()._lists[client.id] and tasks()._lists[client.id].history or {}) do
+          if p.current then
+            past = p
+          end
+        end
+      end
+      if earlier and past and past.canContinue == false then
+        -- Asking the server would make it the task here first: said as the history says it.
+        rein().notify(("%q cannot be continued: its agent takes no further turn; start a new task with :Rein start"):format(tostring(t.goal)), vim.log.levels.WARN)
+        return
+      end
+      -- (A history listed while the task ran says no turn: only one listed after its end counts.)
+      local out_of_turns = past and past.canContinue == false and ended[past.status]
+      if not st or not ended[st.status] or (not earlier and out_of_turns) then
+        -- Still under way, out of turns, or no task: sent bare, the server says what to do
+        -- instead (steer it, resume it, or start a new one).
         rein().exec("continue", for_task(t, { text = args }))
         return
       end
@@ -975,7 +992,9 @@ sub.continue = {
     if ref then
       return tasks().with_task(ref, go)
     end
-    go(nil)
+    rein().with_client(function(client)
+      go(nil, client)
+    end)
   end,
 }
 
