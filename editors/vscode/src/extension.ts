@@ -1752,7 +1752,7 @@ function newTaskTranscript(taskId: string, name: string, earlier = false): Trans
   });
 }
 
-/** A worktree task's transcript VS Code kept open across a reload. */
+/** A worktree or earlier task's transcript VS Code kept open across a reload. */
 async function restoreTaskTranscript(panel: vscode.WebviewPanel, taskId: string, saved?: string, earlier = false): Promise<void> {
   // Named as it was (the server may not answer yet: its state comes with the next task list).
   const name = findTask(tasks, taskId)?.name ?? saved ?? taskId;
