@@ -35,8 +35,8 @@ fn refusal(lsp: &mut Lsp, command: &str, arg: Value) -> String {
     }
 }
 
-/// (clientInfo.name, how start, release, handback, resume and abort read there).
-const CLIENTS: [(Option<&str>, [&str; 5]); 5] = [
+/// (clientInfo.name, how start, release, handback, resume, abort and continue read there).
+const CLIENTS: [(Option<&str>, [&str; 6]); 5] = [
     (
         Some("Neovim"),
         [
@@ -45,6 +45,7 @@ const CLIENTS: [(Option<&str>, [&str; 5]); 5] = [
             ":Rein handback",
             ":Rein resume",
             ":Rein abort",
+            ":Rein continue",
         ],
     ),
     (Some("Visual Studio Code"), VSCODE),
@@ -53,25 +54,27 @@ const CLIENTS: [(Option<&str>, [&str; 5]); 5] = [
     (None, COMMANDS),
 ];
 
-const VSCODE: [&str; 5] = [
+const VSCODE: [&str; 6] = [
     "\"Rein: Start Task\"",
     "\"Rein: Hand This File Back\"",
     "\"Rein: Hand Back to the Agent\"",
     "\"Rein: Resume the Agent\"",
     "\"Rein: Abort the Task\"",
+    "\"Rein: Continue the Task\"",
 ];
 
-const COMMANDS: [&str; 5] = [
+const COMMANDS: [&str; 6] = [
     "rein.start",
     "rein.release",
     "rein.handback",
     "rein.resume",
     "rein.abort",
+    "rein.continue",
 ];
 
 #[test]
 fn refusals_name_the_action_as_each_editor_invokes_it() {
-    for (name, [start, release, handback, resume, abort]) in CLIENTS {
+    for (name, [start, release, handback, resume, abort, cont]) in CLIENTS {
         let dir = repo(
             &[("a.txt", "a\nb\n")],
             json!([{"read": "a.txt"}, {"ask": "Which way?"}, {"finish": "f"}]),
@@ -124,7 +127,7 @@ fn refusals_name_the_action_as_each_editor_invokes_it() {
         let m = refusal(&mut lsp, "rein.pause", json!({}));
         assert_eq!(
             m,
-            format!("the task has ended (aborted); start a new one with {start}"),
+            format!("the task has ended (aborted); continue it with {cont} or start a new one with {start}"),
             "{name:?}"
         );
         assert!(agent_steps(&lsp.state) >= 1);

@@ -518,6 +518,7 @@ fn for_terminal(advice: &Advice) -> String {
     advice.render(|a| match a {
         UserAction::Start => "`rein run`".to_owned(),
         UserAction::Release => "rein.release (from an editor)".to_owned(),
+        UserAction::Continue => "`rein continue TEXT`".to_owned(),
         other => format!("`rein {}`", other.name()),
     })
 }

@@ -143,6 +143,9 @@ async fn two_follow_ups_with_the_persons_edits_between_and_an_abort_of_the_third
         })
         .await;
     assert!(no_more.contains("cannot take a further turn"), "{no_more}");
+    // A bare one (what an editor sends when it sees no turn left) gets the same answer.
+    let bare = run.refused(Request::Continue { text: "".into() }).await;
+    assert!(bare.contains("cannot take a further turn"), "{bare}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,6 +165,13 @@ async fn a_follow_up_is_refused_while_the_task_is_live_naming_steer() {
     assert!(
         why.contains("still paused") && why.contains("steer"),
         "{why}"
+    );
+    // A bare follow-up (what an editor sends to a task it sees live) gets the same answer,
+    // not "empty": the person is told to steer, not asked for words.
+    let bare = run.refused(Request::Continue { text: "".into() }).await;
+    assert!(
+        bare.contains("still paused") && bare.contains("steer"),
+        "{bare}"
     );
     run.call(Request::Abort {
         keep_changes: false,

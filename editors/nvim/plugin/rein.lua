@@ -27,6 +27,7 @@ end, {
 --   vim.keymap.set("n", "<leader>rp", "<Plug>(rein-pause)")
 local plugs = {
   start = "start",
+  continue = "continue",
   pause = "pause",
   resume = "resume",
   steer = "steer",

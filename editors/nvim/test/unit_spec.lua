@@ -90,7 +90,7 @@ T.test(":Rein changes uses the last reconcile of this task only", function()
 end)
 
 T.test("<Plug>(rein-…) mappings exist and no key is mapped by default", function()
-  for _, name in ipairs({ "start", "pause", "resume", "steer", "steer-urgent", "abort", "takeover", "handback", "state", "decide", "rewind", "release", "steps", "changes", "tasks", "decisions", "open", "land", "pause-all", "resume-all" }) do
+  for _, name in ipairs({ "start", "continue", "pause", "resume", "steer", "steer-urgent", "abort", "takeover", "handback", "state", "decide", "rewind", "release", "steps", "changes", "tasks", "decisions", "open", "land", "pause-all", "resume-all" }) do
     local m = vim.fn.maparg("<Plug>(rein-" .. name .. ")", "n", false, true)
     T.truthy(m.rhs and m.rhs:find("Rein", 1, true), "<Plug>(rein-" .. name .. ") in Normal mode: " .. vim.inspect(m))
   end
@@ -717,6 +717,79 @@ T.test("tasks: the list shows name, status, holder, plan x/y, decisions and goal
   T.contains(text, "- task 2: The agent wants to run `git push`  [approve / deny]")
   T.contains(text, "p pause · r resume · s steer")
   T.eq(tasks.view({ tasks = {}, decisions = {} }).lines[3], "No task. Start one with :Rein start (--worktree: in a worktree of its own).")
+end)
+
+T.test("tasks: the history, newest first, with status, when, steps, turns and goal; <CR> and c act on its rows", function()
+  local now = os.time({ year = 2026, month = 12, day = 6, hour = 12, min = 0, sec = 0 })
+  local offset = os.time(os.date("*t", now)) - os.time(os.date("!*t", now))
+  now = now + offset -- 2026-12-06T12:00:00Z
+  T.eq(tasks.ago("2026-12-06T11:59:30.5Z", now), "30s ago")
+  T.eq(tasks.ago("2026-12-06T11:55:00Z", now), "5m ago")
+  T.eq(tasks.ago("2026-12-04T12:00:00Z", now), "2d ago")
+  T.eq(tasks.ago("soon", now), "")
+  local l = {
+    tasks = {},
+    decisions = {},
+    history = {
+      { taskId = "20261206-dddd", goal = "write docs", status = "done", started = "2026-12-06T11:50:00Z", steps = 4, turns = 1, canContinue = true, current = true },
+      { taskId = "20261206-aaaa", goal = "fix the parser", status = "aborted", started = "2026-12-06T10:00:00Z", updated = "2026-12-06T11:00:00Z", steps = 9, turns = 3, lastTurn = "now add tests", canContinue = true, current = false },
+      { taskId = "20261205-bbbb", goal = "old", status = "failed", started = "2026-12-05T10:00:00Z", steps = 1, turns = 1, canContinue = false, current = false },
+    },
+  }
+  local v = tasks.view(l)
+  local text = table.concat(v.lines, "\n")
+  local at
+  for i, line in ipairs(v.lines) do
+    if line:find("^## History") then
+      at = i
+    end
+  end
+  T.truthy(at, text)
+  T.eq(v.lines[at], "## History, newest first (<CR> its transcript · c continue it)")
+  T.eq(v.lines[at + 1], "  status     when       steps  turns goal")
+  T.match(v.lines[at + 2], "^%* done%s+%S+ ago%s+4%s+1%s+write docs$")
+  T.match(v.lines[at + 3], "^  aborted%s+%S+ ago%s+9%s+3%s+fix the parser$")
+  T.eq(v.lines[at + 4], "    last turn: now add tests")
+  T.match(v.lines[at + 5], "^  failed%s+%S+ ago%s+1%s+1%s+old$")
+  T.eq(v.right[at + 2], "current")
+  T.eq(v.right[at + 3], "c: continue")
+  T.eq(v.right[at + 5], false, "no further turn: nothing offered")
+  T.eq(v.data[at + 4].task.taskId, "20261206-aaaa", "the follow-up line is its task's")
+  T.contains(text, "c continue (an ended task: your next words)")
+  -- An earlier task is named by its id (or the start of it) like any other.
+  T.eq(tasks.resolve(l, "20261206-aaaa").goal, "fix the parser")
+  T.eq(tasks.resolve(l, "20261205").goal, "old")
+  -- A rein/tasks notification (no history) keeps the one held; rein.tasks replaces it.
+  tasks.on_tasks(4343, l)
+  tasks.on_tasks(4343, { tasks = {}, decisions = {} })
+  T.eq(#tasks._lists[4343].history, 3)
+  tasks.on_tasks(4343, { tasks = {}, decisions = {}, history = {} })
+  T.eq(#tasks._lists[4343].history, 0)
+  tasks.forget(4343)
+end)
+
+T.test("transcript: a follow-up turn reads as you speaking again, the report of your changes folded", function()
+  local tr = require("rein.transcript")
+  local view = require("rein.view")
+  local v = tr.render(view.new(), {
+    { kind = "end", status = "done", text = "wrote a" },
+    { kind = "turn", at = "2025-01-01T10:05:00Z", turn = 2, step = 7, text = "now add tests\nand a README line", report = "## What changed\n- a.txt" },
+    { kind = "turn", turn = 3, step = 9, text = "more" },
+  }, {})
+  local text = table.concat(v.lines, "\n")
+  T.contains(text, "■ done: wrote a\n\n── turn 2, from step 7 ─")
+  T.contains(text, "you: now add tests\n     and a README line\n    your changes since its last turn, as the agent was told:\n    │ ## What changed\n    │ - a.txt")
+  T.contains(text, "── turn 3, from step 9 ─")
+  T.contains(text, "you: more")
+  for i, line in ipairs(v.lines) do
+    if line:find("your changes since", 1, true) then
+      T.eq(v.folds[i], ">1", "the report starts a fold")
+      T.eq(v.folds[i + 1], "1")
+    elseif line:find("^you: ") then
+      T.eq(v.folds[i], "0", "your words are not folded")
+    end
+  end
+  T.eq(v.right[3], "10:05:00", "when, on the blank line before the turn")
 end)
 
 T.test("tasks: a worktree task's reply never becomes the state of the task here", function()

@@ -63,6 +63,10 @@ import {
   queueRow,
   startChoices,
   landSummary,
+  PastTask,
+  currentPast,
+  pastDescription,
+  startOrContinue,
 } from './tasks';
 
 const REPORT_SCHEME = 'rein-report';
@@ -82,6 +86,8 @@ const taskTranscripts = new Map<string, { panel: TranscriptPanel; state: TaskSta
 const syncCounts = new SyncCounts();
 /** A `rein.state` fetch after a gap is on its way (one at a time). */
 let fetchingAfterGap = false;
+/** The task here and whether it had ended, when the history was last asked for. */
+let historyFor = '';
 /** The task whose end was logged with its counts. */
 let endLogged: string | undefined;
 let output: vscode.OutputChannel;
@@ -140,8 +146,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
 
   context.subscriptions.push(
     vscode.window.registerWebviewPanelSerializer(TranscriptPanel.viewType, {
-      deserializeWebviewPanel: (panel, saved: { taskId?: string | null } | undefined) =>
-        saved?.taskId && saved.taskId !== state?.task.id ? restoreTaskTranscript(panel, saved.taskId) : transcript.restore(panel),
+      deserializeWebviewPanel: (panel, saved: { taskId?: string | null; name?: string | null; earlier?: boolean } | undefined) =>
+        saved?.taskId && saved.taskId !== state?.task.id ? restoreTaskTranscript(panel, saved.taskId, saved.name ?? undefined, !!saved.earlier) : transcript.restore(panel),
     }),
   );
 
@@ -202,6 +208,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<ReinAp
   cmd('rein.ui.resumeAll', () => all('resume'));
   cmd('rein.ui.decisions', () => answerDecisions());
   cmd('rein.ui.answerQueued', (d?: QueuedDecision) => (d ? answerQueued(d) : answerDecisions()));
+  cmd('rein.ui.continue', (arg?: Node | string) => continueTask(arg));
+  cmd('rein.ui.history.transcript', (arg?: Node | string) => showPastTranscript(arg));
   cmd('rein.ui.task.menu', (arg?: TaskArg) => taskMenu(arg));
   for (const c of Object.keys(TASK_CONTROLS) as TaskControl[]) {
     cmd(`rein.ui.task.${c}`, (arg?: TaskArg) => taskControl(c, arg));
@@ -572,6 +580,12 @@ function setState(next: TaskState | null, fromReply = false): void {
   if (next && state && next.task?.id === state.task?.id && next.version < state.version) return;
   if (!next && fromReply && state) return;
   state = next;
+  // The history says how each task stands: asked again when a task here begins or ends.
+  const historyKey = state ? `${state.task.id}:${isTerminal(state.status)}` : '';
+  if (historyKey !== historyFor) {
+    historyFor = historyKey;
+    void fetchTasks();
+  }
   // A command runs only while its task does (a paused one is frozen, still there).
   const run = liveOutput.running();
   if (run && (!state || state.task.id !== run.taskId || isTerminal(state.status))) liveOutput.clearRunning();
@@ -701,6 +715,7 @@ function render(): void {
   void vscode.commands.executeCommand('setContext', 'rein.status', state?.status ?? 'none');
   void vscode.commands.executeCommand('setContext', 'rein.holder', state?.control.holder ?? 'none');
   void vscode.commands.executeCommand('setContext', 'rein.tasks', many);
+  void vscode.commands.executeCommand('setContext', 'rein.canContinue', !!state && isTerminal(state.status) && currentPast(tasks)?.canContinue !== false);
 
   if (reports.has(STATE_DOC.path) && !stateDocTimer) {
     // The whole state as text costs its size: written at most once a second, not per step.
@@ -773,6 +788,20 @@ async function startTask(): Promise<void> {
     );
     if (pick === configure) await configureAgent();
     return;
+  }
+  // The task here has ended: its conversation can go on instead of a new one beginning.
+  if (state && isTerminal(state.status) && !workspaceState?.get<string>(GOAL_KEY)) {
+    const listed = currentPast(tasks);
+    const offer = startOrContinue(state.task.goal, state.status, listed && isTerminal(listed.status as TaskState['status']) ? listed.canContinue : undefined);
+    if (offer) {
+      const pick = await vscode.window.showQuickPick(offer, {
+        title: `Rein: Start Task — the task here has ended (${state.status})`,
+        placeHolder: `Continue "${state.task.goal}" with your next words, or start a new task?`,
+        ignoreFocusOut: true,
+      });
+      if (!pick) return;
+      if (pick.id === 'continue') return continueTask();
+    }
   }
   // A task running here leaves room for more in worktrees only.
   const hereBusy = isActive(state) || pre.problem?.kind === 'task_active';
@@ -1279,6 +1308,98 @@ async function showStepOutput(n: number): Promise<void> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A task is a conversation: follow-ups, and the working tree's earlier tasks
+
+/** The history task a command means: a History row's, an id's, else none. */
+function pastOf(arg?: Node | string): PastTask | undefined {
+  if (arg && typeof arg === 'object' && arg.kind === 'past') return tasks?.history.find((p) => p.taskId === arg.past.taskId) ?? arg.past;
+  if (typeof arg === 'string') return tasks?.history.find((p) => p.taskId === arg);
+  return undefined;
+}
+
+/**
+ * "Rein: Continue the Task…": the person's next words to the agent of an ended task, as the
+ * next turn of the same conversation (`rein.continue {text, taskId?}`). The task here, or the
+ * History row's (then that earlier task becomes the task here again).
+ */
+async function continueTask(arg?: Node | string): Promise<void> {
+  if (!(await ensureRepository())) return;
+  const picked = pastOf(arg);
+  const old = picked && !picked.current ? picked : undefined;
+  if (!old) {
+    // The task here: while it runs its turn is not over, and an agent out of turns takes no
+    // more. Sent bare, the server says so and names what to do (steer it, start a new task),
+    // instead of asking for words that would be thrown away.
+    // (A history listed while the task ran says no turn: only one listed after its end counts.)
+    const listed = currentPast(tasks);
+    const outOfTurns = listed?.canContinue === false && isTerminal(listed.status as TaskState['status']);
+    if (!state || isActive(state) || outOfTurns) {
+      await call('rein.continue', { text: '' });
+      return;
+    }
+  } else if (!old.canContinue) {
+    // Asking the server would make it the task here first: said as the history says it.
+    void vscode.window.showWarningMessage(`Rein: "${old.goal}" cannot be continued: its agent takes no further turn. Start a new task instead.`);
+    return;
+  }
+  const goal = old?.goal ?? state!.task.goal;
+  const turn = (old?.turns ?? currentPast(tasks)?.turns ?? 1) + 1;
+  const text = await vscode.window.showInputBox({
+    title: `Rein: Continue "${goal}"`,
+    prompt: `What should the agent do next? Turn ${turn} of the same conversation: it keeps what it read and did, and is told what you changed since.`,
+    placeHolder: 'e.g. now add tests for it',
+    ignoreFocusOut: true,
+    validateInput: (v) => (v.trim() ? undefined : 'Say what the agent should do next'),
+  });
+  if (!text?.trim()) return;
+  const res = await call<{ state?: TaskState }>('rein.continue', { text: text.trim(), ...(old ? { taskId: old.taskId } : {}) });
+  if (!res) return;
+  // The earlier task is the task here now: its read-only panel gives way to the live transcript.
+  const earlier = old && taskTranscripts.get(old.taskId);
+  if (earlier) {
+    taskTranscripts.delete(old.taskId);
+    const wasOpen = earlier.panel.open;
+    earlier.panel.close();
+    if (wasOpen) await showTranscript();
+  }
+  await fetchTasks();
+}
+
+/** A goal short enough for a tab's title. */
+function shortGoal(goal: string): string {
+  return goal.length > 40 ? `${goal.slice(0, 39)}…` : goal;
+}
+
+/**
+ * An earlier task's transcript, read-only, in a panel of its own (`rein.transcript {taskId}`
+ * reads it from the task's files); the task here's is the usual transcript. Without a row,
+ * the task is picked from the history.
+ */
+async function showPastTranscript(arg?: Node | string): Promise<void> {
+  if (!(await ensureRepository())) return;
+  let p = pastOf(arg);
+  if (!p) {
+    await fetchTasks();
+    const history = tasks?.history ?? [];
+    if (!history.length) {
+      void vscode.window.showInformationMessage('Rein: this working tree has no tasks yet.');
+      return;
+    }
+    const pick = await vscode.window.showQuickPick(
+      history.map((h) => ({ label: h.goal, description: `${h.current ? 'current · ' : ''}${pastDescription(h)}`, h })),
+      { title: 'Rein: Open a Task from the History', placeHolder: 'The tasks of this working tree, newest first: its transcript opens', matchOnDescription: true },
+    );
+    if (!pick) return;
+    p = pick.h;
+  }
+  if (p.current || p.taskId === state?.task.id) return showTranscript();
+  const held = taskTranscripts.get(p.taskId) ?? { panel: newTaskTranscript(p.taskId, shortGoal(p.goal), true), state: null };
+  taskTranscripts.set(p.taskId, held);
+  held.state = (await fetchTaskState(p.taskId)) ?? held.state;
+  await held.panel.show();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Several tasks at once: worktree tasks beside the one here
 
 /** What a per-task command is given: a view row, a task id, or nothing (then it asks which). */
@@ -1298,15 +1419,16 @@ async function hereOrTask(c: TaskControl, here: () => unknown): Promise<void> {
 
 /** Takes the task list the server sent (`rein/tasks`, `rein.tasks`). */
 function onTasks(p: unknown): void {
-  const next = parseTasks(p);
+  const next = parseTasks(p, tasks);
   if (!next) return;
   const line = next.tasks.map((t) => `${t.name} ${t.status}${t.decisions.length ? ` (${t.decisions.length} waiting)` : ''}`).join(', ');
   if (line !== loggedTasks) log(`tasks: ${(loggedTasks = line) || 'none'}`);
   tasks = next;
   render();
-  // Open transcripts of worktree tasks follow their task (its whole state is fetched).
+  // Open transcripts of worktree tasks follow their task (its whole state is fetched); an
+  // earlier task's is filled once (a panel restored before the server answered).
   for (const [taskId, t] of taskTranscripts) {
-    if (!findTask(tasks, taskId)) continue;
+    if (!findTask(tasks, taskId) && (t.state || !tasks.history.some((p) => p.taskId === taskId))) continue;
     void fetchTaskState(taskId).then((st) => {
       if (st) t.state = st;
       t.panel.onState(t.state);
@@ -1599,8 +1721,13 @@ async function showTaskTranscript(t: TaskSummary): Promise<void> {
   await held.panel.show();
 }
 
-function newTaskTranscript(taskId: string, name: string): TranscriptPanel {
+function newTaskTranscript(taskId: string, name: string, earlier = false): TranscriptPanel {
   const held = () => taskTranscripts.get(taskId);
+  // An earlier task's steps are in its checkpoints, not in the tree now: its diffs open once
+  // it is the task here again (continued).
+  const elsewhere = earlier
+    ? () => void vscode.window.showInformationMessage(`Rein: "${name}" is an earlier task: its transcript is read-only here; continue it to work with its steps again.`)
+    : undefined;
   return new TranscriptPanel({
     fetch: async (since) => {
       if (!client || !serverUp()) return undefined;
@@ -1613,19 +1740,23 @@ function newTaskTranscript(taskId: string, name: string): TranscriptPanel {
     },
     state: () => held()?.state ?? null,
     running: () => undefined,
-    openStep: () => void vscode.window.showInformationMessage(`Rein: ${name}'s steps are in its worktree: open it to see their diffs.`),
-    openFile: () => void vscode.window.showInformationMessage(`Rein: ${name}'s files are in its worktree: open it to see them.`),
+    openStep: elsewhere ?? (() => void vscode.window.showInformationMessage(`Rein: ${name}'s steps are in its worktree: open it to see their diffs.`)),
+    openFile: elsewhere ?? (() => void vscode.window.showInformationMessage(`Rein: ${name}'s files are in its worktree: open it to see them.`)),
     log,
     icon: vscode.Uri.joinPath(vscode.Uri.file(extensionPath), 'media', 'rein.svg'),
-    title: `Rein: Transcript (${name})`,
+    title: earlier ? `Rein: Transcript (earlier: ${name})` : `Rein: Transcript (${name})`,
+    name,
+    earlier,
+    note: earlier ? 'An earlier task of this working tree, read-only. Rein: Continue the Task… on its History row makes it the task here again.' : undefined,
     taskId,
   });
 }
 
-/** A worktree task's transcript VS Code kept open across a reload. */
-async function restoreTaskTranscript(panel: vscode.WebviewPanel, taskId: string): Promise<void> {
-  const name = findTask(tasks, taskId)?.name ?? taskId;
-  const held = { panel: newTaskTranscript(taskId, name), state: await fetchTaskState(taskId) };
+/** A worktree or earlier task's transcript VS Code kept open across a reload. */
+async function restoreTaskTranscript(panel: vscode.WebviewPanel, taskId: string, saved?: string, earlier = false): Promise<void> {
+  // Named as it was (the server may not answer yet: its state comes with the next task list).
+  const name = findTask(tasks, taskId)?.name ?? saved ?? taskId;
+  const held = { panel: newTaskTranscript(taskId, name, earlier), state: await fetchTaskState(taskId) };
   taskTranscripts.set(taskId, held);
   await held.panel.restore(panel);
 }

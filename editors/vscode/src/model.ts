@@ -136,6 +136,8 @@ export interface TaskState {
   sandbox?: SandboxInfo | null;
   /** A stop waiting for an approved irreversible command to end. */
   queuedStop?: { intent: string; behind: string; since: string } | null;
+  /** The follow-ups, each a turn of the conversation (turn 1, the goal, is not listed). */
+  turns?: { n: number; text: string; at: string; fromStep: number; checkpoint?: string | null }[];
 }
 
 /** The sandbox in force for a task (`state.sandbox`). */
@@ -322,6 +324,7 @@ export function tooltipLines(state: TaskState, here?: Landlock | null): string[]
 }
 
 export type Control =
+  | 'continue'
   | 'start'
   | 'pause'
   | 'resume'
@@ -338,7 +341,8 @@ export type Control =
 /** The controls that are legal now, most useful first (the server stays the authority). */
 export function legalControls(state: TaskState | null | undefined): Control[] {
   if (!state || isTerminal(state.status)) {
-    const c: Control[] = ['start'];
+    // An ended task's conversation can go on (the server says whether its agent takes a turn).
+    const c: Control[] = state ? ['continue', 'start'] : ['start'];
     if (state && checkpointChoices(state).length) c.push('rewind');
     if (state) c.push('transcript', 'state');
     return c;
@@ -365,6 +369,7 @@ export interface ControlInfo {
 }
 
 export const CONTROLS: Record<Control, ControlInfo> = {
+  continue: { label: '$(comment-discussion) Continue the task…', detail: 'Your next words to the same agent: a new turn of this conversation', command: 'rein.ui.continue' },
   start: { label: '$(play) Start task…', detail: 'Give the agent a goal', command: 'rein.ui.start' },
   pause: { label: '$(debug-pause) Pause', detail: 'Freeze the agent, keep everything', command: 'rein.ui.pause' },
   resume: { label: '$(debug-continue) Resume', detail: 'Let the agent carry on', command: 'rein.ui.resume' },

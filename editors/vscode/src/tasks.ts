@@ -39,15 +39,42 @@ export interface QueuedDecision {
   since: string;
 }
 
+/** One task of the working tree as the history lists it (`rein.tasks` `history`). */
+export interface PastTask {
+  taskId: string;
+  goal: string;
+  /** `done`, `failed`, `aborted`, or a live status for the task under way. */
+  status: string;
+  /** When it started (RFC 3339). */
+  started: string;
+  /** When its last step or turn was (RFC 3339). */
+  updated?: string;
+  steps: number;
+  /** Turns of its conversation: 1 plus its follow-ups. */
+  turns: number;
+  /** The latest follow-up's text. */
+  lastTurn?: string;
+  stopReason?: string;
+  /** It has ended and its agent takes a further turn (`rein.continue`). */
+  canContinue: boolean;
+  /** It is the working tree's current task. */
+  current: boolean;
+}
+
 export interface Tasks {
   tasks: TaskSummary[];
   decisions: QueuedDecision[];
+  /** Every task of the working tree, newest first. */
+  history: PastTask[];
 }
 
-/** Reads a `rein.tasks` reply or `rein/tasks` notification; null when it is not one. */
-export function parseTasks(v: unknown): Tasks | null {
+/**
+ * Reads a `rein.tasks` reply or `rein/tasks` notification; null when it is not one. The
+ * notification carries no history (it stays small): the one `previous` held is kept.
+ */
+export function parseTasks(v: unknown, previous?: Tasks | null): Tasks | null {
   if (!v || typeof v !== 'object') return null;
-  const o = v as { tasks?: unknown; decisions?: unknown };
+  const o = v as { tasks?: unknown; decisions?: unknown; history?: unknown };
   if (!Array.isArray(o.tasks)) return null;
   // One row per task: a task listed twice (here and in its worktree) is the worktree's.
   const byId = new Map<string, TaskSummary>();
@@ -64,7 +91,10 @@ export function parseTasks(v: unknown): Tasks | null {
     seen.add(key);
     return true;
   });
-  return { tasks: [...byId.values()], decisions };
+  const history = Array.isArray(o.history)
+    ? (o.history as PastTask[]).filter((p) => p && typeof p === 'object' && typeof p.taskId === 'string')
+    : (previous?.history ?? []);
+  return { tasks: [...byId.values()], decisions, history };
 }
 
 /** Whether any task runs in a worktree (then the view lists the tasks, the status bar counts). */
@@ -294,4 +324,72 @@ export function queueRow(d: QueuedDecision, now = Date.now()): { label: string; 
   const ago = age < 60 ? `${age}s ago` : age < 3600 ? `${Math.round(age / 60)} min ago` : `${Math.round(age / 3600)} h ago`;
   const question = d.question.startsWith(`${d.task}:`) ? d.question : `${d.task}: ${d.question}`;
   return { label: question, description: d.options.length ? d.options.join(' / ') : 'answer it', detail: `${d.decisionId} · asked ${Number.isNaN(age) ? d.since : ago}` };
+}
+
+/** "12 s ago", "5 min ago", "3 h ago", "4 days ago" from an RFC 3339 time. */
+export function ago(at: string | undefined, now = Date.now()): string {
+  const t = at ? Date.parse(at) : NaN;
+  if (Number.isNaN(t)) return '';
+  const s = Math.max(0, Math.round((now - t) / 1000));
+  if (s < 60) return `${s} s ago`;
+  if (s < 3600) return `${Math.round(s / 60)} min ago`;
+  if (s < 86400) return `${Math.round(s / 3600)} h ago`;
+  const d = Math.round(s / 86400);
+  return `${d} day${d === 1 ? '' : 's'} ago`;
+}
+
+/** A history row's description: status, when, steps, turns. */
+export function pastDescription(p: PastTask, now = Date.now()): string {
+  const parts = [statusWords(p.status)];
+  const when = ago(p.updated ?? p.started, now);
+  if (when) parts.push(when);
+  parts.push(plural(p.steps ?? 0, 'step'));
+  if ((p.turns ?? 1) > 1) parts.push(plural(p.turns, 'turn'));
+  return parts.join(' · ');
+}
+
+/** A history row's tooltip: everything the history says, and what a click does. */
+export function pastTooltip(p: PastTask): string {
+  const lines = [p.goal, `Status: ${statusWords(p.status)}${p.current ? ' (the current task)' : ''}`, `Started: ${p.started}`];
+  if (p.updated) lines.push(`Last activity: ${p.updated}`);
+  lines.push(`Steps: ${p.steps ?? 0} · turns: ${p.turns ?? 1}`);
+  if (p.lastTurn) lines.push(`Your last follow-up: ${p.lastTurn}`);
+  if (p.stopReason) lines.push(`How it ended: ${p.stopReason}`);
+  lines.push('Click to read its transcript.');
+  if (p.canContinue) lines.push('Continue it (the same agent conversation) with the inline action or the context menu.');
+  else if (!taskActive({ status: p.status } as TaskSummary)) lines.push('Its agent takes no further turn.');
+  return lines.join('\n');
+}
+
+/**
+ * A history row's context value, for the view's menus: `past:<status>`, then `:current` for
+ * the working tree's current task, then `:continue` when it can be continued.
+ */
+export function pastContext(p: PastTask): string {
+  return `past:${p.status}${p.current ? ':current' : ''}${p.canContinue ? ':continue' : ''}`;
+}
+
+/** The current task as the history lists it, if it does. */
+export function currentPast(t: Tasks | null | undefined): PastTask | undefined {
+  return t?.history.find((p) => p.current);
+}
+
+/** What Start Task offers when the task here has ended: continuing it, or a new task. */
+export interface StartOrContinue {
+  id: 'continue' | 'new';
+  label: string;
+  detail: string;
+}
+
+/**
+ * Start Task's first question when the task here has ended and its agent takes another turn
+ * (`canContinue`; unknown when the history is not there, so it is offered and the server
+ * decides): continue it, or start a new one.
+ */
+export function startOrContinue(goal: string, status: string, canContinue: boolean | undefined): StartOrContinue[] | undefined {
+  if (taskActive({ status } as TaskSummary) || canContinue === false) return undefined;
+  return [
+    { id: 'continue', label: `$(reply) Continue: ${goal}`, detail: `The same agent and conversation: your words are its next turn (it is ${statusWords(status)}).` },
+    { id: 'new', label: '$(add) New task', detail: 'A new goal for a new agent session.' },
+  ];
 }

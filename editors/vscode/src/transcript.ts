@@ -47,7 +47,8 @@ export type Entry =
   | (At & { kind: 'decision'; id: string; decisionKind: DecisionKind; question: string; options: string[]; detail?: string | null })
   | (At & { kind: 'answer'; id: string; choice: string; by: 'agent' | 'human' })
   | (At & { kind: 'control'; what: string; text: string })
-  | (At & { kind: 'end'; status: 'done' | 'aborted' | 'failed'; text: string });
+  | (At & { kind: 'end'; status: 'done' | 'aborted' | 'failed'; text: string })
+  | (At & { kind: 'turn'; turn: number; text: string; step: number; report?: string | null });
 
 /** The `rein.transcript` reply. */
 export interface Transcript {
@@ -199,6 +200,17 @@ export class TranscriptRenderer {
         const text = e.text ? e.text[0].toUpperCase() + e.text.slice(1) : e.what.replace('_', ' ');
         return `<li class="entry control c-${esc(e.what)}"><span class="rule" aria-hidden="true"></span><span class="ctext">${esc(text)}${time(e.at)}</span><span class="rule" aria-hidden="true"></span></li>`;
       }
+      case 'turn': {
+        // A follow-up: the conversation goes on. What the person changed since the agent's
+        // last turn (the report the agent got first) is there to read, folded.
+        const report = e.report?.trim()
+          ? `<details class="report"><summary>Your changes since its last turn, as the agent was told</summary><pre class="detail">${esc(e.report)}</pre></details>`
+          : '';
+        return (
+          `<li class="entry you turn" data-turn="${e.turn}"><div class="head"><span class="who">You:</span> <span class="muted">turn ${e.turn}, from step ${e.step}</span>${time(e.at)}</div>` +
+          `<div class="text">${esc(e.text)}</div>${report}</li>`
+        );
+      }
       case 'end':
         return `<li class="entry end e-${esc(e.status)}"><div class="head"><span class="who">${e.status === 'done' ? 'Done' : e.status === 'aborted' ? 'Aborted' : 'Failed'}</span>${time(e.at)}</div><div class="text">${esc(e.text)}</div></li>`;
     }
@@ -255,5 +267,7 @@ export function renderHead(state: TaskState | null): string {
   const plan = planSummary(state);
   const planText = plan.total ? `Plan ${plan.description}${plan.active ? ` — now: ${plan.active.text}` : ''}` : '';
   const open = (state.decisions ?? []).map((d) => `<p class="waiting" role="status">Waiting for you: ${esc(d.question)}</p>`).join('');
-  return `<h1>${esc(state.task.goal)}</h1><p class="status"><span class="state s-${esc(state.status)}">${esc(st)}</span>${planText ? ` · <span>${esc(planText)}</span>` : ''}</p>${open}`;
+  const turn = state.turns?.length ? state.turns[state.turns.length - 1] : undefined;
+  const turnText = turn ? ` · <span>turn ${turn.n}: ${esc(short(turn.text))}</span>` : '';
+  return `<h1>${esc(state.task.goal)}</h1><p class="status"><span class="state s-${esc(state.status)}">${esc(st)}</span>${turnText}${planText ? ` · <span>${esc(planText)}</span>` : ''}</p>${open}`;
 }

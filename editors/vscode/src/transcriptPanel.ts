@@ -4,7 +4,7 @@
 
 import * as vscode from 'vscode';
 import { OutputChunk, TaskState, exitText } from './model';
-import { Entry, Transcript, TranscriptRenderer, renderHead } from './transcript';
+import { Entry, Transcript, TranscriptRenderer, renderHead, esc } from './transcript';
 
 /** What the panel needs from the extension. */
 export interface TranscriptHost {
@@ -22,6 +22,12 @@ export interface TranscriptHost {
   title?: string;
   /** The worktree task it shows, kept with the panel so a reload brings back the same one. */
   taskId?: string;
+  /** A line under the head (an earlier task's: read-only). */
+  note?: string;
+  /** How the task is named in the title, and whether it is an earlier task: kept with the
+   * panel so a reload brings it back as it was. */
+  name?: string;
+  earlier?: boolean;
 }
 
 export class TranscriptPanel {
@@ -94,7 +100,7 @@ export class TranscriptPanel {
       if (m.action === 'openFile' && m.path) this.host.openFile(m.path, m.line ? Number(m.line) : undefined);
     });
     this.reset();
-    this.lastHead = renderHead(this.host.state());
+    this.lastHead = this.head(this.host.state());
     this.panel.webview.html = this.page();
     const running = this.host.running();
     if (running) this.onOutput(running);
@@ -104,7 +110,7 @@ export class TranscriptPanel {
   /** After every state change: the head follows, new entries are fetched. */
   onState(state: TaskState | null): void {
     if (!this.panel) return;
-    const head = renderHead(state);
+    const head = this.head(state);
     if (head !== this.lastHead) {
       this.lastHead = head;
       void this.post({ type: 'head', html: head });
@@ -121,6 +127,16 @@ export class TranscriptPanel {
       this.live = undefined;
       void this.post({ type: 'append', html: '', liveDone: true });
     }
+  }
+
+  /** The head: the task's, with the host's note under it. */
+  private head(state: TaskState | null): string {
+    return renderHead(state) + (this.host.note ? `<p class="note-head">${esc(this.host.note)}</p>` : '');
+  }
+
+  /** Closes the panel. */
+  close(): void {
+    this.panel?.dispose();
   }
 
   /** Fetches the entries after the last one (one request at a time; a change meanwhile asks again). */
@@ -218,7 +234,7 @@ export class TranscriptPanel {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${escapeAttr(this.host.title ?? 'Rein: Transcript')}</title>
 <style nonce="${nonce}">${STYLE}</style></head>
-<body data-task="${escapeAttr(this.host.taskId ?? '')}">
+<body data-task="${escapeAttr(this.host.taskId ?? '')}" data-name="${escapeAttr(this.host.name ?? '')}" data-earlier="${this.host.earlier ? '1' : ''}">
 <header id="head" aria-live="polite">${this.lastHead}</header>
 <main>
 <ol id="entries" aria-label="Transcript">${this.html.join('')}</ol>
@@ -238,6 +254,7 @@ body { font-family: var(--vscode-font-family); font-size: var(--vscode-font-size
 #head { position: sticky; top: 0; background: var(--vscode-editor-background); border-bottom: 1px solid var(--vscode-panel-border, transparent); padding: 10px 0 6px; z-index: 1; }
 h1 { font-size: 1.25em; margin: 0 0 2px; font-weight: 600; }
 .status { margin: 0; color: var(--vscode-descriptionForeground); }
+.note-head { margin: 2px 0 0; color: var(--vscode-descriptionForeground); font-style: italic; }
 .waiting { margin: 4px 0 0; color: var(--vscode-editorWarning-foreground); font-weight: 600; }
 ol#entries { list-style: none; margin: 8px 0 0; padding: 0; }
 .entry { margin: 6px 0; padding: 6px 10px; border-radius: 4px; border-left: 3px solid transparent; }
@@ -283,6 +300,8 @@ ol.plan { margin: 4px 0 2px; padding-left: 2.2em; }
 .control .rule { flex: 1; border-top: 1px solid var(--vscode-panel-border, var(--vscode-descriptionForeground)); }
 .control.c-taken_over .ctext, .control.c-handed_back .ctext { color: var(--vscode-foreground); font-weight: 600; }
 .control time { margin-left: 8px; font-weight: normal; color: var(--vscode-descriptionForeground); }
+.turn { margin-top: 16px; border-left-width: 4px; }
+.turn .report { margin-top: 4px; color: var(--vscode-descriptionForeground); }
 .end { border: 1px solid var(--vscode-charts-green, var(--vscode-focusBorder)); }
 .end.e-aborted, .end.e-failed { border-color: var(--vscode-errorForeground); }
 #live { margin: 6px 0 0 1.4em; }
@@ -295,7 +314,7 @@ body.vscode-high-contrast .entry { border: 1px solid var(--vscode-contrastBorder
 const SCRIPT = `
 const vscode = acquireVsCodeApi();
 // Marks the panel as one to bring back after a reload (its content is fetched again then).
-vscode.setState({ transcript: true, taskId: document.body.dataset.task || null });
+vscode.setState({ transcript: true, taskId: document.body.dataset.task || null, name: document.body.dataset.name || null, earlier: !!document.body.dataset.earlier });
 const list = document.getElementById('entries');
 const head = document.getElementById('head');
 const live = document.getElementById('live');

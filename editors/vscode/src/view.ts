@@ -1,7 +1,9 @@
 // The Rein view: goal and control, what the agent last said and is running, plan progress,
 // steps with the agent's words and outcomes, steers, decisions, files you hold, and after an
 // abort the agent's lines it kept. While there are worktree tasks, a "Tasks" group on top lists
-// every task with its controls and the decisions it waits on.
+// every task with its controls and the decisions it waits on. "History" at the end lists the
+// working tree's tasks, newest first: each opens its transcript, and one that ended can be
+// continued.
 
 import * as vscode from 'vscode';
 import {
@@ -45,9 +47,13 @@ import {
   taskTooltip,
   taskContext,
   statusIcon,
+  PastTask,
+  pastDescription,
+  pastTooltip,
+  pastContext,
 } from './tasks';
 
-type Group = 'plan' | 'steps' | 'constraints' | 'decisions' | 'held' | 'kept' | 'tasks';
+type Group = 'plan' | 'steps' | 'constraints' | 'decisions' | 'held' | 'kept' | 'tasks' | 'history';
 
 export type Node =
   | { kind: 'info'; id: string; label: string; description?: string; icon?: string; tooltip?: string }
@@ -65,6 +71,7 @@ export type Node =
   | { kind: 'held'; path: string }
   | { kind: 'task'; task: TaskSummary }
   | { kind: 'queued'; decision: QueuedDecision }
+  | { kind: 'past'; past: PastTask }
   | { kind: 'taskInfo'; task: TaskSummary; id: string; label: string; description?: string; icon: string; tooltip?: string };
 
 export class ReinTree implements vscode.TreeDataProvider<Node> {
@@ -111,11 +118,22 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
     return out;
   }
 
+  /** Whether the history has a task to list. */
+  private hasHistory(): boolean {
+    return !!this.tasks?.history.length;
+  }
+
   getChildren(node?: Node): Node[] {
     const fromTasks = this.taskChildren(node);
     if (fromTasks) return fromTasks;
+    if (node?.kind === 'group' && node.group === 'history') return (this.tasks?.history ?? []).map((past) => ({ kind: 'past', past }));
     const s = this.state;
-    if (!node && !s && hasWorktreeTasks(this.tasks)) return [{ kind: 'group', group: 'tasks' }];
+    if (!node && !s) {
+      const top: Node[] = [];
+      if (hasWorktreeTasks(this.tasks)) top.push({ kind: 'group', group: 'tasks' });
+      if (this.hasHistory()) top.push({ kind: 'group', group: 'history' });
+      return top;
+    }
     if (!s) return [];
     if (!node) {
       const out: Node[] = [];
@@ -129,6 +147,11 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         icon: 'target',
         tooltip: tooltipLines(s).join('\n'),
       });
+      // A continued task: the turn under way, in the person's words.
+      const turn = s.turns?.length ? s.turns[s.turns.length - 1] : undefined;
+      if (turn) {
+        out.push({ kind: 'info', id: 'turn', label: `You: ${firstLine(turn.text)}`, description: `turn ${turn.n}`, icon: 'reply', tooltip: `Turn ${turn.n} of this task, from step ${turn.fromStep}: ${turn.text}\n\nClick for the whole transcript.` });
+      }
       const holder = s.control.holder;
       out.push({
         kind: 'info',
@@ -175,6 +198,7 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
       out.push({ kind: 'group', group: 'plan' });
       out.push({ kind: 'group', group: 'steps' });
       out.push({ kind: 'group', group: 'constraints' });
+      if (this.hasHistory()) out.push({ kind: 'group', group: 'history' });
       return out;
     }
     if (node.kind === 'step') return stepParts(node.step).map((part, index) => ({ kind: 'part', step: node.step, part, index }));
@@ -216,6 +240,7 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
       case 'held':
         return (s.heldFiles ?? []).map((path) => ({ kind: 'held', path }));
       case 'tasks':
+      case 'history':
         return [];
     }
   }
@@ -234,7 +259,7 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
           item.command = { command: 'rein.ui.menu', title: 'Controls' };
         }
         if (node.id === 'now') item.command = { command: 'rein.ui.output', title: 'Show the command output' };
-        if (node.id === 'said') item.command = { command: 'rein.ui.transcript', title: 'Show the transcript' };
+        if (node.id === 'said' || node.id === 'turn') item.command = { command: 'rein.ui.transcript', title: 'Show the transcript' };
         return item;
       }
       case 'group':
@@ -381,6 +406,19 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         item.command = { command: 'rein.ui.answerQueued', title: 'Answer', arguments: [d] };
         return item;
       }
+      case 'past': {
+        const p = node.past;
+        const item = new vscode.TreeItem(p.goal, vscode.TreeItemCollapsibleState.None);
+        item.id = `past:${p.taskId}`;
+        item.description = `${p.current ? 'current · ' : ''}${pastDescription(p)}`;
+        item.tooltip = pastTooltip(p);
+        const tint = p.status === 'failed' ? 'errorForeground' : p.status === 'running' ? 'charts.blue' : undefined;
+        item.iconPath = new vscode.ThemeIcon(statusIcon(p.status), tint ? new vscode.ThemeColor(tint) : undefined);
+        item.contextValue = pastContext(p);
+        item.accessibilityInformation = { label: `${p.goal}, ${item.description}` };
+        item.command = { command: 'rein.ui.history.transcript', title: 'Show its transcript', arguments: [node] };
+        return item;
+      }
       case 'taskInfo': {
         const item = new vscode.TreeItem(node.label, vscode.TreeItemCollapsibleState.None);
         item.id = `taskInfo:${node.task.taskId}:${node.id}`;
@@ -517,6 +555,15 @@ export class ReinTree implements vscode.TreeDataProvider<Node> {
         item.description = c ? `${c.running} running · ${c.waiting} waiting` : '';
         item.tooltip = 'Every task of this repository: the one here and those in worktrees. Hover a task for its controls; right-click for all of them.';
         item.iconPath = new vscode.ThemeIcon('layers');
+        break;
+      }
+      case 'history': {
+        const h = this.tasks?.history ?? [];
+        // Collapsed while a task is shown above: it is there to go back to, not in the way.
+        item = new vscode.TreeItem('History', s ? vscode.TreeItemCollapsibleState.Collapsed : E);
+        item.description = `${h.length} task${h.length === 1 ? '' : 's'}`;
+        item.tooltip = 'The tasks of this working tree, newest first. Click one to read its transcript; continue one that ended (the same agent conversation) from its row.';
+        item.iconPath = new vscode.ThemeIcon('history');
         break;
       }
       case 'held':

@@ -171,6 +171,11 @@ const WHERE = { here: 'edits the files you have open', worktree: 'your working t
 async function startTask(goal, where = 'here') {
   await palette('Rein: Start Task');
   await quickInput().locator('.quick-input-title', { hasText: 'Rein: Start Task' }).first().waitFor({ state: 'visible', timeout: 15_000 });
+  // The task here has ended: Start Task offers to continue it first; this starts a new one.
+  if (await quickInput().locator('.quick-input-title', { hasText: 'the task here has ended' }).count()) {
+    await quickInput().locator('.monaco-list-row', { hasText: 'New task' }).first().click();
+    await quickInput().locator('.quick-input-title', { hasText: /^Rein: Start Task$/ }).first().waitFor({ state: 'visible', timeout: 15_000 });
+  }
   await quickInput().locator('input[type="text"]').first().fill(goal);
   await sleep(100);
   await page.keyboard.press('Enter');
@@ -1432,12 +1437,173 @@ async function worktreeScenario(repo2) {
   await shot('worktree-tasks-after');
 }
 
+// 18. A task is a conversation (issue 30): a scripted task finishes; Continue from the
+// palette sends the follow-up, the task runs turn 2 and finishes, the transcript shows it;
+// Start Task then offers to continue or start anew; after a newer task the Rein view's
+// History lists the older one with its turns, opens its transcript read-only, and its
+// Continue button continues it (it is the task here again). Cross-checked with the files.
+const convPlan = {
+  steps: [
+    { write: { path: 'one.txt', content: 'one\n' }, say: 'The first file.', think_ms: 500 },
+    { finish: 'Wrote one.txt.' },
+  ],
+  turns: [
+    [{ write: { path: 'two.txt', content: 'two\n' }, say: 'Now the second file, as you asked.', think_ms: 500 }, { finish: 'Wrote two.txt.' }],
+    [{ write: { path: 'three.txt', content: 'three\n' }, say: 'And a third.', think_ms: 500 }, { finish: 'Wrote three.txt.' }],
+  ],
+};
+const CONV_GOAL = 'Write the first file';
+const CONV_GOAL2 = 'Write the files again';
+
+async function conversation() {
+  const { dir: dir3, repo: repo3 } = makeRepo(REIN_BIN, convPlan);
+  try {
+    await conversationScenario(repo3);
+  } finally {
+    if (!process.env.KEEP) cleanup(dir3);
+  }
+}
+
+/** The state of task `id` (default: the current one) in `repo`, from disk. */
+function taskOnDisk(repo3, id) {
+  const rein = join(repo3, '.git', 'rein');
+  try {
+    const task = id ?? readFileSync(join(rein, 'current'), 'utf8').trim();
+    return JSON.parse(readFileSync(join(rein, 'tasks', task, 'state.json'), 'utf8'));
+  } catch {
+    return null;
+  }
+}
+
+/** The History row of the Rein view whose goal is exactly `goal`. */
+const historyRow = (goal) => page.locator('#workbench\\.parts\\.sidebar .monaco-list-row').filter({ has: page.locator('.label-name', { hasText: new RegExp(`^${goal}$`) }) }).first();
+
+async function conversationScenario(repo3) {
+  await openWorkbench(cs.urlFor(repo3));
+  const idle = await waitStatus(/no task/, 90_000).catch((e) => e.message);
+  check('conversation: the window on the third repository is up (no task)', /no task/.test(idle), idle);
+  await showReinView();
+  await startTask(CONV_GOAL);
+  const done1 = await waitStatus(/Agent done/, 90_000).catch((e) => e.message);
+  const first = taskOnDisk(repo3);
+  check('conversation: the scripted task finishes its first turn', /Agent done/.test(done1) && first?.status === 'done' && existsSync(join(repo3, 'one.txt')), `${done1}; ${first?.status}`);
+  // The person's own change between turns: the agent is told of it, and it stays theirs.
+  writeFileSync(join(repo3, 'README.md'), '# greeter\n\nSays hello, and more.\n');
+
+  // Continue from the command palette: the text is asked, the task runs turn 2 and finishes.
+  await palette('Rein: Continue the Task');
+  await shot('continue-ask');
+  await answer('Rein: Continue', 'now write the second file');
+  const turn2 = await waitFor('the second turn done on disk', () => {
+    const s = taskOnDisk(repo3);
+    return s?.task.id === first?.task.id && s.status === 'done' && s.turns?.length === 1 ? s : false;
+  }, 90_000).catch((e) => e.message);
+  check('Continue from the palette sends the follow-up: the same task runs turn 2 and finishes', typeof turn2 === 'object' && turn2.turns[0].text === 'now write the second file' && readFileSync(join(repo3, 'two.txt'), 'utf8') === 'two\n', JSON.stringify(typeof turn2 === 'object' ? turn2.turns : turn2));
+  check('the person\'s change between the turns is kept', readFileSync(join(repo3, 'README.md'), 'utf8').includes('and more'));
+  const done2 = await waitStatus(/Agent done/, 30_000).catch((e) => e.message);
+  check('the status bar says done again after turn 2', /Agent done/.test(done2), done2);
+
+  await palette('Rein: Show Transcript');
+  const entries = await waitFor('the follow-up in the transcript', async () => {
+    const f = await transcriptFrame(5_000).catch(() => null);
+    const e = f ? await transcriptEntries(f) : [];
+    return e.some((x) => /Wrote two\.txt/.test(x)) ? e : false;
+  }, 60_000).catch((e) => e.message);
+  const youAt = Array.isArray(entries) ? entries.findIndex((x) => /^You: turn 2, from step \d+/.test(x)) : -1;
+  check('the transcript shows the follow-up as "You:" after the first turn\'s end, then the agent\'s second turn', youAt > 0 && /now write the second file/.test(entries[youAt]) && /Your changes since its last turn/.test(entries[youAt]) && entries.slice(0, youAt).some((x) => /^Done .*Wrote one\.txt/.test(x)) && /your changes since the agent's last turn: README\.md/.test(entries[youAt - 1]) && entries.slice(youAt).some((x) => /Now the second file, as you asked/.test(x)), Array.isArray(entries) ? entries.join(' | ') : String(entries));
+  await shot('conversation-transcript');
+  await closeQuickInput();
+  await palette('View: Close All Editors');
+
+  // Start Task on the ended task offers to continue it; a new task is started instead.
+  await palette('Rein: Start Task');
+  const offer = await quickInput().locator('.quick-input-title', { hasText: 'the task here has ended' }).first().waitFor({ state: 'visible', timeout: 15_000 }).then(async () => (await quickInput().locator('.monaco-list-row').allInnerTexts()).map((t) => t.replace(/\s+/g, ' ').trim()), (e) => e.message);
+  check('Start Task on the ended task offers "Continue: <goal>" or "New task"', Array.isArray(offer) && offer.some((x) => x.includes(`Continue: ${CONV_GOAL}`)) && offer.some((x) => x.includes('New task')), JSON.stringify(offer));
+  await shot('start-offers-continue');
+  await page.keyboard.press('Escape');
+  await startTask(CONV_GOAL2);
+  const newer = await waitFor('the newer task done on disk', () => {
+    const s = taskOnDisk(repo3);
+    return s && s.task.id !== first?.task.id && s.status === 'done' ? s : false;
+  }, 90_000).catch((e) => e.message);
+  check('a new task starts and finishes beside the earlier one', typeof newer === 'object', String(newer));
+
+  // The History lists both, newest first; the older one with its turns.
+  await showReinView();
+  const group = page.locator('#workbench\\.parts\\.sidebar .monaco-list-row', { hasText: /^History/ }).first();
+  await group.waitFor({ timeout: 30_000 }).catch(() => {});
+  if ((await group.getAttribute('aria-expanded').catch(() => null)) !== 'true') await group.click();
+  const hist = await waitTree('the History rows', (r) => {
+    // A row's label and description read as one text ("Write the first filedone · …").
+    const a = r.findIndex((x) => x.startsWith(CONV_GOAL2) && /current · done/.test(x));
+    const b = r.findIndex((x) => x.startsWith(CONV_GOAL));
+    return a >= 0 && b > a && /done · .* ago · \d+ steps · 2 turns/.test(r[b]);
+  }, 30_000).catch((e) => e.message);
+  check('the History lists the tasks newest first, the older one with "2 turns", the newer as current', Array.isArray(hist), Array.isArray(hist) ? '' : String(hist));
+  await shot('conversation-history');
+
+  // Clicking the older task opens its transcript, read-only, in a panel of its own.
+  await historyRow(CONV_GOAL).click();
+  const tab = await page.locator('.tab', { hasText: 'earlier:' }).first().waitFor({ timeout: 20_000 }).then(() => true, () => false);
+  const old = await waitFor('the earlier task\'s transcript', async () => {
+    for (const f of page.frames()) {
+      if (f === page.mainFrame()) continue;
+      const h = await f.locator('#head h1').innerText({ timeout: 500 }).catch(() => '');
+      if (h === CONV_GOAL) return transcriptEntries(f);
+    }
+    return false;
+  }, 30_000).catch((e) => e.message);
+  check('clicking an older task in History opens its transcript read-only (its own panel, its goal and turns)', tab && Array.isArray(old) && old.some((x) => /now write the second file/.test(x)) && !old.some((x) => x.includes(CONV_GOAL2)), Array.isArray(old) ? old.join(' | ') : String(old));
+  check('opening an older task leaves the task here as it was', taskOnDisk(repo3)?.task.id === newer?.task?.id);
+  await page.mouse.move(700, 600);
+  await shot('conversation-earlier-transcript');
+
+  // Its Continue button continues it: it is the task here again and runs turn 3.
+  await closeQuickInput();
+  const row = historyRow(CONV_GOAL);
+  const action = row.locator('.action-label[aria-label^="Continue the Task"]').first();
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    await page.mouse.move(0, 0);
+    await row.hover();
+    if (await action.waitFor({ state: 'visible', timeout: 5_000 }).then(() => true, () => false)) break;
+  }
+  await action.click();
+  await answer('Rein: Continue', 'and a third file');
+  const turn3 = await waitFor('the earlier task\'s third turn done on disk', () => {
+    const s = taskOnDisk(repo3);
+    return s?.task.id === first?.task.id && s.status === 'done' && s.turns?.length === 2 ? s : false;
+  }, 90_000).catch((e) => e.message);
+  check('Continue on an older task in History makes it the task here again and runs its next turn', typeof turn3 === 'object' && turn3.turns[1].text === 'and a third file' && existsSync(join(repo3, 'three.txt')), typeof turn3 === 'object' ? '' : String(turn3));
+  const again = await waitTree('the older task current with 3 turns', (r) => r.some((x) => x.startsWith(CONV_GOAL) && /current · done .* 3 turns/.test(x)), 30_000).catch((e) => e.message);
+  check('the view follows: the History marks the continued task current with 3 turns, the view shows its turn', Array.isArray(again) && again.some((x) => /^You: and a third file\s*turn 3$/.test(x)), Array.isArray(again) ? '' : String(again));
+  const live = await waitFor('the live transcript of the continued task', async () => {
+    const tabs = await tabTitles();
+    return tabs.some((t) => /Rein: Transcript(?! \()/.test(t)) && !tabs.some((t) => t.includes('earlier:')) ? tabs : false;
+  }, 20_000).catch((e) => e.message);
+  const liveEntries = await waitFor('the continued task in the live transcript', async () => {
+    const f = await transcriptFrame(5_000).catch(() => null);
+    const e = f ? await transcriptEntries(f) : [];
+    return e.some((x) => /^You: turn 3/.test(x)) && e.some((x) => /Wrote three\.txt/.test(x)) ? e : false;
+  }, 30_000).catch((e) => e.message);
+  check('its read-only panel gave way to the live transcript of the task here, with turn 3', Array.isArray(live) && Array.isArray(liveEntries), `${live}; ${Array.isArray(liveEntries) ? '' : liveEntries}`);
+  await page.mouse.move(700, 600);
+  await shot('conversation-continued');
+
+  // Its plan holds no further turn: Continue asks no words, the server's refusal says why.
+  await closeToasts();
+  await palette('Rein: Continue the Task');
+  const noMore = await waitToast(/cannot take a further turn/, 20_000).catch((e) => e.message);
+  const asked = await quickInput().locator('.quick-input-title', { hasText: 'Rein: Continue' }).count();
+  check('Continue on a task whose agent takes no further turn asks nothing and says why, naming Start Task', Array.isArray(noMore) && !asked && noMore.some((t) => /cannot take a further turn.*"Rein: Start Task"/.test(t)), Array.isArray(noMore) ? noMore.join(' | ') : String(noMore));
+}
+
 const started = Date.now();
 try {
   await boot();
-  if (ONLY !== 'main' && ONLY !== 'tasks') await firstHour();
-  if (ONLY !== 'setup' && ONLY !== 'tasks') await scenario();
-  if (ONLY !== 'setup' && ONLY !== 'main') await worktreeTasks();
+  if (ONLY !== 'main' && ONLY !== 'tasks' && ONLY !== 'conversation') await firstHour();
+  if (ONLY !== 'setup' && ONLY !== 'tasks' && ONLY !== 'conversation') await scenario();
+  if (ONLY !== 'setup' && ONLY !== 'main' && ONLY !== 'conversation') await worktreeTasks();
+  if (!ONLY || ONLY === 'conversation') await conversation();
 } catch (e) {
   check('scenario ran to the end', false, e?.stack ?? String(e));
   if (page) await shot('failure');

@@ -5,8 +5,9 @@
 #   REIN_BIN   the rein binary the test workspace uses (default: <repo>/target/debug/rein,
 #              built with cargo if missing)
 #   KEEP=1     keep the scratch repository
-#   ONLY=setup|main|tasks   run one scenario: the first hour (no repository, no agent, a subfolder),
-#              the task itself, or three worktree tasks at once (default: all three)
+#   ONLY=setup|main|tasks|conversation   run one scenario: the first hour (no repository, no agent, a subfolder),
+#              the task itself, three worktree tasks at once, or a task continued and the history
+#              (default: all four)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROOT=$(git -C "$HERE" rev-parse --show-toplevel)

@@ -135,8 +135,9 @@ test('legal controls follow the status', () => {
   assert.deepEqual(legalControls(mk({ status: 'paused' })), ['resume', 'steer', 'takeover', 'rewind', 'abort', 'transcript', 'state']);
   assert.deepEqual(legalControls(mk({ status: 'awaiting_decision' })), ['decide', 'steer', 'takeover', 'abort', 'transcript', 'state']);
   assert.deepEqual(legalControls(mk({ status: 'human', heldFiles: ['a'] })), ['handback', 'steer', 'release', 'rewind', 'abort', 'transcript', 'state']);
-  assert.deepEqual(legalControls(mk({ status: 'done' })), ['start', 'transcript', 'state']);
-  assert.deepEqual(legalControls(mk({ status: 'done', steps })), ['start', 'rewind', 'transcript', 'state']);
+  assert.deepEqual(legalControls(mk({ status: 'done' })), ['continue', 'start', 'transcript', 'state']);
+  assert.deepEqual(legalControls(mk({ status: 'done', steps })), ['continue', 'start', 'rewind', 'transcript', 'state']);
+  assert.deepEqual(legalControls(mk({ status: 'aborted' })), ['continue', 'start', 'transcript', 'state']);
   assert.ok(!isActive(mk({ status: 'aborted' })));
   assert.ok(isActive(mk({ status: 'human' })));
 });

@@ -144,3 +144,23 @@ test('an ACP tool call shows its kind and where it acted (1-based lines)', () =>
   ]);
   assert.match(html, /<span class="muted">edit · a\.rs:5, b\.rs<\/span>/);
 });
+
+test('a follow-up is the person speaking again: "You:" with its text, the report of their changes folded', () => {
+  const [turn, bare] = renderAll([
+    { kind: 'turn', at, turn: 2, step: 7, text: 'now add <tests>', report: '# What you changed\n\n- src/greet.py' },
+    { kind: 'turn', at, turn: 3, step: 9, text: 'and a README line', report: null },
+  ]);
+  assert.match(turn, /^<li class="entry you turn" data-turn="2">/);
+  assert.match(turn, /<span class="who">You:<\/span> <span class="muted">turn 2, from step 7<\/span>/);
+  assert.match(turn, /now add &lt;tests&gt;/);
+  assert.match(turn, /<details class="report"><summary>Your changes since its last turn, as the agent was told<\/summary><pre class="detail"># What you changed/);
+  assert.doesNotMatch(turn, /<details[^>]* open/);
+  assert.doesNotMatch(bare, /<details/);
+  assert.match(bare, /turn 3, from step 9/);
+});
+
+test('the head names the turn under way once the task was continued', () => {
+  const base = { version: 1, task: { id: 't', goal: 'g', started: at }, status: 'running', control: { holder: 'agent', since: at, reason: '' } } as TaskState;
+  assert.doesNotMatch(renderHead(base), /turn/);
+  assert.match(renderHead({ ...base, turns: [{ n: 2, text: 'now add <tests>', at, fromStep: 5 }] }), /turn 2: now add &lt;tests&gt;/);
+});

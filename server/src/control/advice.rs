@@ -28,11 +28,13 @@ pub enum UserAction {
     Release,
     /// Put the tree back to a checkpoint.
     Rewind,
+    /// Give an ended task's agent a follow-up: the next turn of the conversation.
+    Continue,
 }
 
 impl UserAction {
     /// Every action.
-    pub const ALL: [UserAction; 10] = [
+    pub const ALL: [UserAction; 11] = [
         UserAction::Start,
         UserAction::Pause,
         UserAction::Resume,
@@ -43,6 +45,7 @@ impl UserAction {
         UserAction::Decide,
         UserAction::Release,
         UserAction::Rewind,
+        UserAction::Continue,
     ];
 
     /// The short name of the action (`start`, `takeover`).
@@ -58,6 +61,7 @@ impl UserAction {
             UserAction::Decide => "decide",
             UserAction::Release => "release",
             UserAction::Rewind => "rewind",
+            UserAction::Continue => "continue",
         }
     }
 }

@@ -270,9 +270,11 @@ impl Engine {
         s.is_terminal().then(|| {
             not_now(
                 Advice::text(format!(
-                    "the task has ended ({}); start a new one with ",
+                    "the task has ended ({}); continue it with ",
                     s.as_str()
                 ))
+                .action(UserAction::Continue)
+                .then(" or start a new one with ")
                 .action(UserAction::Start),
             )
         })

@@ -16,11 +16,9 @@ impl Engine {
     /// `Request::Continue`: the person's follow-up `text` begins the next turn.
     pub(super) fn follow_up(&mut self, text: &str) -> Result<Reply, ControlError> {
         let text = text.trim();
-        if text.is_empty() {
-            return Err(ControlError::BadArgument(
-                "the follow-up is empty: say what the agent should do next".into(),
-            ));
-        }
+        // Whether a turn can begin is said before the words are looked at: an editor sends a
+        // bare follow-up to a task it sees cannot take one (still live, or its agent out of
+        // turns), so the person hears what to do instead of typing words to be thrown away.
         let status = self.state().status;
         if !status.is_terminal() {
             return Err(ControlError::NotNow(
@@ -53,6 +51,11 @@ impl Engine {
             return Err(ControlError::NotNow(
                 Advice::text("this task's agent cannot take a further turn (a scripted agent plays only the turns its plan holds); start a new task with ")
                     .action(UserAction::Start),
+            ));
+        }
+        if text.is_empty() {
+            return Err(ControlError::BadArgument(
+                "the follow-up is empty: say what the agent should do next".into(),
             ));
         }
         // The tree was let go of when the task ended: follow it again, then take what the

@@ -66,6 +66,7 @@ fn vscode_title(a: UserAction) -> &'static str {
         UserAction::Decide => "Answer Decision",
         UserAction::Release => "Hand This File Back",
         UserAction::Rewind => "Rewind to a Checkpoint",
+        UserAction::Continue => "Continue the Task",
     }
 }
 

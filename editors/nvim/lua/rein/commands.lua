@@ -931,8 +931,75 @@ function M.diff(args, t)
   end)
 end
 
+--- `:Rein continue [task=ID] [text]`: an ended task's conversation goes on: `text` (asked
+--- when not given) is the agent's next turn, in the same session, checkpoints and transcript;
+--- the agent is told what you changed since its last turn first. `task=ID` names an earlier
+--- task of the working tree (from `:Rein tasks`), which becomes the task here again.
+sub.continue = {
+  desc = "give an ended task's agent your next words: the next turn of the same conversation (task=ID: an earlier task)",
+  task = true,
+  run = function(args, _, ref)
+    local function go(t, client)
+      local here = current_state()
+      -- The task here, however it was named: its state knows its turns.
+      local earlier = t and not (here and type(here.task) == "table" and here.task.id == t.taskId)
+      local st = earlier and t or here
+      -- How the history lists it (whether its agent takes another turn).
+      local past = t and t.canContinue ~= nil and t or nil
+      if not past and client then
+        for _, p in ipairs(tasks()._lists[client.id] and tasks()._lists[client.id].history or {}) do
+          if p.current then
+            past = p
+          end
+        end
+      end
+      if earlier and past and past.canContinue == false then
+        -- Asking the server would make it the task here first: said as the history says it.
+        rein().notify(("%q cannot be continued: its agent takes no further turn; start a new task with :Rein start"):format(tostring(t.goal)), vim.log.levels.WARN)
+        return
+      end
+      -- (A history listed while the task ran says no turn: only one listed after its end counts.)
+      local out_of_turns = past and past.canContinue == false and ended[past.status]
+      if not st or not ended[st.status] or (not earlier and out_of_turns) then
+        -- Still under way, out of turns, or no task: sent bare, the server says what to do
+        -- instead (steer it, resume it, or start a new one).
+        rein().exec("continue", for_task(t, { text = args }))
+        return
+      end
+      local goal = tostring(st.goal or (type(st.task) == "table" and st.task.goal) or "")
+      local turn = (tonumber(st.turns) or (type(st.turns) == "table" and #st.turns + 1) or 1) + 1
+      local function send(text)
+        text = trim(text)
+        if text == "" then
+          return
+        end
+        rein().exec("continue", for_task(t, { text = text }), function(result, c)
+          local s = type(result) == "table" and result.state or nil
+          if type(s) == "table" and type(s.task) == "table" and not tasks().is_worktree(c.id, s.task.id) then
+            -- An earlier task is the task here again: shown as such at once.
+            rein()._set_state(c.id, s)
+          end
+          -- The server says the turn began; the history (turns, current) follows.
+          tasks().fetch(client or c)
+        end)
+      end
+      if args ~= "" then
+        send(args)
+      else
+        input(("Rein continue %q (turn %d): "):format(goal, turn), nil, send)
+      end
+    end
+    if ref then
+      return tasks().with_task(ref, go)
+    end
+    rein().with_client(function(client)
+      go(nil, client)
+    end)
+  end,
+}
+
 sub.tasks = {
-  desc = "the tasks (each with its status, holder, plan, decisions): keys act on the one under the cursor",
+  desc = "the tasks (each with its status, holder, plan, decisions) and the earlier ones: keys act on the one under the cursor",
   run = function()
     tasks().open()
   end,

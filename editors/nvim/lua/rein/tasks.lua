@@ -19,7 +19,8 @@ local function str(v)
   return tostring(v)
 end
 
---- client id -> the latest `{tasks, decisions}` (as `rein.tasks` answers).
+--- client id -> the latest `{tasks, decisions, history}` (as `rein.tasks` answers; the
+--- `rein/tasks` notification has no history: the last one is kept).
 M._lists = {}
 --- client id -> "taskId/decisionId" -> true: the queued decisions already told.
 M._told = {}
@@ -30,7 +31,12 @@ function M.on_tasks(client_id, params)
   if type(params) ~= "table" then
     return
   end
-  local new = { tasks = list(params.tasks), decisions = list(params.decisions) }
+  local had = M._lists[client_id]
+  local history = params.history
+  if type(history) ~= "table" then
+    history = had and had.history or {}
+  end
+  local new = { tasks = list(params.tasks), decisions = list(params.decisions), history = history }
   M._lists[client_id] = new
   local told = M._told[client_id] or {}
   M._told[client_id] = told
@@ -175,7 +181,20 @@ function M.resolve(l, ref)
   if #found == 1 then
     return found[1]
   end
-  return nil, ("no task %q; the tasks: %s (:Rein tasks lists them)"):format(ref, names())
+  -- An earlier task of the working tree, by its id or the start of it (the history).
+  local past = {}
+  for _, p in ipairs(list(l and l.history)) do
+    if p.taskId == ref then
+      return p
+    end
+    if #found == 0 and ref ~= "" and vim.startswith(tostring(p.taskId), ref) then
+      table.insert(past, p)
+    end
+  end
+  if #past == 1 then
+    return past[1]
+  end
+  return nil, ("no task %q; the tasks: %s (:Rein tasks lists them, earlier ones too)"):format(ref, names())
 end
 
 --- Splits a leading `task=REF` off a :Rein command's arguments: ref (or nil), the rest.
@@ -284,6 +303,7 @@ M.keys = {
   { "h", "hand back" },
   { "d", "answer its decision" },
   { "<CR>", "transcript" },
+  { "c", "continue (an ended task: your next words)" },
   { "i", "state" },
   { "o", "open its worktree in a tab" },
   { "L", "land (changes or a commit)" },
@@ -362,6 +382,32 @@ function M.view(l)
       })
     end
   end
+  local history = list(l and l.history)
+  if #history > 0 then
+    v:add("")
+    v:add("## History, newest first (<CR> its transcript · c continue it)", "ReinHeading")
+    v:add(("  %-10s %-10s %-6s %-5s %s"):format("status", "when", "steps", "turns", "goal"), "ReinMuted")
+    local now = os.time()
+    for _, p in ipairs(history) do
+      local line, hls = p.current and "* " or "  ", {}
+      local function col(text, width, hl)
+        if hl and text ~= "" then
+          table.insert(hls, { #line, #line + #text, hl })
+        end
+        line = line .. text .. string.rep(" ", math.max(1, width + 1 - vim.fn.strdisplaywidth(text)))
+      end
+      col(status_words[p.status] or tostring(p.status), 10, status_hl[p.status] or "ReinMuted")
+      col(M.ago(str(p.updated) or str(p.started), now), 10)
+      col(tostring(p.steps or 0), 6)
+      col(tostring(p.turns or 1), 5)
+      line = line .. (tostring(p.goal):gsub("\r?\n", " "))
+      local right = p.current and "current" or (p.canContinue and "c: continue" or nil)
+      v:add(line, hls, { data = { task = p, past = true }, right = right })
+      if str(p.lastTurn) then
+        v:add("    last turn: " .. (tostring(p.lastTurn):gsub("\r?\n", " ")), "ReinMuted", { data = { task = p, past = true } })
+      end
+    end
+  end
   v:add("")
   -- The keys, in lines that fit a narrow window.
   local line = ""
@@ -375,6 +421,26 @@ function M.view(l)
   end
   v:add(line, "ReinMuted")
   return v
+end
+
+--- "12s ago", "5m ago", "3h ago", "2d ago" from an RFC 3339 UTC time; "" when unreadable.
+function M.ago(at, now)
+  local y, mo, d, h, mi, se = tostring(at or ""):match("^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)")
+  if not y then
+    return ""
+  end
+  -- os.time reads a table as local time: the UTC offset of that moment is taken back out.
+  local t = os.time({ year = tonumber(y), month = tonumber(mo), day = tonumber(d), hour = tonumber(h), min = tonumber(mi), sec = tonumber(se) })
+  local offset = os.time(os.date("*t", t)) - os.time(os.date("!*t", t))
+  local s = math.max(0, (now or os.time()) - (t + offset))
+  if s < 60 then
+    return ("%ds ago"):format(s)
+  elseif s < 3600 then
+    return ("%dm ago"):format(math.floor(s / 60))
+  elseif s < 86400 then
+    return ("%dh ago"):format(math.floor(s / 3600))
+  end
+  return ("%dd ago"):format(math.floor(s / 86400))
 end
 
 --- The summary of `task_id` in list `l`.
@@ -469,6 +535,7 @@ function M.open()
       t = for_task("takeover"),
       h = for_task("handback"),
       ["<CR>"] = for_task("transcript"),
+      c = for_task("continue"),
       i = for_task("state"),
       o = for_task("open"),
       L = for_task("land"),

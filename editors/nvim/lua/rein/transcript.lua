@@ -232,6 +232,18 @@ function M.render(v, entries, ctx)
     elseif k == "control" then
       local line = "── " .. (e.text or e.what or "")
       v:add(when(line, { { 0, #line, "ReinControl" } }))
+    elseif k == "turn" then
+      -- A follow-up: the conversation goes on with the person's next words; what they changed
+      -- since the agent's last turn (the report the agent got first) is folded under them.
+      v:add("", nil, { right = right })
+      local head = ("── turn %s, from step %s "):format(tostring(e.turn or "?"), tostring(e.step or "?"))
+      v:add(head .. ("─"):rep(math.max(3, 40 - vim.fn.strdisplaywidth(head))), "ReinControl")
+      local who = "you: "
+      v:add_block(e.text or "", who, (" "):rep(#who), { { 0, #who - 2, "ReinYou" } })
+      if str(e.report) then
+        v:add("    your changes since its last turn, as the agent was told:", "ReinMuted", { fold = "start" })
+        v:add_block(e.report, "    │ ", "    │ ", "ReinMuted", { fold = "in" })
+      end
     elseif k == "end" then
       v:add("", nil, { right = right })
       local hl = e.status == "done" and "ReinDone" or "ReinFailed"
@@ -282,6 +294,15 @@ local function draw(t, entries)
   end
   t.follow_all = nil
   local v = view().new()
+  if t.lines == 0 and t.earlier then
+    -- An earlier task: read-only, and how to go on with it.
+    local p = t.earlier
+    v:add(("Earlier task %s (%s) · read-only"):format(tostring(p.taskId), tostring(p.status)), "ReinMuted")
+    if p.canContinue then
+      v:add(("Continue it: :Rein continue task=%s [text]  (c in :Rein tasks)"):format(tostring(p.taskId)), "ReinMuted")
+    end
+    v:add("")
+  end
   if t.lines == 0 and #entries == 0 and #t.entries == 0 then
     v:add(t.task_id and "(no entries yet)" or "No task in this repository. Start one with :Rein start.", "ReinMuted")
   end
@@ -435,6 +456,8 @@ function M.open(client_id, task)
     client_id = client_id,
     pinned = pinned,
     root = task and type(task.worktree) == "string" and task.worktree or nil,
+    -- A task of the history that is not the current one (`:Rein tasks`, `task=ID`).
+    earlier = task and task.canContinue ~= nil and task.current ~= true and task or nil,
     buf = buf,
     task_id = nil,
     entries = {},

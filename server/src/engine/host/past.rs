@@ -26,14 +26,13 @@ impl Host {
         let root = self.place.root.clone();
         let result = match req {
             Request::State => control::load_task(&root, &task).map(|s| Reply::State(Box::new(s))),
-            Request::Transcript { since } => {
-                control::transcript(&root, Some(&task), since).and_then(|t| {
+            Request::Transcript { since } => control::transcript(&root, Some(&task), since)
+                .and_then(|t| {
                     Ok(Reply::Transcript {
                         transcript: Box::new(t),
                         state: Box::new(control::load_task(&root, &task)?),
                     })
-                })
-            }
+                }),
             Request::Continue { .. } => match self.reopen(&task) {
                 // It is the task here now: the follow-up goes to it as any request does.
                 Ok(()) => return self.control(client, id, req),
@@ -42,9 +41,11 @@ impl Host {
             _ => match control::load_task(&root, &task) {
                 Ok(s) => Err(ControlError::NotNow(
                     Advice::text(format!(
-                        "task {task} has ended ({}); continue it with rein.continue, or start a new one with ",
+                        "task {task} has ended ({}); continue it with ",
                         s.status.as_str()
                     ))
+                    .action(UserAction::Continue)
+                    .then(" or start a new one with ")
                     .action(UserAction::Start),
                 )),
                 Err(_) => Err(ControlError::BadArgument(format!(
