@@ -763,6 +763,7 @@ fn a_finished_task_is_continued_from_either_editor_and_the_terminal_and_an_old_o
     a.wait_state("the other task done", |s| {
         s["task"]["id"] != old.as_str() && status(s) == "done"
     });
+    let another = a.state["task"]["id"].as_str().unwrap().to_owned();
     let listed = a.ok("rein.tasks", json!({}));
     let history = listed["history"].as_array().expect("a history");
     assert_eq!(history.len(), 2, "{listed:#}");
@@ -817,6 +818,16 @@ fn a_finished_task_is_continued_from_either_editor_and_the_terminal_and_an_old_o
         s["task"]["id"] == old.as_str() && turns(s) == 3 && status(s) == "done"
     });
     assert_eq!(read(root, "four.txt"), "4\n");
+    // An earlier task with no turn left is refused, and the task here stays.
+    let refused = b.command("rein.continue", json!({"taskId": another, "text": "x"}));
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.1.contains("cannot take a further turn")),
+        "{refused:?}"
+    );
+    let here = a.ok("rein.state", json!({}));
+    assert_eq!(here["state"]["task"]["id"], old.as_str(), "{here:#}");
     // The plan has no fifth turn: refused with the reason, from the terminal too.
     let out = on(root, &["continue", "now five"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));

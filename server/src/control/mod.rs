@@ -37,7 +37,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use crate::exec::SandboxMode;
 pub use advice::{Advice, UserAction};
 pub use handover::{FileStat, Handover, HandoverNext, HandoverPlan, HandoverWords};
-pub use history::{history, load_task, make_current, PastTask, HISTORY_LIMIT};
+pub use history::{history, load_task, make_current, past, PastTask, HISTORY_LIMIT};
 pub use output::{OutputChunk, OutputExit, OutputState};
 pub use transcript::{transcript, Entry, Transcript};
 

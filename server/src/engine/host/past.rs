@@ -33,10 +33,14 @@ impl Host {
                         state: Box::new(control::load_task(&root, &task)?),
                     })
                 }),
-            Request::Continue { .. } => match self.reopen(&task) {
-                // It is the task here now: the follow-up goes to it as any request does.
-                Ok(()) => return self.control(client, id, req),
+            Request::Continue { .. } => match self.takes_turn(&task) {
+                // Refused without replacing the task here: the old one would take no turn.
                 Err(e) => Err(e),
+                Ok(()) => match self.reopen(&task) {
+                    // It is the task here now: the follow-up goes to it as any request does.
+                    Ok(()) => return self.control(client, id, req),
+                    Err(e) => Err(e),
+                },
             },
             _ => match control::load_task(&root, &task) {
                 Ok(s) => Err(ControlError::NotNow(
@@ -54,6 +58,26 @@ impl Host {
             },
         };
         self.answer(client, id, result.map(Answer::Reply));
+    }
+
+    /// Whether the past task `task` can take a follow-up now (as the history says), so
+    /// that one which cannot is refused before it replaces the task here.
+    fn takes_turn(&self, task: &str) -> Result<(), ControlError> {
+        let s = control::load_task(&self.place.root, task).map_err(|_| {
+            ControlError::BadArgument(format!(
+                "no task {task} in this working tree; `rein tasks` lists them"
+            ))
+        })?;
+        if control::past(&s, &self.place.root, false).can_continue {
+            return Ok(());
+        }
+        Err(ControlError::NotNow(
+            Advice::text(format!(
+                "task {task} ({}) cannot take a further turn: its agent has none left (a scripted agent plays only the turns its plan holds); start a new task with ",
+                s.status.as_str()
+            ))
+            .action(UserAction::Start),
+        ))
     }
 
     /// Makes the ended task `task` the one here and opens it, as after a restart.
