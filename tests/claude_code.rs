@@ -1047,21 +1047,8 @@ fn o_a_follow_up_and_a_kill9_keep_claudes_session() {
     };
     let talk = Talk {
         requests: &requests,
-        last: |r| {
-            r["body"]["messages"]
-                .as_array()
-                .and_then(|m| m.last())
-                .map(|m| m["content"].to_string())
-                .unwrap_or_default()
-        },
-        earlier: |r| {
-            let messages = r["body"]["messages"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let n = messages.len().saturating_sub(1);
-            Value::Array(messages[..n].to_vec()).to_string()
-        },
+        list: "messages",
+        part: Some("content"),
         wait_cut: &|| model.wait_turn(4),
     };
     a_conversation_across_a_follow_up_and_a_kill9(&mut lsp, root, &talk, true);

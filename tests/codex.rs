@@ -870,18 +870,8 @@ fn a_follow_up_and_a_kill9_keep_codexs_session() {
     };
     let talk = Talk {
         requests: &requests,
-        last: |r| {
-            r["body"]["input"]
-                .as_array()
-                .and_then(|i| i.last())
-                .map(Value::to_string)
-                .unwrap_or_default()
-        },
-        earlier: |r| {
-            let items = r["body"]["input"].as_array().cloned().unwrap_or_default();
-            let n = items.len().saturating_sub(1);
-            Value::Array(items[..n].to_vec()).to_string()
-        },
+        list: "input",
+        part: None,
         wait_cut: &|| codex.wait_turns(5),
     };
     a_conversation_across_a_follow_up_and_a_kill9(&mut lsp, root, &talk, true);

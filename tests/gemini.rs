@@ -660,21 +660,8 @@ fn l_a_follow_up_and_a_kill9_give_gemini_the_earlier_turns_and_the_handover() {
     };
     let talk = Talk {
         requests: &requests,
-        last: |r| {
-            r["body"]["contents"]
-                .as_array()
-                .and_then(|m| m.last())
-                .map(|m| m["parts"].to_string())
-                .unwrap_or_default()
-        },
-        earlier: |r| {
-            let contents = r["body"]["contents"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let n = contents.len().saturating_sub(1);
-            Value::Array(contents[..n].to_vec()).to_string()
-        },
+        list: "contents",
+        part: Some("parts"),
         wait_cut: &|| model.wait_turn(4),
     };
     a_conversation_across_a_follow_up_and_a_kill9(&mut lsp, root, &talk, false);

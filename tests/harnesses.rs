@@ -503,24 +503,49 @@ pub fn report_pause(harness: &str, scenario: &str, pauses: Pauses) {
 pub struct Talk<'a> {
     /// The requests of the harness's main loop so far, in order.
     pub requests: &'a dyn Fn() -> Vec<Value>,
-    /// A request's last message (what the harness sent this time), as text.
-    pub last: fn(&Value) -> String,
-    /// A request's messages before its last, as text.
-    pub earlier: fn(&Value) -> String,
+    /// Where a request's body holds its conversation (`messages`, Gemini's `contents`,
+    /// the Responses API's `input`).
+    pub list: &'static str,
+    /// The field of the last message that holds what was said (`content`, `parts`), or
+    /// none for the whole message.
+    pub part: Option<&'static str>,
     /// Waits until the model thinks on the turn the kill -9 cuts.
     pub wait_cut: &'a dyn Fn(),
 }
 
 impl Talk<'_> {
+    /// A request's conversation.
+    fn items(&self, r: &Value) -> Vec<Value> {
+        r["body"][self.list].as_array().cloned().unwrap_or_default()
+    }
+
+    /// A request's last message (what the harness sent this time), as text.
+    fn last(&self, r: &Value) -> String {
+        self.items(r)
+            .last()
+            .map(|m| match self.part {
+                Some(p) => m[p].to_string(),
+                None => m.to_string(),
+            })
+            .unwrap_or_default()
+    }
+
+    /// A request's messages before its last, as text.
+    fn earlier(&self, r: &Value) -> String {
+        let items = self.items(r);
+        let n = items.len().saturating_sub(1);
+        Value::Array(items[..n].to_vec()).to_string()
+    }
+
     /// The first request whose last message carries `text`.
     fn asked(&self, text: &str) -> Value {
         (self.requests)()
             .into_iter()
-            .find(|r| (self.last)(r).contains(text))
+            .find(|r| self.last(r).contains(text))
             .unwrap_or_else(|| {
                 let last: Vec<String> = (self.requests)()
                     .iter()
-                    .map(|r| (self.last)(r).chars().take(300).collect())
+                    .map(|r| self.last(r).chars().take(300).collect())
                     .collect();
                 panic!("no model request was sent {text:?}; the last messages: {last:#?}")
             })
@@ -556,13 +581,13 @@ pub fn a_conversation_across_a_follow_up_and_a_kill9(
     });
     assert_eq!(crate::read(root, "bye.txt").trim(), "bye");
     let asked = talk.asked("now write bye.txt");
-    let said = (talk.last)(&asked);
+    let said = talk.last(&asked);
     assert!(
         said.contains("notes.md"),
         "the person's change comes with the follow-up: {said}"
     );
     if resumes {
-        let before = (talk.earlier)(&asked);
+        let before = talk.earlier(&asked);
         assert!(
             before.contains("hello.txt") && !said.contains("You worked on this task before"),
             "the follow-up's request carries the first turn, in the same session: {before}"
@@ -601,12 +626,12 @@ pub fn a_conversation_across_a_follow_up_and_a_kill9(
     assert_eq!(crate::read(root, "third.txt").trim(), "third");
     let again = (talk.requests)()
         .into_iter()
-        .filter(|r| (talk.last)(r).contains("now write third.txt"))
+        .filter(|r| talk.last(r).contains("now write third.txt"))
         .nth(1)
         .unwrap_or_else(|| panic!("the restarted turn never reached the model"));
-    let said = (talk.last)(&again);
+    let said = talk.last(&again);
     if resumes {
-        let before = (talk.earlier)(&again);
+        let before = talk.earlier(&again);
         assert!(
             said.contains("Rein was restarted")
                 && before.contains("bye.txt")

@@ -9,6 +9,35 @@ use crate::reconcile::{verdict, FileReport, Report};
 use crate::state::{Author, HumanChange, Step, StepStatus};
 
 impl Engine {
+    /// What the person typed but did not save counts too (at a handback, a follow-up):
+    /// recorded as their step and added to `report`, marked unsaved.
+    pub(super) fn take_unsaved(
+        &mut self,
+        report: &mut crate::reconcile::Report,
+    ) -> Result<(), crate::checkpoint::CheckpointError> {
+        let (false, Some(tip)) = (self.buffers.is_empty(), self.tip.clone()) else {
+            return Ok(());
+        };
+        let overlay = self.buffers.overlay();
+        let unsaved: Vec<_> = self
+            .ckpt
+            .diff_worktree(&tip, &overlay)?
+            .into_iter()
+            .filter(|c| overlay.contains_key(&c.path))
+            .collect();
+        if !unsaved.is_empty() {
+            let n = self.next_n();
+            let extra = self.record_human(n, "unsaved in the editor", &unsaved, None, false);
+            report.changes.extend(
+                extra
+                    .changes
+                    .into_iter()
+                    .map(|f| crate::reconcile::FileReport { unsaved: true, ..f }),
+            );
+        }
+        Ok(())
+    }
+
     /// Records changes to held files since the last checkpoint as the human's, on their own,
     /// so a command's whole-tree checkpoint does not take them for the agent's.
     pub(super) fn absorb_held(&mut self, why: &str) {

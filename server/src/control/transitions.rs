@@ -6,7 +6,7 @@ use super::{
 };
 use crate::checkpoint::{CheckpointError, Checkpoints, EntryMode, InGit, Overlay, SnapshotMeta};
 use crate::exec::{Node, NodeKind, Sandbox};
-use crate::reconcile::{verdict, FileReport};
+use crate::reconcile::verdict;
 use crate::state::{
     self, Author, Constraint, ConstraintSource, ConstraintStatus, Control, DecisionKind, Holder,
     KeptLine, KeptLines, Location, Status, StepStatus,
@@ -932,29 +932,7 @@ impl Engine {
         let mut report = self
             .absorb(false, "your changes while holding control")?
             .unwrap_or_default();
-        // What the human typed but did not save counts too.
-        if !self.buffers.is_empty() {
-            if let Some(tip) = self.tip.clone() {
-                let overlay = self.buffers.overlay();
-                let unsaved: Vec<_> = self
-                    .ckpt
-                    .diff_worktree(&tip, &overlay)?
-                    .into_iter()
-                    .filter(|c| overlay.contains_key(&c.path))
-                    .collect();
-                if !unsaved.is_empty() {
-                    let n = self.next_n();
-                    let extra =
-                        self.record_human(n, "unsaved in the editor", &unsaved, None, false);
-                    report.changes.extend(
-                        extra
-                            .changes
-                            .into_iter()
-                            .map(|f| FileReport { unsaved: true, ..f }),
-                    );
-                }
-            }
-        }
+        self.take_unsaved(&mut report)?;
         report.head_moved = self.check_head();
         report.note = note.filter(|n| !n.trim().is_empty());
         let noted = report.note.clone();

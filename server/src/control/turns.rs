@@ -9,7 +9,6 @@
 
 use super::advice::{Advice, UserAction};
 use super::{ControlError, Engine, Level, Reply};
-use crate::reconcile::FileReport;
 use crate::state::{self, Control, Holder, Status, Turn};
 
 impl Engine {
@@ -65,28 +64,7 @@ impl Engine {
         let mut report = self
             .absorb(false, "your changes since the agent's last turn")?
             .unwrap_or_default();
-        if !self.buffers.is_empty() {
-            if let Some(tip) = self.tip.clone() {
-                let overlay = self.buffers.overlay();
-                let unsaved: Vec<_> = self
-                    .ckpt
-                    .diff_worktree(&tip, &overlay)?
-                    .into_iter()
-                    .filter(|c| overlay.contains_key(&c.path))
-                    .collect();
-                if !unsaved.is_empty() {
-                    let n = self.next_n();
-                    let extra =
-                        self.record_human(n, "unsaved in the editor", &unsaved, None, false);
-                    report.changes.extend(
-                        extra
-                            .changes
-                            .into_iter()
-                            .map(|f| FileReport { unsaved: true, ..f }),
-                    );
-                }
-            }
-        }
+        self.take_unsaved(&mut report)?;
         report.head_moved = self.check_head();
         let told = (!report.is_empty()).then(|| report.markdown());
         let accepted = self
