@@ -236,16 +236,32 @@ async fn an_old_task_is_listed_made_current_again_and_continued() {
     let spec = json!({"kind": "script",
         "steps": [{"write": {"path": "a.txt", "content": "a\n"}}, {"finish": "one"}],
         "turns": [[{"write": {"path": "a2.txt", "content": "a2\n"}}, {"finish": "two"}]]});
-    let mut first = start_agent(root, spec);
+    // Both in one second, the later one's id sorting first by its hex: the history puts
+    // them in order by when each started, not by id.
+    let started = |id: &str, spec: serde_json::Value| {
+        let (notify, notices) = channel();
+        let (handle, state) = control::start_as(
+            root,
+            Some(id.to_owned()),
+            "test goal",
+            spec,
+            test_config(),
+            notify,
+        )
+        .expect("task starts");
+        Run::new(handle, notices, state, root.to_owned())
+    };
+    let mut first = started("20250101000000-ffff", spec);
     first
         .until("first done", |s| s.status == Status::Done)
         .await;
     let old = first.state.task.id.clone();
     first.call(Request::Shutdown).await;
     drop(first);
-    // Ids are to the second: the second task must not share its start's second.
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    let mut second = start(root, json!([{"finish": "nothing to do"}]));
+    let mut second = started(
+        "20250101000000-0000",
+        json!({"kind": "script", "steps": [{"finish": "nothing to do"}]}),
+    );
     second
         .until("second done", |s| s.status == Status::Done)
         .await;

@@ -84,6 +84,9 @@ pub fn history(workdir: &Path) -> Result<Vec<PastTask>, ControlError> {
         let s = store.state();
         out.push(past(s, &root, current.as_deref() == Some(id.as_str())));
     }
+    // An id says its second only: two tasks started in one second are put in order by when
+    // each started, to the millisecond.
+    out.sort_by(|a, b| (&b.started, &b.task_id).cmp(&(&a.started, &a.task_id)));
     Ok(out)
 }
 
