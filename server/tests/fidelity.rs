@@ -346,6 +346,15 @@ async fn rewind_puts_back_converted_bytes_modes_and_links_exactly() {
     run.call(Request::Abort { keep_changes: true }).await;
 }
 
+/// Commits an executable `build.sh` holding `body`: a command whose line names nothing it
+/// writes.
+fn commit_build_script(root: &Path, body: &str) {
+    write(root, "build.sh", body);
+    set_exec(root, "build.sh");
+    git(root, &["add", "build.sh"]);
+    git(root, &["commit", "-q", "-m", "a build script"]);
+}
+
 /// A repository that ignores `.env` and `build/`, with a `.env` of the human's (mode 0600, as
 /// secrets are kept) that no commit holds.
 fn ignoring_repo() -> tempfile::TempDir {
@@ -937,14 +946,10 @@ async fn rewind_removes_the_empty_directories_the_steps_it_takes_back_made() {
 async fn a_file_in_an_ignored_directory_changed_by_an_unnaming_command_is_reported_unrecorded() {
     let dir = ignoring_repo();
     let root = dir.path();
-    write(
+    commit_build_script(
         root,
-        "build.sh",
         "#!/bin/sh\necho agent > build/agent.log\necho new > build/fresh.log\n",
     );
-    set_exec(root, "build.sh");
-    git(root, &["add", "build.sh"]);
-    git(root, &["commit", "-q", "-m", "a build script"]);
     write(root, "build/agent.log", "the person's log\n");
     write(root, "build/untouched.log", "same\n");
     let mut run = start(
@@ -1030,14 +1035,10 @@ async fn the_agents_saved_writes_inside_an_ignored_directory_are_not_reported_un
 async fn many_changes_inside_an_ignored_directory_are_reported_as_the_directory() {
     let dir = ignoring_repo();
     let root = dir.path();
-    write(
+    commit_build_script(
         root,
-        "build.sh",
         "#!/bin/sh\nfor i in $(seq 1 40); do echo $i > build/o$i.o; done\n",
     );
-    set_exec(root, "build.sh");
-    git(root, &["add", "build.sh"]);
-    git(root, &["commit", "-q", "-m", "a build script"]);
     write(root, "build/old.o", "old\n");
     let mut run = start(
         root,
