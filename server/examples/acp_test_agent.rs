@@ -118,9 +118,12 @@ struct State {
 
 impl State {
     fn log(&self, entry: Value) {
+        // One write per line: every process of a scenario appends to the same log, and a
+        // line written in pieces can be cut by another process's, and then is lost to the
+        // tests that read it.
+        let line = format!("{entry}\n");
         if let Ok(mut f) = self.log.lock() {
-            let _ = writeln!(f, "{entry}");
-            let _ = f.flush();
+            let _ = f.write_all(line.as_bytes());
         }
     }
 
