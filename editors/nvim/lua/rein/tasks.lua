@@ -8,16 +8,7 @@ local function rein()
   return require("rein")
 end
 
-local function list(v)
-  return type(v) == "table" and v or {}
-end
-
-local function str(v)
-  if v == nil or v == vim.NIL then
-    return nil
-  end
-  return tostring(v)
-end
+local list, str = require("rein.ui").list, require("rein.ui").str
 
 --- client id -> the latest `{tasks, decisions, history}` (as `rein.tasks` answers; the
 --- `rein/tasks` notification has no history: the last one is kept).

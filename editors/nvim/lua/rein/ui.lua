@@ -6,16 +6,20 @@ local function rein()
   return require("rein")
 end
 
-local function str(v)
+--- A JSON value as a string, nil for null or missing.
+function M.str(v)
   if v == nil or v == vim.NIL then
     return nil
   end
   return tostring(v)
 end
 
-local function list(v)
+--- A JSON array as a table ({} for null, missing or any other value).
+function M.list(v)
   return type(v) == "table" and v or {}
 end
+
+local str, list = M.str, M.list
 
 local function oneline(s)
   return (tostring(s or ""):gsub("\r?\n", " ⏎ "))
