@@ -35,6 +35,8 @@ use landlock::{
 use nix::libc;
 use serde::{Deserialize, Serialize};
 
+use super::trace::{Armed, Trace};
+
 /// The newest Landlock ABI whose rights Rein has vetted; newer kernels get these rights.
 const VETTED: i32 = 6;
 
@@ -51,7 +53,8 @@ const DEVICES: &[&str] = &[
 
 /// Set to `off` to behave as if the kernel had no Landlock (to see and test the fallback);
 /// `abi:N` to use no Landlock right newer than ABI N (as an older kernel would);
-/// `no-userns` to behave as if no user namespace could be made. Comma-separated.
+/// `no-userns` to behave as if no user namespace could be made; `no-trace` as if the kernel
+/// had no seccomp notifications (authorship by the older rules). Comma-separated.
 pub const FORCE_VAR: &str = "REIN_LANDLOCK";
 
 /// How confined the commands Rein runs are (`sandbox` in `rein.toml` and the settings).
@@ -123,6 +126,8 @@ pub struct Confinement {
     pub files: bool,
     /// The task's scratch dir: writable, and the command's `TMPDIR`.
     pub scratch: Option<PathBuf>,
+    /// The trace that records what the process and everything it starts change.
+    pub trace: Option<Trace>,
 }
 
 impl Confinement {
@@ -143,6 +148,7 @@ impl Confinement {
             ports: Vec::new(),
             files: true,
             scratch: None,
+            trace: None,
         }
     }
 
@@ -168,6 +174,12 @@ impl Confinement {
         self
     }
 
+    /// Records what the process and everything it starts change in `trace`.
+    pub fn with_trace(mut self, trace: Trace) -> Confinement {
+        self.trace = Some(trace);
+        self
+    }
+
     /// Makes `command`'s child enter this domain between fork and exec (nothing when the
     /// mode is `off`).
     pub fn apply(&self, command: &mut tokio::process::Command) -> Result<(), ConfineError> {
@@ -176,8 +188,8 @@ impl Confinement {
         }
         if let Some(mut enter) = self.prepare()? {
             // SAFETY: between fork and exec the child only makes system calls (unshare,
-            // write, mount, prctl, landlock_restrict_self) on memory prepared before the
-            // fork, and allocates nothing.
+            // write, mount, prctl, landlock_restrict_self, seccomp, sendmsg) on memory
+            // prepared before the fork, and allocates nothing.
             unsafe {
                 command.pre_exec(move || enter.enter());
             }
@@ -214,9 +226,22 @@ impl Confinement {
             Some(shield)
         };
         let ruleset = self.ruleset(abi, &holes)?;
+        // Untraceable here (said where the sandbox's reach is reported): the older rules
+        // judge what the process changes.
+        let armed = match &self.trace {
+            Some(t) if Trace::available().is_ok() => match t.arm() {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    tracing::warn!("a process runs untraced: {e}");
+                    None
+                }
+            },
+            _ => None,
+        };
         Ok(Some(Entry {
             shield,
             ruleset: Some(ruleset),
+            armed,
         }))
     }
 
@@ -297,11 +322,12 @@ fn grant_around(dir: &Path, holes: &[PathBuf], out: &mut Vec<PathBuf>) {
     }
 }
 
-/// What the child does between fork and exec: make the read-only mounts, then enter the
-/// Landlock domain.
+/// What the child does between fork and exec: make the read-only mounts, enter the
+/// Landlock domain (which sets `no_new_privs`), then the trace's filter.
 struct Entry {
     shield: Option<Shield>,
     ruleset: Option<RulesetCreated>,
+    armed: Option<Armed>,
 }
 
 impl Entry {
@@ -310,11 +336,12 @@ impl Entry {
         if let Some(s) = &self.shield {
             s.enter()?;
         }
-        match self.ruleset.take() {
-            Some(r) => r
-                .restrict_self()
-                .map(|_| ())
-                .map_err(|_| std::io::Error::from_raw_os_error(libc::EPERM)),
+        if let Some(r) = self.ruleset.take() {
+            r.restrict_self()
+                .map_err(|_| std::io::Error::from_raw_os_error(libc::EPERM))?;
+        }
+        match &self.armed {
+            Some(a) => a.enter(),
             None => Ok(()),
         }
     }
@@ -431,6 +458,7 @@ struct Forced {
     off: bool,
     abi: Option<i32>,
     no_userns: bool,
+    no_trace: bool,
 }
 
 impl Forced {
@@ -444,6 +472,7 @@ impl Forced {
             match word {
                 "off" => f.off = true,
                 "no-userns" => f.no_userns = true,
+                "no-trace" => f.no_trace = true,
                 w => {
                     if let Some(n) = w.strip_prefix("abi:").and_then(|n| n.parse().ok()) {
                         f.abi = Some(n);
@@ -486,6 +515,11 @@ fn userns_here(forced: &Forced) -> bool {
             }
             ok
         })
+}
+
+/// Whether `REIN_LANDLOCK` says `no-trace`.
+pub(super) fn trace_forced_off() -> bool {
+    Forced::from_env().no_trace
 }
 
 /// Whether this kernel can confine commands.
@@ -581,6 +615,14 @@ pub fn coverage(mode: SandboxMode) -> Coverage {
         "signals and abstract sockets outside the command",
         &mut c,
     );
+    match super::trace::Trace::available() {
+        Ok(()) => c.enforced.push(
+            "authorship: every process the agent runs is traced (seccomp notifications), so abort takes back exactly what its processes changed".into(),
+        ),
+        Err(e) => c.missing.push(format!(
+            "authorship by observation: {e}; abort keeps what it cannot attribute and lists it"
+        )),
+    }
     c
 }
 

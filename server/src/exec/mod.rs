@@ -16,6 +16,7 @@ mod search;
 mod shell;
 mod tap;
 mod terminal;
+mod trace;
 mod tree;
 
 use std::io;
@@ -32,6 +33,7 @@ pub use search::RESULT_CAP;
 pub use shell::written_words;
 pub use tap::{Taken, Tap, CHUNK_CAP, TAIL_CAP};
 pub use terminal::{Denied, Exit, Snapshot, TerminalError, Terminals, TERMINAL_OUTPUT_CAP};
+pub use trace::{Trace, TraceError, Traced};
 pub use tree::{
     descendants, make_subreaper, reap_orphans, state as process_state, Tree, AGENT_TAG_VAR,
 };
