@@ -84,6 +84,15 @@ fn start_acp(root: &Path, sc: &Scenario) -> Run {
     )
 }
 
+/// `start_acp` as on a kernel without seccomp notifications: the agent's process is not
+/// traced, so what it writes without a report is judged by the older rules
+/// (`observed.rs` has the traced cases).
+fn start_acp_untraced(root: &Path, sc: &Scenario) -> Run {
+    let mut cfg = test_config();
+    cfg.trace = false;
+    start_acp_with(root, sc, cfg)
+}
+
 fn start_spec(root: &Path, spec: Value) -> Run {
     let (notify, notices) = channel();
     let (handle, state) =
@@ -587,7 +596,7 @@ async fn a_file_written_with_no_report_is_unattributed_not_the_agents_nor_the_hu
             {"say": "wrote notes"}
         ]]
     }));
-    let mut run = start_acp(root, &sc);
+    let mut run = start_acp_untraced(root, &sc);
     let s = run.until("done", |s| s.status == Status::Done).await;
     assert_unattributed(&s, "notes.txt", Some(12));
     assert!(
@@ -706,7 +715,7 @@ async fn trust_a_stale_write_the_harness_never_reported_is_repaired_at_the_next_
              {"say": "added double"}]
         ]
     }));
-    let mut run = start_acp(root, &sc);
+    let mut run = start_acp_untraced(root, &sc);
     take_over_and_fix(&mut run, &sc, root).await;
     let s = run.until("done", |s| s.status == Status::Done).await;
     assert_eq!(
@@ -1111,6 +1120,7 @@ async fn the_abort_interrupt_cancels_the_turn_and_ends_the_process() {
         root,
         0,
         control::SandboxMode::default(),
+        None,
         agent::Memory::default(),
     )
     .expect("an ACP agent");
@@ -2117,7 +2127,7 @@ async fn what_a_tool_wrote_before_a_pause_is_unattributed_then_claimed_when_it_r
             {"say": "done"}
         ]]
     }));
-    let mut run = start_acp(root, &sc);
+    let mut run = start_acp_untraced(root, &sc);
     sc.logged("wrote_silently", 1).await;
     let s = run.call(Request::Pause).await.state().clone();
     assert_eq!(s.status, Status::Paused);
@@ -2190,8 +2200,10 @@ async fn a_pause_is_answered_before_the_engine_settles_the_agent() {
         })
     };
     let spec = json!({"kind": "acp", "command": [agent_bin(), sc.file]});
+    let mut cfg = test_config();
+    cfg.trace = false;
     let (handle, state) =
-        control::start(root, "fix the answer", spec, test_config(), notify).expect("starts");
+        control::start(root, "fix the answer", spec, cfg, notify).expect("starts");
     let mut run = Run::new(handle, notices, state, root.to_owned());
     sc.logged("wrote_silently", 1).await;
     // Asked from a task on the runtime's workers, as the engine's host asks (the test's
@@ -2230,7 +2242,7 @@ async fn abort_keeps_a_file_nothing_shows_the_agent_wrote_and_lists_it() {
             {"sleep_ms": 30000}
         ]]
     }));
-    let mut run = start_acp(root, &sc);
+    let mut run = start_acp_untraced(root, &sc);
     sc.logged("wrote_silently", 1).await;
     let s = run
         .call(Request::Abort {
@@ -2441,7 +2453,7 @@ async fn an_abort_during_an_approved_irreversible_command_the_agent_runs_lands_a
             {"say": "deployed"}
         ]]
     }));
-    let mut run = start_acp(root, &sc);
+    let mut run = start_acp_untraced(root, &sc);
     let (agent, shell) = approve_and_run(&mut run, &sc).await;
     // A pause, then an abort while it waits: both queue and land in order.
     let paused = run.call(Request::Pause).await;

@@ -1,7 +1,9 @@
-//! Who made a change (issue 25, "Authorship"), end to end through the library API on real
-//! repositories: what nothing attributes to the agent survives abort, rollback and the
-//! agent's steps, and is listed; what the person saved is theirs; a discard is the person's
-//! choice and never loses a later change.
+//! Who made a change where Rein cannot trace the agent's processes (issue 25,
+//! "Authorship"; the engine as on a kernel without seccomp notifications), end to end
+//! through the library API on real repositories: what nothing attributes to the agent
+//! survives abort, rollback and the agent's steps, and is listed; what the person saved is
+//! theirs; a discard is the person's choice and never loses a later change. Where Rein
+//! traces, `observed.rs` shows the same cases decided by observation.
 
 mod support;
 
@@ -24,7 +26,7 @@ async fn abort_keeps_a_file_the_human_made_from_a_terminal_while_a_command_ran()
         "sh -c './slow_test.sh {} && printf agent > out.txt'",
         go.display()
     );
-    let mut run = start(
+    let mut run = start_untraced(
         root,
         json!([
             {"run": {"cmd": cmd}},
@@ -117,7 +119,7 @@ async fn a_comment_saved_while_the_command_is_paused_is_the_humans_not_the_comma
     write(root, "lib.py", "def f():\n    return 1\n");
     git(root, &["add", "lib.py"]);
     git(root, &["commit", "-q", "-m", "lib"]);
-    let mut run = start(
+    let mut run = start_untraced(
         root,
         json!([
             {"run": {"cmd": format!("sh -c './slow_test.sh {}'", go.display())}},
@@ -182,7 +184,7 @@ async fn discarding_an_unattributed_change_puts_the_file_back_and_never_loses_a_
     let (dir, flags) = waiting_script("slow_test.sh");
     let root = dir.path();
     let go = flags.path().join("go");
-    let mut run = start(
+    let mut run = start_untraced(
         root,
         json!([
             {"run": {"cmd": format!("sh -c './slow_test.sh {}'", go.display())}},
@@ -250,7 +252,7 @@ async fn rolling_back_a_cut_command_keeps_a_file_nobody_named() {
         "sh -c 'printf agent > out.txt; ./slow_test.sh {}'",
         go.display()
     );
-    let mut run = start(
+    let mut run = start_untraced(
         root,
         json!([
             {"run": {"cmd": cmd}},
@@ -286,7 +288,7 @@ async fn two_unattributed_changes_to_one_file_are_discarded_newest_first_with_th
     let (dir, flags) = waiting_script("slow_test.sh");
     let root = dir.path();
     let (go1, go2) = (flags.path().join("go1"), flags.path().join("go2"));
-    let mut run = start(
+    let mut run = start_untraced(
         root,
         json!([
             {"run": {"cmd": format!("sh -c './slow_test.sh {}'", go1.display())}},

@@ -285,9 +285,10 @@ async fn non_utf8_file_names_are_checkpointed_byte_exact_listed_and_searched() {
     assert!(names.contains(&b"\xffhuman.txt".as_slice()), "{names:?}");
 }
 
-/// The command makes a file whose name only the shell computes (no evidence it is the
-/// agent's: kept, and listed under its own name) and removes the human's by a pattern its line
-/// names (the agent's: put back, under its own name).
+/// Where Rein cannot trace: the command makes a file whose name only the shell computes (no
+/// evidence it is the agent's: kept, and listed under its own name) and removes the human's
+/// by a pattern its line names (the agent's: put back, under its own name). Traced, both are
+/// the agent's (`observed.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_puts_back_a_non_utf8_file_the_agent_removed_and_keeps_one_nothing_attributes() {
     let dir = repo(&[("a.txt", "a\n")]);
@@ -295,7 +296,7 @@ async fn abort_puts_back_a_non_utf8_file_the_agent_removed_and_keeps_one_nothing
     let human_name = OsStr::from_bytes(b"\xffhuman.txt");
     std::fs::write(root.join(human_name), "human\n").unwrap();
     let cmd = format!("{NON_UTF8_CMD} && sh -c 'rm ?human.txt'");
-    let mut run = start(
+    let mut run = start_untraced(
         root,
         json!([{"run": {"cmd": cmd}}, {"read": "a.txt", "think_ms": 600000}]),
     );

@@ -71,6 +71,9 @@ enum AgentOp {
     CreateIgnored,
     /// A write move into the submodule (refused).
     IntoSubmodule,
+    /// A command writing the file without its line naming it (Python, the name spelt
+    /// backwards): the agent's only by the trace (a plain redirection where Rein cannot trace).
+    Unnamed(usize),
 }
 
 fn agent_op() -> impl Strategy<Value = AgentOp> {
@@ -84,6 +87,7 @@ fn agent_op() -> impl Strategy<Value = AgentOp> {
         1 => Just(AgentOp::WriteIgnored),
         1 => Just(AgentOp::CreateIgnored),
         1 => Just(AgentOp::IntoSubmodule),
+        2 => (0..AGENT_FILES).prop_map(AgentOp::Unnamed),
     ]
 }
 
@@ -226,8 +230,14 @@ fn script(ops: &[AgentOp], shapes: &[Shape], root: &Path) -> (serde_json::Value,
             AgentOp::Write(i) if !matches!(shapes[i], Shape::Link) => {
                 json!({"write": {"path": agent_file(i, shapes), "content": format!("agent {k}\r\nwrote\n")}})
             }
+            AgentOp::Unnamed(i) if traced_here() => {
+                let backwards: String = agent_file(i, shapes).chars().rev().collect();
+                json!({"run": {"cmd": format!(
+                    "sh -c 'python3 -c \"import os; p = \\\"{backwards}\\\"[::-1]; os.path.islink(p) and os.remove(p); open(p, \\\"wb\\\").write(b\\\"agent {k}\\\\r\\\\n\\\")\"'"
+                )}})
+            }
             // A write through a link is refused; a command replaces the link instead.
-            AgentOp::Write(i) | AgentOp::Redirect(i) => {
+            AgentOp::Write(i) | AgentOp::Redirect(i) | AgentOp::Unnamed(i) => {
                 let p = agent_file(i, shapes);
                 json!({"run": {"cmd": format!("sh -c 'rm -f {p}; printf \"agent {k}\\r\\n\" > {p}'")}})
             }
@@ -743,7 +753,26 @@ async fn run_acp_case(
             ));
         }
     }
-    // Nothing announced or reported them: kept as the agent left them, and listed.
+    // Nothing announced or reported them. Traced, they are the agent's all the same (its
+    // process wrote them) and taken back; untraced, kept as the agent left them, and listed.
+    if traced_here() {
+        for p in strays.keys() {
+            if root.join(p).exists() {
+                return Err(format!(
+                    "{p}, which the agent's process wrote, survived the abort; {}",
+                    story(&end)
+                ));
+            }
+        }
+        if !end.unattributed_changes.is_empty() {
+            return Err(format!(
+                "unattributed although every process is traced: {:?}; {}",
+                end.unattributed_changes,
+                story(&end)
+            ));
+        }
+        return authors_are_right(root, &end, &agent_paths, &[], &human_paths);
+    }
     for (p, bytes) in &strays {
         if std::fs::read(root.join(p)).ok().as_ref() != Some(bytes) {
             return Err(format!(
@@ -786,7 +815,7 @@ proptest! {
     }
 
     #[test]
-    fn abort_takes_back_every_acp_route_and_keeps_what_nothing_attributes(
+    fn abort_takes_back_every_acp_route_and_keeps_the_persons(
         shapes in proptest::collection::vec(shape(), AGENT_FILES + HUMAN_FILES),
         agent in proptest::collection::vec(acp_op(), 1..6),
         human in proptest::collection::vec((0usize..6, human_op()), 0..4),

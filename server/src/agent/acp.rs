@@ -70,6 +70,8 @@ pub struct AcpAgent {
     /// Where its process may write, and the sandbox it runs under.
     domain: domain::Domain,
     sandbox: SandboxMode,
+    /// What records every change its process tree makes, when Rein can trace here.
+    trace: Option<crate::exec::Trace>,
     /// Its command line as the spec gives it: the key of its remembered places.
     key: String,
     /// The root as the agent may spell it (symlinks resolved).
@@ -232,12 +234,14 @@ fn exit_status(exit: Exit) -> TerminalExitStatus {
 impl AcpAgent {
     /// Builds from `{"kind": "acp", "command": [PROGRAM, ARGS…], "env"?: {K: V},
     /// "mode"?: MODE, "handshake_timeout_s"?: SECONDS, "state_dirs"?: [PATH…], "ports"?: [PORT…]}`. The process starts on the
-    /// first move, in `root`, in a Landlock domain of its own unless `sandbox` is `off`.
+    /// first move, in `root`, in a Landlock domain of its own unless `sandbox` is `off`, its
+    /// whole process tree recorded by `trace`.
     pub fn from_spec(
         spec: &serde_json::Value,
         root: &Path,
         skip: u32,
         sandbox: SandboxMode,
+        trace: Option<&crate::exec::Trace>,
     ) -> Result<Self, AgentError> {
         const EXAMPLE: &str =
             r#"{"kind": "acp", "command": ["npx", "-y", "@agentclientprotocol/claude-agent-acp"]}"#;
@@ -316,10 +320,12 @@ impl AcpAgent {
         let key = words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ");
         let granted = crate::exec::granted_state(root, &key);
         let domain = domain::Domain::from_spec(spec, &words, &env, &granted)?;
-        let confine = domain.confinement(sandbox, root);
+        let trace = trace.cloned();
+        let confine = domain.confinement(sandbox, root, trace.as_ref());
         Ok(AcpAgent {
             domain,
             sandbox,
+            trace,
             key,
             launch: Launch {
                 program,
@@ -1547,7 +1553,9 @@ impl Agent for AcpAgent {
         if !self.domain.state.iter().any(|p| p == path) {
             self.domain.state.push(path.to_owned());
         }
-        self.launch.confine = self.domain.confinement(self.sandbox, &self.launch.root);
+        self.launch.confine =
+            self.domain
+                .confinement(self.sandbox, &self.launch.root, self.trace.as_ref());
     }
 
     fn tool_progress(&self, id: &str) -> ToolProgress {
@@ -1910,7 +1918,8 @@ mod tests {
             json!({"kind": "acp", "command": ["x"], "mode": 2}),
             json!({"kind": "acp", "command": ["x"], "env": {"ANTHROPIC_API_KEY": "sk-…"}}),
         ] {
-            let Err(AgentError::Spec(msg)) = AcpAgent::from_spec(&bad, root, 0, SandboxMode::Off)
+            let Err(AgentError::Spec(msg)) =
+                AcpAgent::from_spec(&bad, root, 0, SandboxMode::Off, None)
             else {
                 panic!("{bad} should be refused");
             };
@@ -1921,6 +1930,7 @@ mod tests {
             root,
             0,
             SandboxMode::Off,
+            None,
         )
         .expect("a good spec");
         assert_eq!(ok.launch.program, Path::new("/tmp/./bin/agent"));

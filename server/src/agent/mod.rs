@@ -531,12 +531,14 @@ pub fn takes_turn(spec: &serde_json::Value, root: &Path, turns: u32) -> bool {
 
 /// Builds the agent a spec names. `skip` moves are treated as already made, so an agent
 /// rebuilt after a restart picks up where the last completed step left it, with `memory` of
-/// its conversation. An agent with a process of its own (ACP) runs it under `sandbox`.
+/// its conversation. An agent with a process of its own (ACP) runs it under `sandbox`, its
+/// whole process tree recorded by `trace`.
 pub fn build(
     spec: &serde_json::Value,
     root: &Path,
     skip: u32,
     sandbox: crate::exec::SandboxMode,
+    trace: Option<&crate::exec::Trace>,
     memory: Memory,
 ) -> Result<Box<dyn Agent>, AgentError> {
     let kind = spec.get("kind").and_then(|k| k.as_str()).ok_or_else(|| {
@@ -556,7 +558,7 @@ pub fn build(
             openai::OpenAiAgent::from_spec(spec, skip)?.remember(memory),
         )),
         "acp" => Ok(Box::new(
-            acp::AcpAgent::from_spec(spec, root, skip, sandbox)?.remember(memory),
+            acp::AcpAgent::from_spec(spec, root, skip, sandbox, trace)?.remember(memory),
         )),
         other => Err(AgentError::Spec(format!(
             "unknown agent kind \"{other}\"; this build knows \"script\", \"openai\" and \"acp\""

@@ -1,7 +1,18 @@
 //! Who made a change in the tree, and on what evidence: the one place the rule lives.
 //!
+//! Where Rein can trace (`exec::Trace`: seccomp notifications, recorded before each call
+//! runs), authorship is observed, not inferred: every process of the agent's tree (an ACP
+//! harness and all it starts, every command Rein runs for any agent) is traced, so a change
+//! a traced call touched is the agent's and a change none touched is the person's (an
+//! editor's save, a terminal, another tool). A path the person saved from the editor with
+//! the bytes now on disk stays theirs even when the agent touched it too: their bytes are
+//! kept. Only while the trace is not whole (no seccomp notifications here, the sandbox off,
+//! a process that could not be traced) does the older rule below decide, and what it cannot
+//! attribute is unattributed.
+//!
 //! A change found while the agent ran is the agent's only on evidence:
 //! - a write Rein made for it (those steps name their path and never come here);
+//! - a traced call of one of its processes that touched the path;
 //! - a write it announced with its content (a permission Rein granted, a tool call's diff),
 //!   when the bytes on disk are exactly the announced ones;
 //! - a tool call that names the path (its locations and diffs), or the command line of a
@@ -20,7 +31,7 @@
 //! Must never: write the working tree (the person discards an unattributed change through
 //! a transition, never this module).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
@@ -37,6 +48,9 @@ pub(super) enum Who {
     Agent,
     /// The person saved exactly these bytes from the editor.
     Human,
+    /// The trace is whole and none of the agent's processes touched it: someone else's (the
+    /// person's terminal, another tool).
+    Outside,
     /// No evidence either way.
     Unattributed,
 }
@@ -48,6 +62,8 @@ pub(super) struct Evidence {
     paths: Vec<String>,
     /// Glob patterns a command names (`rm build/*.o`), matched against repo-relative paths.
     globs: Vec<GlobSet>,
+    /// Repo-relative paths, as bytes, a traced call of the agent's touched.
+    traced: Vec<Vec<u8>>,
 }
 
 impl Evidence {
@@ -108,6 +124,7 @@ impl Evidence {
     pub(super) fn join(&mut self, other: &Evidence) {
         self.paths.extend(other.paths.iter().cloned());
         self.globs.extend(other.globs.iter().cloned());
+        self.traced.extend(other.traced.iter().cloned());
     }
 
     /// Whether this names `path` (repo-relative): the path itself, a directory holding it, or
@@ -116,13 +133,21 @@ impl Evidence {
         self.names_bytes(path.as_bytes())
     }
 
+    /// Whether a traced call touched something beneath the directory `dir` (repo-relative).
+    pub(super) fn traced_under(&self, dir: &str) -> bool {
+        let dir = dir.as_bytes();
+        self.traced
+            .iter()
+            .any(|p| p.len() > dir.len() && p.starts_with(dir) && p[dir.len()] == b'/')
+    }
+
     /// `names`, for a path as its bytes on disk (a pattern matches a name that is not UTF-8
     /// by its bytes, as the shell matched it).
     fn names_bytes(&self, path: &[u8]) -> bool {
-        self.paths.iter().any(|p| {
-            let p = p.as_bytes();
+        let under = |p: &[u8]| {
             p == path || (path.len() > p.len() && path.starts_with(p) && path[p.len()] == b'/')
-        }) || {
+        };
+        self.paths.iter().any(|p| under(p.as_bytes())) || self.traced.iter().any(|p| under(p)) || {
             use std::os::unix::ffi::OsStrExt;
             let path = Path::new(std::ffi::OsStr::from_bytes(path));
             self.globs.iter().any(|g| g.is_match(path))
@@ -170,6 +195,16 @@ impl Roots {
         }
         Some(parts.join("/"))
     }
+
+    /// An absolute path the trace recorded, as repo-relative bytes; `None` outside the tree,
+    /// the root itself and anything in `.git`.
+    fn relative_bytes(&self, p: &Path) -> Option<Vec<u8>> {
+        use std::os::unix::ffi::OsStrExt;
+        let rel = self.0.iter().find_map(|r| p.strip_prefix(r).ok())?;
+        let bytes = rel.as_os_str().as_bytes();
+        let first = bytes.split(|b| *b == b'/').next().unwrap_or_default();
+        (!bytes.is_empty() && first != b".git").then(|| bytes.to_vec())
+    }
 }
 
 /// What one tool call in flight announced.
@@ -184,17 +219,91 @@ struct Announced {
     paths: Vec<String>,
 }
 
-/// What the engine learns before the changes are seen: writes and commands announced by
-/// tool calls still in flight, and the person's saves from the editor.
+/// What the engine learns before the changes are seen: every change the agent's traced
+/// processes asked for, writes and commands announced by tool calls still in flight, and
+/// the person's saves from the editor.
 #[derive(Debug, Default)]
 pub(super) struct Ledger {
     /// Per tool call in flight (by id), what it announced.
     announced: HashMap<String, Announced>,
     /// The bytes the person last saved to each file from the editor.
     saved: HashMap<String, Vec<u8>>,
+    /// What records the agent's processes' changes; `None` where Rein cannot trace.
+    trace: Option<crate::exec::Trace>,
+    /// What the trace recorded, repo-relative, taken in at this round of judging.
+    fresh: HashSet<Vec<u8>>,
+    /// Recorded at an earlier round and kept: a process of the agent's still holds the path
+    /// open, so it may still write it without asking again.
+    held: HashSet<Vec<u8>>,
+    /// Why the record is not whole since control last left the agent (a process ran
+    /// untraced); `None` while it is.
+    gap: Option<String>,
 }
 
 impl Ledger {
+    /// A ledger observing `trace`; without one, only the older rules decide.
+    pub(super) fn new(trace: Option<crate::exec::Trace>) -> Self {
+        Ledger {
+            trace,
+            ..Ledger::default()
+        }
+    }
+
+    /// The trace every process of the agent's runs under, if Rein can trace here.
+    pub(super) fn trace(&self) -> Option<&crate::exec::Trace> {
+        self.trace.as_ref()
+    }
+
+    /// Whether a change none of the agent's processes touched is someone else's: the trace
+    /// is in force (`untraced` names why a process of the agent's runs without it) and
+    /// nothing escaped it.
+    pub(super) fn whole(&self) -> bool {
+        self.trace.is_some() && self.gap.is_none()
+    }
+
+    /// A process of the agent's runs untraced (`why`): until control next leaves the agent,
+    /// the older rules judge what none of its traced processes touched.
+    pub(super) fn untraced(&mut self, why: String) {
+        self.gap.get_or_insert(why);
+    }
+
+    /// Takes in what the trace recorded since it was last asked, and returns `evidence`
+    /// with every path the agent's processes touched added. Changes a scan saw were
+    /// recorded before they happened, so this is asked after the scan.
+    pub(super) fn with_trace(&mut self, roots: &Roots, mut evidence: Evidence) -> Evidence {
+        if let Some(trace) = &self.trace {
+            let taken = trace.take();
+            if let Some(gap) = taken.gaps.into_iter().next() {
+                self.gap.get_or_insert(gap);
+            }
+            self.fresh
+                .extend(taken.paths.iter().filter_map(|p| roots.relative_bytes(p)));
+        }
+        evidence
+            .traced
+            .extend(self.fresh.iter().chain(&self.held).cloned());
+        evidence
+    }
+
+    /// A round of judging is over (its step recorded): what was recorded until now explains
+    /// no later change unless a process of the agent's still holds that path open (it may
+    /// write it again without a call the filter sees).
+    pub(super) fn judged(&mut self, roots: &Roots) {
+        let open: HashSet<Vec<u8>> = match &self.trace {
+            Some(t) if !self.fresh.is_empty() || !self.held.is_empty() => t
+                .open_now()
+                .iter()
+                .filter_map(|p| roots.relative_bytes(p))
+                .collect(),
+            _ => HashSet::new(),
+        };
+        let fresh = std::mem::take(&mut self.fresh);
+        self.held = fresh
+            .into_iter()
+            .chain(self.held.drain())
+            .filter(|p| open.contains(p))
+            .collect();
+    }
     /// A tool call (`id`) announced a command line, writes with the bytes each will leave on
     /// disk, and the paths it acts on.
     pub(super) fn announce(
@@ -220,9 +329,15 @@ impl Ledger {
     }
 
     /// Control left the agent (its processes are stopped, what it sent is taken in):
-    /// nothing it announced is still on its way.
+    /// nothing it announced or its processes asked for is still on its way.
     pub(super) fn forget_announced(&mut self) {
         self.announced.clear();
+        self.fresh.clear();
+        self.held.clear();
+        self.gap = None;
+        if let Some(t) = &self.trace {
+            t.forget();
+        }
     }
 
     /// The person saved `bytes` to `path` from the editor.
@@ -249,6 +364,8 @@ impl Ledger {
         });
         if announced {
             Who::Agent
+        } else if self.whole() {
+            Who::Outside
         } else {
             Who::Unattributed
         }
@@ -276,7 +393,8 @@ impl Engine {
                 return Vec::new();
             }
         };
-        let (mut agents, mut saved, mut unknown) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut agents, mut saved, mut outside, mut unknown) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for c in changes {
             match self.authorship.judge(&c, evidence) {
                 Who::Agent => agents.push(c.path_bytes().to_vec()),
@@ -285,25 +403,102 @@ impl Engine {
                     self.authorship.saved.remove(&c.path);
                     saved.push(c.path_bytes().to_vec());
                 }
+                Who::Outside => outside.push(c.path_bytes().to_vec()),
                 Who::Unattributed => unknown.push(c),
             }
         }
-        if !saved.is_empty() {
-            let why = "saved from the editor during the agent's step";
+        for (paths, why, what) in [
+            (
+                saved,
+                "saved from the editor during the agent's step",
+                "files you saved",
+            ),
+            (outside, OUTSIDE, "files changed outside the agent"),
+        ] {
+            if paths.is_empty() {
+                continue;
+            }
             let n = self.next_n();
             let meta = SnapshotMeta {
                 step: n,
                 author: Author::Human,
                 action: why,
             };
-            let snap = self.ckpt.snapshot_paths(meta, &saved);
-            self.take_human(n, why, &tip, snap, true, "files you saved");
+            let snap = self.ckpt.snapshot_paths(meta, &paths);
+            let tip = self.tip.clone().unwrap_or_else(|| tip.clone());
+            self.take_human(n, why, &tip, snap, true, what);
         }
         self.record_unattributed(&unknown);
         self.note_submodules("changed while the agent ran", Author::Unattributed);
         self.note_unrecorded_ignored(evidence);
         self.claim(evidence);
+        self.authorship.judged(&self.roots);
         agents
+    }
+
+    /// What the agent's traced processes changed outside a step of theirs (a daemon its
+    /// command left running, a write after the command's step was recorded): the agent's,
+    /// as a step of its own that abort and rewind take back like any of its steps. Asked
+    /// before the person's changes are taken in, wherever that happens.
+    pub(super) fn settle_traced(&mut self) {
+        let (Some(tip), Some(_)) = (self.tip.clone(), self.authorship.trace()) else {
+            return;
+        };
+        let evidence = Evidence::none();
+        // The tree first: the trace recorded each change before it happened.
+        let Ok(changes) = self.ckpt.diff_worktree(&tip, &Default::default()) else {
+            return;
+        };
+        let evidence = self.authorship.with_trace(&self.roots, evidence);
+        if evidence.traced.is_empty() {
+            return;
+        }
+        let theirs: Vec<&FileChange> = changes
+            .iter()
+            .filter(|c| self.authorship.judge(c, &evidence) == Who::Agent)
+            .collect();
+        if theirs.is_empty() {
+            return;
+        }
+        let paths: Vec<String> = theirs.iter().map(|c| c.path.clone()).collect();
+        let raw: Vec<&[u8]> = theirs.iter().map(|c| c.path_bytes()).collect();
+        let n = self.next_n();
+        let action = format!("{BACKGROUND}: {}", listed(&paths));
+        let meta = SnapshotMeta {
+            step: n,
+            author: Author::Agent,
+            action: &action,
+        };
+        let snap = match self.ckpt.snapshot_paths(meta, &raw) {
+            Ok(snap) => snap,
+            Err(e) => {
+                self.say(
+                    Level::Error,
+                    format!("cannot checkpoint what the agent's processes changed: {e}"),
+                );
+                return;
+            }
+        };
+        self.authorship.judged(&self.roots);
+        if !snap.created {
+            return;
+        }
+        self.tip = Some(snap.id.clone());
+        let id = snap.id.clone();
+        self.commit(|s| {
+            s.push_step(Step::new(
+                n,
+                action.clone(),
+                Author::Agent,
+                Some(id.clone()),
+                StepStatus::Done,
+            ));
+        });
+        super::journal(
+            &self.store,
+            "background",
+            serde_json::json!({ "n": n, "files": paths, "checkpoint": snap.id, "parent": tip }),
+        );
     }
 
     /// Changes recorded as unattributed that `evidence` names, and that are on disk as they
@@ -410,6 +605,13 @@ impl Engine {
         );
     }
 }
+
+/// The action of a step that records what the agent's processes changed outside its steps.
+pub(super) const BACKGROUND: &str = "changed by the agent's processes outside its steps";
+
+/// The action of a step that records what none of the agent's traced processes touched.
+pub(super) const OUTSIDE: &str =
+    "changed during the agent's step by someone else (none of the agent's processes touched it)";
 
 /// The action of a step that records unattributed changes, as the transcript shows it.
 pub(super) const UNATTRIBUTED: &str =

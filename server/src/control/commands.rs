@@ -103,10 +103,15 @@ impl Engine {
     pub(super) fn confinement(&mut self, cmd: &str) -> Option<exec::Confinement> {
         let mode = self.cfg.policy.sandbox;
         if mode == exec::SandboxMode::Off || !self.sandbox_here() {
+            self.authorship
+                .untraced(format!("`{cmd}` ran without the sandbox, so untraced"));
             return None;
         }
         let network = self.cfg.policy.network_for(cmd);
-        let c = exec::Confinement::for_tree(mode, &self.root, network);
+        let mut c = exec::Confinement::for_tree(mode, &self.root, network);
+        if let Some(t) = self.authorship.trace() {
+            c = c.with_trace(t.clone());
+        }
         Some(match self.scratch_dir() {
             Some(dir) => c.with_scratch(&dir),
             None => c,
@@ -202,6 +207,9 @@ impl Engine {
         let confine = if confined {
             self.confinement(cmd)
         } else {
+            self.authorship.untraced(format!(
+                "`{cmd}` ran outside the sandbox as you approved, so untraced"
+            ));
             None
         };
         self.save_named_ignored(&Evidence::command(&self.roots, cmd));
@@ -522,6 +530,9 @@ impl Engine {
             self.absorb_held("changed by you during the agent's step");
             match self.ckpt.diff_worktree(&tip, &Default::default()) {
                 Ok(changes) => {
+                    // Asked after the look at the tree: the trace recorded every change the
+                    // command made before it happened.
+                    let evidence = self.authorship.with_trace(&self.roots, evidence.clone());
                     let (theirs, other): (Vec<_>, Vec<_>) = changes
                         .into_iter()
                         .partition(|c| self.authorship.judge(c, &evidence) == Who::Agent);

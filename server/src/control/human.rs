@@ -117,8 +117,10 @@ impl Engine {
         hold: bool,
         why: &str,
     ) -> Result<Option<Report>, crate::checkpoint::CheckpointError> {
-        // What an agent step whose checkpoint failed wrote is its own, not found here.
+        // What an agent step whose checkpoint failed wrote is its own, not found here; so is
+        // what its traced processes changed since their steps.
         self.catch_up()?;
+        self.settle_traced();
         let n = self.next_n();
         let prev = self.tip.clone();
         let snap = self.ckpt.snapshot(SnapshotMeta {

@@ -201,8 +201,10 @@ impl Engine {
                 continue;
             }
             let inside = format!("{}/", c.path);
-            // Many paths told as their directory are the agent's only when its line names it.
+            // Many paths told as their directory are the agent's only when its line names it,
+            // or its traced processes wrote inside it.
             let by_agent = evidence.names(&c.path)
+                || (c.dir && evidence.traced_under(&c.path))
                 || (c.dir
                     && c.inside == 0
                     && !c.lost
@@ -210,13 +212,28 @@ impl Engine {
                         .named_paths()
                         .iter()
                         .any(|p| p.starts_with(&inside)));
+            let n = self.next_n();
+            if self.authorship.whole() {
+                // Observed: the agent's (`.pytest_cache`, `target/`) is listed quietly with the
+                // step about to be recorded, never a step of its own, so steps keep the numbers
+                // live output gave them; anyone else's is theirs, and abort never touches it.
+                if by_agent {
+                    let entry = UnrecordedIgnored {
+                        path: shown.clone(),
+                        by_agent,
+                        gone: c.gone,
+                        at_step: n,
+                    };
+                    self.commit(|s| s.unrecorded_ignored.push(entry));
+                }
+                continue;
+            }
             let action = unrecorded_action(c, &shown, by_agent);
             let author = if by_agent {
                 Author::Agent
             } else {
                 Author::Unattributed
             };
-            let n = self.next_n();
             let tip = self.tip.clone();
             let entry = UnrecordedIgnored {
                 path: shown.clone(),

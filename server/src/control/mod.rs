@@ -63,6 +63,9 @@ pub struct EngineConfig {
     pub kill_grace: Duration,
     /// Finished tasks to sweep when a task starts (None: never swept automatically).
     pub retention: Option<Retention>,
+    /// Whether the agent's processes are traced where the kernel allows it; `false` leaves
+    /// authorship to the older rules, as on a kernel without seccomp notifications.
+    pub trace: bool,
 }
 
 impl Default for EngineConfig {
@@ -71,6 +74,7 @@ impl Default for EngineConfig {
             policy: Policy::default(),
             kill_grace: Duration::from_secs(2),
             retention: None,
+            trace: true,
         }
     }
 }
@@ -570,6 +574,26 @@ pub fn still_active(id: &str, status: Status) -> ControlError {
     )
 }
 
+/// The trace every process of the task's agent runs under (`control/authorship.rs`), or
+/// `None` where it cannot: a kernel or container without seccomp notifications, or the
+/// sandbox off (tracing rides on the sandbox's `no_new_privs`, which would forbid a command
+/// the person let run with full rights to use `sudo`).
+fn tracer(root: &Path, cfg: &EngineConfig) -> Option<crate::exec::Trace> {
+    if !cfg.trace
+        || cfg.policy.sandbox == SandboxMode::Off
+        || crate::exec::sandbox_available().is_err()
+    {
+        return None;
+    }
+    match crate::exec::Trace::available() {
+        Ok(()) => Some(crate::exec::Trace::new(root)),
+        Err(e) => {
+            tracing::info!("{e}");
+            None
+        }
+    }
+}
+
 /// Starts a new task on the repository containing `workdir`. Must be called inside a tokio
 /// runtime: the engine runs as a task on it.
 pub fn start(
@@ -617,7 +641,15 @@ pub fn start_as(
         dir: Some(StateStore::task_dir(&git_dir, &id)),
         ..Default::default()
     };
-    let agent = agent::build(&agent_spec, &root, 0, cfg.policy.sandbox, memory)?;
+    let trace = tracer(&root, &cfg);
+    let agent = agent::build(
+        &agent_spec,
+        &root,
+        0,
+        cfg.policy.sandbox,
+        trace.as_ref(),
+        memory,
+    )?;
     let base = checkpoint::head_commit(&root)?;
     let sandbox = Sandbox::new(&root)?;
     let now = state::now();
@@ -704,6 +736,7 @@ pub fn start_as(
             cfg,
             rx,
             notify,
+            trace,
         );
         engine.tip = Some(snap.id.clone());
         journal(
@@ -893,7 +926,10 @@ fn reopen(
     if live {
         ckpt.watch();
     }
-    let mut engine = Engine::new(root, store, ckpt, sandbox, None, None, cfg, rx, notify);
+    let trace = tracer(&root, &cfg);
+    let mut engine = Engine::new(
+        root, store, ckpt, sandbox, None, None, cfg, rx, notify, trace,
+    );
     engine.tip = engine.ckpt.tip()?;
     let mut landed = false;
     if live {
@@ -926,6 +962,7 @@ fn reopen(
         &engine.root,
         skip,
         engine.cfg.policy.sandbox,
+        engine.authorship.trace(),
         memory,
     ) {
         Ok(a) => {
@@ -1136,6 +1173,7 @@ impl Engine {
         cfg: EngineConfig,
         rx: mpsc::UnboundedReceiver<Envelope>,
         notify: Notify,
+        trace: Option<crate::exec::Trace>,
     ) -> Self {
         // Whoever started or reopened the task was given the state as it is now.
         let told_version = store.state().version;
@@ -1171,7 +1209,7 @@ impl Engine {
             released: false,
             uncheckpointed: Vec::new(),
             gate: gate::Gate::default(),
-            authorship: authorship::Ledger::default(),
+            authorship: authorship::Ledger::new(trace),
             roots,
             ignored_from: 0,
             absent_before: Default::default(),
@@ -1585,15 +1623,17 @@ impl Engine {
     /// in flight ended, so nothing they announced is still on its way; not so for a pause,
     /// which only freezes them).
     fn settle_agent(&mut self, unreported: bool, leaving: bool) {
-        let Some(agent) = self.agent.as_mut().filter(|a| a.acts_directly()) else {
-            return;
-        };
-        let made = agent.made();
-        self.take_made(made);
-        if unreported {
-            self.settle_unreported();
+        if let Some(agent) = self.agent.as_mut().filter(|a| a.acts_directly()) {
+            let made = agent.made();
+            self.take_made(made);
+            if unreported {
+                self.settle_unreported();
+            }
         }
+        // Any agent's commands are stopped or ended too: what their trace recorded explains
+        // nothing the person does from here, once what it explains is the agent's.
         if leaving {
+            self.settle_traced();
             self.authorship.forget_announced();
         }
     }
@@ -1702,6 +1742,12 @@ impl Engine {
         touched: Touched,
         also: impl FnOnce(&mut TaskState),
     ) -> Flow {
+        let touched = match touched {
+            Touched::Tree(evidence) => {
+                Touched::Tree(self.authorship.with_trace(&self.roots, evidence))
+            }
+            other => other,
+        };
         self.settle_ignored(&touched);
         // A terminal's command may have made what it named since the step that started it.
         let made = self.made_dirs(match &touched {

@@ -304,6 +304,9 @@ impl Engine {
                 .unwrap_or_default(),
             None => Vec::new(),
         };
+        // After the look at the tree: every change the agent's processes made was recorded
+        // before it happened.
+        let evidence = self.authorship.with_trace(&self.roots, evidence);
         for c in &changes {
             (self.notify)(Notice::Wrote {
                 path: c.path.clone(),

@@ -494,8 +494,10 @@ impl Engine {
             agent.interrupt(crate::agent::Interrupt::Pause);
             self.settle_agent(acting, true);
         }
-        // A step whose checkpoint failed is the agent's, to take back with the others.
+        // A step whose checkpoint failed is the agent's, to take back with the others; so
+        // is what its traced processes changed since its last step.
         self.catch_up()?;
+        self.settle_traced();
         let n = self.next_n();
         // The whole attempt stays recoverable under refs/rein/<task>/aborted.
         let snap = self.ckpt.snapshot(SnapshotMeta {

@@ -407,6 +407,7 @@ impl Settings {
                 keep_tasks,
                 keep_days,
             }),
+            trace: true,
         }
     }
 }

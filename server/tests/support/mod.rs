@@ -119,16 +119,38 @@ pub fn test_config() -> EngineConfig {
 
 /// Starts a scripted task with inline steps.
 pub fn start(root: &Path, steps: serde_json::Value) -> Run {
+    start_with(root, steps, test_config())
+}
+
+/// `start`, as on a kernel without seccomp notifications: authorship by the older rules.
+pub fn start_untraced(root: &Path, steps: serde_json::Value) -> Run {
+    let mut cfg = test_config();
+    cfg.trace = false;
+    start_with(root, steps, cfg)
+}
+
+/// `start` under `cfg`.
+pub fn start_with(root: &Path, steps: serde_json::Value, cfg: EngineConfig) -> Run {
     let (notify, notices) = channel();
     let (handle, state) = control::start(
         root,
         "test goal",
         serde_json::json!({"kind": "script", "steps": steps}),
-        test_config(),
+        cfg,
         notify,
     )
     .expect("task starts");
     Run::new(handle, notices, state, root.to_owned())
+}
+
+/// Whether the agent's processes are traced here (seccomp notifications); a test of the
+/// trace says so and passes vacuously where they are not, as the engine falls back.
+pub fn traced_here() -> bool {
+    let ok = rein::exec::Trace::available().is_ok() && rein::exec::sandbox_available().is_ok();
+    if !ok {
+        eprintln!("no seccomp notifications or Landlock here: the trace is not in force");
+    }
+    ok
 }
 
 /// Starts a task with the agent `spec` (any kind).

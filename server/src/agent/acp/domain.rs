@@ -149,8 +149,14 @@ impl Domain {
     /// The confinement for the agent process under `mode`, or `None` when it is `off`.
     /// Missing state directories are made first (a rule needs an existing path): an entry
     /// without an extension is taken for a directory, one with (`~/.claude.json`) for a file
-    /// the harness makes itself.
-    pub(super) fn confinement(&self, mode: SandboxMode, root: &Path) -> Option<Confinement> {
+    /// the harness makes itself. With a `trace`, everything the process tree changes is
+    /// recorded.
+    pub(super) fn confinement(
+        &self,
+        mode: SandboxMode,
+        root: &Path,
+        trace: Option<&crate::exec::Trace>,
+    ) -> Option<Confinement> {
         if mode == SandboxMode::Off {
             return None;
         }
@@ -161,7 +167,10 @@ impl Domain {
         }
         let mut c = Confinement::for_agent(mode, root, &self.state, &self.ports);
         c.files = !self.own_sandbox;
-        Some(c)
+        Some(match trace {
+            Some(t) => c.with_trace(t.clone()),
+            None => c,
+        })
     }
 }
 
@@ -670,9 +679,9 @@ mod tests {
             own_sandbox: false,
             home: None,
         };
-        assert!(d.confinement(SandboxMode::Off, tmp.path()).is_none());
+        assert!(d.confinement(SandboxMode::Off, tmp.path(), None).is_none());
         let c = d
-            .confinement(SandboxMode::WorkspaceWrite, tmp.path())
+            .confinement(SandboxMode::WorkspaceWrite, tmp.path(), None)
             .expect("confined");
         assert!(tmp.path().join("a/b").is_dir());
         assert!(!tmp.path().join("c.json").exists());
