@@ -674,6 +674,7 @@ impl Engine {
             aside: None,
             seen,
             place: None,
+            ended: None,
         });
         Flow::Continue
     }
@@ -686,6 +687,14 @@ impl Engine {
         };
         if p.decision.kind == DecisionKind::AgentPlace {
             return self.answer_place(p);
+        }
+        if let Some(ended) = &p.ended {
+            // Rein's own question about a command a stop ended, never a move of the agent's.
+            if choice == "re-run" {
+                return self.rerun(p.mv.describe(), ended, true).await;
+            }
+            self.skip_rerun(ended);
+            return Flow::Continue;
         }
         // The step the decision held up goes on with the words that led to it.
         self.said = p.words.clone();
