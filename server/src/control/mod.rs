@@ -83,6 +83,12 @@ pub enum Request {
     State,
     /// Freeze, keep everything, intend to resume unchanged.
     Pause,
+    /// The engine's own pause once no client was connected for `after_ms` milliseconds
+    /// (`engine.whenAlone = pause`): a pause, said as what it is. Refused from clients.
+    PauseAlone {
+        /// How long the engine was alone.
+        after_ms: u64,
+    },
     /// Continue after a pause (reconciling what changed meanwhile).
     Resume,
     /// A correction delivered before the agent's next move, without stopping.

@@ -58,7 +58,7 @@ impl Request {
     /// The stop this request asks for, in the person's words.
     pub(super) fn stop_intent(&self) -> Option<&'static str> {
         match self {
-            Request::Pause => Some("pause"),
+            Request::Pause | Request::PauseAlone { .. } => Some("pause"),
             Request::Abort { .. } => Some("abort"),
             Request::Takeover { .. } => Some("take over"),
             _ => None,
@@ -210,6 +210,13 @@ impl Engine {
         let (answer, flow) = match req {
             Request::State => (Ok(Reply::State(self.boxed_state())), Flow::Continue),
             Request::Pause => self.pause(phase, "paused by the user".into()),
+            Request::PauseAlone { after_ms } => self.pause(
+                phase,
+                format!(
+                    "paused by Rein: no editor or terminal was connected for {} (engine.whenAlone = pause)",
+                    humantime::format_duration(std::time::Duration::from_millis(after_ms))
+                ),
+            ),
             Request::Resume => (self.resume(phase), Flow::Continue),
             Request::Steer {
                 text,
