@@ -2,7 +2,7 @@
 //! the engine stopping ended is said to be ended (with its signal) and its step rolled back,
 //! never "frozen and resumes where it stopped"; the agent hears of it at the handback; a
 //! resume runs it again from the start, saying so, or asks first when the allow-list does not
-//! cover it.
+//! cover it; and a finish whose last check failed says so.
 
 mod support;
 
@@ -263,4 +263,47 @@ async fn a_command_the_allow_list_does_not_cover_is_asked_about_before_it_runs_a
         again.detail
     );
     assert_eq!(s.agent_moves, 2, "{:#?}", s.steps);
+}
+
+// "Finished" after a check that failed is the agent's word; Rein's record says beside it that
+// the last check failed, in the state and the transcript.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_after_a_failing_check_says_the_check_failed() {
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let check = "sh -c 'echo 1 failed; exit 1'";
+    let mut run = start(root, json!([{"run": check}, {"finish": "all tests pass"}]));
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    let checked = run_step(&s, check);
+    assert_eq!(checked.status, StepStatus::Failed);
+    let said = format!(
+        "its last check failed: step {}, run {check} (exit code 1)",
+        checked.n
+    );
+    let finish = s.steps.last().unwrap();
+    assert!(finish.action.starts_with("finish"), "{finish:?}");
+    assert_eq!(
+        finish.detail.as_deref(),
+        Some(format!("finished, but {said}").as_str())
+    );
+    assert_eq!(
+        s.stop_reason.as_deref(),
+        Some(format!("finished: all tests pass (but {said})").as_str())
+    );
+    let text = control::transcript(root, None, 0).unwrap().to_text();
+    assert!(
+        text.contains(&format!("all tests pass (but {said})")),
+        "{text}"
+    );
+
+    // A check that passed last leaves the finish as it was.
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([{"run": check}, {"run": "sh -c 'exit 0'"}, {"finish": "all tests pass"}]),
+    );
+    let s = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(s.steps.last().unwrap().detail, None);
+    assert_eq!(s.stop_reason.as_deref(), Some("finished: all tests pass"));
 }

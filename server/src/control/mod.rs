@@ -1897,10 +1897,11 @@ impl Engine {
         );
         if self.state().status == Status::Done {
             let summary = self.state().summary.clone();
+            let failed_check = moves::last_check_failed(self.state());
             journal(
                 &self.store,
                 "finished",
-                serde_json::json!({ "summary": summary }),
+                serde_json::json!({ "summary": summary, "failedCheck": failed_check }),
             );
         }
         self.tell_state();

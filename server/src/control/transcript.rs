@@ -603,11 +603,17 @@ fn build(
                 status: Status::Failed,
                 text: text(&d, "why").unwrap_or_default(),
             }),
-            "finished" => out.push(Entry::End {
-                at: at.clone(),
-                status: Status::Done,
-                text: text(&d, "summary").unwrap_or_default(),
-            }),
+            "finished" => {
+                let summary = text(&d, "summary").unwrap_or_default();
+                out.push(Entry::End {
+                    at: at.clone(),
+                    status: Status::Done,
+                    text: match text(&d, "failedCheck") {
+                        Some(f) => format!("{summary} (but {f})"),
+                        None => summary,
+                    },
+                });
+            }
             _ => {}
         }
     }
