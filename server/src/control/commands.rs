@@ -27,6 +27,10 @@ enum Stop {
     Shutdown,
 }
 
+/// What a resume does with a command the engine's end ended, as its reason says it.
+const RESUME_RUNS_IT_AGAIN: &str =
+    "; resuming runs it again from the start (asking first if the allow-list does not cover it)";
+
 /// What a pause adds to its reason when it froze the step's command `cmd`.
 pub(super) fn frozen_clause(cmd: &str) -> String {
     format!("; the running command `{cmd}` is frozen and resumes where it stopped")
@@ -302,7 +306,7 @@ impl Engine {
                 "the command `{cmd}` then ended while frozen ({})",
                 out.as_ref().map_or_else(|e| e.to_string(), exit_line)
             );
-            self.unfreeze(cmd, Some(then));
+            self.unfreeze(cmd, then);
         }
         let note = matches!(stop, Some(Stop::TimedOut)).then(|| {
             format!(
@@ -419,59 +423,59 @@ impl Engine {
         };
         let next = match by {
             By::Takeover => "; the agent is told when you hand back",
-            By::Shutdown => "; resuming runs it again from the start (asking first if the allow-list does not cover it)",
+            By::Shutdown => RESUME_RUNS_IT_AGAIN,
             By::UrgentSteer => "; the agent goes on from the steer when you resume",
             By::Abort | By::Pause => "",
         };
-        self.unfreeze(cmd, Some(format!("then {}{next}", ended_said(&ended))));
-        let left = matches!(by, By::Takeover | By::Shutdown).then(|| ended.clone());
-        self.roll_back(action, &ended, left)
+        let leave = matches!(by, By::Takeover | By::Shutdown);
+        self.roll_back(action, ended, next, leave)
     }
 
     /// After a restart: the command that was frozen when Rein's engine ended went with it,
     /// unseen. Its step is rolled back and the command left for the resume to run again.
     pub(super) fn ended_with_rein(&mut self, frozen: FrozenCommand) {
+        let action = Move::Run {
+            cmd: frozen.command.clone(),
+            timeout: frozen.timeout_ms.map(Duration::from_millis),
+            irreversible: false,
+        }
+        .describe();
         let ended = EndedCommand {
-            command: frozen.command.clone(),
+            command: frozen.command,
             step: self.next_n(),
             by: "Rein's engine ending abruptly (a crash or a kill)".into(),
             exit: "its exit was not seen".into(),
             timeout_ms: frozen.timeout_ms,
         };
-        self.unfreeze(
-            &frozen.command,
-            Some(format!(
-                "then {}; resuming runs it again from the start (asking first if the allow-list does not cover it)",
-                ended_said(&ended)
-            )),
-        );
-        let action = Move::Run {
-            cmd: frozen.command,
-            timeout: frozen.timeout_ms.map(Duration::from_millis),
-            irreversible: false,
-        }
-        .describe();
-        self.roll_back(action, &ended, Some(ended.clone()));
+        self.roll_back(action, ended, RESUME_RUNS_IT_AGAIN, true);
     }
 
-    /// The command `cmd` is over: no longer recorded as frozen and, when the task is paused,
-    /// its reason says `then` (what became of it) in place of the promise that it resumes.
-    fn unfreeze(&mut self, cmd: &str, then: Option<String>) {
+    /// The command `cmd` is over on its own: no longer recorded as frozen and, when the task
+    /// is paused, its reason says `then` (what became of it) in place of the promise that it
+    /// resumes.
+    fn unfreeze(&mut self, cmd: &str, then: String) {
         if self.state().frozen_command.is_none() {
             return;
         }
-        let reason = self
-            .state()
-            .stop_reason
-            .clone()
-            .filter(|_| self.state().status == Status::Paused);
+        let reason = self.unfrozen_reason(cmd, &then);
         self.write_state(|s| {
             s.frozen_command = None;
-            if let (Some(r), Some(then)) = (reason, then) {
-                let base = r.strip_suffix(&frozen_clause(cmd)).unwrap_or(&r);
-                s.stop_reason = Some(format!("{base}; {then}"));
+            if reason.is_some() {
+                s.stop_reason = reason;
             }
         });
+    }
+
+    /// A paused task's reason once its frozen command `cmd` is over: `then` in place of the
+    /// promise that it resumes (`None`: not paused with a frozen command).
+    fn unfrozen_reason(&self, cmd: &str, then: &str) -> Option<String> {
+        let s = self.state();
+        if s.status != Status::Paused || s.frozen_command.is_none() {
+            return None;
+        }
+        let r = s.stop_reason.as_deref()?;
+        let base = r.strip_suffix(&frozen_clause(cmd)).unwrap_or(r);
+        Some(format!("{base}; {then}"))
     }
 
     /// Runs again, from the start, the command the engine stopping ended, now that a resume
@@ -479,7 +483,6 @@ impl Engine {
     /// the allow-list covers it, else once the person says so (an approval was for one run);
     /// either way the step says why it runs again.
     pub(super) async fn run_again(&mut self, ended: EndedCommand) -> Flow {
-        self.commit(|s| s.ended_command = None);
         let timeout = ended.timeout_ms.map(Duration::from_millis);
         let mv = Move::Run {
             cmd: ended.command.clone(),
@@ -488,6 +491,7 @@ impl Engine {
         };
         match self.cfg.policy.classify(&ended.command) {
             exec::Verdict::Run => {
+                self.commit(|s| s.ended_command = None);
                 self.say(
                     Level::Info,
                     format!("`{}` runs again: {}", ended.command, rerun_why(&ended)),
@@ -519,7 +523,8 @@ impl Engine {
     }
 
     /// Runs the ended command again as a step of its own, `gated` once the person approved
-    /// it; the agent hears what came of it as its command's result, and why.
+    /// it; the agent hears what came of it as its command's result, and why. (Asked, it stays
+    /// `endedCommand` until answered, so an engine that stops meanwhile asks again.)
     pub(super) async fn rerun(
         &mut self,
         action: String,
@@ -543,6 +548,7 @@ impl Engine {
 
     /// The person chose not to run the ended command again: the agent is told.
     pub(super) fn skip_rerun(&mut self, ended: &EndedCommand) {
+        self.commit(|s| s.ended_command = None);
         self.add_note(format!(
             "{} The person chose not to run it again.",
             ended_for_agent(ended)
@@ -699,15 +705,18 @@ impl Engine {
     /// Undoes the step of a command that was ended before it finished (`ended`): every file
     /// its line names (`authorship`) goes back to the last checkpoint, except files the human
     /// holds; any other change found is kept and recorded as unattributed, since nothing
-    /// proves the command made it. `left` is recorded with the step, for a resume or a
-    /// handback to act on.
-    pub(super) fn roll_back(
+    /// proves the command made it. A pause's reason that said it was frozen says instead what
+    /// ended it, and `next` (what comes of it now). With `leave` it stays `endedCommand`, for
+    /// a resume or a handback to act on.
+    fn roll_back(
         &mut self,
         action: String,
-        ended: &EndedCommand,
-        left: Option<EndedCommand>,
+        mut ended: EndedCommand,
+        next: &str,
+        leave: bool,
     ) -> Flow {
-        let cmd = ended.command.as_str();
+        let command = ended.command.clone();
+        let cmd = command.as_str();
         // Why the step is gone says more than how its command ended.
         self.extra.detail = None;
         let evidence = Evidence::command(&self.roots, cmd);
@@ -740,17 +749,25 @@ impl Engine {
                 Err(e) => self.say(Level::Error, format!("could not roll back the step: {e}")),
             }
         }
+        // Changes found on the way were recorded as steps first: the step's number is now.
+        ended.step = self.next_n();
+        let reason = self.unfrozen_reason(cmd, &format!("then {}{next}", ended_said(&ended)));
+        let told = format!(
+            "`{cmd}` did not finish: {} ended it ({}), and step {} was rolled back to the last checkpoint: nothing it did is kept",
+            ended.by, ended.exit, ended.step
+        );
         self.complete_and(
             action,
             StepStatus::RolledBack,
-            failed(format!(
-                "`{cmd}` did not finish: {} ended it ({}), and step {} was rolled back to the last checkpoint: nothing it did is kept",
-                ended.by, ended.exit, ended.step
-            )),
+            failed(told),
             Touched::Tree(evidence),
             |s| {
-                if left.is_some() {
-                    s.ended_command = left;
+                s.frozen_command = None;
+                if reason.is_some() {
+                    s.stop_reason = reason;
+                }
+                if leave {
+                    s.ended_command = Some(ended);
                 }
             },
         )
@@ -765,6 +782,8 @@ fn rerun_why(e: &EndedCommand) -> String {
     )
 }
 
+/// `text` with its first letter upper case: a sentence made to be said inside another that
+/// now starts one.
 fn capitalized(text: &str) -> String {
     let mut chars = text.chars();
     match chars.next() {

@@ -701,6 +701,7 @@ impl Engine {
         if let Some(ended) = &p.ended {
             // Rein's own question about a command a stop ended, never a move of the agent's.
             if choice == "re-run" {
+                self.commit(|s| s.ended_command = None);
                 return self.rerun(p.mv.describe(), ended, true).await;
             }
             self.skip_rerun(ended);

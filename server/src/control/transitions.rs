@@ -912,24 +912,21 @@ impl Engine {
                 "was waiting for your decision: {}",
                 p.decision.question
             ));
-            match p.ended {
-                // Rein's question, not a move of the agent's: the command stays ended, and
-                // the agent hears of it at the handback.
-                Some(ended) => self.commit(|s| s.ended_command = Some(ended)),
-                None => {
-                    let action = p.mv.describe();
-                    self.said = p.words;
-                    self.complete(
-                        action,
-                        StepStatus::Skipped,
-                        crate::agent::Outcome {
-                            ok: false,
-                            text: "not applied: the human took over before deciding".into(),
-                            ..Default::default()
-                        },
-                        super::Touched::Nothing,
-                    );
-                }
+            // Rein's own question about an ended command is no move of the agent's: the
+            // command stays ended (`endedCommand`), and the agent hears of it at the handback.
+            if p.ended.is_none() {
+                let action = p.mv.describe();
+                self.said = p.words;
+                self.complete(
+                    action,
+                    StepStatus::Skipped,
+                    crate::agent::Outcome {
+                        ok: false,
+                        text: "not applied: the human took over before deciding".into(),
+                        ..Default::default()
+                    },
+                    super::Touched::Nothing,
+                );
             }
         }
         // The agent's commands stop and end now; what it did until then is its own, taken
