@@ -324,6 +324,108 @@ fn the_last_client_gone_pauses_a_running_task_and_the_engine_ends() {
     );
 }
 
+/// Waits until `cond` holds, polling (a minute at most).
+fn until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// On a failed assertion, ends the engine of `0` and the processes whose command line holds
+/// `1`: an engine holding a frozen command would otherwise outlive the test.
+struct EndsEngine<'r>(&'r Path, &'static str);
+
+impl Drop for EndsEngine<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        kill9_engine(self.0);
+        for p in processes().iter().filter(|p| p.cmdline.contains(self.1)) {
+            let _ = Command::new("kill")
+                .args(["-9", &p.pid.to_string()])
+                .status();
+        }
+    }
+}
+
+// Issue 35: alone, the engine pauses the task and freezes its command; it stays up holding it
+// (ending would end it), the state says who paused and that the command is frozen, and the
+// next client resumes it where it stopped: it runs once, whole.
+#[test]
+fn alone_the_engine_freezes_a_running_command_and_stays_until_a_client_resumes_it() {
+    let cmd = "sh -c 'echo run >> runs.txt; i=0; while [ $i -lt 30 ]; do echo $i >> ticks.txt; sleep 0.1; i=$((i+1)); done; : alone-marker-7313'";
+    let dir = repo(
+        &[("a.txt", "a\n")],
+        json!([{"run": {"cmd": cmd}}, {"finish": "f"}]),
+    );
+    let root = dir.path();
+    let _ends = EndsEngine(root, "alone-marker-7313");
+    let opts = json!({"policy": {"allow": ["sh"]}});
+    let (mut a, _) = Lsp::start(root, Lsp::rich_client(), opts.clone());
+    a.ok("rein.start", json!({"goal": "g"}));
+    until("the command to tick", || {
+        read(root, "ticks.txt").lines().count() >= 2
+    });
+    let engine = a.engine_pid();
+    drop(a);
+    until("the engine's own pause", || {
+        status_on_disk(root)["frozenCommand"]["command"] == cmd
+    });
+    let s = status_on_disk(root);
+    assert_eq!(status(&s), "paused", "{s:#}");
+    let why = s["stopReason"].as_str().unwrap_or("");
+    assert!(
+        why.starts_with("paused by Rein: no editor or terminal was connected")
+            && why.contains("is frozen and resumes where it stopped"),
+        "{why}"
+    );
+    let frozen = read(root, "ticks.txt");
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert_eq!(read(root, "ticks.txt"), frozen, "frozen, not running");
+    assert_eq!(
+        engine_pid(root),
+        Some(engine),
+        "the engine stays, holding it"
+    );
+    assert!(
+        processes()
+            .iter()
+            .filter(|p| p.cmdline.contains("alone-marker-7313"))
+            .all(|p| p.state == 'T'),
+        "the command is stopped, not ended"
+    );
+    let (mut b, _) = Lsp::start(root, Lsp::rich_client(), opts);
+    assert_eq!(b.engine_pid(), engine, "the same engine");
+    b.ok("rein.resume", json!({}));
+    b.wait_state("done", |s| status(s) == "done");
+    assert_eq!(read(root, "runs.txt"), "run\n", "run once");
+    let ticks: Vec<String> = (0..30).map(|i| i.to_string()).collect();
+    assert_eq!(
+        read(root, "ticks.txt").lines().collect::<Vec<_>>(),
+        ticks,
+        "resumed where it stopped"
+    );
+    let paused: Vec<Value> = journal(root)
+        .into_iter()
+        .filter(|e| e["event"] == "paused")
+        .collect();
+    assert!(
+        !paused.is_empty()
+            && paused.iter().all(|e| e["detail"]["why"]
+                .as_str()
+                .is_some_and(|w| w.starts_with("paused by Rein"))),
+        "{paused:#?}"
+    );
+    drop(b);
+    wait_no_engine(root);
+}
+
 #[test]
 fn with_keep_running_the_task_goes_on_alone_and_the_engine_ends_after_it() {
     let mut steps = writes(4, 100);

@@ -178,6 +178,100 @@ async fn kill_9_with_a_stop_queued_behind_an_agents_irreversible_command_recover
     run.until("done", |s| s.status == Status::Done).await;
 }
 
+// Issue 35: a command frozen when the engine is killed goes with it. Recovery says so, rolls
+// its step back (no agent replays the move unseen) and a resume runs it again, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_while_a_command_is_frozen_recovers_it_as_ended_and_resume_runs_it_again() {
+    let dir = repo(&[
+        ("a.txt", "a\n"),
+        ("rein.toml", "[policy]\nallow = [\"sh\"]\n"),
+    ]);
+    let root = dir.path();
+    let outside = tempfile::tempdir().unwrap();
+    let go = outside.path().join("go");
+    let _release = Release(go.clone());
+    let cmd = format!(
+        "sh -c 'echo started >> ticks.txt; while [ ! -f {} ]; do sleep 0.05; done; : kill9-frozen-4471'",
+        go.display()
+    );
+    let plan = outside.path().join("plan.json");
+    let steps = json!({"steps": [{"run": {"cmd": cmd, "timeout_s": 300}}, {"finish": "f"}]});
+    std::fs::write(&plan, steps.to_string()).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(["run", "--plan", plan.to_str().unwrap()])
+        .arg(root)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually("the command to start", || {
+        read(root, "ticks.txt").starts_with("started")
+    })
+    .await;
+    let paused = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(["pause", "-C"])
+        .arg(root)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(paused.success());
+    eventually("the command frozen", || {
+        control::load(root)
+            .ok()
+            .flatten()
+            .is_some_and(|s| s.frozen_command.is_some())
+    })
+    .await;
+    kill9_rein(child, root);
+
+    let (notify, notices) = channel();
+    let (handle, s) = control::recover(root, test_config(), notify)
+        .unwrap()
+        .expect("a task to recover");
+    let mut run = Run::new(handle, notices, s, root.to_owned());
+    // The rollback is recorded as the engine reopens, before it takes requests.
+    let s = run.call(Request::State).await.state().clone();
+    assert_eq!(s.status, Status::Paused);
+    assert_eq!(s.frozen_command, None);
+    let why = s.stop_reason.clone().unwrap_or_default();
+    assert!(
+        !why.contains("resumes where it stopped")
+            && why.contains("Rein's engine ending abruptly (a crash or a kill) ended the command")
+            && why.contains("resuming runs it again from the start"),
+        "{why}"
+    );
+    let cut = s
+        .steps
+        .iter()
+        .find(|st| st.author == Author::Agent && st.action.starts_with("run sh -c"))
+        .expect("the command's step");
+    assert_eq!(cut.status, rein::state::StepStatus::RolledBack);
+    assert!(!root.join("ticks.txt").exists(), "{:#?}", s.human_changes);
+    assert!(s.human_changes.is_empty(), "nothing booked to the person");
+    assert_eq!(s.agent_moves, 1, "the move was made, and is not replayed");
+    run.call(Request::Resume).await;
+    eventually("the command to run again", || {
+        read(root, "ticks.txt").starts_with("started")
+    })
+    .await;
+    std::fs::write(&go, "").unwrap();
+    let end = run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(read(root, "ticks.txt"), "started\n");
+    let again = end
+        .steps
+        .iter()
+        .rev()
+        .find(|st| st.action.starts_with("run sh -c"))
+        .unwrap();
+    assert!(
+        again.detail.as_deref().is_some_and(|d| d
+            .starts_with("re-run from the start: it was ended by Rein's engine ending abruptly")),
+        "{:?}",
+        again.detail
+    );
+    assert_eq!(end.agent_moves, 2, "{:#?}", end.steps);
+}
+
 /// The state `control::start` writes before it answers: a running task with no step yet.
 fn state_before_step_0(root: &std::path::Path, id: &str, steps: serde_json::Value) {
     let git_dir = rein::checkpoint::git_dir(root).unwrap();

@@ -528,6 +528,48 @@ async fn trust_a_stale_write_after_handback_keeps_the_humans_fix_and_the_model_w
     assert!(!result_for(&mock.messages(3), "call_stale").starts_with("failed"));
 }
 
+// Issue 35: a command frozen by a pause and ended by the takeover reaches the model as what
+// happened to it: its call's result and the report it reads first say the takeover ended it,
+// never that it goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_the_takeover_ended_reaches_the_model_as_ended() {
+    let dir = repo(&[("src/lib.rs", BUGGY)]);
+    let root = dir.path();
+    let mock = Mock::new(vec![Reply::Sse("run_long.sse"), Reply::Sse("finish.sse")]).await;
+    let mut run = start_with(root, &mock.base_url(), json!({}));
+    eventually("the command to start", || {
+        read(root, "ticks.txt").starts_with("started")
+    })
+    .await;
+    run.call(Request::Pause).await;
+    run.call(Request::Takeover { reason: None }).await;
+    run.call(Request::Handback { note: None }).await;
+    run.until("done", |s| s.status == Status::Done).await;
+    assert_eq!(mock.count(), 2);
+    let messages = mock.messages(1);
+    let result = result_for(&messages, "call_long");
+    assert!(
+        result.contains("did not finish: the takeover ended it (killed by signal 15)"),
+        "{result}"
+    );
+    let report = messages
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_str())
+        .find(|t| t.contains("What changed while you were not acting"))
+        .unwrap_or_else(|| panic!("a reconcile report in {messages:#?}"));
+    assert!(
+        report.contains("Your command `sh -c 'echo started >> ticks.txt; sleep 60; : openai-frozen-5512'` (step 1) did not finish: the takeover ended it (killed by signal 15)"),
+        "{report}"
+    );
+    assert!(
+        !messages.iter().any(|m| m["content"]
+            .as_str()
+            .is_some_and(|t| t.contains("resumes where it stopped"))),
+        "{messages:#?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steer_reaches_the_model_before_its_next_call() {
     let dir = repo(&[("src/lib.rs", BUGGY)]);

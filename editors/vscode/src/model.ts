@@ -90,7 +90,8 @@ export type DecisionKind =
   | 'held_file'
   | 'question'
   | 'sandbox_denied'
-  | 'agent_place';
+  | 'agent_place'
+  | 'rerun_command';
 
 export interface Decision {
   id: string;
@@ -204,6 +205,7 @@ const DECISION_WAIT: Record<DecisionKind, string> = {
   question: 'agent asks you',
   sandbox_denied: 'sandbox denied a command',
   agent_place: 'agent needs a place to write',
+  rerun_command: 'run a stopped command again?',
 };
 
 export type Tone = 'normal' | 'warning' | 'error';

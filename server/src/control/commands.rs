@@ -1,9 +1,11 @@
 //! Commands the agent runs: asked by the policy, started in a terminal of their own or run
 //! to their end with freeze, kill and timeout, confined by the sandbox (and re-run unconfined
-//! once on approval), their output followed, and a cut one rolled back.
+//! once on approval), their output followed, a cut one rolled back, and one a stop ended run
+//! again from the start on resume (asked first when the allow-list does not cover it).
 //!
-//! Must never: let an interrupt land inside an approved irreversible command, or roll back a
-//! change its line does not name.
+//! Must never: let an interrupt land inside an approved irreversible command, roll back a
+//! change its line does not name, run a command again without saying so, or say a command
+//! is frozen once it has ended.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,16 +14,42 @@ use tokio::time::Instant;
 
 use super::authorship::{Evidence, Who};
 use super::moves::failed;
-use super::{Engine, Flow, Level, Notice, Phase, Touched};
+use super::{By, Engine, Flow, Level, Notice, Phase, StepExtra, Touched};
 use crate::agent::{Move, Outcome};
-use crate::exec::{self, Process};
-use crate::state::{DecisionKind, Status, StepStatus};
+use crate::exec::{self, ExecError, Process};
+use crate::state::{DecisionKind, EndedCommand, FrozenCommand, Status, StepStatus};
 
 /// Why a command was stopped before it ended by itself.
 enum Stop {
     TimedOut,
-    Cut,
+    Cut(By),
+    /// The engine's channel closed: nobody is left to ask anything.
     Shutdown,
+}
+
+/// What a resume does with a command the engine's end ended, as its reason says it.
+const RESUME_RUNS_IT_AGAIN: &str =
+    "; resuming runs it again from the start (asking first if the allow-list does not cover it)";
+
+/// What a pause adds to its reason when it froze the step's command `cmd`.
+pub(super) fn frozen_clause(cmd: &str) -> String {
+    format!("; the running command `{cmd}` is frozen and resumes where it stopped")
+}
+
+/// What became of a command a stop ended, for the person.
+pub(super) fn ended_said(e: &EndedCommand) -> String {
+    format!(
+        "{} ended the command `{}` before it finished ({}), and step {} was rolled back: nothing the command did is kept",
+        e.by, e.command, e.exit, e.step
+    )
+}
+
+/// The same, for the agent, whose command it was.
+pub(super) fn ended_for_agent(e: &EndedCommand) -> String {
+    format!(
+        "Your command `{}` (step {}) did not finish: {} ended it ({}), and step {} was rolled back, so nothing it did is kept.",
+        e.command, e.step, e.by, e.exit, e.step
+    )
 }
 
 impl Engine {
@@ -242,8 +270,15 @@ impl Engine {
                 env = self.rx.recv() => {
                     let Some(env) = env else { break Err(Stop::Shutdown) };
                     let before = self.state().status;
-                    let gated = gated.then_some(cmd);
-                    let flow = self.dispatch(env, Phase::Command { proc: &mut proc, gated });
+                    let flow = self.dispatch(
+                        env,
+                        Phase::Command {
+                            proc: &mut proc,
+                            cmd,
+                            gated,
+                            timeout,
+                        },
+                    );
                     let after = self.state().status;
                     if before == Status::Running && after == Status::Paused {
                         frozen_at = Some(Instant::now());
@@ -256,7 +291,7 @@ impl Engine {
                     }
                     match flow {
                         Flow::Continue | Flow::Rethink => continue,
-                        Flow::Cut => break Err(Stop::Cut),
+                        Flow::Cut(by) => break Err(Stop::Cut(by)),
                         Flow::Shutdown => break Err(Stop::Shutdown),
                     }
                 }
@@ -267,12 +302,20 @@ impl Engine {
             Ok(out) => (None, out),
             Err(stop) => {
                 let out = proc.terminate(self.cfg.kill_grace).await;
-                if let (Stop::Cut, Err(e)) = (&stop, &out) {
+                if let (Stop::Cut(_), Err(e)) = (&stop, &out) {
                     self.say(Level::Error, format!("could not kill `{cmd}`: {e}"));
                 }
                 (Some(stop), out)
             }
         };
+        if stop.is_none() {
+            // Killed from outside while frozen, say: the pause's promise is gone with it.
+            let then = format!(
+                "the command `{cmd}` then ended while frozen ({})",
+                out.as_ref().map_or_else(|e| e.to_string(), exit_line)
+            );
+            self.unfreeze(cmd, then);
+        }
         let note = matches!(stop, Some(Stop::TimedOut)).then(|| {
             format!(
                 "timed out after {:.0} s and was killed",
@@ -359,17 +402,165 @@ impl Engine {
                     Touched::Tree(Evidence::command(&self.roots, cmd)),
                 )
             }
-            (Some(Stop::Cut), _) => self.roll_back(action, cmd),
-            (Some(Stop::Shutdown), _) => {
-                let flow = self.roll_back(action, cmd);
+            (Some(Stop::Cut(by)), out) => self.end_cut(action, cmd, timeout, by, &out),
+            (Some(Stop::Shutdown), out) => {
+                self.end_cut(action, cmd, timeout, By::Shutdown, &out);
                 self.shutdown();
-                if flow == Flow::Shutdown {
-                    flow
-                } else {
-                    Flow::Shutdown
-                }
+                Flow::Shutdown
             }
         }
+    }
+
+    /// A command that `by` ended before it finished: its step is rolled back, and the task
+    /// says what happened, never that it is frozen. After a takeover or the engine stopping
+    /// it is left (`endedCommand`) for a resume to run again or a handback to tell the agent.
+    fn end_cut(
+        &mut self,
+        action: String,
+        cmd: &str,
+        timeout: Option<Duration>,
+        by: By,
+        out: &Result<exec::Output, ExecError>,
+    ) -> Flow {
+        let ended = EndedCommand {
+            command: cmd.to_owned(),
+            step: self.next_n(),
+            by: by.said().to_owned(),
+            exit: out.as_ref().map_or_else(|e| e.to_string(), exit_line),
+            timeout_ms: timeout.and_then(|t| u64::try_from(t.as_millis()).ok()),
+        };
+        let next = match by {
+            By::Takeover => "; the agent is told when you hand back",
+            By::Shutdown => RESUME_RUNS_IT_AGAIN,
+            By::UrgentSteer => "; the agent goes on from the steer when you resume",
+            By::Abort | By::Pause => "",
+        };
+        let leave = matches!(by, By::Takeover | By::Shutdown);
+        self.roll_back(action, ended, next, leave)
+    }
+
+    /// After a restart: the command that was frozen when Rein's engine ended went with it,
+    /// unseen. Its step is rolled back and the command left for the resume to run again.
+    pub(super) fn ended_with_rein(&mut self, frozen: FrozenCommand) {
+        let action = Move::Run {
+            cmd: frozen.command.clone(),
+            timeout: frozen.timeout_ms.map(Duration::from_millis),
+            irreversible: false,
+        }
+        .describe();
+        let ended = EndedCommand {
+            command: frozen.command,
+            step: self.next_n(),
+            by: "Rein's engine ending abruptly (a crash or a kill)".into(),
+            exit: "its exit was not seen".into(),
+            timeout_ms: frozen.timeout_ms,
+        };
+        self.roll_back(action, ended, RESUME_RUNS_IT_AGAIN, true);
+    }
+
+    /// The command `cmd` is over on its own: no longer recorded as frozen and, when the task
+    /// is paused, its reason says `then` (what became of it) in place of the promise that it
+    /// resumes.
+    fn unfreeze(&mut self, cmd: &str, then: String) {
+        if self.state().frozen_command.is_none() {
+            return;
+        }
+        let reason = self.unfrozen_reason(cmd, &then);
+        self.write_state(|s| {
+            s.frozen_command = None;
+            if reason.is_some() {
+                s.stop_reason = reason;
+            }
+        });
+    }
+
+    /// A paused task's reason once its frozen command `cmd` is over: `then` in place of the
+    /// promise that it resumes (`None`: not paused with a frozen command).
+    fn unfrozen_reason(&self, cmd: &str, then: &str) -> Option<String> {
+        let s = self.state();
+        if s.status != Status::Paused || s.frozen_command.is_none() {
+            return None;
+        }
+        let r = s.stop_reason.as_deref()?;
+        let base = r.strip_suffix(&frozen_clause(cmd)).unwrap_or(r);
+        Some(format!("{base}; {then}"))
+    }
+
+    /// Runs again, from the start, the command the engine stopping ended, now that a resume
+    /// gave the agent control back (a pause promised the command would go on): at once when
+    /// the allow-list covers it, else once the person says so (an approval was for one run);
+    /// either way the step says why it runs again.
+    pub(super) async fn run_again(&mut self, ended: EndedCommand) -> Flow {
+        let timeout = ended.timeout_ms.map(Duration::from_millis);
+        let mv = Move::Run {
+            cmd: ended.command.clone(),
+            timeout,
+            irreversible: false,
+        };
+        match self.cfg.policy.classify(&ended.command) {
+            exec::Verdict::Run => {
+                self.commit(|s| s.ended_command = None);
+                self.say(
+                    Level::Info,
+                    format!("`{}` runs again: {}", ended.command, rerun_why(&ended)),
+                );
+                self.rerun(mv.describe(), &ended, false).await
+            }
+            exec::Verdict::Ask { reason, .. } => {
+                let question = format!(
+                    "{}. It is not run again on its own ({reason}): run it again from the start, or skip it?",
+                    capitalized(&ended_said(&ended))
+                );
+                let detail = ended.command.clone();
+                let flow = self.ask(
+                    DecisionKind::RerunCommand,
+                    question,
+                    &["re-run", "skip"],
+                    Some(detail),
+                    None,
+                    mv,
+                    None,
+                    None,
+                );
+                if let Some(p) = &mut self.pending {
+                    p.ended = Some(ended);
+                }
+                flow
+            }
+        }
+    }
+
+    /// Runs the ended command again as a step of its own, `gated` once the person approved
+    /// it; the agent hears what came of it as its command's result, and why. (Asked, it stays
+    /// `endedCommand` until answered, so an engine that stops meanwhile asks again.)
+    pub(super) async fn rerun(
+        &mut self,
+        action: String,
+        ended: &EndedCommand,
+        gated: bool,
+    ) -> Flow {
+        self.extra = StepExtra {
+            quiet: true,
+            lead: Some(rerun_why(ended)),
+            not_a_move: true,
+            ..StepExtra::default()
+        };
+        let timeout = ended.timeout_ms.map(Duration::from_millis);
+        self.add_note(format!(
+            "{} Rein ran it again from the start: the result you get for it is that run's.",
+            ended_for_agent(ended)
+        ));
+        self.run_command(action, &ended.command, timeout, gated, true, None)
+            .await
+    }
+
+    /// The person chose not to run the ended command again: the agent is told.
+    pub(super) fn skip_rerun(&mut self, ended: &EndedCommand) {
+        self.commit(|s| s.ended_command = None);
+        self.add_note(format!(
+            "{} The person chose not to run it again.",
+            ended_for_agent(ended)
+        ));
     }
 
     /// A command ended: its end is said live (with the number its step gets: changes of the
@@ -519,10 +710,21 @@ impl Engine {
         self.add_note(note);
     }
 
-    /// Undoes an interrupted command's step: every file its line names (`authorship`) goes
-    /// back to the last checkpoint, except files the human holds; any other change found is
-    /// kept and recorded as unattributed, since nothing proves the command made it.
-    pub(super) fn roll_back(&mut self, action: String, cmd: &str) -> Flow {
+    /// Undoes the step of a command that was ended before it finished (`ended`): every file
+    /// its line names (`authorship`) goes back to the last checkpoint, except files the human
+    /// holds; any other change found is kept and recorded as unattributed, since nothing
+    /// proves the command made it. A pause's reason that said it was frozen says instead what
+    /// ended it, and `next` (what comes of it now). With `leave` it stays `endedCommand`, for
+    /// a resume or a handback to act on.
+    fn roll_back(
+        &mut self,
+        action: String,
+        mut ended: EndedCommand,
+        next: &str,
+        leave: bool,
+    ) -> Flow {
+        let command = ended.command.clone();
+        let cmd = command.as_str();
         // Why the step is gone says more than how its command ended.
         self.extra.detail = None;
         let evidence = Evidence::command(&self.roots, cmd);
@@ -558,15 +760,46 @@ impl Engine {
                 Err(e) => self.say(Level::Error, format!("could not roll back the step: {e}")),
             }
         }
-        let n = self.next_n();
-        self.complete(
-            action.clone(),
+        // Changes found on the way were recorded as steps first: the step's number is now.
+        ended.step = self.next_n();
+        let reason = self.unfrozen_reason(cmd, &format!("then {}{next}", ended_said(&ended)));
+        let told = format!(
+            "`{cmd}` did not finish: {} ended it ({}), and step {} was rolled back to the last checkpoint: nothing it did is kept",
+            ended.by, ended.exit, ended.step
+        );
+        self.complete_and(
+            action,
             StepStatus::RolledBack,
-            failed(format!(
-                "step {n} ({action}) was interrupted by the human and rolled back to the last checkpoint"
-            )),
+            failed(told),
             Touched::Tree(evidence),
+            |s| {
+                s.frozen_command = None;
+                if reason.is_some() {
+                    s.stop_reason = reason;
+                }
+                if leave {
+                    s.ended_command = Some(ended);
+                }
+            },
         )
+    }
+}
+
+/// Why a command runs again, as its step says it.
+fn rerun_why(e: &EndedCommand) -> String {
+    format!(
+        "re-run from the start: it was ended by {} ({}) at step {}, which was rolled back",
+        e.by, e.exit, e.step
+    )
+}
+
+/// `text` with its first letter upper case: a sentence made to be said inside another that
+/// now starts one.
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }
 

@@ -157,6 +157,15 @@ impl Engine {
                 "**What it was doing:** step {}, {}",
                 st.n, st.action
             ));
+            // A step that did not get done says so where it is named first.
+            match st.status {
+                state::StepStatus::Done => {}
+                state::StepStatus::Failed => md.push_str(" (it failed)"),
+                state::StepStatus::Skipped => md.push_str(" (not done, on your word)"),
+                state::StepStatus::RolledBack => {
+                    md.push_str(" (ended before it finished, and rolled back)")
+                }
+            }
             if let Some(item) = st
                 .plan_item
                 .as_ref()

@@ -87,6 +87,12 @@ pub enum Request {
     State,
     /// Freeze, keep everything, intend to resume unchanged.
     Pause,
+    /// The engine's own pause once no client was connected for `after_ms` milliseconds
+    /// (`engine.whenAlone = pause`): a pause, said as what it is. Refused from clients.
+    PauseAlone {
+        /// How long the engine was alone.
+        after_ms: u64,
+    },
     /// Continue after a pause (reconciling what changed meanwhile).
     Resume,
     /// A correction delivered before the agent's next move, without stopping.
@@ -413,6 +419,9 @@ struct Pending {
     seen: Option<Option<Vec<u8>>>,
     /// For an `agent_place` decision, the place it is about.
     place: Option<places::Place>,
+    /// For a `rerun_command` decision, the command a stop ended: the decision is Rein's,
+    /// not a move of the agent's.
+    ended: Option<state::EndedCommand>,
 }
 
 /// Where the engine is when a request arrives.
@@ -421,12 +430,36 @@ enum Phase<'p> {
     Idle,
     /// Waiting for the agent's next move (abortable: the think is dropped).
     Think,
-    /// Running a command (freezable, killable unless `gated`: an approved command, whose
-    /// line it is, that runs to its end).
+    /// Running the command `cmd` (freezable, killable unless `gated`: an approved command
+    /// that runs to its end).
     Command {
         proc: &'p mut Process,
-        gated: Option<&'p str>,
+        cmd: &'p str,
+        gated: bool,
+        timeout: Option<Duration>,
     },
+}
+
+/// What cut the in-flight step, in the words the person and the agent are told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum By {
+    Pause,
+    UrgentSteer,
+    Abort,
+    Takeover,
+    Shutdown,
+}
+
+impl By {
+    fn said(self) -> &'static str {
+        match self {
+            By::Pause => "the pause",
+            By::UrgentSteer => "the person's urgent steer",
+            By::Abort => "the abort",
+            By::Takeover => "the takeover",
+            By::Shutdown => "Rein's engine stopping",
+        }
+    }
 }
 
 /// What the in-flight work should do after a request.
@@ -434,7 +467,7 @@ enum Phase<'p> {
 enum Flow {
     Continue,
     /// Cut the in-flight step.
-    Cut,
+    Cut(By),
     /// Drop the think and ask again (a steer arrived).
     Rethink,
     Shutdown,
@@ -515,6 +548,11 @@ struct StepExtra {
     detail: Option<String>,
     /// A command's output (its last `TAIL_CAP` bytes) and whether its beginning was cut.
     output: Option<(String, bool)>,
+    /// What comes before the detail: why Rein runs a command again.
+    lead: Option<String>,
+    /// The step is Rein's own doing for the agent (a command it runs again), not a move the
+    /// agent made: an agent rebuilt after a restart skips only the moves it made.
+    not_a_move: bool,
 }
 
 /// The sandbox these settings put in force on this kernel.
@@ -693,6 +731,8 @@ pub fn start_as(
         kept_agent_lines: Vec::new(),
         sandbox: Some(sandbox_info(&cfg)),
         queued_stop: None,
+        frozen_command: None,
+        ended_command: None,
         turns: Vec::new(),
         agent_session: None,
     };
@@ -945,6 +985,12 @@ fn reopen(
             }
         }
         landed = engine.settle_write_intent();
+        // A command frozen when Rein ended went with it (or with `end_tagged` above): its
+        // step is recorded as rolled back before the agent is rebuilt, so no agent replays
+        // it unseen, and a resume runs it again saying so.
+        if let Some(frozen) = engine.state().frozen_command.clone() {
+            engine.ended_with_rein(frozen);
+        }
     }
     // Built once the in-flight write is settled: a write that landed is a move made.
     let turn = engine.state().turns.last();
@@ -1426,6 +1472,11 @@ impl Engine {
         {
             return Flow::Continue;
         }
+        // A command the engine stopping ended goes first: the pause it was frozen by said it
+        // would go on.
+        if let Some(ended) = self.state().ended_command.clone() {
+            return self.run_again(ended).await;
+        }
         let Some(mut agent) = self.agent.take() else {
             let why = self
                 .agent_error
@@ -1692,6 +1743,7 @@ impl Engine {
         journal(&self.store, "failed", serde_json::json!({ "why": why }));
         self.commit(|s| {
             s.status = Status::Failed;
+            s.ended_command = None;
             s.control = Control {
                 holder: Holder::None,
                 since: state::now(),
@@ -1709,11 +1761,18 @@ impl Engine {
             Status::Running | Status::AwaitingDecision
         ) {
             self.pending = None;
+            let ended = self
+                .state()
+                .ended_command
+                .as_ref()
+                .map(|e| format!("; {}, and resuming runs it again from the start (asking first if the allow-list does not cover it)", commands::ended_said(e)))
+                .unwrap_or_default();
             self.commit(|s| {
                 s.status = Status::Paused;
                 s.decisions.clear();
-                s.stop_reason =
-                    Some("interrupted: the server shut down; resume to continue".into());
+                s.stop_reason = Some(format!(
+                    "interrupted: the server shut down; resume to continue{ended}"
+                ));
             });
         }
     }
@@ -1790,6 +1849,11 @@ impl Engine {
             .detail
             .or_else(|| (status != StepStatus::Done || !extra.quiet).then(|| outcome.text.clone()))
             .filter(|d| !d.trim().is_empty());
+        let detail = match (extra.lead, detail) {
+            (Some(lead), Some(d)) => Some(format!("{lead}; {d}")),
+            (lead, d) => lead.or(d),
+        };
+        let move_made = !extra.not_a_move;
         // Rein's remark on the agent (a stray line on its stdout) goes with what came of it.
         let detail = match (detail, &words.note) {
             (Some(d), Some(note)) => Some(format!("{d}\n{note}")),
@@ -1837,7 +1901,9 @@ impl Engine {
                     .map(|path| state::MadeDir { path, at_step: n }),
             );
             s.last_agent_checkpoint = id.clone();
-            s.agent_moves += 1;
+            if move_made {
+                s.agent_moves += 1;
+            }
             s.remaining_moves = remaining;
             if session.is_some() && s.agent_session != session {
                 s.agent_session = session;
@@ -1877,10 +1943,11 @@ impl Engine {
         );
         if self.state().status == Status::Done {
             let summary = self.state().summary.clone();
+            let failed_check = moves::last_check_failed(self.state());
             journal(
                 &self.store,
                 "finished",
-                serde_json::json!({ "summary": summary }),
+                serde_json::json!({ "summary": summary, "failedCheck": failed_check }),
             );
         }
         self.tell_state();

@@ -150,6 +150,13 @@ impl Engine {
                         format!("`{}` (terminal {}) failed: {}", d.cmd, d.id, d.hint),
                     );
                 }
+                // "Finished" is the agent's word; a check it ran last that failed is Rein's
+                // record, said beside it.
+                let failed_check = last_check_failed(self.state());
+                if let Some(f) = &failed_check {
+                    self.say(Level::Warning, format!("the agent finished, but {f}"));
+                    self.extra.detail = Some(format!("finished, but {f}"));
+                }
                 self.complete_and(
                     action,
                     StepStatus::Done,
@@ -162,7 +169,10 @@ impl Engine {
                             since: state::now(),
                             reason: "the agent finished".into(),
                         };
-                        s.stop_reason = Some(format!("finished: {summary}"));
+                        s.stop_reason = Some(match &failed_check {
+                            Some(f) => format!("finished: {summary} (but {f})"),
+                            None => format!("finished: {summary}"),
+                        });
                         s.summary = Some(summary);
                         plan::finish(&mut s.plan, s.plan_progress);
                     },
@@ -674,6 +684,7 @@ impl Engine {
             aside: None,
             seen,
             place: None,
+            ended: None,
         });
         Flow::Continue
     }
@@ -686,6 +697,15 @@ impl Engine {
         };
         if p.decision.kind == DecisionKind::AgentPlace {
             return self.answer_place(p);
+        }
+        if let Some(ended) = &p.ended {
+            // Rein's own question about a command a stop ended, never a move of the agent's.
+            if choice == "re-run" {
+                self.commit(|s| s.ended_command = None);
+                return self.rerun(p.mv.describe(), ended, true).await;
+            }
+            self.skip_rerun(ended);
+            return Flow::Continue;
         }
         // The step the decision held up goes on with the words that led to it.
         self.said = p.words.clone();
@@ -867,6 +887,32 @@ pub(super) fn conflict_detail(hunks: &[merge::ConflictHunk]) -> String {
         ));
     }
     detail
+}
+
+/// What says the last command the agent ran (Rein's `run`, or a tool of its own that runs
+/// one) did not succeed: `its last check failed: step 4, run cargo test (exit code 1)`.
+/// A command started in a terminal of its own is not counted: its step says it started.
+pub(super) fn last_check_failed(s: &state::TaskState) -> Option<String> {
+    let check = s.steps.iter().rev().find(|st| {
+        st.author == Author::Agent
+            && (st.action.starts_with("run ") && !st.action.ends_with("(in a terminal)")
+                || st.tool.as_ref().is_some_and(|t| t.kind == "execute"))
+    })?;
+    let how = match check.status {
+        StepStatus::Done | StepStatus::Skipped => return None,
+        StepStatus::Failed => "failed",
+        StepStatus::RolledBack => "did not finish",
+    };
+    let why = check
+        .detail
+        .as_deref()
+        .and_then(|d| d.lines().find(|l| !l.trim().is_empty()))
+        .map(|d| format!(" ({})", d.trim()))
+        .unwrap_or_default();
+    Some(format!(
+        "its last check {how}: step {}, {}{why}",
+        check.n, check.action
+    ))
 }
 
 pub(super) fn listing(lines: Vec<String>, cut: bool) -> String {

@@ -531,7 +531,17 @@ fn build(
                 choice: text(&d, "choice").unwrap_or_default(),
                 by: Author::Human,
             }),
-            "paused" => out.push(control("paused", "paused by you".into())),
+            "paused" => {
+                // Said to the person: the state's "paused by the user" is "paused by you"; the
+                // engine's own pause (no client left) and what became of a command stay as
+                // the state said them. Older journals say no reason: the person paused.
+                let why = text(&d, "why").unwrap_or_else(|| "paused by the user".into());
+                let said = match why.strip_prefix("paused by the user") {
+                    Some(rest) => format!("paused by you{rest}"),
+                    None => why,
+                };
+                out.push(control("paused", said));
+            }
             "resumed" => out.push(control("resumed", "resumed by you".into())),
             "taken_over" => out.push(control(
                 "taken_over",
@@ -593,11 +603,17 @@ fn build(
                 status: Status::Failed,
                 text: text(&d, "why").unwrap_or_default(),
             }),
-            "finished" => out.push(Entry::End {
-                at: at.clone(),
-                status: Status::Done,
-                text: text(&d, "summary").unwrap_or_default(),
-            }),
+            "finished" => {
+                let summary = text(&d, "summary").unwrap_or_default();
+                out.push(Entry::End {
+                    at: at.clone(),
+                    status: Status::Done,
+                    text: match text(&d, "failedCheck") {
+                        Some(f) => format!("{summary} (but {f})"),
+                        None => summary,
+                    },
+                });
+            }
             _ => {}
         }
     }

@@ -41,15 +41,24 @@ struct Undone {
 }
 
 impl Request {
-    /// Requests that cannot land mid-step: the step is cut first (or, when gated, finishes).
-    fn cuts_step(&self) -> bool {
-        matches!(self, Request::Abort { .. } | Request::Takeover { .. })
+    /// Requests that cannot land in the middle of `phase`: the step is cut first (or, when
+    /// gated, finishes). A shutdown answers only once a command it ended is rolled back, so
+    /// what it says is what happened.
+    fn cuts_step(&self, phase: &Phase<'_>) -> Option<super::By> {
+        use super::By;
+        match (self, phase) {
+            (_, Phase::Idle) => None,
+            (Request::Abort { .. }, _) => Some(By::Abort),
+            (Request::Takeover { .. }, _) => Some(By::Takeover),
+            (Request::Shutdown, Phase::Command { .. }) => Some(By::Shutdown),
+            _ => None,
+        }
     }
 
     /// The stop this request asks for, in the person's words.
     pub(super) fn stop_intent(&self) -> Option<&'static str> {
         match self {
-            Request::Pause => Some("pause"),
+            Request::Pause | Request::PauseAlone { .. } => Some("pause"),
             Request::Abort { .. } => Some("abort"),
             Request::Takeover { .. } => Some("take over"),
             _ => None,
@@ -148,7 +157,7 @@ impl Engine {
     pub(super) fn dispatch(&mut self, env: Envelope, phase: Phase<'_>) -> Flow {
         let Envelope { req, reply } = env;
         if let Phase::Command {
-            gated: Some(cmd), ..
+            cmd, gated: true, ..
         } = phase
         {
             // An approved command finishes before any stop takes effect: the stop is queued
@@ -156,6 +165,11 @@ impl Engine {
             if let Some(intent) = req.stop_intent() {
                 self.queue_stop(intent, cmd.to_owned(), reply, true);
                 self.deferred.push_back(Envelope { req, reply: None });
+                return Flow::Continue;
+            }
+            // The engine stopping waits for it too, and answers once it ended.
+            if req == Request::Shutdown {
+                self.deferred.push_back(Envelope { req, reply });
                 return Flow::Continue;
             }
             // An urgent steer cannot cut it: it waits like any other correction.
@@ -189,13 +203,20 @@ impl Engine {
         if req.stop_intent().is_some() && self.state().queued_stop.is_some() {
             self.commit(|s| s.queued_stop = None);
         }
-        if !matches!(phase, Phase::Idle) && req.cuts_step() {
+        if let Some(by) = req.cuts_step(&phase) {
             self.deferred.push_front(Envelope { req, reply });
-            return Flow::Cut;
+            return Flow::Cut(by);
         }
         let (answer, flow) = match req {
             Request::State => (Ok(Reply::State(self.boxed_state())), Flow::Continue),
-            Request::Pause => self.pause(phase),
+            Request::Pause => self.pause(phase, "paused by the user".into()),
+            Request::PauseAlone { after_ms } => self.pause(
+                phase,
+                format!(
+                    "paused by Rein: no editor or terminal was connected for {} (engine.whenAlone = pause)",
+                    humantime::format_duration(std::time::Duration::from_millis(after_ms))
+                ),
+            ),
             Request::Resume => (self.resume(phase), Flow::Continue),
             Request::Steer {
                 text,
@@ -280,7 +301,8 @@ impl Engine {
         })
     }
 
-    fn pause(&mut self, phase: Phase<'_>) -> (Answer, Flow) {
+    /// Pauses, saying `reason` (who paused) in the state.
+    fn pause(&mut self, phase: Phase<'_>, reason: String) -> (Answer, Flow) {
         if let Some(e) = self.ended() {
             return (Err(e), Flow::Continue);
         }
@@ -316,18 +338,27 @@ impl Engine {
             }
             _ => unreachable!("terminal statuses were refused above"),
         }
-        let mut reason = "paused by the user".to_owned();
+        let mut reason = reason;
         let between_steps = matches!(phase, Phase::Idle);
+        let mut frozen = None;
         let flow = match phase {
-            Phase::Command { proc, .. } => {
+            Phase::Command {
+                proc, cmd, timeout, ..
+            } => {
                 if let Err(e) = proc.freeze() {
                     return (Err(e.into()), Flow::Continue);
                 }
-                reason.push_str("; the running command is frozen and resumes where it stopped");
+                reason.push_str(&super::commands::frozen_clause(cmd));
+                frozen = Some(state::FrozenCommand {
+                    command: cmd.to_owned(),
+                    step: self.next_n(),
+                    since: state::now(),
+                    timeout_ms: timeout.and_then(|t| u64::try_from(t.as_millis()).ok()),
+                });
                 Flow::Continue
             }
             // The think is dropped; the agent is asked again on resume.
-            Phase::Think => Flow::Cut,
+            Phase::Think => Flow::Cut(super::By::Pause),
             Phase::Idle => Flow::Continue,
         };
         // The agent's processes stop first (the freezer returns once they are), then the
@@ -340,11 +371,13 @@ impl Engine {
             agent.interrupt(crate::agent::Interrupt::Pause);
         }
         let acting = self.agent_holds_control();
+        let why = reason.clone();
         self.commit(|s| {
             s.status = Status::Paused;
             s.stop_reason = Some(reason);
+            s.frozen_command = frozen;
         });
-        super::journal(&self.store, "paused", serde_json::json!({}));
+        super::journal(&self.store, "paused", serde_json::json!({ "why": why }));
         self.signal_agent(crate::agent::Interrupt::Pause);
         if between_steps {
             // Between steps: what the agent did until its processes stopped is its own, taken
@@ -399,6 +432,7 @@ impl Engine {
         self.commit(|s| {
             s.status = Status::Running;
             s.stop_reason = None;
+            s.frozen_command = None;
             s.control.reason = "resumed by the user".into();
         });
         super::journal(&self.store, "resumed", serde_json::json!({}));
@@ -466,7 +500,7 @@ impl Engine {
         let flow = match phase {
             // The move being thought about would ignore the steer: ask again with it.
             Phase::Think => Flow::Rethink,
-            Phase::Command { .. } if urgent => Flow::Cut,
+            Phase::Command { .. } if urgent => Flow::Cut(super::By::UrgentSteer),
             _ => Flow::Continue,
         };
         (
@@ -654,6 +688,8 @@ impl Engine {
         self.commit(|s| {
             s.status = Status::Aborted;
             s.decisions.clear();
+            s.frozen_command = None;
+            s.ended_command = None;
             s.kept_agent_lines = kept;
             s.control = Control {
                 holder: Holder::None,
@@ -878,18 +914,22 @@ impl Engine {
                 "was waiting for your decision: {}",
                 p.decision.question
             ));
-            let action = p.mv.describe();
-            self.said = p.words;
-            self.complete(
-                action,
-                StepStatus::Skipped,
-                crate::agent::Outcome {
-                    ok: false,
-                    text: "not applied: the human took over before deciding".into(),
-                    ..Default::default()
-                },
-                super::Touched::Nothing,
-            );
+            // Rein's own question about an ended command is no move of the agent's: the
+            // command stays ended (`endedCommand`), and the agent hears of it at the handback.
+            if p.ended.is_none() {
+                let action = p.mv.describe();
+                self.said = p.words;
+                self.complete(
+                    action,
+                    StepStatus::Skipped,
+                    crate::agent::Outcome {
+                        ok: false,
+                        text: "not applied: the human took over before deciding".into(),
+                        ..Default::default()
+                    },
+                    super::Touched::Nothing,
+                );
+            }
         }
         // The agent's commands stop and end now; what it did until then is its own, taken
         // before what the person changed.
@@ -898,8 +938,16 @@ impl Engine {
         if let Some(r) = self.absorb(false, "changed outside the agent")? {
             self.add_note(r.markdown());
         }
+        // A command ended (by this takeover, or by the engine stopping before it) is what the
+        // agent was doing, and is not done.
         let prior = self.state().stop_reason.clone();
-        let handover = self.handover(&why, was_doing.or(prior))?;
+        let ended = self.state().ended_command.as_ref().map(|e| {
+            format!(
+                "{}; the agent is told when you hand back",
+                super::commands::ended_said(e)
+            )
+        });
+        let handover = self.handover(&why, was_doing.or(ended).or(prior))?;
         let reason_text = why.clone();
         self.commit(|s| {
             s.status = Status::Human;
@@ -937,6 +985,14 @@ impl Engine {
         self.take_unsaved(&mut report)?;
         report.head_moved = self.check_head();
         report.note = note.filter(|n| !n.trim().is_empty());
+        // A command a stop ended is the agent's to run again or not, now that the files are
+        // the person's: it is told, and Rein does not run it again itself.
+        report.ended_command = self.state().ended_command.as_ref().map(|e| {
+            format!(
+                "{} Run it again if it is still needed, from the files as they are now.",
+                super::commands::ended_for_agent(e)
+            )
+        });
         let noted = report.note.clone();
         self.reconcile_note = Some(report.markdown());
         self.ignored_hold_begins();
@@ -945,6 +1001,7 @@ impl Engine {
             s.status = Status::Running;
             s.held_files.clear();
             s.stop_reason = None;
+            s.ended_command = None;
             s.control = Control {
                 holder: Holder::Agent,
                 since: state::now(),

@@ -3,7 +3,8 @@
 //! client's engine: requests from any client act on the same task, every notice goes to every
 //! client, and each client's unsaved buffers and holds end when it leaves. Once no client is
 //! left it waits out a grace period, then does what `engine.whenAlone` says, and ends when no
-//! task runs. One actor (`Host::run`) owns all of this; connections only carry lines.
+//! task runs and it holds no frozen command (ending would end it). One actor (`Host::run`)
+//! owns all of this; connections only carry lines.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -593,6 +594,9 @@ impl Host {
             (Request::Shutdown, _) => Some(ControlError::BadArgument(
                 "a client does not shut the engine down; `rein stop` stops it".into(),
             )),
+            (Request::PauseAlone { .. }, _) => Some(ControlError::BadArgument(
+                "only the engine pauses a task for having no client; a client pauses it with `pause`".into(),
+            )),
             (_, None) => Some(ControlError::NotNow(
                 Advice::text("no task is active; start one with ").action(UserAction::Start),
             )),
@@ -691,14 +695,24 @@ impl Host {
         here || self.workers_run()
     }
 
-    /// With no client left: ends the engine when no task runs, else waits out the grace
-    /// period. False once the engine should end.
+    /// Whether the task's command is frozen in this process: ending would end it, and the
+    /// pause said it resumes where it stopped.
+    fn holds_frozen(&self) -> bool {
+        self.task.is_some()
+            && self
+                .state
+                .as_ref()
+                .is_some_and(|s| s.frozen_command.is_some())
+    }
+
+    /// With no client left: ends the engine when no task runs (and no command of it is
+    /// frozen), else waits out the grace period. False once the engine should end.
     fn check_alone(&mut self) -> bool {
         if !self.clients.is_empty() || self.stopping {
             return true;
         }
         if !self.task_runs() {
-            return false;
+            return self.holds_frozen();
         }
         if self.alone == Alone::No {
             let generation = self.begin_wait();
@@ -724,7 +738,7 @@ impl Host {
         }
         self.alone = Alone::Acted;
         if !self.task_runs() {
-            return false;
+            return self.holds_frozen();
         }
         if self.when_alone == WhenAlone::Pause {
             drop(self.stop_workers());
@@ -732,7 +746,8 @@ impl Host {
         match (self.when_alone, &self.task) {
             (WhenAlone::Pause, Some(task)) => {
                 tracing::info!("no client left: pausing the task (engine.whenAlone = pause)");
-                let rx = task.send(Request::Pause);
+                let after_ms = u64::try_from(self.grace.as_millis()).unwrap_or(u64::MAX);
+                let rx = task.send(Request::PauseAlone { after_ms });
                 let events = self.events.clone();
                 tokio::spawn(async move {
                     let event = match rx.await.unwrap_or(Err(ControlError::Gone)) {

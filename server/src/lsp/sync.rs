@@ -61,12 +61,14 @@ impl Synced {
                     changed.insert(k.clone(), Value::Null);
                 }
                 // Named apart as well: a JSON decoder that drops null members (Neovim's
-                // LSP client does) would lose them from `changed`.
-                let cleared: Vec<&String> = changed
+                // LSP client does) would lose them from `changed`. Sorted, so the list does
+                // not depend on which of the loops above found a field.
+                let mut cleared: Vec<&String> = changed
                     .iter()
                     .filter(|(_, v)| v.is_null())
                     .map(|(k, _)| k)
                     .collect();
+                cleared.sort();
                 let from = c.steps_from.min(sent.steps).min(s.steps.len());
                 Some(json!({
                     "taskId": s.task.id,

@@ -43,6 +43,10 @@ pub struct Report {
     /// named, not listed file by file).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub submodules: Vec<String>,
+    /// A command of the agent's that a stop ended before it finished (its step rolled
+    /// back), said to the agent: whether to run it again is its call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_command: Option<String>,
 }
 
 impl FileReport {
@@ -73,12 +77,18 @@ impl FileReport {
 impl Report {
     /// True when there is nothing to tell.
     pub fn is_empty(&self) -> bool {
-        self.changes.is_empty() && self.head_moved.is_none() && self.note.is_none()
+        self.changes.is_empty()
+            && self.head_moved.is_none()
+            && self.note.is_none()
+            && self.ended_command.is_none()
     }
 
     /// The report as the agent reads it: re-orient against this before acting.
     pub fn markdown(&self) -> String {
         let mut out = String::from("## What changed while you were not acting\n\n");
+        if let Some(ended) = &self.ended_command {
+            out.push_str(&format!("{ended}\n\n"));
+        }
         if let Some(note) = &self.note {
             out.push_str(&format!("The human's note: {note}\n\n"));
         }

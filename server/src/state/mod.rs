@@ -133,6 +133,17 @@ pub struct TaskState {
     /// the moment that command ends, which is never frozen or killed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_stop: Option<QueuedStop>,
+    /// The command of the agent's step that a pause froze, while it is frozen: the engine
+    /// holding it stays up with no client connected (ending would end the command), and a
+    /// resume thaws it where it stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen_command: Option<FrozenCommand>,
+    /// A command of the agent's that was ended before it finished while control was leaving
+    /// the agent (a takeover, the engine stopping), its step rolled back: a resume runs it
+    /// again from the start (asking first when the allow-list does not cover it); a handback
+    /// tells the agent instead. Gone once either happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_command: Option<EndedCommand>,
     /// The person's follow-ups, oldest first: each began a new turn of the same conversation
     /// after the agent finished or was stopped (the first turn is the task's goal).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -204,6 +215,39 @@ pub struct QueuedStop {
     pub behind: String,
     /// When it was asked (RFC 3339).
     pub since: String,
+}
+
+/// A command frozen by a pause.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FrozenCommand {
+    /// The command line.
+    pub command: String,
+    /// The step it runs for (recorded once it ends).
+    pub step: u32,
+    /// When it was frozen (RFC 3339).
+    pub since: String,
+    /// The timeout the agent gave it, in milliseconds (a run again gets it too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// A command ended before it finished, its step rolled back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EndedCommand {
+    /// The command line.
+    pub command: String,
+    /// Its step, rolled back.
+    pub step: u32,
+    /// What ended it: `the takeover`, `Rein's engine stopping`, `Rein's engine ending
+    /// abruptly (a crash or a kill)`.
+    pub by: String,
+    /// How it ended: `killed by signal 15`.
+    pub exit: String,
+    /// The timeout the agent gave it, in milliseconds (a run again gets it too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 /// Lines of one file the agent wrote that an abort kept.
@@ -736,6 +780,9 @@ pub enum DecisionKind {
     /// An agent's process could not start because the sandbox denied it a place under the
     /// home directory: let that agent write it (remembered in rein.toml)?
     AgentPlace,
+    /// A command a stop ended before it finished (its step rolled back) is not on the
+    /// allow-list: run it again from the start on resume, or skip it?
+    RerunCommand,
 }
 
 /// A change the human made to one file during the task.

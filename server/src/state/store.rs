@@ -650,6 +650,8 @@ mod tests {
             kept_agent_lines: Vec::new(),
             sandbox: None,
             queued_stop: None,
+            frozen_command: None,
+            ended_command: None,
             turns: Vec::new(),
             agent_session: None,
         }

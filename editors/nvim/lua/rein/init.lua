@@ -675,6 +675,7 @@ local decision_words = {
   question = "question for you",
   sandbox_denied = "sandbox denied a command",
   agent_place = "agent needs a place to write",
+  rerun_command = "run a stopped command again?",
 }
 
 --- Why a task is paused, short, for the statusline: "" for the user's own pause, else the
