@@ -31,6 +31,8 @@ mod long;
 mod lsp;
 #[path = "bench/many.rs"]
 mod many;
+#[path = "bench/trace.rs"]
+mod trace;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -62,7 +64,9 @@ usage: bench [--quick] [--huge] [--sizes N,N,...] [--json FILE] [--keep]
   --long-only    run only the long tasks, queued stops and what a task leaves
   --agents-only  run only pause all across 1, 4 and 8 agents in worktrees
   --sandbox-only run only the command sandbox's start-up cost (confined against unconfined
-                 `true`; every other run measures it too, unless Landlock is missing)
+                 `true`) and what tracing the agent's processes costs a command (traced
+                 against untraced); every other run measures them too, unless Landlock or
+                 seccomp notifications are missing
 ";
 
 /// Rein's warm checkpoint must beat the warm git CLI by this factor.
@@ -249,6 +253,7 @@ fn run() -> Result<()> {
         lsp: None,
         long: None,
         sandbox: None,
+        trace: None,
         many: None,
     };
     if args.git {
@@ -290,6 +295,11 @@ fn run() -> Result<()> {
         match confine::run(&scratch.path.join("sandbox"), sandbox_runs(args.quick)) {
             Ok(s) => report.sandbox = Some(s),
             Err(e) => eprintln!("bench: command sandbox start-up not measured: {e:#}"),
+        }
+        let runs = if args.quick { 3 } else { 10 };
+        match trace::run(&scratch.path.join("trace"), runs) {
+            Ok(t) => report.trace = Some(t),
+            Err(e) => eprintln!("bench: the trace's cost not measured: {e:#}"),
         }
     }
     report.load_at_end = load_average();
@@ -1190,6 +1200,8 @@ struct Report {
     long: Option<long::LongReport>,
     /// The command sandbox's start-up cost, where Landlock is.
     sandbox: Option<confine::SandboxReport>,
+    /// What tracing the agent's processes costs a command, where it can be had.
+    trace: Option<trace::TraceReport>,
     /// Pause all across 1, 4 and 8 agents in worktrees, over `rein lsp`, unless skipped.
     many: Option<Vec<many::ManyRow>>,
 }
@@ -1267,6 +1279,9 @@ impl Report {
         }
         if let Some(s) = &self.sandbox {
             out.push_str(&s.markdown());
+        }
+        if let Some(t) = &self.trace {
+            out.push_str(&t.markdown());
         }
         if let Some(rows) = &self.many {
             out.push_str("\n## Pause all across agents in worktrees (issue 27)\n\n");
