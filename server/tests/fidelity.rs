@@ -1417,3 +1417,25 @@ async fn after_a_storage_error_the_failed_steps_write_is_checkpointed_as_the_age
     assert!(why.contains("removed from 2 file(s)"), "{why}");
     assert_git_clean(root, "after abort");
 }
+
+/// Issue 35, item 6: the person's first change inside a clean submodule, made while they
+/// hold control, is named in the handback report as theirs, with no agent step before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submodule_changed_during_a_takeover_is_in_the_handback_report() {
+    let (dir, _upstream) = repo_with_submodule();
+    let root = dir.path();
+    let mut run = start(root, json!([{"read": "a.txt", "think_ms": 600000}]));
+    run.until("step 0", |s| !s.steps.is_empty()).await;
+    run.call(Request::Takeover { reason: None }).await;
+    write(root, "sub/lib.txt", "lib\nhuman\n");
+    let reply = run.call(Request::Handback { note: None }).await;
+    let rein::control::Reply::Handback { report, .. } = reply else {
+        panic!("not a handback reply");
+    };
+    assert_eq!(report.submodules, ["sub"], "{report:?}");
+    assert!(
+        report.markdown().contains("inside the submodule sub"),
+        "{}",
+        report.markdown()
+    );
+}
