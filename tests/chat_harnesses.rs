@@ -337,6 +337,36 @@ pub fn d_stop_during_a_command_ends_its_processes(h: &Harness, command: &str) {
     }
 }
 
+/// (f) Issue 35: the harness's shell tool runs a script that changes the tree by routes its
+/// line does not name (`sed -i`, Python, a generator writing 50 files) while the person
+/// writes `notes.txt` from a terminal; abort takes back exactly the script's changes and
+/// keeps the person's file, booked as theirs.
+pub fn f_abort_takes_back_exactly_what_its_command_changed(h: &Harness) {
+    let dir = repo(&[("README.md", "hi\n"), ("routes.sh", ROUTES_SH)]);
+    let root = dir.path();
+    let script = root.join("routes.sh");
+    let mut perms = std::fs::metadata(&script).expect("script").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&script, perms).expect("chmod");
+    crate::git(root, &["commit", "-q", "-am", "executable"]);
+    let model = Model::start(json!({"turns": [
+        {"calls": [(h.shell)("./routes.sh")]},
+        {"when": RESULT, "say": "Generated."}
+    ]}));
+    let mut lsp = start(
+        h,
+        root,
+        &model,
+        json!({"policy": {"allow": ["./routes.sh"]}}),
+        "generate the files",
+    );
+    // Its `sleep` runs once every change of the script's is made.
+    wait_command(&mut lsp, "routes.sh");
+    std::fs::write(root.join("notes.txt"), "mine\n").expect("a terminal's write");
+    let aborted = lsp.ok("rein.abort", json!({}));
+    assert_abort_took_back_exactly_the_agents(root, &aborted["state"]);
+}
+
 /// (e) The harness taken for one Rein does not know (`state_dirs` given empty): it dies at
 /// its start on its own state dir, the person is asked about that one directory under home
 /// (`agent_place`), and allowing it starts the harness, which finishes; the answer is

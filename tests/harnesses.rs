@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::{descendants, git, processes as procs, write, Lsp, Proc, PATIENCE};
+use crate::{descendants, git, processes as procs, read, write, Lsp, Proc, PATIENCE};
 
 /// A scripted model server from tests/agents (`SERVER SCRIPT [PORT_FILE] LOG`, printing
 /// `PORT n` first), killed on drop.
@@ -657,4 +657,38 @@ pub fn a_conversation_across_a_follow_up_and_a_kill9(
         }
     }
     s
+}
+
+/// A script for a harness's own command (its Bash or shell tool) that changes the tree by
+/// routes no command line names (`sed -i`, Python, a generator writing 50 files), then waits
+/// in `sleep` so the person can write meanwhile and abort: issue 35's case for the real
+/// harnesses.
+pub const ROUTES_SH: &str = "#!/bin/sh\nsed -i s/hi/HI/ README.md\npython3 -c \"open('py.bin','wb').write(bytes([0,233,255]))\"\nmkdir -p gen\ni=0; while [ $i -lt 50 ]; do echo \"generated $i\" > gen/f$i.txt; i=$((i+1)); done\nsleep 30\n";
+
+/// After an abort during `ROUTES_SH` while the person wrote `notes.txt` from a terminal:
+/// every change of the agent's command is gone, the person's file is kept and booked as
+/// theirs, and nothing is unattributed (the harness and its command were traced).
+pub fn assert_abort_took_back_exactly_the_agents(root: &Path, s: &Value) {
+    assert_eq!(status(s), "aborted", "{s:#}");
+    assert_eq!(read(root, "README.md"), "hi\n", "{:#?}", actions(s));
+    assert!(!root.join("py.bin").exists(), "{:#?}", actions(s));
+    assert!(
+        !root.join("gen").join("f49.txt").exists() && !root.join("gen").join("f0.txt").exists(),
+        "{:#?}",
+        actions(s)
+    );
+    assert_eq!(read(root, "notes.txt"), "mine\n", "{:#?}", actions(s));
+    assert_eq!(
+        first_author_of(root, s, "notes.txt").as_deref(),
+        Some("human"),
+        "{:#?}",
+        actions(s)
+    );
+    assert!(
+        s["unattributedChanges"]
+            .as_array()
+            .is_none_or(|u| u.is_empty()),
+        "{:#}",
+        s["unattributedChanges"]
+    );
 }

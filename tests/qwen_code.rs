@@ -88,3 +88,9 @@ fn e_taken_for_an_unknown_agent_it_is_asked_about_its_state_dir_and_starts_once_
 fn e_a_follow_up_and_a_kill9_keep_the_conversation() {
     e_a_conversation_across_a_follow_up_and_a_kill9(&HARNESS, true);
 }
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn f_abort_takes_back_exactly_what_its_command_changed_and_keeps_the_persons_file() {
+    f_abort_takes_back_exactly_what_its_command_changed(&HARNESS);
+}
