@@ -132,13 +132,15 @@ pub fn apply_state_change(state: &mut Value, params: &Value) {
         state["version"], params["base"],
         "a delta on a version this client does not have: {params}"
     );
-    let nulls: Vec<&String> = params["changed"]
+    // Sorted on both sides: the order of an object's members is no one's promise.
+    let mut nulls: Vec<&String> = params["changed"]
         .as_object()
         .expect("changed is an object")
         .iter()
         .filter(|(_, v)| v.is_null())
         .map(|(k, _)| k)
         .collect();
+    nulls.sort();
     assert_eq!(
         params["cleared"],
         json!(nulls),
