@@ -465,3 +465,95 @@ async fn abort_now(run: &mut support::Run) {
         .clone();
     assert_eq!(end.status, Status::Aborted);
 }
+
+/// An LFS file patched in place by a command (its content, not its pointer, on disk) is put
+/// back by abort as its content; another LFS file is never rewritten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_puts_back_an_lfs_file_a_command_patched() {
+    if !traced_here() {
+        return;
+    }
+    let lfs = std::process::Command::new("git")
+        .args(["lfs", "version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !lfs {
+        println!(
+            "SKIPPED: git-lfs is not installed (apt-get install git-lfs; .ci/run installs it)"
+        );
+        return;
+    }
+    let dir = repo(&[("a.txt", "a\n")]);
+    let root = dir.path();
+    git(root, &["lfs", "install", "--local"]);
+    git(root, &["lfs", "track", "*.psd"]);
+    let art: Vec<u8> = (0..300 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    std::fs::write(root.join("art.psd"), &art).expect("write");
+    std::fs::write(root.join("keep.psd"), &art[..1000]).expect("write");
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "art"]);
+    let keep = identity(root, "keep.psd");
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "sh -c 'python3 -c \"f = open(\\\"art.psd\\\", \\\"r+b\\\"); f.seek(1000); f.write(bytes(64)); f.close()\"'"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    run.until("the command's step", |s| {
+        s.steps.iter().any(|st| st.action.starts_with("run sh -c"))
+    })
+    .await;
+    assert_ne!(std::fs::read(root.join("art.psd")).expect("read"), art);
+    abort_now(&mut run).await;
+    assert_eq!(
+        std::fs::read(root.join("art.psd")).expect("read"),
+        art,
+        "the content, not the pointer"
+    );
+    assert_eq!(identity(root, "keep.psd"), keep, "never rewritten");
+    assert_git_clean(root, "after abort");
+    no_unattributed(&run.state);
+}
+
+/// A rewind to the start takes back what the agent's commands changed unnamed (the present
+/// checkpointed first, as every rewind does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_takes_back_what_commands_changed_unnamed() {
+    if !traced_here() {
+        return;
+    }
+    let dir = repo(&[("a.txt", "a\n"), ("b.txt", "b\n")]);
+    let root = dir.path();
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "sh -c 'python3 -c \"open(\\\"a.txt\\\", \\\"a\\\").write(\\\"agent\\\\n\\\"); open(\\\"new.txt\\\", \\\"w\\\").write(\\\"new\\\")\"'"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    run.until("the command's step", |s| {
+        s.steps.iter().any(|st| st.action.starts_with("run sh -c"))
+    })
+    .await;
+    assert_eq!(read(root, "a.txt"), "a\nagent\n");
+    run.call(Request::Pause).await;
+    run.call(Request::Rewind {
+        checkpoint: "step:0".into(),
+    })
+    .await;
+    assert_eq!(
+        read(root, "a.txt"),
+        "a\n",
+        "{:?}",
+        run.state
+            .steps
+            .iter()
+            .map(|s| &s.action)
+            .collect::<Vec<_>>()
+    );
+    assert!(!root.join("new.txt").exists());
+    no_unattributed(&run.state);
+}
