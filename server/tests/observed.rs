@@ -557,3 +557,36 @@ async fn a_rewind_takes_back_what_commands_changed_unnamed() {
     assert!(!root.join("new.txt").exists());
     no_unattributed(&run.state);
 }
+
+/// A bare `rmdir` of the agent's is taken back by abort (the directory made again), and the
+/// directories its `mkdir` made are removed, while one it only passed through stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_makes_again_a_directory_the_agent_removed_and_removes_those_it_made() {
+    if !traced_here() {
+        return;
+    }
+    let dir = repo(&[("a.txt", "a\n"), ("keep/k.txt", "k\n")]);
+    let root = dir.path();
+    std::fs::create_dir(root.join("empty")).expect("mkdir");
+    let mut run = start(
+        root,
+        json!([
+            {"run": {"cmd": "sh -c 'rmdir empty; mkdir -p keep/made/deep'"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let s = run
+        .until("the command's step", |s| {
+            s.steps.iter().any(|st| st.action.starts_with("run sh -c"))
+        })
+        .await;
+    assert!(!root.join("empty").exists());
+    let removed: Vec<&str> = s.removed_dirs.iter().map(|d| d.path.as_str()).collect();
+    assert_eq!(removed, ["empty"], "{:?}", s.removed_dirs);
+    abort_now(&mut run).await;
+    assert!(root.join("empty").is_dir(), "the removed directory is back");
+    assert!(!root.join("keep/made").exists(), "the made ones are gone");
+    assert_eq!(read(root, "keep/k.txt"), "k\n");
+    let why = run.state.stop_reason.clone().unwrap_or_default();
+    assert!(why.contains("made again 1 directory"), "{why}");
+}

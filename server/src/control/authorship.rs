@@ -238,6 +238,11 @@ pub(super) struct Ledger {
     /// Why the record is not whole since control last left the agent (a process ran
     /// untraced); `None` while it is.
     gap: Option<String>,
+    /// Directories the agent's processes made (absent before), repo-relative, not yet taken
+    /// by a step.
+    made_dirs: std::collections::BTreeSet<String>,
+    /// Directories they removed (there before), not yet taken by a step.
+    removed_dirs: std::collections::BTreeSet<String>,
 }
 
 impl Ledger {
@@ -278,11 +283,37 @@ impl Ledger {
             }
             self.fresh
                 .extend(taken.paths.iter().filter_map(|p| roots.relative_bytes(p)));
+            let rel = |p: &PathBuf| {
+                roots
+                    .relative_bytes(p)
+                    .and_then(|b| String::from_utf8(b).ok())
+            };
+            // Made and removed again (or the other way round) is where it was.
+            for d in taken.made_dirs.iter().filter_map(rel) {
+                if !self.removed_dirs.remove(&d) {
+                    self.made_dirs.insert(d);
+                }
+            }
+            for d in taken.removed_dirs.iter().filter_map(rel) {
+                if !self.made_dirs.remove(&d) {
+                    self.removed_dirs.insert(d);
+                }
+            }
         }
         evidence
             .traced
             .extend(self.fresh.iter().chain(&self.held).cloned());
         evidence
+    }
+
+    /// The directories the agent's processes made since a step last took them.
+    pub(super) fn take_made_dirs(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.made_dirs).into_iter().collect()
+    }
+
+    /// The directories they removed since a step last took them.
+    pub(super) fn take_removed_dirs(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.removed_dirs).into_iter().collect()
     }
 
     /// A round of judging is over (its step recorded): what was recorded until now explains
@@ -335,6 +366,8 @@ impl Ledger {
         self.fresh.clear();
         self.held.clear();
         self.gap = None;
+        self.made_dirs.clear();
+        self.removed_dirs.clear();
         if let Some(t) = &self.trace {
             t.forget();
         }

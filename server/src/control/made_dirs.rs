@@ -42,6 +42,18 @@ fn born_since(root: &Path, rel: &Path, since: SystemTime) -> bool {
         .is_ok_and(|born| born > since)
 }
 
+/// Whether `rel` under `root` is a real directory, none of the way a link.
+fn real_dir(root: &Path, rel: &Path) -> bool {
+    let mut at = root.to_path_buf();
+    rel.components().all(|c| {
+        if !matches!(c, std::path::Component::Normal(_)) {
+            return false;
+        }
+        at.push(c);
+        at.symlink_metadata().is_ok_and(|m| m.is_dir())
+    })
+}
+
 impl Engine {
     /// Before a command whose line names paths: notes each named path that is absent, with
     /// each absent directory on its way.
@@ -84,6 +96,12 @@ impl Engine {
                 }
             }
         }
+        // Observed: a `mkdir` of the agent's processes of a path that was absent.
+        for path in self.authorship.take_made_dirs() {
+            if real_dir(&self.root, Path::new(&path)) {
+                made.insert(path);
+            }
+        }
         let since = std::mem::replace(&mut self.dirs_from, SystemTime::now());
         for named in evidence.map(Evidence::named_paths).unwrap_or_default() {
             let mut at = Path::new(named.as_str());
@@ -103,6 +121,48 @@ impl Engine {
             .filter(|p| !known.contains(p.as_str()))
             .collect();
         made.sort_by_key(|p| std::cmp::Reverse(Path::new(p).components().count()));
+        made
+    }
+
+    /// The agent's step is being recorded: the directories its traced processes removed that
+    /// are still gone, none already recorded.
+    pub(super) fn removed_dirs(&mut self) -> Vec<String> {
+        let known: BTreeSet<String> = self
+            .state()
+            .removed_dirs
+            .iter()
+            .map(|d| d.path.clone())
+            .collect();
+        self.authorship
+            .take_removed_dirs()
+            .into_iter()
+            .filter(|p| !known.contains(p) && self.root.join(p).symlink_metadata().is_err())
+            .collect()
+    }
+
+    /// Abort: makes again each directory the agent's traced processes removed from step
+    /// `from` on that is still gone, shallowest first, each only beneath real directories
+    /// (never through a link). Returns how many it made.
+    pub(super) fn remake_dirs_commands_removed(&mut self, from: u32) -> usize {
+        let mut dirs: Vec<String> = self
+            .state()
+            .removed_dirs
+            .iter()
+            .filter(|d| d.at_step >= from)
+            .map(|d| d.path.clone())
+            .collect();
+        dirs.sort_by_key(|p| Path::new(p).components().count());
+        let mut made = 0;
+        for d in dirs {
+            let rel = Path::new(&d);
+            let parent_real = rel
+                .parent()
+                .is_none_or(|p| p.as_os_str().is_empty() || real_dir(&self.root, p));
+            let gone = self.root.join(rel).symlink_metadata().is_err();
+            if parent_real && gone && std::fs::create_dir(self.root.join(rel)).is_ok() {
+                made += 1;
+            }
+        }
         made
     }
 

@@ -187,6 +187,7 @@ pub fn start_as(
         claimed_changes: Vec::new(),
         unrecorded_ignored: Vec::new(),
         made_dirs: Vec::new(),
+        removed_dirs: Vec::new(),
         stop_reason: None,
         agent_moves: 0,
         decisions_asked: 0,

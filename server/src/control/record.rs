@@ -46,6 +46,7 @@ impl Engine {
             Touched::Tree(evidence) => Some(evidence),
             _ => None,
         });
+        let removed = self.removed_dirs();
         let paths = match touched {
             Touched::Tree(evidence) => self.attribute(&evidence),
             Touched::Nothing => Vec::new(),
@@ -131,6 +132,11 @@ impl Engine {
             s.push_step(record);
             s.made_dirs.extend(
                 made.into_iter()
+                    .map(|path| state::MadeDir { path, at_step: n }),
+            );
+            s.removed_dirs.extend(
+                removed
+                    .into_iter()
                     .map(|path| state::MadeDir { path, at_step: n }),
             );
             s.last_agent_checkpoint = id.clone();

@@ -546,6 +546,7 @@ impl Engine {
         let mut kept = Vec::new();
         let mut in_git = Vec::new();
         let mut dirs = 0;
+        let mut remade = 0;
         // A follow-up turn's abort takes back that turn only: what earlier turns did was
         // finished work the person went on from.
         let turn = self.current_turn();
@@ -567,7 +568,9 @@ impl Engine {
                     }
                 }
             }
-            dirs = self.remove_dirs_commands_made(turn.as_ref().map_or(0, |(_, from, _)| *from));
+            let from = turn.as_ref().map_or(0, |(_, from, _)| *from);
+            dirs = self.remove_dirs_commands_made(from);
+            remade = self.remake_dirs_commands_removed(from);
             in_git = undone.in_git;
             let snap = self.ckpt.snapshot(SnapshotMeta {
                 step: n,
@@ -591,6 +594,12 @@ impl Engine {
             why.push_str(&format!(
                 "; removed {dirs} empty director{} the agent's commands made",
                 if dirs == 1 { "y" } else { "ies" }
+            ));
+        }
+        if remade > 0 {
+            why.push_str(&format!(
+                "; made again {remade} director{} the agent's commands removed",
+                if remade == 1 { "y" } else { "ies" }
             ));
         }
         if !kept.is_empty() {

@@ -214,11 +214,23 @@ pub struct Traced {
     pub paths: Vec<PathBuf>,
     /// Why a change may have gone unrecorded meanwhile; empty when the record is whole.
     pub gaps: Vec<String>,
+    /// Directories a `mkdir` made (absent when it was asked for); a checkpoint holds none.
+    pub made_dirs: Vec<PathBuf>,
+    /// Directories an `rmdir` removed (there when it was asked for).
+    pub removed_dirs: Vec<PathBuf>,
+}
+
+/// What a call does to a directory, looked at before it runs.
+enum DirChange {
+    Made(PathBuf),
+    Removed(PathBuf),
 }
 
 #[derive(Debug, Default)]
 struct Record {
     paths: HashSet<PathBuf>,
+    made: HashSet<PathBuf>,
+    removed: HashSet<PathBuf>,
     /// The processes (threads) whose calls were recorded: they may hold what they opened.
     pids: HashSet<u32>,
     gaps: Vec<String>,
@@ -292,6 +304,8 @@ impl Trace {
         }
         Traced {
             paths: r.paths.drain().collect(),
+            made_dirs: r.made.drain().collect(),
+            removed_dirs: r.removed.drain().collect(),
             gaps: std::mem::take(&mut r.gaps),
         }
     }
@@ -327,6 +341,8 @@ impl Trace {
     pub fn forget(&self) {
         let mut r = lock(&self.inner.record);
         r.paths.clear();
+        r.made.clear();
+        r.removed.clear();
         r.gaps.clear();
     }
 
@@ -368,13 +384,24 @@ impl Inner {
         this.arrived.notify_all();
     }
 
-    fn keep(&self, pid: u32, paths: Vec<PathBuf>) {
+    fn keep(&self, pid: u32, paths: Vec<PathBuf>, dir: Option<DirChange>) {
         let mut r = lock(&self.record);
         for path in paths {
             if self.roots.iter().any(|root| path.starts_with(root)) {
                 r.paths.insert(path);
                 r.pids.insert(pid);
             }
+        }
+        // A directory made and removed again (or the other way round) in one window is
+        // where it was.
+        match dir {
+            Some(DirChange::Made(p)) if !r.removed.remove(&p) => {
+                r.made.insert(p);
+            }
+            Some(DirChange::Removed(p)) if !r.made.remove(&p) => {
+                r.removed.insert(p);
+            }
+            _ => {}
         }
     }
 
@@ -587,6 +614,11 @@ fn listen(listener: &OwnedFd, inner: &std::sync::Weak<Inner>) {
             continue;
         }
         let seen = resolve(&note);
+        // Looked at before the call runs: whether it makes or removes a directory.
+        let dir = seen
+            .as_ref()
+            .ok()
+            .and_then(|paths| dir_change(&note, paths));
         // The caller may have died and its pid be reused while we read: what we read is
         // then not its call, and the call will not happen.
         let mut id = note.id;
@@ -594,7 +626,7 @@ fn listen(listener: &OwnedFd, inner: &std::sync::Weak<Inner>) {
         let valid = unsafe { libc::ioctl(fd, libc::SECCOMP_IOCTL_NOTIF_ID_VALID as _, &mut id) };
         if valid == 0 {
             match seen {
-                Ok(paths) => inner.keep(note.pid, paths),
+                Ok(paths) => inner.keep(note.pid, paths, dir),
                 Err(why) => inner.gap(why),
             }
         }
@@ -676,6 +708,25 @@ struct Named {
     /// Whether its parent came from the kernel (`/proc`), links resolved: one name relative
     /// to the caller's cwd or a directory descriptor, the common case, costs no lookup.
     resolved: bool,
+}
+
+/// Whether the call makes a directory that is absent now, or removes one that is there.
+fn dir_change(note: &libc::seccomp_notif, paths: &[PathBuf]) -> Option<DirChange> {
+    let nr = i64::from(note.data.nr);
+    let path = paths.last()?;
+    #[cfg(target_arch = "x86_64")]
+    let (mkdir, rmdir) = (nr == libc::SYS_mkdir, nr == libc::SYS_rmdir);
+    #[cfg(not(target_arch = "x86_64"))]
+    let (mkdir, rmdir) = (false, false);
+    let removes_dir =
+        rmdir || (nr == libc::SYS_unlinkat && note.data.args[2] as i32 & libc::AT_REMOVEDIR != 0);
+    if (mkdir || nr == libc::SYS_mkdirat) && std::fs::symlink_metadata(path).is_err() {
+        Some(DirChange::Made(path.clone()))
+    } else if removes_dir && std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        Some(DirChange::Removed(path.clone()))
+    } else {
+        None
+    }
 }
 
 /// Adds the path, its parent's links resolved, and when the call follows a link and the
@@ -975,6 +1026,41 @@ mod tests {
         assert_eq!(rel(&outer.take(), dir.path()), vec!["a.txt".to_owned()]);
         let gaps = inner.take().gaps;
         assert_eq!(gaps.len(), 1, "{gaps:?}");
+    }
+
+    #[test]
+    fn directories_made_and_removed_are_told_apart_from_those_that_were_there() {
+        if !here() {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("dir");
+        let root = dir.path();
+        std::fs::create_dir(root.join("empty")).expect("mkdir");
+        std::fs::create_dir(root.join("there")).expect("mkdir");
+        let trace = Trace::new(root);
+        let out = traced(
+            &trace,
+            root,
+            "rmdir empty; mkdir -p there made/deep; mkdir tmp && rmdir tmp",
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let taken = trace.take();
+        let canon = root.canonicalize().expect("root");
+        let names = |v: &[PathBuf]| {
+            let mut n: Vec<String> = v
+                .iter()
+                .filter_map(|p| p.strip_prefix(&canon).ok())
+                .map(|p| p.display().to_string())
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(&taken.made_dirs), ["made", "made/deep"]);
+        assert_eq!(names(&taken.removed_dirs), ["empty"]);
     }
 
     #[test]

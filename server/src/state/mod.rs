@@ -101,6 +101,10 @@ pub struct TaskState {
     /// checkpoint holds a directory, so abort removes these itself while they are empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub made_dirs: Vec<MadeDir>,
+    /// Directories the agent's traced processes removed (an `rmdir` of one that was there): no
+    /// checkpoint holds a directory, so abort makes these again itself where they are gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_dirs: Vec<MadeDir>,
     /// Why the run is not running (paused, awaiting a decision, handed over, ended).
     #[serde(default)]
     pub stop_reason: Option<String>,
@@ -837,13 +841,13 @@ pub struct UnrecordedIgnored {
     pub at_step: u32,
 }
 
-/// A directory an agent's command made.
+/// A directory an agent's command made (or, in `removedDirs`, removed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MadeDir {
     /// Repo-relative path.
     pub path: String,
-    /// The agent step that made it.
+    /// The agent step that made (or removed) it.
     pub at_step: u32,
 }
 

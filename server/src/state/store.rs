@@ -640,6 +640,7 @@ mod tests {
             claimed_changes: vec![],
             unrecorded_ignored: vec![],
             made_dirs: vec![],
+            removed_dirs: vec![],
             stop_reason: None,
             agent_moves: 0,
             decisions_asked: 0,
