@@ -1760,3 +1760,33 @@ fn releasing_a_buffer_typed_over_an_older_text_keeps_the_agents_lines() {
         !d.iter().any(|d| d["code"] == "stale")
     });
 }
+
+/// A new engine is told this editor's unsaved buffers; a buffer still on the text from before
+/// the agent's write, with nothing typed in it, is none: the file is not held for it.
+#[test]
+fn a_buffer_behind_the_agent_with_nothing_typed_is_not_held_by_a_new_engine() {
+    let dir = repo(
+        &[("notes.txt", "n\n"), ("a.txt", "a\n")],
+        json!([
+            {"write": {"path": "notes.txt", "content": "n\nagent\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    let u = lsp.open("notes.txt", "n\n");
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("the write", |s| agent_steps(s) >= 1);
+    lsp.wait_diagnostics("the buffer is behind the agent", &u, |d| {
+        d.iter().any(|d| d["code"] == "stale")
+    });
+    let engine = lsp.engine_pid();
+    kill9_engine(root);
+    lsp.pump_until(std::time::Instant::now() + PATIENCE, |l| {
+        engine_pid(&l.root).is_some_and(|p| p != engine)
+    });
+    lsp.wait_state("recovered", |s| status(s) == "paused");
+    // The engine takes requests in order: a hold, had it been asked, is in before this answer.
+    let s = lsp.ok("rein.state", json!({}));
+    assert_eq!(s["state"]["heldFiles"], json!([]), "{s:#}");
+}

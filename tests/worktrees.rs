@@ -781,7 +781,11 @@ fn taking_the_agents_side_over_unsaved_text_gives_the_buffer_the_file() {
     lsp.ok("rein.tasks", json!({}));
     let landed = lsp.ok("rein.land", json!({"taskId": id}));
     assert_eq!(landed["overlaps"][0]["path"], "a.txt", "{landed:#}");
-    assert_eq!(read(root, "a.txt"), FILE, "the person's side stays meanwhile");
+    assert_eq!(
+        read(root, "a.txt"),
+        FILE,
+        "the person's side stays meanwhile"
+    );
     let d = tasks(&mut lsp)["decisions"][0].clone();
     let asked = lsp.server_requests.len();
     lsp.ok(

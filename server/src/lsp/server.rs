@@ -738,12 +738,14 @@ impl Server {
             };
             let text = doc.rope();
             let disk = std::fs::read_to_string(root.join(&path)).ok();
-            if disk.as_ref().is_some_and(|d| *text == **d) {
+            // A buffer still on the text it was based on holds nothing of the person's, even
+            // when the file moved on (the editor has not reloaded it yet).
+            if disk.as_ref().is_some_and(|d| *text == **d) || text == doc.base() {
                 continue;
             }
-            let hold = disk
-                .as_ref()
-                .is_none_or(|d| !crate::steer::differ_only_in_steers(d, &text.to_string()));
+            let hold = disk.as_ref().is_none_or(|_| {
+                !crate::steer::differ_only_in_steers(&doc.base().to_string(), &text.to_string())
+            });
             self.engine_buffers.insert(path.clone());
             engine.tell(Request::Buffer {
                 path: path.clone(),
