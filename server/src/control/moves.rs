@@ -351,8 +351,8 @@ impl Engine {
             return self.step_failed(action, why);
         }
         let protected = self.protected(&path);
-        let judge = |now: Option<&[u8]>| judge(&mv, base.as_deref(), now, &protected);
-        let Some(verdict) = judge(ours.as_deref()) else {
+        let verdict_on = |now: Option<&[u8]>| judge(&mv, base.as_deref(), now, &protected);
+        let Some(verdict) = verdict_on(ours.as_deref()) else {
             return self.step_failed(action, "not a write");
         };
         // The agent remembers its own view with its edit applied, not the merged file.
@@ -369,13 +369,11 @@ impl Engine {
             // The person typed over an older text of the file, in lines the file changed
             // since: their side is what they have meanwhile, and they choose, each way with
             // the agent's write in it.
-            let mine = resolution(&verdict, ours.as_deref(), Side::Mine);
-            let agents_verdict = judge(Some(&overlap.theirs));
-            let agents = agents_verdict
-                .as_ref()
-                .and_then(|v| resolution(v, Some(&overlap.theirs), Side::Agents))
-                .unwrap_or_else(|| overlap.theirs.clone());
-            if let Some(mine) = mine {
+            // An edit that cannot be carried out on their side fails below as any would.
+            if let Some(mine) = resolution(&verdict, ours.as_deref(), Side::Mine) {
+                let agents = verdict_on(Some(&overlap.theirs))
+                    .and_then(|v| resolution(&v, Some(&overlap.theirs), Side::Agents))
+                    .unwrap_or_else(|| overlap.theirs.clone());
                 let mut hunks = overlap.hunks;
                 if let Verdict::Conflict { hunks: more, .. } = &verdict {
                     hunks.extend(more.iter().cloned());
