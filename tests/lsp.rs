@@ -1655,3 +1655,138 @@ fn a_workspace_opened_through_a_symlink_is_told_of_agent_writes_under_its_own_pa
     let s = lsp.ok("rein.state", json!({}));
     assert_eq!(s["state"]["heldFiles"], json!(["a.txt"]), "{s:#}");
 }
+
+const TAGS: &str = "import collections\n\n\ndef tags(items):\n    return sorted({t for i in items for t in i.tags})\n\n\ndef count(items):\n    return len(items)\n";
+const TOP_TAGS: &str = "def top_tags(items, n=3):\n    counts = collections.Counter(t for i in items for t in i.tags)\n    return [t for t, _ in counts.most_common(n)]\n\n\n";
+
+/// A client that applies `workspace/applyEdit` with versioned document changes.
+fn editing_client() -> Value {
+    let mut caps = Lsp::rich_client();
+    caps["workspace"]["applyEdit"] = json!(true);
+    caps["workspace"]["workspaceEdit"] = json!({"documentChanges": true});
+    caps
+}
+
+/// Issue 35, item 4, as measured in Neovim: the agent edits tags.py twice; between the two
+/// edits the person types in a buffer still on the text from before the first (the editor
+/// had not reloaded it) and releases the file. Their unsaved line is merged around the
+/// agent's, which survive; no step says the person deleted them; and the buffer is given the
+/// file's text, so a save of it cannot drop them.
+#[test]
+fn releasing_a_buffer_typed_over_an_older_text_keeps_the_agents_lines() {
+    let dir = repo(
+        &[("tags.py", TAGS)],
+        json!([
+            {"edit": {"path": "tags.py", "old": "def count(items):\n", "new": format!("{TOP_TAGS}def count(items):\n")}},
+            {"edit": {"path": "tags.py", "old": "def tags(items):\n", "new": "def tags(items):\n    \"\"\"Every tag once, sorted.\"\"\"\n"}, "think_ms": 1500},
+            {"read": "tags.py", "think_ms": 600000}
+        ]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, editing_client(), Value::Null);
+    let u = lsp.open("tags.py", TAGS);
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("the first edit", |s| agent_steps(s) >= 1);
+    assert!(read(root, "tags.py").contains("def top_tags"));
+    // The buffer was not reloaded: `:normal! Go# TODO` on the text from before the edit.
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [
+            {"range": {"start": {"line": 9, "character": 0}, "end": {"line": 9, "character": 0}}, "text": "# TODO\n"}
+        ]}),
+    );
+    let s = lsp.wait_state("held-file decision", |s| status(s) == "awaiting_decision");
+    assert_eq!(s["decisions"][0]["kind"], "held_file", "{s:#}");
+    let asked = lsp.server_requests.len();
+    let told = lsp.notifications.len();
+    lsp.ok("rein.release", json!({"uri": u}));
+    let s = lsp.wait_state("the second edit", |s| agent_steps(s) >= 2);
+    let file = read(root, "tags.py");
+    let want = format!(
+        "import collections\n\n\ndef tags(items):\n    \"\"\"Every tag once, sorted.\"\"\"\n    return sorted({{t for i in items for t in i.tags}})\n\n\n{TOP_TAGS}def count(items):\n    return len(items)\n# TODO\n"
+    );
+    assert_eq!(file, want, "the agent's lines and the person's, merged");
+    for h in s["humanChanges"].as_array().unwrap() {
+        assert_eq!(h["removed"], 0, "the person deleted nothing: {s:#}");
+    }
+    let typed = s["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|st| st["action"] == "typed in the editor, not yet saved: tags.py")
+        .unwrap_or_else(|| panic!("the person's unsaved line is their step: {s:#}"));
+    assert_eq!(typed["author"], "human");
+    // The buffer is given the file's text, at the version the merge took.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    lsp.pump_until(deadline, |l| {
+        l.server_requests[asked..]
+            .iter()
+            .any(|r| r["method"] == "workspace/applyEdit")
+    });
+    let edit = lsp.server_requests[asked..]
+        .iter()
+        .find(|r| r["method"] == "workspace/applyEdit")
+        .unwrap_or_else(|| panic!("the buffer is given the merged text"))
+        .clone();
+    let change = &edit["params"]["edit"]["documentChanges"][0];
+    assert_eq!(change["textDocument"], json!({"uri": u, "version": 2}));
+    assert_eq!(change["edits"][0]["newText"], want);
+    assert_eq!(
+        change["edits"][0]["range"],
+        json!({"start": {"line": 0, "character": 0}, "end": {"line": 10, "character": 0}})
+    );
+    // Once applied the editor is told again that the file changed: its buffer, equal to the
+    // file now, is marked saved (the editors' plugins reload it).
+    let changed = |l: &Lsp| {
+        l.notifications[told..]
+            .iter()
+            .filter(|n| n["method"] == "rein/filesChanged" && n["params"]["uris"] == json!([u]))
+            .count()
+    };
+    lsp.pump_until(deadline, |l| changed(l) >= 2);
+    assert_eq!(
+        changed(&lsp),
+        2,
+        "at the write, and once the edit is applied"
+    );
+    // The edit, as the editor applies it: the buffer is the file, no edit of the person's.
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 3}, "contentChanges": [{"text": want}]}),
+    );
+    let s = lsp.ok("rein.state", json!({}));
+    assert_eq!(s["state"]["heldFiles"], json!([]), "{s:#}");
+    lsp.wait_diagnostics("the buffer is the file", &u, |d| {
+        !d.iter().any(|d| d["code"] == "stale")
+    });
+}
+
+/// A new engine is told this editor's unsaved buffers; a buffer still on the text from before
+/// the agent's write, with nothing typed in it, is none: the file is not held for it.
+#[test]
+fn a_buffer_behind_the_agent_with_nothing_typed_is_not_held_by_a_new_engine() {
+    let dir = repo(
+        &[("notes.txt", "n\n"), ("a.txt", "a\n")],
+        json!([
+            {"write": {"path": "notes.txt", "content": "n\nagent\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    );
+    let root = dir.path();
+    let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
+    let u = lsp.open("notes.txt", "n\n");
+    lsp.ok("rein.start", json!({"goal": "g"}));
+    lsp.wait_state("the write", |s| agent_steps(s) >= 1);
+    lsp.wait_diagnostics("the buffer is behind the agent", &u, |d| {
+        d.iter().any(|d| d["code"] == "stale")
+    });
+    let engine = lsp.engine_pid();
+    kill9_engine(root);
+    lsp.pump_until(std::time::Instant::now() + PATIENCE, |l| {
+        engine_pid(&l.root).is_some_and(|p| p != engine)
+    });
+    lsp.wait_state("recovered", |s| status(s) == "paused");
+    // The engine takes requests in order: a hold, had it been asked, is in before this answer.
+    let s = lsp.ok("rein.state", json!({}));
+    assert_eq!(s["state"]["heldFiles"], json!([]), "{s:#}");
+}

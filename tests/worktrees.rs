@@ -745,3 +745,67 @@ fn a_finished_worktree_task_is_continued_in_its_own_worktree() {
     lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
     nothing_left(root);
 }
+
+/// Landing over unsaved text and taking the agent's side of the overlap: the file takes the
+/// agent's line and the person's other unsaved line, and the buffer is given the file's text
+/// (issue 35, item 4), so a save of the old buffer cannot put the person's side back.
+#[test]
+fn taking_the_agents_side_over_unsaved_text_gives_the_buffer_the_file() {
+    const FILE: &str = "one\ntwo\nthree\nfour\nfive\n";
+    let dir = repo(&[("a.txt", FILE)], json!([]));
+    let root = dir.path();
+    let plans = tempfile::tempdir().expect("temp dir");
+    let wts = tempfile::tempdir().expect("temp dir");
+    let mut caps = Lsp::rich_client();
+    caps["workspace"]["applyEdit"] = json!(true);
+    caps["workspace"]["workspaceEdit"] = json!({"documentChanges": true});
+    let (mut lsp, _) = Lsp::start_env(root, caps, Value::Null, &worktrees_env(wts.path()));
+    let id = start_worktree(
+        &mut lsp,
+        "change two",
+        plan(
+            plans.path(),
+            "a",
+            json!([{"write": {"path": "a.txt", "content": "one\nTWO\nthree\nfour\nfive\n"}}, {"finish": "done"}]),
+        ),
+    );
+    until_tasks(&mut lsp, "done", |t| task(t, &id)["status"] == "done");
+    let u = lsp.open("a.txt", FILE);
+    lsp.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [
+            {"text": "one\ntwo, mine\nthree\nfour\nfive, mine\n"}
+        ]}),
+    );
+    // The engine has the buffer once the server shared it: a request after it.
+    lsp.ok("rein.tasks", json!({}));
+    let landed = lsp.ok("rein.land", json!({"taskId": id}));
+    assert_eq!(landed["overlaps"][0]["path"], "a.txt", "{landed:#}");
+    assert_eq!(
+        read(root, "a.txt"),
+        FILE,
+        "the person's side stays meanwhile"
+    );
+    let d = tasks(&mut lsp)["decisions"][0].clone();
+    let asked = lsp.server_requests.len();
+    lsp.ok(
+        "rein.decide",
+        json!({"taskId": id, "decisionId": d["decisionId"], "choice": "take the agent's"}),
+    );
+    let want = "one\nTWO\nthree\nfour\nfive, mine\n";
+    assert_eq!(read(root, "a.txt"), want);
+    lsp.pump_until(Instant::now() + PATIENCE, |l| {
+        l.server_requests[asked..]
+            .iter()
+            .any(|r| r["method"] == "workspace/applyEdit")
+    });
+    let edit = lsp.server_requests[asked..]
+        .iter()
+        .find(|r| r["method"] == "workspace/applyEdit")
+        .unwrap_or_else(|| panic!("the buffer is given the file's text"))
+        .clone();
+    let change = &edit["params"]["edit"]["documentChanges"][0];
+    assert_eq!(change["textDocument"], json!({"uri": u, "version": 2}));
+    assert_eq!(change["edits"][0]["newText"], want);
+    nothing_left(root);
+}

@@ -135,12 +135,14 @@ async fn a_comment_saved_while_the_command_is_paused_is_the_humans_not_the_comma
     run.call(Request::Buffer {
         path: "lib.py".into(),
         content: Some(Rope::from_str(typed)),
+        base: None,
     })
     .await;
     write(root, "lib.py", typed);
     run.call(Request::Buffer {
         path: "lib.py".into(),
         content: None,
+        base: None,
     })
     .await;
     run.call(Request::Resume).await;

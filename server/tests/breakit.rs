@@ -829,6 +829,7 @@ async fn abort_keeps_a_human_line_the_agent_merged_from_an_unsaved_buffer() {
     run.call(Request::Buffer {
         path: "f.txt".into(),
         content: Some(Rope::from_str(typed)),
+        base: None,
     })
     .await;
     run.call(Request::Hold {
@@ -853,6 +854,7 @@ async fn abort_keeps_a_human_line_the_agent_merged_from_an_unsaved_buffer() {
     run.call(Request::Buffer {
         path: "f.txt".into(),
         content: None,
+        base: None,
     })
     .await;
     let end = run
@@ -933,6 +935,7 @@ async fn an_unsaved_human_line_merged_by_the_agent_stays_protected() {
     run.call(Request::Buffer {
         path: "f.txt".into(),
         content: Some(Rope::from_str(&buffer)),
+        base: None,
     })
     .await;
     run.call(Request::Hold {
@@ -965,6 +968,7 @@ async fn an_unsaved_human_line_merged_by_the_agent_stays_protected() {
     run.call(Request::Buffer {
         path: "f.txt".into(),
         content: Some(Rope::from_str(&buffer)),
+        base: None,
     })
     .await;
     run.call(Request::Hold {
@@ -975,6 +979,7 @@ async fn an_unsaved_human_line_merged_by_the_agent_stays_protected() {
     run.call(Request::Buffer {
         path: "f.txt".into(),
         content: None,
+        base: None,
     })
     .await;
     let end = to_the_end(&mut run).await;

@@ -360,6 +360,7 @@ async fn run_case(
                     .call(Request::Buffer {
                         path: p.clone(),
                         content: Some(Rope::from_str(&text)),
+                        base: None,
                     })
                     .await;
                 let full = root.join(&p);
@@ -372,6 +373,7 @@ async fn run_case(
                     .call(Request::Buffer {
                         path: p.clone(),
                         content: None,
+                        base: None,
                     })
                     .await;
                 expected.insert(p.clone(), node(root, &p));
@@ -694,6 +696,7 @@ async fn run_acp_case(
                     .call(Request::Buffer {
                         path: p(i),
                         content: None,
+                        base: None,
                     })
                     .await;
             }

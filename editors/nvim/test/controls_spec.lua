@@ -312,3 +312,59 @@ do
     },
   })
 end
+
+-- A release of a buffer typed over the text from before the agent's write ---------------
+
+do
+  local root, tags
+  local TAGS = "import collections\n\n\ndef tags(items):\n    return sorted({t for i in items for t in i.tags})\n\n\n"
+    .. "def count(items):\n    return len(items)\n"
+  local TOP = "def top_tags(items, n=3):\n    counts = collections.Counter(t for i in items for t in i.tags)\n"
+    .. "    return [t for t, _ in counts.most_common(n)]\n\n\n"
+  local DOC = '    """Every tag once, sorted."""\n'
+  T.scenario("release of a buffer older than the agent's write", {
+    {
+      "the agent's lines stay, the typed line is merged in, and the buffer is the file, saved",
+      function()
+        root = H.repo({ ["tags.py"] = TAGS }, {
+          steps = {
+            { edit = { path = "tags.py", old = "def count(items):\n", new = TOP .. "def count(items):\n" }, think_ms = 1500 },
+            { edit = { path = "tags.py", old = "def tags(items):\n", new = "def tags(items):\n" .. DOC }, think_ms = 1500 },
+            { finish = "top_tags added", think_ms = 100 },
+          },
+        })
+        vim.cmd("cd " .. vim.fn.fnameescape(root))
+        local rein = H.setup()
+        vim.cmd("edit " .. vim.fn.fnameescape(root .. "/tags.py"))
+        tags = vim.api.nvim_get_current_buf()
+        H.wait_client()
+        -- The buffer is not reloaded after the agent's first edit: the person was typing.
+        local reload = rein.reload
+        rein.reload = function() end
+        H.cmd("Rein start add top_tags")
+        T.wait(function()
+          return T.read_file(root .. "/tags.py"):find("def top_tags", 1, true)
+        end, "the agent's first edit")
+        table.insert(H.selects, "release")
+        vim.cmd("normal! Go# TODO")
+        rein.reload = reload
+        local s = H.wait_status("done")
+        local want = "import collections\n\n\ndef tags(items):\n"
+          .. DOC
+          .. "    return sorted({t for i in items for t in i.tags})\n\n\n"
+          .. TOP
+          .. "def count(items):\n    return len(items)\n# TODO\n"
+        T.eq(T.read_file(root .. "/tags.py"), want, "the agent's lines and the person's")
+        for _, h in ipairs(s.humanChanges or {}) do
+          T.eq(h.removed, 0, "booked as the person's deletion: " .. vim.inspect(h))
+        end
+        T.wait(function()
+          return not vim.bo[tags].modified and H.buf_text(tags) == want
+        end, "the buffer holds the file and is saved")
+        -- A :w now writes what the file holds.
+        vim.cmd("write")
+        T.eq(T.read_file(root .. "/tags.py"), want)
+      end,
+    },
+  })
+end

@@ -34,6 +34,7 @@ import {
   serverNotFoundText,
   isNotFoundError,
   errorMessage,
+  onFileChanged,
   Landlock,
   ServerPhase,
 } from './model';
@@ -735,22 +736,33 @@ function writeStateDoc(): void {
   reportChanged.fire(STATE_DOC);
 }
 
-/** The agent wrote these files: make sure open, clean buffers show the new content. */
+/**
+ * These files changed on disk (the agent wrote them, or Rein wrote the person's unsaved text
+ * into them, merged): open buffers show the file (`onFileChanged` says which and how).
+ */
 async function reloadClean(uris: string[]): Promise<void> {
-  // VS Code's file watcher reloads clean buffers by itself; this only catches a missed event.
+  // VS Code's file watcher reloads clean buffers by itself; this only catches a missed event,
+  // and marks saved a dirty buffer Rein gave the file's text.
   await new Promise((r) => setTimeout(r, 600));
   for (const raw of uris) {
     const uri = vscode.Uri.parse(raw);
     const doc = vscode.workspace.textDocuments.find((d) => d.uri.toString() === uri.toString());
-    if (!doc || doc.isDirty) continue;
+    if (!doc) continue;
     let disk: string;
     try {
       disk = await fs.promises.readFile(uri.fsPath, 'utf8');
     } catch {
       continue;
     }
-    if (doc.isDirty || doc.getText() === disk) continue;
-    log(`reloading ${uri.fsPath} from disk (the agent wrote it)`);
+    // Judged on the buffer as it is after the read, right before the revert: a keystroke
+    // typed since Rein gave it the file's text makes it `leave`.
+    const action = onFileChanged(doc.isDirty, doc.getText(), disk);
+    if (action === 'leave') continue;
+    log(
+      action === 'reload'
+        ? `reloading ${uri.fsPath} from disk (the agent wrote it)`
+        : `marking ${uri.fsPath} saved: it holds the file's text (Rein merged your unsaved change into it)`,
+    );
     try {
       await vscode.commands.executeCommand('workbench.action.files.revert', uri);
     } catch (e) {

@@ -910,3 +910,16 @@ export function errorMessage(command: string, err: unknown): { text: string; sev
   if (e?.code === -32602) return { text: msg, severity: 'error' };
   return { text: `Rein: ${command} failed: ${msg}`, severity: 'error' };
 }
+
+/**
+ * What to do with an open buffer whose file Rein says changed on disk. A clean buffer that
+ * differs from the file is reloaded. A dirty one is left alone, unless its text is the file's
+ * already: Rein wrote the person's unsaved text into the file, merged with the agent's, and
+ * gave the buffer the result (`workspace/applyEdit`). Reverting that buffer loses nothing and
+ * marks it saved, so a later save can neither say the file is newer nor write an older text
+ * over it.
+ */
+export function onFileChanged(dirty: boolean, text: string, disk: string): 'reload' | 'markSaved' | 'leave' {
+  if (dirty) return text === disk ? 'markSaved' : 'leave';
+  return text === disk ? 'leave' : 'reload';
+}

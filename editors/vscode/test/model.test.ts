@@ -13,6 +13,7 @@ import {
   resolveServerPath,
   serverNotFoundText,
   isNotFoundError,
+  onFileChanged,
   decisionContext,
   inlineChoice,
   constraintDescription,
@@ -444,4 +445,12 @@ test('a long task\'s steps in pages: the newest at once, the older pages stay pu
   assert.equal(more.recent.length, 101);
   assert.deepEqual(more.earlier.slice(1), big.earlier);
   assert.deepEqual(more.earlier[0], { start: 9800, end: 9900, first: 9800, last: 9899 });
+});
+
+test('a file Rein changed: a clean buffer reloads; a dirty one only once it holds the file\'s text, and is then marked saved', () => {
+  assert.equal(onFileChanged(false, 'old\n', 'new\n'), 'reload');
+  assert.equal(onFileChanged(false, 'same\n', 'same\n'), 'leave');
+  // The person's unsaved text is theirs until Rein gave the buffer the file's (merged) text.
+  assert.equal(onFileChanged(true, 'typed over old\n', 'merged\n'), 'leave');
+  assert.equal(onFileChanged(true, 'merged\n', 'merged\n'), 'markSaved');
 });

@@ -751,6 +751,7 @@ impl Engine {
                         };
                         (self.notify)(Notice::Wrote {
                             path: c.path.clone(),
+                            unsaved: None,
                         });
                         if let Err(e) = r {
                             self.say(Level::Error, format!("could not roll back {}: {e}", c.path));

@@ -103,7 +103,7 @@ impl Engine {
         let start = s.steps.first().and_then(|st| st.checkpoint.clone());
         let mut changes = Vec::new();
         if let Some(start) = start {
-            let overlay = self.buffers.overlay();
+            let overlay = self.unsaved_overlay();
             for c in self.ckpt.diff_worktree(&start, &overlay)? {
                 let f = FileReport::new(&c, false);
                 changes.push(FileStat {

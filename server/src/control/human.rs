@@ -18,7 +18,7 @@ impl Engine {
         let (false, Some(tip)) = (self.buffers.is_empty(), self.tip.clone()) else {
             return Ok(());
         };
-        let overlay = self.buffers.overlay();
+        let overlay = self.unsaved_overlay();
         let unsaved: Vec<_> = self
             .ckpt
             .diff_worktree(&tip, &overlay)?

@@ -320,7 +320,10 @@ impl Engine {
                 Ok(false) => {}
                 Ok(true) => {
                     done.files += 1;
-                    (self.notify)(super::Notice::Wrote { path });
+                    (self.notify)(super::Notice::Wrote {
+                        path,
+                        unsaved: None,
+                    });
                     if removing {
                         removed.push((raw, since));
                     }

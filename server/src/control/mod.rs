@@ -167,6 +167,12 @@ pub enum Request {
         /// (a clone shares the text), and the engine makes bytes of it only when it reads it.
         #[serde(with = "rope_text")]
         content: Option<Rope>,
+        /// The text the buffer is based on: what the file held when the editor last had it
+        /// equal (opened, saved or reloaded). The person's change is the buffer's difference
+        /// from it, not from the file now, which the agent may have written since. `None`:
+        /// not known (a client that does not say), the file as it is now.
+        #[serde(default, with = "rope_text", skip_serializing_if = "Option::is_none")]
+        base: Option<Rope>,
     },
     /// The client that held these files went away: their holds end (and its unsaved text
     /// with them), as when the only editor disconnects.
@@ -307,6 +313,12 @@ pub enum Notice {
     Wrote {
         /// Repo-relative path.
         path: String,
+        /// The blob id (git's hash) of the editor's unsaved text this write took in: the
+        /// file now holds it, merged. An editor whose buffer still holds exactly that text
+        /// is given the file's text, so the buffer is no longer behind the file and a save
+        /// of it cannot undo the write.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unsaved: Option<String>,
     },
     /// Something to show the user.
     Message {
@@ -565,36 +577,93 @@ fn journal(store: &StateStore, event: &str, detail: serde_json::Value) {
     }
 }
 
+/// One editor buffer with unsaved text: what it holds and what it was based on.
+#[derive(Debug)]
+struct Buffer {
+    text: Rope,
+    /// The text the person typed over (see `Request::Buffer`); `None`: not known.
+    base: Option<Rope>,
+}
+
 /// The editor's unsaved buffers. They arrive on every keystroke but are read only when a move,
 /// a handback or a handover needs them, so they are kept as ropes and made bytes when read.
 #[derive(Debug, Default)]
-struct Buffers(BTreeMap<String, Rope>);
+struct Buffers(BTreeMap<String, Buffer>);
 
 impl Buffers {
-    /// Records a buffer's text, or forgets it (`None`: saved or closed).
-    fn set(&mut self, path: String, content: Option<Rope>) {
+    /// Records a buffer's text and base, or forgets it (`None`: saved or closed).
+    fn set(&mut self, path: String, content: Option<Rope>, base: Option<Rope>) {
         match content {
-            Some(text) => self.0.insert(path, text),
+            Some(text) => self.0.insert(path, Buffer { text, base }),
             None => self.0.remove(&path),
         };
     }
 
-    /// The unsaved text of `path`, if the editor has any.
-    fn get(&self, path: &str) -> Option<Vec<u8>> {
-        self.0.get(path).map(|text| String::from(text).into_bytes())
+    /// The buffer's own text, as the editor shows it: what a save would write. The person's
+    /// view of the file is `Engine::unsaved`, which brings it onto the file as it is now.
+    fn raw(&self, path: &str) -> Option<Vec<u8>> {
+        self.0.get(path).map(|b| String::from(&b.text).into_bytes())
     }
 
-    /// Every unsaved text, as the checkpoint store's overlay.
-    fn overlay(&self) -> Overlay {
-        self.0
-            .iter()
-            .map(|(path, text)| (path.clone(), String::from(text).into_bytes()))
-            .collect()
+    /// Whether the editor has unsaved text of `path`.
+    fn contains(&self, path: &str) -> bool {
+        self.0.contains_key(path)
+    }
+
+    /// The paths with unsaved text.
+    fn paths(&self) -> impl Iterator<Item = &String> {
+        self.0.keys()
     }
 
     fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+}
+
+impl Engine {
+    /// The person's unsaved text of `path` brought onto the file as it is now: their change
+    /// (the buffer against the text it was based on) merged around what the file gained
+    /// since, their side kept where both changed the same lines (`overlap` says where).
+    fn unsaved(&self, path: &str) -> Option<crate::reconcile::unsaved::Rebased> {
+        let b = self.buffers.0.get(path)?;
+        let text = String::from(&b.text);
+        let base = b.base.as_ref().map(String::from);
+        let disk = match base {
+            Some(_) => self.sandbox.read(path).ok().flatten(),
+            None => None,
+        };
+        Some(crate::reconcile::unsaved::rebase(
+            base.as_deref(),
+            &text,
+            disk.as_deref(),
+        ))
+    }
+
+    /// The file as the person has it in the editor, unsaved: `unsaved`'s text.
+    fn unsaved_text(&self, path: &str) -> Option<Vec<u8>> {
+        self.unsaved(path).map(|r| r.text)
+    }
+
+    /// Every unsaved text as the person has it, as the checkpoint store's overlay.
+    fn unsaved_overlay(&self) -> Overlay {
+        self.buffers
+            .paths()
+            .filter_map(|p| Some((p.clone(), self.unsaved_text(p)?)))
+            .collect()
+    }
+
+    /// The id `Notice::Wrote` gives the unsaved text of `path` a write took in.
+    fn unsaved_id(&self, path: &str) -> Option<String> {
+        unsaved_id(&self.buffers.raw(path)?)
+    }
+}
+
+/// The id of an editor buffer's text in `Notice::Wrote` (git's blob id of its bytes): the
+/// engine names the unsaved text a write took in, each editor compares its buffer's.
+pub fn unsaved_id(text: &[u8]) -> Option<String> {
+    crate::checkpoint::blob_id(text)
+        .map_err(|e| tracing::warn!("cannot hash an editor's unsaved text: {e}"))
+        .ok()
 }
 
 impl Engine {

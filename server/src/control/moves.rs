@@ -218,7 +218,7 @@ impl Engine {
             Ok(p) => p,
             Err(e) => return failed(e.to_string()),
         };
-        let content = match self.buffers.get(&path) {
+        let content = match self.unsaved_text(&path) {
             Some(c) => Some(c),
             None => match self.sandbox.read(&path) {
                 Ok(c) => c,
@@ -295,8 +295,14 @@ impl Engine {
             Ok(d) => d,
             Err(e) => return self.step_failed(action, e.to_string()),
         };
-        // This never yields to the request loop, so the buffer cannot change below.
-        let unsaved = self.buffers.get(&path);
+        // This never yields to the request loop, so the buffer cannot change below. The
+        // person's unsaved text is taken as their change to the text their buffer is based
+        // on, brought onto the file now: a buffer the editor did not reload after an earlier
+        // write of the agent's is not the person deleting the agent's lines.
+        let (unsaved, overlap) = match self.unsaved(&path) {
+            Some(r) => (Some(r.text), r.overlap),
+            None => (None, None),
+        };
         if let Move::Write { content, .. } = &mv {
             let now = unsaved.as_ref().or(disk.as_ref());
             if now.map(Vec::as_slice) == Some(content.as_bytes()) {
@@ -345,26 +351,48 @@ impl Engine {
             return self.step_failed(action, why);
         }
         let protected = self.protected(&path);
-        let (verdict, memory) = match &mv {
-            Move::Write { content, .. } => (
-                verdict::write(
-                    base.as_deref(),
-                    ours.as_deref(),
-                    content.as_bytes(),
-                    &protected,
-                ),
-                Some(content.as_bytes().to_vec()),
-            ),
-            // The agent remembers its own view with its edit applied, not the merged file.
-            Move::Edit { old, new, .. } => (
-                verdict::edit(base.as_deref(), ours.as_deref(), old, new, &protected),
-                base.as_deref()
-                    .and_then(|b| std::str::from_utf8(b).ok())
-                    .filter(|b| b.matches(old.as_str()).count() == 1)
-                    .map(|b| b.replacen(old.as_str(), new, 1).into_bytes()),
-            ),
-            _ => unreachable!("write_move is only called for writes and edits"),
+        let verdict_on = |now: Option<&[u8]>| judge(&mv, base.as_deref(), now, &protected);
+        let Some(verdict) = verdict_on(ours.as_deref()) else {
+            return self.step_failed(action, "not a write");
         };
+        // The agent remembers its own view with its edit applied, not the merged file.
+        let memory = match &mv {
+            Move::Edit { old, new, .. } => base
+                .as_deref()
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .filter(|b| b.matches(old.as_str()).count() == 1)
+                .map(|b| b.replacen(old.as_str(), new, 1).into_bytes()),
+            Move::Write { content, .. } => Some(content.as_bytes().to_vec()),
+            _ => None,
+        };
+        if let Some(overlap) = overlap {
+            // The person typed over an older text of the file, in lines the file changed
+            // since: their side is what they have meanwhile, and they choose, each way with
+            // the agent's write in it.
+            // An edit that cannot be carried out on their side fails below as any would.
+            if let Some(mine) = resolution(&verdict, ours.as_deref(), Side::Mine) {
+                let agents = verdict_on(Some(&overlap.theirs))
+                    .and_then(|v| resolution(&v, Some(&overlap.theirs), Side::Agents))
+                    .unwrap_or_else(|| overlap.theirs.clone());
+                let mut hunks = overlap.hunks;
+                if let Verdict::Conflict { hunks: more, .. } = &verdict {
+                    hunks.extend(more.iter().cloned());
+                }
+                let question = format!(
+                    "You typed in {path} over an older version of it, and your unsaved change overlaps lines changed since. Keep yours, take the agent's, or take over?"
+                );
+                return self.ask(
+                    DecisionKind::MergeConflict,
+                    question,
+                    MERGE_CONFLICT_OPTIONS,
+                    Some(conflict_detail(&hunks)),
+                    Some(path),
+                    mv,
+                    Some(mine),
+                    Some(agents),
+                );
+            }
+        }
         match verdict {
             Verdict::Apply(bytes) => {
                 let merged = ours.is_some() && base != ours;
@@ -432,8 +460,11 @@ impl Engine {
             Ok(()) => {
                 self.views
                     .insert(path.to_owned(), Some(memory.unwrap_or(bytes)));
+                // Every write is made from the person's view of the file, their unsaved text
+                // included: the editor holding exactly that text is given the file's.
                 (self.notify)(Notice::Wrote {
                     path: path.to_owned(),
+                    unsaved: self.unsaved_id(path),
                 });
                 let text = if merged {
                     format!("wrote {path}, merged around the human's changes (read it to see them)")
@@ -515,10 +546,10 @@ impl Engine {
         )
     }
 
-    /// The file as the human sees it: the unsaved buffer if there is one, else the disk.
+    /// The file as the human has it: their unsaved text if there is any (brought onto the
+    /// file as it is now), else the disk.
     pub(super) fn view(&self, path: &str) -> Option<Vec<u8>> {
-        self.buffers
-            .get(path)
+        self.unsaved_text(path)
             .or_else(|| self.sandbox.read(path).ok().flatten())
     }
 
@@ -861,6 +892,41 @@ impl Engine {
                 self.complete(action, StepStatus::Skipped, failed(text), Touched::Nothing)
             }
         }
+    }
+}
+
+/// The verdict on a write or edit move against the file `now`; `None` for any other move.
+fn judge(
+    mv: &Move,
+    base: Option<&[u8]>,
+    now: Option<&[u8]>,
+    protected: &[String],
+) -> Option<Verdict> {
+    match mv {
+        Move::Write { content, .. } => {
+            Some(verdict::write(base, now, content.as_bytes(), protected))
+        }
+        Move::Edit { old, new, .. } => Some(verdict::edit(base, now, old, new, protected)),
+        _ => None,
+    }
+}
+
+/// Whose side of an overlap a resolution keeps.
+#[derive(Clone, Copy)]
+enum Side {
+    Mine,
+    Agents,
+}
+
+/// The file a verdict leaves (against the file `now`), with `side`'s lines where the agent's
+/// write itself overlaps; `None` when the write cannot be carried out there.
+fn resolution(v: &Verdict, now: Option<&[u8]>, side: Side) -> Option<Vec<u8>> {
+    match (v, side) {
+        (Verdict::Apply(b), _) | (Verdict::Protected { proposed: b, .. }, _) => Some(b.clone()),
+        (Verdict::Unchanged, _) => now.map(<[u8]>::to_vec),
+        (Verdict::Conflict { mine, .. }, Side::Mine) => Some(mine.clone()),
+        (Verdict::Conflict { agents, .. }, Side::Agents) => Some(agents.clone()),
+        (Verdict::NotFound | Verdict::Ambiguous(_), _) => None,
     }
 }
 

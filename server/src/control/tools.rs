@@ -186,8 +186,7 @@ impl Engine {
             Ok(d) => d,
             Err(e) => return Judged::Refuse(format!("rejected: {e}")),
         };
-        let unsaved = self.buffers.get(&path);
-        let now = unsaved.or(disk);
+        let now = self.unsaved_text(&path).or(disk);
         let base = self.view_of(&path);
         if let Some(why) = self.removed_by_human(&path, base.as_deref(), now.as_deref()) {
             self.views.insert(path, None);
@@ -310,6 +309,7 @@ impl Engine {
         for c in &changes {
             (self.notify)(Notice::Wrote {
                 path: c.path.clone(),
+                unsaved: None,
             });
         }
         let changed: Vec<String> = changes.iter().map(|c| c.path.clone()).collect();
@@ -437,7 +437,10 @@ impl Engine {
                 );
                 continue;
             }
-            (self.notify)(Notice::Wrote { path: path.clone() });
+            (self.notify)(Notice::Wrote {
+                path: path.clone(),
+                unsaved: None,
+            });
             let Some(prev) = self.tip.clone() else {
                 continue;
             };

@@ -248,17 +248,21 @@ impl Engine {
                 }),
                 Flow::Continue,
             ),
-            Request::Buffer { path, content } => {
+            Request::Buffer {
+                path,
+                content,
+                base,
+            } => {
                 match self.sandbox.check(&path) {
                     Ok(p) => {
                         // Saved (not closed unsaved) when the disk now holds the buffer's
                         // bytes: a buffer edit is always the person's.
-                        if let (None, Some(text)) = (&content, self.buffers.get(&p)) {
+                        if let (None, Some(text)) = (&content, self.buffers.raw(&p)) {
                             if self.sandbox.read(&p).ok().flatten().as_ref() == Some(&text) {
                                 self.authorship.saved(p.clone(), text);
                             }
                         }
-                        self.buffers.set(p, content)
+                        self.buffers.set(p, content, base)
                     }
                     Err(e) => tracing::debug!("buffer outside the tree ignored: {e}"),
                 }
@@ -854,7 +858,10 @@ impl Engine {
                 Ok(false) => {}
                 Ok(true) => {
                     count += 1;
-                    (self.notify)(super::Notice::Wrote { path });
+                    (self.notify)(super::Notice::Wrote {
+                        path,
+                        unsaved: None,
+                    });
                     if let Some(since) = added_since.get(&raw).filter(|_| removing) {
                         removed.push((raw, *since));
                     }
@@ -1192,7 +1199,10 @@ impl Engine {
             Some(node) => self.sandbox.put(&path, node)?,
             None => self.sandbox.remove(&path)?,
         }
-        (self.notify)(super::Notice::Wrote { path: path.clone() });
+        (self.notify)(super::Notice::Wrote {
+            path: path.clone(),
+            unsaved: None,
+        });
         let why = "discarded a change Rein could not attribute";
         if let Some(tip) = self.tip.clone() {
             let n = self.next_n();
@@ -1246,10 +1256,7 @@ impl Engine {
         if held.is_empty() || self.state().status.is_terminal() {
             return;
         }
-        let unsaved: Vec<&String> = held
-            .iter()
-            .filter(|p| self.buffers.get(p).is_some())
-            .collect();
+        let unsaved: Vec<&String> = held.iter().filter(|p| self.buffers.contains(p)).collect();
         let why = if restarted {
             format!(
                 "Rein restarted with no editor holding {}: the hold ended; an unsaved change the editor had was discarded with it (the file is as last saved)",
@@ -1347,7 +1354,10 @@ impl Engine {
             .unwrap_or_default();
         let files = undone.files + ignored.len();
         for path in ignored {
-            (self.notify)(super::Notice::Wrote { path });
+            (self.notify)(super::Notice::Wrote {
+                path,
+                unsaved: None,
+            });
         }
         self.views.clear();
         let short: String = target.chars().take(10).collect();

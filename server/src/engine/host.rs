@@ -165,9 +165,16 @@ struct Client {
     /// Said hello and was welcomed: notices go to it.
     welcomed: bool,
     /// The unsaved text it sent, by path (its edits apply to it).
-    buffers: HashMap<String, ropey::Rope>,
+    buffers: HashMap<String, Unsaved>,
     /// Paths it asked to hold.
     holds: HashSet<String>,
+}
+
+/// A client's unsaved buffer: its text and the text it was based on (`Request::Buffer`).
+#[derive(Clone)]
+pub(super) struct Unsaved {
+    pub text: ropey::Rope,
+    pub base: Option<ropey::Rope>,
 }
 
 /// Where the engine stands while no client is connected.
@@ -575,12 +582,18 @@ impl Host {
                 Request::Buffer {
                     path,
                     content: Some(text),
+                    base,
                 } => {
-                    c.buffers.insert(path.clone(), text.clone());
+                    let unsaved = Unsaved {
+                        text: text.clone(),
+                        base: base.clone(),
+                    };
+                    c.buffers.insert(path.clone(), unsaved);
                 }
                 Request::Buffer {
                     path,
                     content: None,
+                    ..
                 } => {
                     c.buffers.remove(path);
                 }
@@ -634,7 +647,7 @@ impl Host {
     /// Edits to a buffer the client sent whole before: the engine gets the text they make
     /// (a rope: O(1) to hand over).
     fn edit(&mut self, client: u64, path: String, splices: &[super::wire::Splice]) {
-        let Some(rope) = self
+        let Some(buffer) = self
             .clients
             .get_mut(&client)
             .and_then(|c| c.buffers.get_mut(&path))
@@ -644,13 +657,18 @@ impl Host {
             tracing::info!("client {client}: edits to {path}, whose text it has not sent here");
             return;
         };
-        if !splices.iter().all(|s| s.apply(rope)) {
+        if !splices.iter().all(|s| s.apply(&mut buffer.text)) {
             tracing::warn!("client {client}: an edit to {path} does not fit its text; ignored");
             return;
         }
-        let content = Some(rope.clone());
+        let content = Some(buffer.text.clone());
+        let base = buffer.base.clone();
         if let Some(task) = &self.task {
-            task.tell(Request::Buffer { path, content });
+            task.tell(Request::Buffer {
+                path,
+                content,
+                base,
+            });
         }
     }
 
@@ -681,6 +699,7 @@ impl Host {
             task.tell(Request::Buffer {
                 path: path.clone(),
                 content: None,
+                base: None,
             });
         }
     }

@@ -522,6 +522,7 @@ mod tests {
             Ask::Control(Request::Buffer {
                 path: path.into(),
                 content: Some(ropey::Rope::from_str(text)),
+                base: None,
             }),
             None,
         )
@@ -531,7 +532,7 @@ mod tests {
         backlog
             .iter()
             .map(|o| match o {
-                Out::Ask(Ask::Control(Request::Buffer { path, content }), _) => {
+                Out::Ask(Ask::Control(Request::Buffer { path, content, .. }), _) => {
                     format!(
                         "{path}={}",
                         content.as_ref().map(|c| c.to_string()).unwrap_or_default()

@@ -428,12 +428,18 @@ mod tests {
         let req = Request::Buffer {
             path: "a.rs".into(),
             content: Some(ropey::Rope::from_str("fn main() {}\nline two\n")),
+            base: Some(ropey::Rope::from_str("fn main() {}\n")),
         };
         assert_eq!(round_trip(&req), req);
         let none = Request::Buffer {
             path: "a.rs".into(),
             content: None,
+            base: None,
         };
+        assert!(
+            !serde_json::to_string(&none).unwrap().contains("base"),
+            "no base is no field: an engine of before reads it"
+        );
         assert_eq!(round_trip(&none), none);
     }
 

@@ -88,6 +88,11 @@ pub struct Document {
     disk: Rope,
     /// Where `text` first differs from `disk`, as far as known.
     divergence: Divergence,
+    /// The text the buffer's edits were made over: what the file held when the buffer last
+    /// equalled it (opened, saved, reloaded, or found equal after an edit). The agent's
+    /// write moves `disk` on, not this: the person's change in a buffer the editor did not
+    /// reload is its difference from this text, and the engine brings it onto the file.
+    base: Rope,
     /// The steer comments of `text`, kept current line by line as edits arrive.
     steers: Vec<SteerComment>,
     /// The agent wrote the file after the buffer last matched it: until the buffer matches
@@ -133,6 +138,7 @@ impl Document {
         let text = Rope::from_str(text);
         Document {
             disk: text.clone(),
+            base: text.clone(),
             divergence: Divergence::EqualUpTo(text.len_bytes()),
             text,
             version,
@@ -244,9 +250,15 @@ impl Document {
             }
             None => {
                 self.divergence = Divergence::EqualUpTo(self.text.len_bytes());
+                self.base = self.disk.clone();
                 false
             }
         }
+    }
+
+    /// The text the buffer's edits were made over (see `base`), shared: O(1).
+    pub fn base(&self) -> &Rope {
+        &self.base
     }
 
     /// Whether the buffer holds an edit of the user's beyond steer comments (typing or
@@ -270,6 +282,7 @@ impl Document {
         self.behind_agent = false;
         self.opened = None;
         self.disk = self.text.clone();
+        self.base = self.text.clone();
         self.divergence = Divergence::EqualUpTo(self.text.len_bytes());
     }
 
@@ -288,6 +301,9 @@ impl Document {
             let opened = self.text.clone();
             self.set_disk(disk);
             self.opened = Some(opened);
+            // Whichever came first, the difference is the person's: their edits are taken as
+            // made over the file as it is.
+            self.base = self.disk.clone();
         }
     }
 
@@ -645,6 +661,46 @@ mod tests {
             !d.is_stale(),
             "saved over: the merge sees it as the human's change"
         );
+    }
+
+    #[test]
+    fn the_base_is_the_text_the_buffer_last_equalled_on_disk() {
+        let edit_all = |d: &mut Document, text: &str| {
+            let all = TextDocumentContentChangeEvent {
+                range: None,
+                range_length: None,
+                text: text.into(),
+            };
+            d.apply_changes(&[all], Encoding::Utf8).unwrap();
+            d.is_dirty();
+        };
+        let mut d = Document::new("a\n", 1);
+        // The agent writes; the editor does not reload, and the person types over the old text.
+        d.agent_wrote("a\nagent\n");
+        edit_all(&mut d, "a\nmine\n");
+        assert_eq!(
+            d.base().to_string(),
+            "a\n",
+            "typed over the text from before"
+        );
+        // Reloaded to the file: the base moves on with it.
+        edit_all(&mut d, "a\nagent\n");
+        assert_eq!(d.base().to_string(), "a\nagent\n");
+        // Typed over and saved: the saved text.
+        edit_all(&mut d, "a\nagent\nmine\n");
+        assert_eq!(d.base().to_string(), "a\nagent\n");
+        d.mark_saved();
+        assert_eq!(d.base().to_string(), "a\nagent\nmine\n");
+        // Opened on other text than the file's: the difference is all the person's.
+        let mut docs = Documents::new();
+        let u = uri("file:///w/o.txt");
+        docs.open(u.clone(), "o\nmine\n", 1, Some("o\n"));
+        assert_eq!(docs.get(&u).unwrap().base().to_string(), "o\n");
+        // Opened on the text from before the agent's write to a file no buffer had open.
+        let v = uri("file:///w/v.txt");
+        docs.agent_wrote(&v, "v\nagent\n");
+        docs.open(v.clone(), "v\n", 1, Some("v\nagent\n"));
+        assert_eq!(docs.get(&v).unwrap().base().to_string(), "v\n");
     }
 
     use super::*;

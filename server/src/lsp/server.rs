@@ -88,6 +88,10 @@ enum Outgoing {
     Progress {
         token: String,
     },
+    /// `workspace/applyEdit` giving this buffer the text of its file.
+    FileText {
+        uri: Uri,
+    },
 }
 
 /// What the client said it can do.
@@ -103,6 +107,9 @@ pub(super) struct ClientCaps {
     pub output: bool,
     /// `experimental.rein.stateDeltas`: the client applies `rein/stateChanged` deltas.
     pub state_deltas: bool,
+    /// `workspace.applyEdit` with `workspace.workspaceEdit.documentChanges`: the client
+    /// applies an edit to a buffer only at the version it names.
+    pub versioned_edits: bool,
 }
 
 /// Where a work-done progress token stands with the client.
@@ -572,6 +579,12 @@ impl Server {
                 .and_then(|e| e.pointer("/rein/stateDeltas"))
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
+            versioned_edits: caps.workspace.as_ref().is_some_and(|w| {
+                w.apply_edit == Some(true)
+                    && w.workspace_edit
+                        .as_ref()
+                        .is_some_and(|e| e.document_changes == Some(true))
+            }),
         };
         #[allow(deprecated)]
         let folder = params
@@ -725,16 +738,19 @@ impl Server {
             };
             let text = doc.rope();
             let disk = std::fs::read_to_string(root.join(&path)).ok();
-            if disk.as_ref().is_some_and(|d| *text == **d) {
+            // A buffer still on the text it was based on holds nothing of the person's, even
+            // when the file moved on (the editor has not reloaded it yet).
+            if disk.as_ref().is_some_and(|d| *text == **d) || text == doc.base() {
                 continue;
             }
-            let hold = disk
-                .as_ref()
-                .is_none_or(|d| !crate::steer::differ_only_in_steers(d, &text.to_string()));
+            let hold = disk.as_ref().is_none_or(|_| {
+                !crate::steer::differ_only_in_steers(&doc.base().to_string(), &text.to_string())
+            });
             self.engine_buffers.insert(path.clone());
             engine.tell(Request::Buffer {
                 path: path.clone(),
                 content: Some(text.clone()),
+                base: Some(doc.base().clone()),
             });
             if hold && active {
                 engine.tell(Request::Hold { path });
@@ -802,6 +818,20 @@ impl Server {
                 }
             }
             Some(Outgoing::Progress { token }) => self.progress_answered(&token, r.error.is_none()),
+            Some(Outgoing::FileText { uri }) => {
+                let applied = r
+                    .result
+                    .as_ref()
+                    .and_then(|v| v.get("applied"))
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                // Told again now that the buffer holds the file's text: an editor marks a
+                // buffer equal to its file saved (a save of the old text can no longer
+                // overwrite the write).
+                if applied {
+                    self.notify("rein/filesChanged", json!({"uris": [uri]}));
+                }
+            }
             None => {}
         }
     }
@@ -910,12 +940,16 @@ impl Server {
                 engine.tell(Request::Buffer {
                     path: path.clone(),
                     content: None,
+                    base: None,
                 });
             } else if !self.engine_buffers.contains(&path) {
+                // With the text it was based on, once: it changes only when the buffer
+                // equals the file again, and the engine is then told the buffer is clean.
                 self.engine_buffers.insert(path.clone());
                 engine.tell(Request::Buffer {
                     path: path.clone(),
                     content: Some(doc.rope().clone()),
+                    base: Some(doc.base().clone()),
                 });
             } else if !splices.is_empty() {
                 engine.tell_ask(Ask::Edit {
@@ -948,6 +982,7 @@ impl Server {
             engine.tell(Request::Buffer {
                 path,
                 content: None,
+                base: None,
             });
         }
         if self.config.steer_on_save && self.task_active() {
@@ -978,6 +1013,7 @@ impl Server {
             engine.tell(Request::Buffer {
                 path,
                 content: None,
+                base: None,
             });
         }
         if self.published.remove(&uri).is_some() {
@@ -1071,18 +1107,24 @@ impl Server {
                 base,
                 steps_from,
             } => self.on_state(*state, Some(Change { base, steps_from })),
-            Notice::Wrote { path } => {
+            Notice::Wrote { path, unsaved } => {
                 let Some(uri) = self.uri_of(&path) else {
                     return;
                 };
-                if let Ok(root) = &self.root {
+                let disk = self
+                    .root
+                    .as_ref()
+                    .ok()
+                    .and_then(|root| std::fs::read_to_string(root.join(&path)).ok());
+                if let Some(disk) = &disk {
                     // The reload that follows is the agent's content, not a human edit; so is
                     // the file's text under a buffer opened on the text from before.
-                    if let Ok(disk) = std::fs::read_to_string(root.join(&path)) {
-                        self.docs.agent_wrote(&uri, &disk);
-                    }
+                    self.docs.agent_wrote(&uri, disk);
                 }
                 self.notify("rein/filesChanged", json!({"uris": [uri]}));
+                if let (Some(id), Some(disk)) = (unsaved, disk) {
+                    self.give_file_text(&uri, &id, disk);
+                }
                 // A client that does not reload is told its buffer is now behind the file.
                 self.publish(&uri);
             }
@@ -1101,6 +1143,43 @@ impl Server {
             }
             Notice::Output(_) => {}
         }
+    }
+
+    /// The file of `uri` took in the buffer's unsaved text (`unsaved`, its id): if the buffer
+    /// still holds exactly that text, it is given the file's, by a `workspace/applyEdit` of
+    /// the whole buffer at the version the server has. The client applies it only at that
+    /// version, so a keystroke the server has not seen yet is never replaced; a client that
+    /// cannot do that keeps its buffer, and the engine goes on taking it as typed over the
+    /// text it was based on.
+    fn give_file_text(&mut self, uri: &Uri, unsaved: &str, disk: String) {
+        if !self.caps.versioned_edits {
+            return;
+        }
+        let Some(doc) = self.docs.get(uri) else {
+            return;
+        };
+        let text = doc.rope();
+        if *text == *disk
+            || crate::control::unsaved_id(String::from(text).as_bytes()).as_deref() != Some(unsaved)
+        {
+            return;
+        }
+        let end = doc.position_of(text.len_chars(), self.encoding);
+        let edit = json!({
+            "label": "Rein: your unsaved change is in the file now",
+            "edit": {"documentChanges": [{
+                "textDocument": {"uri": uri, "version": doc.version()},
+                "edits": [{
+                    "range": {"start": {"line": 0, "character": 0}, "end": end},
+                    "newText": disk,
+                }],
+            }]},
+        });
+        self.request_client(
+            "workspace/applyEdit",
+            edit,
+            Outgoing::FileText { uri: uri.clone() },
+        );
     }
 
     /// A newer state, from the engine's notice (`change` says what changed) or a reply.

@@ -5,6 +5,8 @@
 //! both changed is merged line by line, and where both changed the same lines the person's
 //! side stays and the overlap becomes a decision ("keep mine" / "take the agent's"). A file
 //! with unsaved text that the merge would change is left for the person to save first.
+//! Unsaved text typed over an older text of the file (an editor that did not reload) is the
+//! person's change to that text, brought onto the file as it is (`reconcile::unsaved`).
 //! Must never: write a file whose bytes the person changed without merging their change in,
 //! or commit anything but the files it landed.
 
@@ -18,6 +20,7 @@ use super::{changed_since, Registered, WorktreeError};
 use crate::checkpoint::{Checkpoints, EntryMode};
 use crate::exec::{Node, NodeKind, Sandbox};
 use crate::reconcile::merge::{merge3, ConflictHunk, Merge};
+use crate::reconcile::unsaved::rebase;
 
 /// The choices of an overlap's decision; the first is what landing did.
 pub const OVERLAP_OPTIONS: [&str; 2] = ["keep mine", "take the agent's"];
@@ -95,6 +98,20 @@ pub struct Overlap {
     /// The merge with every overlap resolved to the agent's side.
     #[serde(skip)]
     pub theirs: Option<Node>,
+    /// The id (git's blob id) of the person's unsaved editor text the merge took in: taking
+    /// the agent's side writes it to the file, and an editor still holding exactly that
+    /// text is given the file's.
+    #[serde(skip)]
+    pub unsaved: Option<String>,
+}
+
+/// The person's unsaved editor text of a file.
+#[derive(Debug, Clone)]
+pub struct Buffer {
+    /// What the buffer holds.
+    pub text: String,
+    /// The text it was typed over (opened, saved or reloaded); `None`: not known.
+    pub base: Option<String>,
 }
 
 fn kind(mode: Option<EntryMode>) -> NodeKind {
@@ -119,7 +136,7 @@ fn text(n: &Option<Node>) -> Option<&str> {
 pub fn land(
     reg: &Registered,
     start: Option<&str>,
-    unsaved: &BTreeMap<String, String>,
+    unsaved: &BTreeMap<String, Buffer>,
 ) -> Result<Landed, WorktreeError> {
     let start = start.unwrap_or(&reg.base).to_owned();
     let ckpt = Checkpoints::open_read_only(&reg.path, &reg.task_id, Some(&reg.base))
@@ -159,14 +176,27 @@ pub fn land(
                 continue;
             }
         };
-        let buffer = unsaved.get(&path).filter(|t| {
-            disk.as_ref()
-                .is_none_or(|d| d.kind == NodeKind::Link || d.bytes != t.as_bytes())
-        });
-        let ours = match buffer {
+        let buffer = unsaved
+            .get(&path)
+            .map(|b| {
+                let file = disk
+                    .as_ref()
+                    .filter(|d| d.kind != NodeKind::Link)
+                    .map(|d| d.bytes.as_slice());
+                rebase(b.base.as_deref(), &b.text, file).text
+            })
+            .filter(|t| {
+                disk.as_ref()
+                    .is_none_or(|d| d.kind == NodeKind::Link || d.bytes != *t)
+            });
+        let took = unsaved
+            .get(&path)
+            .filter(|_| buffer.is_some())
+            .and_then(|b| crate::checkpoint::blob_id(b.text.as_bytes()).ok());
+        let ours = match &buffer {
             Some(t) => Some(Node {
                 kind: disk.as_ref().map_or(NodeKind::File, |d| d.kind),
-                bytes: t.as_bytes().to_vec(),
+                bytes: t.clone(),
             }),
             None => disk.clone(),
         };
@@ -192,6 +222,7 @@ pub fn land(
                             hunks,
                             ours: disk,
                             theirs: node_like(&ours, &base, &theirs, theirs_resolved),
+                            unsaved: took,
                         });
                         continue;
                     }
@@ -204,6 +235,7 @@ pub fn land(
                         hunks: Vec::new(),
                         ours: disk,
                         theirs: theirs.clone(),
+                        unsaved: took,
                     });
                     continue;
                 }

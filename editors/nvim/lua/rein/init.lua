@@ -110,6 +110,11 @@ function M.capabilities()
   caps.workspace = caps.workspace or {}
   caps.workspace.configuration = true
   caps.workspace.workspaceFolders = true
+  -- Neovim applies `documentChanges` and refuses one whose version is older than the buffer
+  -- (vim.lsp.util.apply_text_document_edit) but does not say so: said here, Rein gives a
+  -- buffer the file's text after writing the person's unsaved change into the file.
+  caps.workspace.workspaceEdit = caps.workspace.workspaceEdit or {}
+  caps.workspace.workspaceEdit.documentChanges = true
   -- The plugin runs rein.steerSelection itself (it asks for the text), so the server offers it;
   -- it shows live command output (rein/output) in rein://output; it applies state deltas.
   caps.experimental = vim.tbl_deep_extend(
@@ -616,12 +621,46 @@ function M._is_here(client_id, args, state)
     or (type(held) == "table" and type(held.task) == "table" and held.task.id == named)
 end
 
---- Reloads buffers of `uris` that are loaded and unmodified.
+--- The buffer's text as the file would hold it if written (its lines, its line ending, a
+--- final one when 'eol' is set): the same text Neovim sends the server.
+local function buffer_text(bufnr)
+  local nl = ({ dos = "\r\n", mac = "\r" })[vim.bo[bufnr].fileformat] or "\n"
+  local text = table.concat(vim.api.nvim_buf_get_lines(bufnr, 0, -1, false), nl)
+  if vim.bo[bufnr].eol then
+    text = text .. nl
+  end
+  return text
+end
+
+--- The file's bytes, or nil when it cannot be read.
+local function file_text(fname)
+  local f = io.open(fname, "rb")
+  if not f then
+    return nil
+  end
+  local text = f:read("*a")
+  f:close()
+  return text
+end
+
+--- Reloads buffers of `uris` that are loaded and unmodified. A modified buffer is left alone,
+--- unless its text is the file's already: Rein wrote the person's unsaved text into the file,
+--- merged with the agent's, and gave the buffer the result (`workspace/applyEdit`). Reloading
+--- that buffer loses nothing and marks it saved, so a later :w can neither warn that the file
+--- changed nor write an older text over it.
 function M.reload(uris)
   for _, uri in ipairs(uris) do
     local ok, fname = pcall(vim.uri_to_fname, uri)
     local bufnr = ok and vim.fn.bufnr(fname) or -1
-    if bufnr > 0 and vim.api.nvim_buf_is_loaded(bufnr) and not vim.bo[bufnr].modified then
+    local loaded = bufnr > 0 and vim.api.nvim_buf_is_loaded(bufnr)
+    if loaded and vim.bo[bufnr].modified then
+      if buffer_text(bufnr) == file_text(fname) then
+        -- :edit! reloads whatever Neovim noticed of the file before; one window shows it.
+        vim.api.nvim_buf_call(bufnr, function()
+          pcall(vim.cmd, "silent edit!")
+        end)
+      end
+    elseif loaded then
       -- Reload without the "file changed" prompt, for this buffer only.
       local au = vim.api.nvim_create_autocmd("FileChangedShell", {
         buffer = bufnr,

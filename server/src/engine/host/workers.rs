@@ -537,8 +537,12 @@ impl Host {
         // The person's unsaved text stands in for their files, as at handback.
         let mut unsaved = BTreeMap::new();
         for c in self.clients.values() {
-            for (path, rope) in &c.buffers {
-                unsaved.insert(path.clone(), rope.to_string());
+            for (path, b) in &c.buffers {
+                let buffer = land::Buffer {
+                    text: b.text.to_string(),
+                    base: b.base.as_ref().map(ropey::Rope::to_string),
+                };
+                unsaved.insert(path.clone(), buffer);
             }
         }
         let reg = w.reg.clone();
@@ -640,6 +644,7 @@ impl Host {
         for path in landed.written() {
             self.broadcast(&crate::engine::wire::ToClient::Notice(Notice::Wrote {
                 path,
+                unsaved: None,
             }));
         }
         self.broadcast(&crate::engine::wire::ToClient::Notice(Notice::Message {
@@ -658,10 +663,14 @@ impl Host {
         match land::settle(&self.place.root, overlap, &choice) {
             Ok(said) => {
                 let path = overlap.path.clone();
+                // The person's unsaved text the merge took in is in the file now, when they
+                // took the agent's side.
+                let unsaved = overlap.unsaved.clone();
                 let landed = self.overlaps.remove(&decision).and_then(|w| w.state);
                 if choice != land::OVERLAP_OPTIONS[0] {
                     self.broadcast(&crate::engine::wire::ToClient::Notice(Notice::Wrote {
                         path,
+                        unsaved,
                     }));
                 }
                 self.broadcast(&crate::engine::wire::ToClient::Notice(Notice::Message {
