@@ -344,11 +344,7 @@ pub fn d_stop_during_a_command_ends_its_processes(h: &Harness, command: &str) {
 pub fn f_abort_takes_back_exactly_what_its_command_changed(h: &Harness) {
     let dir = repo(&[("README.md", "hi\n"), ("routes.sh", ROUTES_SH)]);
     let root = dir.path();
-    let script = root.join("routes.sh");
-    let mut perms = std::fs::metadata(&script).expect("script").permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    std::fs::set_permissions(&script, perms).expect("chmod");
-    crate::git(root, &["commit", "-q", "-am", "executable"]);
+    commit_executable(root, "routes.sh");
     let model = Model::start(json!({"turns": [
         {"calls": [(h.shell)("./routes.sh")]},
         {"when": RESULT, "say": "Generated."}

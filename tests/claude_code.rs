@@ -883,11 +883,7 @@ fn i_abort_takes_back_exactly_what_claudes_command_changed_and_keeps_the_persons
     // Claude Code refuses `sleep 30 && …` in its Bash tool: the wait is a script's.
     let dir = repo(&[("README.md", "hi\n"), ("routes.sh", ROUTES_SH)]);
     let root = dir.path();
-    let script = root.join("routes.sh");
-    let mut perms = std::fs::metadata(&script).expect("script").permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    std::fs::set_permissions(&script, perms).expect("chmod");
-    rein_e2e::git(root, &["commit", "-q", "-am", "executable"]);
+    commit_executable(root, "routes.sh");
     let model = Model::start(json!({"turns": [
         {"blocks": [tool("Bash", json!({"command": "./routes.sh", "description": "generate"}))]},
         {"when": "[tool_result", "blocks": [text("Generated.")]}

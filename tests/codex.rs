@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use rein_e2e::harnesses::{
     a_conversation_across_a_follow_up_and_a_kill9, assert_abort_took_back_exactly_the_agents,
-    harness_proc, pause_latencies, report_pause, wait_harness_gone, Talk, ROUTES_SH,
+    commit_executable, harness_proc, pause_latencies, report_pause, wait_harness_gone, Talk,
+    ROUTES_SH,
 };
 use rein_e2e::*;
 use serde_json::{json, Value};
@@ -620,11 +621,7 @@ fn abort_takes_back_exactly_what_codexs_command_changed_and_keeps_the_persons_fi
     ]}));
     let dir = workspace(&[("README.md", "hi\n"), ("routes.sh", ROUTES_SH)]);
     let root = dir.path();
-    let script = root.join("routes.sh");
-    let mut perms = std::fs::metadata(&script).expect("script").permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    std::fs::set_permissions(&script, perms).expect("chmod");
-    git(root, &["commit", "-q", "-am", "executable"]);
+    commit_executable(root, "routes.sh");
     let opts = json!({"policy": {"allow": ["./routes.sh"]}});
     let mut lsp = start(root, &codex, "generate the files", opts);
     // Its `sleep` runs once every change of the script's is made.

@@ -665,6 +665,15 @@ pub fn a_conversation_across_a_follow_up_and_a_kill9(
 /// harnesses.
 pub const ROUTES_SH: &str = "#!/bin/sh\nsed -i s/hi/HI/ README.md\npython3 -c \"open('py.bin','wb').write(bytes([0,233,255]))\"\nmkdir -p gen\ni=0; while [ $i -lt 50 ]; do echo \"generated $i\" > gen/f$i.txt; i=$((i+1)); done\nsleep 30\n";
 
+/// Makes `name` under `root` executable and commits it.
+pub fn commit_executable(root: &Path, name: &str) {
+    let path = root.join(name);
+    let mut perms = std::fs::metadata(&path).expect("script").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&path, perms).expect("chmod");
+    git(root, &["commit", "-q", "-am", "executable"]);
+}
+
 /// After an abort during `ROUTES_SH` while the person wrote `notes.txt` from a terminal:
 /// every change of the agent's command is gone, the person's file is kept and booked as
 /// theirs, and nothing is unattributed (the harness and its command were traced).

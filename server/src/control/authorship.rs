@@ -493,24 +493,13 @@ impl Engine {
         if theirs.is_empty() {
             return;
         }
-        let paths: Vec<String> = theirs.iter().map(|c| c.path.clone()).collect();
-        let raw: Vec<&[u8]> = theirs.iter().map(|c| c.path_bytes()).collect();
-        let n = self.next_n();
-        let action = format!("{BACKGROUND}: {}", listed(&paths));
-        let meta = SnapshotMeta {
-            step: n,
-            author: Author::Agent,
-            action: &action,
-        };
-        let snap = match self.ckpt.snapshot_paths(meta, &raw) {
-            Ok(snap) => snap,
-            Err(e) => {
-                self.say(
-                    Level::Error,
-                    format!("cannot checkpoint what the agent's processes changed: {e}"),
-                );
-                return;
-            }
+        let Some((n, action, paths, snap)) = self.snapshot_found(
+            &theirs,
+            Author::Agent,
+            BACKGROUND,
+            "what the agent's processes changed",
+        ) else {
+            return;
         };
         self.authorship.judged(&self.roots);
         if !snap.created {
@@ -532,6 +521,33 @@ impl Engine {
             "background",
             serde_json::json!({ "n": n, "files": paths, "checkpoint": snap.id, "parent": tip }),
         );
+    }
+
+    /// Checkpoints `changes` as one step of `author`'s titled `lead: a, b, …`; `None` (and
+    /// said, naming `what`) when the checkpoint fails.
+    fn snapshot_found(
+        &mut self,
+        changes: &[&FileChange],
+        author: Author,
+        lead: &str,
+        what: &str,
+    ) -> Option<(u32, String, Vec<String>, crate::checkpoint::Snapshot)> {
+        let paths: Vec<String> = changes.iter().map(|c| c.path.clone()).collect();
+        let raw: Vec<&[u8]> = changes.iter().map(|c| c.path_bytes()).collect();
+        let n = self.next_n();
+        let action = format!("{lead}: {}", listed(&paths));
+        let meta = SnapshotMeta {
+            step: n,
+            author,
+            action: &action,
+        };
+        match self.ckpt.snapshot_paths(meta, &raw) {
+            Ok(snap) => Some((n, action, paths, snap)),
+            Err(e) => {
+                self.say(Level::Error, format!("cannot checkpoint {what}: {e}"));
+                None
+            }
+        }
     }
 
     /// Changes recorded as unattributed that `evidence` names, and that are on disk as they
@@ -585,24 +601,14 @@ impl Engine {
             return;
         }
         let Some(prev) = self.tip.clone() else { return };
-        let paths: Vec<String> = changes.iter().map(|c| c.path.clone()).collect();
-        let raw: Vec<&[u8]> = changes.iter().map(FileChange::path_bytes).collect();
-        let n = self.next_n();
-        let action = format!("{UNATTRIBUTED}: {}", listed(&paths));
-        let meta = SnapshotMeta {
-            step: n,
-            author: Author::Unattributed,
-            action: &action,
-        };
-        let snap = match self.ckpt.snapshot_paths(meta, &raw) {
-            Ok(snap) => snap,
-            Err(e) => {
-                self.say(
-                    Level::Error,
-                    format!("cannot checkpoint the changes found while the agent ran: {e}"),
-                );
-                return;
-            }
+        let found: Vec<&FileChange> = changes.iter().collect();
+        let Some((n, action, paths, snap)) = self.snapshot_found(
+            &found,
+            Author::Unattributed,
+            UNATTRIBUTED,
+            "the changes found while the agent ran",
+        ) else {
+            return;
         };
         if !snap.created {
             return;

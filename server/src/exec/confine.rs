@@ -500,16 +500,8 @@ fn userns_here(forced: &Forced) -> bool {
             let Ok(shield) = Shield::new(std::slice::from_ref(&dir)) else {
                 return false;
             };
-            let mut probe = std::process::Command::new("true");
-            probe
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null());
             // SAFETY: `Shield::enter` makes only system calls.
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(&mut probe, move || shield.enter());
-            }
-            let ok = probe.status().is_ok_and(|s| s.success());
+            let ok = unsafe { probe_child(move || shield.enter()) }.is_ok_and(|s| s.success());
             if !ok {
                 tracing::info!("no user namespace can be made here: a confined command's tree is granted entry by entry, without .git");
             }
@@ -520,6 +512,23 @@ fn userns_here(forced: &Forced) -> bool {
 /// Whether `REIN_LANDLOCK` says `no-trace`.
 pub(super) fn trace_forced_off() -> bool {
     Forced::from_env().no_trace
+}
+
+/// Runs `true` with `enter` between fork and exec, its output dropped: how Rein asks the
+/// kernel whether something can be done to a child.
+///
+/// # Safety
+/// `enter` runs between fork and exec: it may only make system calls.
+pub(super) unsafe fn probe_child(
+    enter: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static,
+) -> std::io::Result<std::process::ExitStatus> {
+    let mut probe = std::process::Command::new("true");
+    probe
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    std::os::unix::process::CommandExt::pre_exec(&mut probe, enter);
+    probe.status()
 }
 
 /// Whether this kernel can confine commands.

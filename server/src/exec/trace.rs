@@ -847,17 +847,9 @@ fn probe() -> Result<(), TraceError> {
     let armed = trace
         .arm()
         .map_err(|e| TraceError::Unavailable(e.to_string()))?;
-    let mut probe = std::process::Command::new("true");
-    probe
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // SAFETY: `Armed::enter` makes only system calls.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut probe, move || armed.enter());
-    }
-    let ran = probe.status();
-    drop(probe);
+    // SAFETY: `Armed::enter` makes only system calls. The command is dropped on return, so
+    // the child's end of the socket is closed before `take` waits for the listener.
+    let ran = unsafe { super::confine::probe_child(move || armed.enter()) };
     let taken = trace.take();
     match (ran, taken.gaps.first()) {
         (Ok(s), None) if s.success() => Ok(()),
