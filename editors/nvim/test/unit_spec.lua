@@ -443,6 +443,11 @@ T.test("changes quickfix items use reconcile hunks when known", function()
     return { i.filename, i.lnum }
   end, items), { { "/r/a.txt", 4 }, { "/r/a.txt", 12 }, { "/r/b.txt", 1 } })
   T.contains(items[3].text, "[unsaved]")
+  -- A submodule whose inside changed is named, as the handback report names it.
+  items = ui.changes_items(state({}), "/r", { changes = {}, submodules = { "sub" } })
+  T.eq(#items, 1)
+  T.eq(items[1].filename, "/r/sub")
+  T.contains(items[1].text, "submodule")
 end)
 
 T.test(":Rein completes subcommands, abort choices, checkpoints, decisions and options", function()

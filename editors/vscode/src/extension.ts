@@ -35,6 +35,7 @@ import {
   isNotFoundError,
   errorMessage,
   onFileChanged,
+  handbackNotice,
   Landlock,
   ServerPhase,
 } from './model';
@@ -542,8 +543,7 @@ async function afterCommand(command: string, res: any): Promise<void> {
   }
   if (command === 'rein.handback' && typeof res.markdown === 'string') {
     if (open) await showReport('/Rein reconcile report.md', res.markdown);
-    const n = Array.isArray(res.reconcile?.changes) ? res.reconcile.changes.length : 0;
-    notice(open, `Rein: handed back to the agent (${n} changed file${n === 1 ? '' : 's'} reported).`);
+    notice(open, handbackNotice(res.reconcile));
   }
 }
 

@@ -923,3 +923,13 @@ export function onFileChanged(dirty: boolean, text: string, disk: string): 'relo
   if (dirty) return text === disk ? 'markSaved' : 'leave';
   return text === disk ? 'leave' : 'reload';
 }
+
+/** What a handback reported, for the notice after it: the files the person changed, and the
+ *  submodules whose files changed (Rein names a submodule, it does not list its files). */
+export function handbackNotice(reconcile: { changes?: unknown; submodules?: unknown } | null | undefined): string {
+  const n = Array.isArray(reconcile?.changes) ? reconcile.changes.length : 0;
+  const subs = Array.isArray(reconcile?.submodules) ? reconcile.submodules.filter((s): s is string => typeof s === 'string') : [];
+  const inside = subs.length ? ` and the inside of submodule${subs.length === 1 ? '' : 's'} ${subs.join(', ')}` : '';
+  return `Rein: handed back to the agent (${n} changed file${n === 1 ? '' : 's'}${inside} reported).`;
+}
+

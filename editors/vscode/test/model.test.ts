@@ -38,6 +38,7 @@ import {
   OutputFollower,
   OutputChunk,
   NO_PLAN_PROGRESS,
+  handbackNotice,
 } from '../src/model';
 
 function mk(over: Partial<TaskState> = {}): TaskState {
@@ -454,3 +455,10 @@ test('a file Rein changed: a clean buffer reloads; a dirty one only once it hold
   assert.equal(onFileChanged(true, 'typed over old\n', 'merged\n'), 'leave');
   assert.equal(onFileChanged(true, 'merged\n', 'merged\n'), 'markSaved');
 });
+
+test('the handback notice counts the files and names the submodules whose inside the person changed', () => {
+  assert.equal(handbackNotice({ changes: [{}], submodules: [] }), 'Rein: handed back to the agent (1 changed file reported).');
+  assert.equal(handbackNotice({ changes: [], submodules: ['sub'] }), 'Rein: handed back to the agent (0 changed files and the inside of submodule sub reported).');
+  assert.equal(handbackNotice(undefined), 'Rein: handed back to the agent (0 changed files reported).');
+});
+

@@ -651,6 +651,17 @@ function M.changes_items(state, root, reconcile)
         add(c, nil)
       end
     end
+    -- Rein names a submodule whose files changed; it does not list them.
+    for _, sub in ipairs(list(reconcile.submodules)) do
+      if type(sub) == "string" then
+        table.insert(items, {
+          filename = join(root, sub),
+          lnum = 1,
+          text = "submodule: files inside changed",
+          user_data = { rein = "submodule", path = sub },
+        })
+      end
+    end
   end
   return items
 end
