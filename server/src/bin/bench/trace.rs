@@ -71,7 +71,10 @@ pub fn run(root: &Path, runs: usize) -> Result<TraceReport> {
                     [true, false]
                 };
                 for with_trace in order {
-                    let _ = std::fs::remove_dir_all(root.join("many"));
+                    // A fresh directory each run, none removed until the end: freeing the
+                    // last run's 20,000 files would land on the next one.
+                    let root = &root.join(format!("{round}-{with_trace}"));
+                    std::fs::create_dir_all(root)?;
                     let trace = Trace::new(root);
                     let mut c = Confinement::for_tree(SandboxMode::WorkspaceWrite, root, false);
                     if with_trace {
