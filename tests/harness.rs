@@ -565,6 +565,21 @@ impl Lsp {
         }
     }
 
+    /// Waits (up to `PATIENCE`) for the server to request `method` after the first `since`
+    /// requests it made, and returns that request; panics naming `what` if it never comes.
+    pub fn wait_server_request(&mut self, since: usize, method: &str, what: &str) -> Value {
+        self.pump_until(Instant::now() + PATIENCE, |l| {
+            l.server_requests[since..]
+                .iter()
+                .any(|r| r["method"] == method)
+        });
+        self.server_requests[since..]
+            .iter()
+            .find(|r| r["method"] == method)
+            .unwrap_or_else(|| panic!("no {method}: {what}"))
+            .clone()
+    }
+
     /// Reads messages until `stop` holds or `until` passes; says whether `stop` held.
     /// Responses that arrive meanwhile stay queued for the request that waits on them.
     pub fn pump_until(&mut self, until: Instant, stop: impl Fn(&Lsp) -> bool) -> bool {

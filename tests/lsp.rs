@@ -1717,17 +1717,12 @@ fn releasing_a_buffer_typed_over_an_older_text_keeps_the_agents_lines() {
         .unwrap_or_else(|| panic!("the person's unsaved line is their step: {s:#}"));
     assert_eq!(typed["author"], "human");
     // The buffer is given the file's text, at the version the merge took.
+    let edit = lsp.wait_server_request(
+        asked,
+        "workspace/applyEdit",
+        "the buffer is given the merged text",
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    lsp.pump_until(deadline, |l| {
-        l.server_requests[asked..]
-            .iter()
-            .any(|r| r["method"] == "workspace/applyEdit")
-    });
-    let edit = lsp.server_requests[asked..]
-        .iter()
-        .find(|r| r["method"] == "workspace/applyEdit")
-        .unwrap_or_else(|| panic!("the buffer is given the merged text"))
-        .clone();
     let change = &edit["params"]["edit"]["documentChanges"][0];
     assert_eq!(change["textDocument"], json!({"uri": u, "version": 2}));
     assert_eq!(change["edits"][0]["newText"], want);

@@ -794,16 +794,11 @@ fn taking_the_agents_side_over_unsaved_text_gives_the_buffer_the_file() {
     );
     let want = "one\nTWO\nthree\nfour\nfive, mine\n";
     assert_eq!(read(root, "a.txt"), want);
-    lsp.pump_until(Instant::now() + PATIENCE, |l| {
-        l.server_requests[asked..]
-            .iter()
-            .any(|r| r["method"] == "workspace/applyEdit")
-    });
-    let edit = lsp.server_requests[asked..]
-        .iter()
-        .find(|r| r["method"] == "workspace/applyEdit")
-        .unwrap_or_else(|| panic!("the buffer is given the file's text"))
-        .clone();
+    let edit = lsp.wait_server_request(
+        asked,
+        "workspace/applyEdit",
+        "the buffer is given the file's text",
+    );
     let change = &edit["params"]["edit"]["documentChanges"][0];
     assert_eq!(change["textDocument"], json!({"uri": u, "version": 2}));
     assert_eq!(change["edits"][0]["newText"], want);
