@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 pub mod chat_harnesses;
 pub mod harnesses;
+pub mod worktree_tasks;
 
 /// How long any single wait may take before the test fails with what it saw.
 pub const PATIENCE: Duration = Duration::from_secs(60);

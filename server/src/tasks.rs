@@ -188,11 +188,19 @@ pub fn land(dir: &Path, task_id: String, commit: bool, keep: bool) -> Result<i32
         for (p, why) in &landed.failed {
             out!("  failed  {p}: {why}")?;
         }
+        for p in &landed.not_committed {
+            out!("  landed, not committed {p}: its change overlaps your commits since the task began")?;
+        }
+        if let Some(why) = &landed.commit_failed {
+            out!("  not committed: {why}")?;
+        }
         out!("{}", landed.summary(&format!("task {}", landed.task_id)))?;
         if landed.removed {
             out!("its worktree and branch are removed")?;
         }
-        Ok(i32::from(!landed.failed.is_empty()))
+        Ok(i32::from(
+            !landed.failed.is_empty() || landed.commit_failed.is_some(),
+        ))
     })
 }
 

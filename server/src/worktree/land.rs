@@ -7,18 +7,22 @@
 //! with unsaved text that the merge would change is left for the person to save first.
 //! Unsaved text typed over an older text of the file (an editor that did not reload) is the
 //! person's change to that text, brought onto the file as it is (`reconcile::unsaved`).
-//! Must never: write a file whose bytes the person changed without merging their change in,
-//! or commit anything but the files it landed.
+//! What cannot be merged line by line is asked, never merged: a file one side deleted and the
+//! other changed, a file both added with different content, a kind change (file, link,
+//! directory), a file that is not text. Where both changed the same lines, the rest of the
+//! task's change to that file lands and only the overlapping lines wait. A land is refused
+//! before anything is touched while git is in the middle of a merge, rebase, cherry-pick,
+//! revert or bisect. Committing what landed is `commit.rs`.
+//! Must never: write a file whose bytes the person changed without merging their change in.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
 use super::{changed_since, Registered, WorktreeError};
 use crate::checkpoint::{Checkpoints, EntryMode};
-use crate::exec::{Node, NodeKind, Sandbox};
+use crate::exec::{ExecError, Node, NodeKind, Sandbox};
 use crate::reconcile::merge::{merge3, ConflictHunk, Merge};
 use crate::reconcile::unsaved::rebase;
 
@@ -45,6 +49,16 @@ pub struct Landed {
     pub failed: Vec<(String, String)>,
     /// The commit made on the current branch (`as: "commit"`).
     pub commit: Option<String>,
+    /// Why the landed files were not committed (`as: "commit"`), when they were not: a
+    /// refusing hook's words. The files landed all the same.
+    pub commit_failed: Option<String>,
+    /// Landed files whose change could not be committed on top of the person's commits
+    /// since the task began (`as: "commit"`): they are in the files, not in the commit.
+    pub not_committed: Vec<String>,
+    /// Each written path's base and the task's side, for committing exactly the task's
+    /// change.
+    #[serde(skip)]
+    pub sides: BTreeMap<String, (Option<Node>, Option<Node>)>,
     /// Whether the worktree and its branch were removed.
     pub removed: bool,
 }
@@ -77,11 +91,40 @@ impl Landed {
         if let Some(c) = &self.commit {
             s.push_str(&format!("; committed as {}", &c[..c.len().min(10)]));
         }
+        if !self.not_committed.is_empty() {
+            s.push_str(&format!(
+                "; in your files but not in the commit (they overlap your commits since the task began): {}",
+                self.not_committed.join(", ")
+            ));
+        }
+        if let Some(why) = &self.commit_failed {
+            s.push_str(&format!(
+                "; not committed, the files are landed: {why} (your index is as it was)"
+            ));
+        }
         s
     }
 }
 
-/// A file both sides changed on the same lines.
+/// What both sides did to a file that landing asks about instead of merging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Clash {
+    /// Both changed the same lines; the rest of the task's change landed.
+    Lines,
+    /// The task changed the file; the person deleted it.
+    YouDeleted,
+    /// The task deleted the file; the person changed it.
+    AgentDeleted,
+    /// Both added the file, with different content.
+    BothAdded,
+    /// One side made it a link where the other has a file (or the reverse).
+    KindChanged,
+    /// Both changed it and it is not text (binary, or a link's target).
+    NotText,
+}
+
+/// A file both sides changed in a way landing does not merge: asked.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Overlap {
@@ -89,9 +132,11 @@ pub struct Overlap {
     pub path: String,
     /// The decision that asks about it.
     pub decision_id: String,
-    /// The regions both changed (none for a binary file or a link).
+    /// What the two sides did.
+    pub clash: Clash,
+    /// The regions both changed (`clash` = `lines` only).
     pub hunks: Vec<ConflictHunk>,
-    /// What the person's file held when it was landed (taking the agent's side needs it
+    /// What the person's file held once landed (taking the agent's side needs it
     /// unchanged since).
     #[serde(skip)]
     pub ours: Option<Node>,
@@ -103,6 +148,64 @@ pub struct Overlap {
     /// text is given the file's.
     #[serde(skip)]
     pub unsaved: Option<String>,
+}
+
+impl Overlap {
+    /// The question that asks about it, for people; `name` is the task's.
+    pub fn question(&self, name: &str) -> String {
+        let path = &self.path;
+        let mut q = match self.clash {
+            Clash::Lines => format!(
+                "{name}'s change to {path} overlaps yours on {} region(s): the rest of its change landed, your lines were kept. Keep them, or take the agent's side of the overlap?",
+                self.hunks.len().max(1)
+            ),
+            Clash::YouDeleted => format!(
+                "{name} changed {path}, which you deleted: it stays deleted. Keep it deleted, or take the agent's version?"
+            ),
+            Clash::AgentDeleted => format!(
+                "{name} deleted {path}, which you changed: your version stays. Keep it, or delete it as the agent did?"
+            ),
+            Clash::BothAdded => format!(
+                "{name} and you both added {path}, with different content: yours stays. Keep yours, or take the agent's?"
+            ),
+            Clash::KindChanged => format!(
+                "{name} and you changed {path} differently, one of you into a symbolic link: yours stays. Keep yours, or take the agent's?"
+            ),
+            Clash::NotText => format!(
+                "{name} and you both changed {path}, which is not text: yours stays. Keep yours, or take the agent's?"
+            ),
+        };
+        for h in self.hunks.iter().take(3) {
+            q.push_str(&format!(
+                "\n  at line {}:\n{}{}{}",
+                h.ours_line,
+                excerpt("base", &h.base),
+                excerpt("yours", &h.ours),
+                excerpt("agent's", &h.theirs)
+            ));
+        }
+        if self.hunks.len() > 3 {
+            q.push_str(&format!("\n  and {} more region(s)", self.hunks.len() - 3));
+        }
+        q.trim_end().to_owned()
+    }
+}
+
+/// A region's side as a few quoted lines under its label.
+fn excerpt(label: &str, text: &str) -> String {
+    const MOST: usize = 6;
+    let lines: Vec<&str> = text.lines().collect();
+    let mut s = format!(
+        "    {label}:{}\n",
+        if lines.is_empty() { " (nothing)" } else { "" }
+    );
+    for l in lines.iter().take(MOST) {
+        s.push_str(&format!("    | {l}\n"));
+    }
+    if lines.len() > MOST {
+        s.push_str(&format!("    | … {} more line(s)\n", lines.len() - MOST));
+    }
+    s
 }
 
 /// The person's unsaved editor text of a file.
@@ -130,6 +233,84 @@ fn text(n: &Option<Node>) -> Option<&str> {
     }
 }
 
+/// What landing does with one file.
+enum Outcome {
+    /// The file becomes this (nothing: removed).
+    Take(Option<Node>),
+    /// Asked: `keep` lands now (the person's side, with the rest of the task's change where
+    /// only lines overlap), `theirs` is what taking the agent's side writes.
+    Ask {
+        clash: Clash,
+        hunks: Vec<ConflictHunk>,
+        keep: Option<Node>,
+        theirs: Option<Node>,
+    },
+}
+
+/// How file `ours` (the person's, changed by them: not `base`) and `theirs` (the task's,
+/// changed by it) come together.
+fn outcome(base: &Option<Node>, ours: &Option<Node>, theirs: &Option<Node>) -> Outcome {
+    let whole = |clash| Outcome::Ask {
+        clash,
+        hunks: Vec::new(),
+        keep: ours.clone(),
+        theirs: theirs.clone(),
+    };
+    match (base, ours, theirs) {
+        (Some(_), None, Some(_)) => return whole(Clash::YouDeleted),
+        (Some(_), Some(_), None) => return whole(Clash::AgentDeleted),
+        (None, Some(_), Some(_)) => return whole(Clash::BothAdded),
+        _ => {}
+    }
+    let link = |n: &Option<Node>| n.as_ref().is_some_and(|n| n.kind == NodeKind::Link);
+    if link(base) != link(ours) || link(base) != link(theirs) {
+        return whole(Clash::KindChanged);
+    }
+    match (text(base), text(ours), text(theirs)) {
+        (Some(b), Some(o), Some(t)) => match merge3(b, o, t) {
+            Merge::Clean(m) => Outcome::Take(node_like(ours, base, theirs, m)),
+            Merge::Conflict {
+                hunks,
+                ours_resolved,
+                theirs_resolved,
+            } => Outcome::Ask {
+                clash: Clash::Lines,
+                hunks,
+                keep: node_like(ours, base, theirs, ours_resolved),
+                theirs: node_like(ours, base, theirs, theirs_resolved),
+            },
+        },
+        _ => whole(Clash::NotText),
+    }
+}
+
+/// Refuses to land while git is in the middle of an operation whose commit would take the
+/// landed files in with it, naming it and what to do.
+pub fn ready(root: &Path) -> Result<(), WorktreeError> {
+    use git2::RepositoryState as S;
+    let repo = git2::Repository::open(root).map_err(|e| WorktreeError::Git(e.to_string()))?;
+    let (what, finish) = match repo.state() {
+        S::Clean => return Ok(()),
+        S::Merge => ("a merge", "`git merge --continue` or `git merge --abort`"),
+        S::Revert | S::RevertSequence => ("a revert", "`git revert --continue` or `--abort`"),
+        S::CherryPick | S::CherryPickSequence => {
+            ("a cherry-pick", "`git cherry-pick --continue` or `--abort`")
+        }
+        S::Bisect => ("a bisect", "`git bisect reset`"),
+        S::Rebase | S::RebaseInteractive | S::RebaseMerge => (
+            "a rebase",
+            "`git rebase --continue` or `git rebase --abort`",
+        ),
+        S::ApplyMailbox | S::ApplyMailboxOrRebase => {
+            ("`git am`", "`git am --continue` or `--abort`")
+        }
+    };
+    Err(WorktreeError::Git(format!(
+        "{} is in the middle of {what}: nothing was landed; finish it ({finish}), then land",
+        root.display()
+    )))
+}
+
 /// Lands task `reg` (started at checkpoint `start` of its chain, or its base commit when it
 /// recorded none) into the working tree it was made from; `unsaved` is the person's editor
 /// text by path. Overlaps are named `<prefix>N`.
@@ -138,6 +319,7 @@ pub fn land(
     start: Option<&str>,
     unsaved: &BTreeMap<String, Buffer>,
 ) -> Result<Landed, WorktreeError> {
+    ready(&reg.from)?;
     let start = start.unwrap_or(&reg.base).to_owned();
     let ckpt = Checkpoints::open_read_only(&reg.path, &reg.task_id, Some(&reg.base))
         .map_err(|e| WorktreeError::Git(e.to_string()))?;
@@ -171,6 +353,13 @@ pub fn land(
         }
         let disk = match ours_tree.read_node(&path) {
             Ok(n) => n,
+            Err(ExecError::NotAFile { what, .. }) => {
+                out.failed.push((
+                    path.clone(),
+                    format!("the task changed a file where you have {what}: not landed; move it aside and land again, or keep yours"),
+                ));
+                continue;
+            }
             Err(e) => {
                 out.failed.push((path.clone(), e.to_string()));
                 continue;
@@ -204,56 +393,62 @@ pub fn land(
             out.already.push(path);
             continue;
         }
-        let next: Option<Node> = if ours == base {
-            theirs.clone()
-        } else {
-            match (text(&base), text(&ours), text(&theirs)) {
-                (Some(b), Some(o), Some(t)) => match merge3(b, o, t) {
-                    Merge::Clean(m) => node_like(&ours, &base, &theirs, m),
-                    Merge::Conflict {
-                        hunks,
-                        theirs_resolved,
-                        ..
-                    } => {
-                        let n = out.overlaps.len() + 1;
-                        out.overlaps.push(Overlap {
-                            decision_id: format!("land-{}-{n}", reg.task_id),
-                            path,
-                            hunks,
-                            ours: disk,
-                            theirs: node_like(&ours, &base, &theirs, theirs_resolved),
-                            unsaved: took,
-                        });
-                        continue;
-                    }
-                },
-                _ => {
-                    let n = out.overlaps.len() + 1;
-                    out.overlaps.push(Overlap {
-                        decision_id: format!("land-{}-{n}", reg.task_id),
-                        path,
-                        hunks: Vec::new(),
-                        ours: disk,
-                        theirs: theirs.clone(),
-                        unsaved: took,
-                    });
-                    continue;
-                }
-            }
-        };
-        if buffer.is_some() {
-            out.unsaved.push(path);
-            continue;
-        }
-        let merged = ours != base;
-        let written = match &next {
+        let put = |n: &Option<Node>| match n {
             Some(n) => ours_tree.put(&path, n),
             None => ours_tree.remove(&path),
         };
-        match written {
-            Ok(()) if merged => out.merged.push(path),
-            Ok(()) => out.applied.push(path),
-            Err(e) => out.failed.push((path, e.to_string())),
+        let next = if ours == base {
+            Outcome::Take(theirs.clone())
+        } else {
+            outcome(&base, &ours, &theirs)
+        };
+        match next {
+            Outcome::Take(next) => {
+                if buffer.is_some() {
+                    out.unsaved.push(path);
+                    continue;
+                }
+                match put(&next) {
+                    Ok(()) => {
+                        if ours == base {
+                            out.applied.push(path.clone());
+                        } else {
+                            out.merged.push(path.clone());
+                        }
+                        out.sides.insert(path, (base, theirs));
+                    }
+                    Err(e) => out.failed.push((path, e.to_string())),
+                }
+            }
+            Outcome::Ask {
+                clash,
+                hunks,
+                keep,
+                theirs: agents,
+            } => {
+                let mut held = disk;
+                // Only the overlapping lines wait: the rest of the task's change to the
+                // file lands now, unless the person's unsaved text stands for it.
+                if buffer.is_none() && keep != held {
+                    if let Err(e) = put(&keep) {
+                        out.failed.push((path, e.to_string()));
+                        continue;
+                    }
+                    out.sides.insert(path.clone(), (base, theirs));
+                    out.merged.push(path.clone());
+                    held = keep;
+                }
+                let n = out.overlaps.len() + 1;
+                out.overlaps.push(Overlap {
+                    decision_id: format!("land-{}-{n}", reg.task_id),
+                    path,
+                    clash,
+                    hunks,
+                    ours: held,
+                    theirs: agents,
+                    unsaved: took,
+                });
+            }
         }
     }
     Ok(out)
@@ -304,43 +499,16 @@ pub fn settle(root: &Path, overlap: &Overlap, choice: &str) -> Result<String, Wo
                 None => tree.remove(&overlap.path),
             }
             .map_err(|e| WorktreeError::Git(e.to_string()))?;
-            Ok(format!(
-                "{} now holds the agent's side of the overlap",
-                overlap.path
-            ))
+            Ok(match (&overlap.theirs, overlap.clash) {
+                (None, _) => format!("{} is deleted, as the agent did", overlap.path),
+                (Some(_), Clash::Lines) => {
+                    format!("{} now holds the agent's side of the overlap", overlap.path)
+                }
+                (Some(_), _) => format!("{} now holds the agent's version", overlap.path),
+            })
         }
         other => Err(WorktreeError::Git(format!(
             "{other:?} is not an answer here: choose \"keep mine\" or \"take the agent's\""
         ))),
     }
-}
-
-/// Commits `paths` as they are in `root` on its current branch, and nothing else: the
-/// person's other staged changes stay staged, uncommitted. Their hooks run, as for any commit.
-pub fn commit(root: &Path, paths: &[String], message: &str) -> Result<String, WorktreeError> {
-    let git = |args: &[&str]| -> Result<Vec<u8>, WorktreeError> {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(root)
-            .args(args)
-            .output()
-            .map_err(|e| WorktreeError::Io {
-                what: "cannot run git".into(),
-                source: e,
-            })?;
-        if !out.status.success() {
-            let said = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-            return Err(WorktreeError::Git(format!("git {}: {said}", args[0])));
-        }
-        Ok(out.stdout)
-    };
-    let mut add = vec!["add", "-A", "--"];
-    add.extend(paths.iter().map(String::as_str));
-    git(&add)?;
-    let mut commit = vec!["commit", "--quiet", "--only", "-m", message, "--"];
-    commit.extend(paths.iter().map(String::as_str));
-    git(&commit)?;
-    Ok(String::from_utf8_lossy(&git(&["rev-parse", "HEAD"])?)
-        .trim()
-        .to_owned())
 }

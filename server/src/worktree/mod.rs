@@ -4,7 +4,8 @@
 //! engine, whose sandbox is that worktree. This module makes, lists and removes them, and
 //! keeps their register in the common git dir (`.git/rein/worktrees/<task>.json`), which
 //! outlives any engine: the repository's engine links every registered worktree's engine
-//! again after a crash. `land.rs` brings a task's work into the person's tree.
+//! again after a crash. `land.rs` brings a task's work into the person's tree, `commit.rs`
+//! commits exactly what it brought.
 //!
 //! Worktrees are made and removed with the git CLI, so the checkout runs the person's
 //! filters (Git LFS, eol) and hooks as their own `git worktree add` would; libgit2 runs no
@@ -12,6 +13,7 @@
 //! Must never: remove a worktree whose files hold changes it cannot show are the agent's
 //! unless told to (`force`), or touch a branch outside `rein/`.
 
+pub mod commit;
 pub mod land;
 
 use std::path::{Path, PathBuf};

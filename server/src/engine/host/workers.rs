@@ -353,11 +353,11 @@ impl Host {
                 task_id: task.clone(),
                 task: name.clone(),
                 decision_id: id.clone(),
-                question: format!(
-                    "{name}'s change to {} overlaps yours: your side was kept. Keep it, or take the agent's side of the overlap?",
-                    o.path
-                ),
-                options: land::OVERLAP_OPTIONS.iter().map(|s| (*s).to_owned()).collect(),
+                question: o.question(&name),
+                options: land::OVERLAP_OPTIONS
+                    .iter()
+                    .map(|s| (*s).to_owned())
+                    .collect(),
                 since,
             });
         }
@@ -567,14 +567,23 @@ impl Host {
                         .map_err(|e| worktree::WorktreeError::Git(e.to_string()))?
                         .last()
                         .map(|c| c.id.clone());
+                    land::ready(&reg.from)?;
+                    // What the person had not committed, before the land writes: the commit
+                    // takes only the task's change.
+                    let before = match commit {
+                        true => Some(worktree::commit::uncommitted(&reg.from)?),
+                        false => None,
+                    };
                     let mut landed = land::land(&reg, start.as_deref(), &unsaved)?;
-                    let written = landed.written();
-                    if commit && !written.is_empty() {
+                    if let Some(before) = before.filter(|_| !landed.written().is_empty()) {
                         let message = format!(
                             "{goal}\n\nLanded by Rein from {} ({}).",
                             reg.branch, reg.task_id
                         );
-                        landed.commit = Some(land::commit(&reg.from, &written, &message)?);
+                        match worktree::commit::commit(&reg.from, &mut landed, &before, &message) {
+                            Ok(id) => landed.commit = Some(id),
+                            Err(e) => landed.commit_failed = Some(e.to_string()),
+                        }
                     }
                     Ok(landed)
                 }
