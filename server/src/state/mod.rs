@@ -628,7 +628,9 @@ pub fn tail(text: &str, max: usize) -> Option<String> {
     if text.len() <= max {
         return Some(text.to_owned());
     }
-    let mut start = text.len() - max + '…'.len_utf8();
+    // Room smaller than the mark itself keeps nothing but the mark (never an index past the
+    // end: that looped forever on a handover with no room left for the agent's words).
+    let mut start = text.len() - max.saturating_sub('…'.len_utf8());
     while !text.is_char_boundary(start) {
         start += 1;
     }
@@ -893,5 +895,15 @@ mod tests {
             schema(),
             "docs/state.schema.json is stale: run `rein schema > docs/state.schema.json`"
         );
+    }
+
+    #[test]
+    fn a_tail_or_head_with_no_room_is_the_mark_alone() {
+        for max in 0..3 {
+            assert_eq!(tail("héllo wörld", max).as_deref(), Some("…"), "tail {max}");
+            assert_eq!(head("héllo wörld", max).as_deref(), Some("…"), "head {max}");
+        }
+        assert_eq!(tail("héllo wörld", 9).as_deref(), Some("…wörld"));
+        assert_eq!(head("héllo wörld", 6).as_deref(), Some("hé…"));
     }
 }
