@@ -281,3 +281,142 @@ fn a_hook_that_refuses_the_commit_leaves_the_index_as_it_was() {
     assert_eq!(git(root, &["rev-parse", "HEAD"]), head);
     lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
 }
+
+#[test]
+fn an_open_overlap_outlives_the_engine_and_its_worktree_and_is_answered_after() {
+    let (dir, mut lsp, _p, _w, id) = finished(
+        &[("a.txt", "one\ntwo\n")],
+        json!([{"write": {"path": "a.txt", "content": "one\nTWO\n"}}]),
+    );
+    let root = dir.path();
+    write(root, "a.txt", "one\ntwo, mine\n");
+    let landed = lsp.ok("rein.land", json!({"taskId": id}));
+    assert_eq!(landed["removed"], true, "{landed:#}");
+    // The last client leaves and the engine ends; the next one asks again.
+    lsp.shutdown();
+    wait_no_engine(root);
+    let (mut lsp, _p2, _w2) = editor(root);
+    let d = until_tasks(&mut lsp, "the overlap asked again", |t| {
+        t["decisions"].as_array().is_some_and(|d| d.len() == 1)
+    })["decisions"][0]
+        .clone();
+    assert!(
+        d["question"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("task 1's change to a.txt"),
+        "{d:#}"
+    );
+    // After a kill -9 too.
+    kill9_engine(root);
+    let d2 = until_tasks(&mut lsp, "the overlap asked again", |t| {
+        t["decisions"].as_array().is_some_and(|d| d.len() == 1)
+    })["decisions"][0]
+        .clone();
+    assert_eq!(d2["decisionId"], d["decisionId"]);
+    // The agent's side was kept, though its worktree and branch are gone.
+    decide(&mut lsp, &id, &d["decisionId"], "take the agent's");
+    assert_eq!(read(root, "a.txt"), "one\nTWO\n");
+    assert_eq!(tasks(&mut lsp)["decisions"], json!([]));
+    nothing_left(root);
+    assert!(
+        !git_dir(root).join("rein/lands").join(&id).exists(),
+        "nothing waits: the journal is gone"
+    );
+}
+
+#[test]
+fn a_second_land_does_not_ask_again_what_was_answered() {
+    let (dir, mut lsp, _p, _w, id) = finished(
+        &[("a.txt", "one\ntwo\n"), ("b.txt", "b\n")],
+        json!([
+            {"write": {"path": "a.txt", "content": "one\nTWO\n"}},
+            {"write": {"path": "b.txt", "content": "b, the agent's\n"}}
+        ]),
+    );
+    let root = dir.path();
+    write(root, "a.txt", "one\ntwo, mine\n");
+    let landed = lsp.ok("rein.land", json!({"taskId": id, "keep": true}));
+    assert_eq!(landed["overlaps"].as_array().map(Vec::len), Some(1));
+    let d = only_decision(&mut lsp);
+    decide(&mut lsp, &id, &d["decisionId"], "keep mine");
+    let again = lsp.ok("rein.land", json!({"taskId": id, "keep": true}));
+    assert_eq!(again["overlaps"], json!([]), "{again:#}");
+    assert_eq!(again["kept"], json!(["a.txt"]), "{again:#}");
+    assert_eq!(tasks(&mut lsp)["decisions"], json!([]));
+    assert_eq!(read(root, "a.txt"), "one\ntwo, mine\n");
+    lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
+}
+
+/// Every file under `root` (outside `.git`) whose name is one of Rein's temporary files.
+fn temp_files(root: &Path) -> Vec<String> {
+    let mut left = Vec::new();
+    let mut dirs = vec![root.to_owned()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == ".git" {
+                continue;
+            }
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(e.path());
+            } else if name.starts_with(".rein-tmp-") {
+                left.push(e.path().display().to_string());
+            }
+        }
+    }
+    left
+}
+
+#[test]
+fn a_land_cut_by_kill_9_is_finished_by_the_next_engine_with_nothing_left_half_done() {
+    const N: usize = 3000;
+    let gen = format!(
+        "import os\nos.makedirs('d', exist_ok=True)\nfor i in range({N}):\n    open('d/f%d' % i, 'w').write('%d\\n' % i)\n"
+    );
+    let files = [
+        ("gen.py", gen.as_str()),
+        ("rein.toml", "[policy]\nallow = [\"python3\"]\n"),
+    ];
+    let dir = repo(&files, json!([]));
+    let root = dir.path();
+    let (mut lsp, plans, _wts) = editor(root);
+    let make = "python3 gen.py";
+    let id = start_worktree(
+        &mut lsp,
+        "many files",
+        plan(
+            plans.path(),
+            "p",
+            json!([{"run": {"cmd": make, "timeout_s": 120}}, {"finish": "done"}]),
+        ),
+    );
+    until_tasks(&mut lsp, "done", |t| task(t, &id)["status"] == "done");
+    let landed = |root: &Path| {
+        std::fs::read_dir(root.join("d")).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with('f'))
+                .count()
+        })
+    };
+    lsp.send_command("rein.land", json!({"taskId": id}));
+    let until = std::time::Instant::now() + PATIENCE;
+    while landed(root) == 0 {
+        assert!(std::time::Instant::now() < until, "the land never began");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    kill9_engine(root);
+    let cut_at = landed(root);
+    assert!(cut_at < N, "cut mid-land: {cut_at} of {N} had landed");
+    // The editor's link connects again; the next engine finishes the land.
+    until_tasks(&mut lsp, "the land finished", |_| landed(root) == N);
+    for i in [0, N / 2, N - 1] {
+        assert_eq!(read(root, &format!("d/f{i}")), format!("{i}\n"));
+    }
+    assert_eq!(
+        temp_files(root),
+        Vec::<String>::new(),
+        "no temporary file left"
+    );
+    lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
+}

@@ -182,6 +182,9 @@ pub fn land(dir: &Path, task_id: String, commit: bool, keep: bool) -> Result<i32
                 o.decision_id
             )?;
         }
+        for p in &landed.kept {
+            out!("  kept    {p}: you answered \"keep mine\" to this overlap before")?;
+        }
         for p in &landed.unsaved {
             out!("  unsaved {p}: not landed; save it in your editor, then land again")?;
         }

@@ -134,6 +134,8 @@ enum Event {
         id: Option<u64>,
         result: Result<Answer, ControlError>,
     },
+    /// The lands a crash cut short are finished; these journals' overlaps wait.
+    LandsRecovered(Vec<crate::worktree::journal::Journal>),
     /// A worktree task's worktree was made (or not); its task starts next.
     WorktreeMade {
         client: u64,
@@ -328,6 +330,7 @@ impl Host {
                 return self.check_alone();
             }
             Event::Answer { client, id, result } => self.answer(client, id, result),
+            Event::LandsRecovered(journals) => self.lands_recovered(journals),
             Event::WorktreeMade {
                 client,
                 id,

@@ -17,6 +17,8 @@ use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use serde::{Deserialize, Serialize};
+
 use super::land::Landed;
 use super::WorktreeError;
 use crate::exec::{Node, NodeKind};
@@ -88,8 +90,8 @@ pub fn uncommitted(root: &Path) -> Result<BTreeSet<String>, WorktreeError> {
 }
 
 /// An index entry: its mode and blob id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
     mode: u32,
     id: String,
 }
@@ -118,7 +120,7 @@ fn entry(root: &Path, what: &str, path: &str) -> Result<Option<Entry>, WorktreeE
         match git(root, None, &["ls-tree", "-z", what, "--", path], None) {
             Ok(o) => o,
             // An unborn branch: nothing committed yet.
-            Err(_) if !has_head(root) => Vec::new(),
+            Err(_) if head(root).is_none() => Vec::new(),
             Err(e) => return Err(e),
         }
     };
@@ -136,10 +138,6 @@ fn entry(root: &Path, what: &str, path: &str) -> Result<Option<Entry>, WorktreeE
         })),
         _ => Ok(None),
     }
-}
-
-fn has_head(root: &Path) -> bool {
-    git(root, None, &["rev-parse", "--verify", "-q", "HEAD"], None).is_ok()
 }
 
 /// An entry's content as the person's files would hold it (filters applied).
@@ -223,35 +221,48 @@ fn index_info(entries: &BTreeMap<String, Option<Entry>>) -> Vec<u8> {
     v
 }
 
-/// Commits what `landed` wrote in `root` on its current branch: HEAD plus the task's change
-/// to each path and nothing else; `before` is [`uncommitted`] as it was before landing.
-/// Then each landed path's index entry takes the task's change. Returns the commit's id;
-/// paths whose change cannot be put on HEAD cleanly go to `landed.not_committed`.
-pub fn commit(
+/// How a land is committed, worked out before anything is committed and journaled, so a
+/// commit cut short by a crash is finished exactly as planned.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommitPlan {
+    /// The commit's message.
+    pub message: String,
+    /// HEAD before the commit (`None`: an unborn branch).
+    pub head: Option<String>,
+    /// Paths the person had not touched: both indexes take them from disk.
+    pub fast: Vec<String>,
+    /// The commit's entries for the other paths (`None`: removed).
+    pub commit: BTreeMap<String, Option<Entry>>,
+    /// The person's index entries for those paths after the commit.
+    pub index: BTreeMap<String, Option<Entry>>,
+}
+
+fn head(root: &Path) -> Option<String> {
+    git(root, None, &["rev-parse", "--verify", "-q", "HEAD"], None)
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o).trim().to_owned())
+}
+
+/// Plans committing what `landed` wrote in `root` on its current branch: HEAD plus the task's
+/// change to each path and nothing else; `before` is [`uncommitted`] as it was before
+/// landing. Paths whose change cannot be put on HEAD cleanly go to `landed.not_committed`.
+pub fn plan(
     root: &Path,
     landed: &mut Landed,
     before: &BTreeSet<String>,
     message: &str,
-) -> Result<String, WorktreeError> {
-    let gitdir = git2::Repository::open(root)
-        .map_err(|e| WorktreeError::Git(e.to_string()))?
-        .path()
-        .to_path_buf();
-    // One per task: two tasks may land into the same tree at once.
-    let index = gitdir.join(format!("rein-land-index-{}", landed.task_id));
-    let _guard = IndexGuard(index.clone());
-    if has_head(root) {
-        git(root, Some(&index), &["read-tree", "HEAD"], None)?;
-    } else {
-        git(root, Some(&index), &["read-tree", "--empty"], None)?;
-    }
+) -> Result<CommitPlan, WorktreeError> {
     let written = landed.written();
-    // Paths the person had not touched: their file now is HEAD plus the task's change, and
-    // git takes it from disk for both indexes.
     let (fast, slow): (Vec<String>, Vec<String>) =
         written.into_iter().partition(|p| !before.contains(p));
-    let mut commit_entries = BTreeMap::new();
-    let mut index_entries = BTreeMap::new();
+    let mut plan = CommitPlan {
+        message: message.to_owned(),
+        head: head(root),
+        fast,
+        commit: BTreeMap::new(),
+        index: BTreeMap::new(),
+    };
     for path in &slow {
         let Some((base, theirs)) = landed.sides.get(path) else {
             landed.not_committed.push(path.clone());
@@ -265,7 +276,7 @@ pub fn commit(
             continue;
         };
         let c_entry = c.as_ref().map(|n| hashed(root, path, n)).transpose()?;
-        commit_entries.insert(path.clone(), c_entry.clone());
+        plan.commit.insert(path.clone(), c_entry.clone());
         let i_entry = if staged == head {
             c_entry
         } else {
@@ -275,49 +286,98 @@ pub fn commit(
                 None => staged,
             }
         };
-        index_entries.insert(path.clone(), i_entry);
+        plan.index.insert(path.clone(), i_entry);
     }
-    let mut paths = Vec::new();
-    for p in &fast {
-        paths.extend_from_slice(p.as_bytes());
-        paths.push(0);
-    }
-    let update = ["update-index", "--add", "--remove", "-z", "--stdin"];
-    if !fast.is_empty() {
-        git(root, Some(&index), &update, Some(&paths))?;
-    }
-    let info = ["update-index", "-z", "--index-info"];
-    if !commit_entries.is_empty() {
-        git(
-            root,
-            Some(&index),
-            &info,
-            Some(&index_info(&commit_entries)),
-        )?;
-    }
-    if fast.is_empty() && commit_entries.is_empty() {
+    if plan.fast.is_empty() && plan.commit.is_empty() {
         return Err(WorktreeError::Git(
             "nothing of the task's change could be put on your commits: nothing was committed"
                 .into(),
         ));
     }
+    Ok(plan)
+}
+
+const UPDATE: [&str; 5] = ["update-index", "--add", "--remove", "-z", "--stdin"];
+const INFO: [&str; 3] = ["update-index", "-z", "--index-info"];
+
+fn nul_list(paths: &[String]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for p in paths {
+        v.extend_from_slice(p.as_bytes());
+        v.push(0);
+    }
+    v
+}
+
+/// Makes `plan`'s commit in a temporary index (named for `task`): the person's index is not
+/// touched. Their hooks run; one that refuses ends it with the hook's words.
+pub fn make(root: &Path, plan: &CommitPlan, task: &str) -> Result<String, WorktreeError> {
+    let gitdir = git2::Repository::open(root)
+        .map_err(|e| WorktreeError::Git(e.to_string()))?
+        .path()
+        .to_path_buf();
+    // One per task: two tasks may land into the same tree at once.
+    let index = gitdir.join(format!("rein-land-index-{task}"));
+    let _guard = IndexGuard(index.clone());
+    match &plan.head {
+        Some(h) => git(root, Some(&index), &["read-tree", h], None)?,
+        None => git(root, Some(&index), &["read-tree", "--empty"], None)?,
+    };
+    if !plan.fast.is_empty() {
+        git(root, Some(&index), &UPDATE, Some(&nul_list(&plan.fast)))?;
+    }
+    if !plan.commit.is_empty() {
+        git(root, Some(&index), &INFO, Some(&index_info(&plan.commit)))?;
+    }
     git(
         root,
         Some(&index),
-        &["commit", "--quiet", "-m", message],
+        &["commit", "--quiet", "-m", &plan.message],
         None,
     )?;
-    let id = String::from_utf8_lossy(&git(root, None, &["rev-parse", "HEAD"], None)?)
-        .trim()
-        .to_owned();
-    // The commit is made: the person's index takes the task's change to the same paths.
-    if !fast.is_empty() {
-        git(root, None, &update, Some(&paths))?;
+    head(root).ok_or_else(|| WorktreeError::Git("the commit left no HEAD".into()))
+}
+
+/// Gives the person's index the task's change to each path of `plan`, once committed.
+pub fn update_index(root: &Path, plan: &CommitPlan) -> Result<(), WorktreeError> {
+    if !plan.fast.is_empty() {
+        git(root, None, &UPDATE, Some(&nul_list(&plan.fast)))?;
     }
-    if !index_entries.is_empty() {
-        git(root, None, &info, Some(&index_info(&index_entries)))?;
+    if !plan.index.is_empty() {
+        git(root, None, &INFO, Some(&index_info(&plan.index)))?;
     }
-    Ok(id)
+    Ok(())
+}
+
+/// Finishes `plan` after a crash: commits it if HEAD has not moved, else only updates the
+/// index if HEAD is its commit; the commit's id, or why it was left.
+pub fn resume(root: &Path, plan: &CommitPlan, task: &str) -> Result<String, WorktreeError> {
+    let now = head(root);
+    if now == plan.head {
+        let id = make(root, plan, task)?;
+        update_index(root, plan)?;
+        return Ok(id);
+    }
+    let parent = head_parent(root);
+    let message = git(root, None, &["log", "-1", "--format=%B"], None)
+        .map(|m| String::from_utf8_lossy(&m).trim().to_owned())
+        .unwrap_or_default();
+    match now {
+        Some(id) if parent == plan.head && message == plan.message.trim() => {
+            update_index(root, plan)?;
+            Ok(id)
+        }
+        _ => Err(WorktreeError::Git(
+            "HEAD moved before the land's commit was made: the files are landed, not committed"
+                .into(),
+        )),
+    }
+}
+
+fn head_parent(root: &Path) -> Option<String> {
+    git(root, None, &["rev-parse", "--verify", "-q", "HEAD^"], None)
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o).trim().to_owned())
 }
 
 /// Removes the temporary index (and a lock git may have left) however the commit ends.

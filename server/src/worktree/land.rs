@@ -20,6 +20,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::journal::Journal;
 use super::{changed_since, Registered, WorktreeError};
 use crate::checkpoint::{Checkpoints, EntryMode};
 use crate::exec::{ExecError, Node, NodeKind, Sandbox};
@@ -43,6 +44,8 @@ pub struct Landed {
     pub already: Vec<String>,
     /// Files where both changed the same lines: the person's side stays, a decision asks.
     pub overlaps: Vec<Overlap>,
+    /// Overlaps answered "keep mine" at an earlier land of the same change: not asked again.
+    pub kept: Vec<String>,
     /// Files with unsaved text in an editor that landing would change: save, then land again.
     pub unsaved: Vec<String>,
     /// Files that could not be written, with why.
@@ -313,13 +316,28 @@ pub fn ready(root: &Path) -> Result<(), WorktreeError> {
 
 /// Lands task `reg` (started at checkpoint `start` of its chain, or its base commit when it
 /// recorded none) into the working tree it was made from; `unsaved` is the person's editor
-/// text by path. Overlaps are named `<prefix>N`.
+/// text by path; `commit`, the message to commit it with; `state`, the task's state now.
+/// Every write is journaled before the first is made (`journal.rs`). Overlaps are named
+/// `land-<task>-N`.
 pub fn land(
     reg: &Registered,
     start: Option<&str>,
     unsaved: &BTreeMap<String, Buffer>,
+    commit: Option<&str>,
+    state: Option<Box<crate::state::TaskState>>,
 ) -> Result<Landed, WorktreeError> {
+    let _one = super::journal::LANDING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     ready(&reg.from)?;
+    let common = super::common_dir(&reg.from)?;
+    // What the person had not committed, before the land writes: the commit takes only the
+    // task's change.
+    let before = commit
+        .map(|_| super::commit::uncommitted(&reg.from))
+        .transpose()?;
+    let mut journal = Journal::for_task(&common, &reg.task_id, &reg.name(), &reg.from)?;
+    journal.state = state;
     let start = start.unwrap_or(&reg.base).to_owned();
     let ckpt = Checkpoints::open_read_only(&reg.path, &reg.task_id, Some(&reg.base))
         .map_err(|e| WorktreeError::Git(e.to_string()))?;
@@ -393,10 +411,6 @@ pub fn land(
             out.already.push(path);
             continue;
         }
-        let put = |n: &Option<Node>| match n {
-            Some(n) => ours_tree.put(&path, n),
-            None => ours_tree.remove(&path),
-        };
         let next = if ours == base {
             Outcome::Take(theirs.clone())
         } else {
@@ -408,17 +422,8 @@ pub fn land(
                     out.unsaved.push(path);
                     continue;
                 }
-                match put(&next) {
-                    Ok(()) => {
-                        if ours == base {
-                            out.applied.push(path.clone());
-                        } else {
-                            out.merged.push(path.clone());
-                        }
-                        out.sides.insert(path, (base, theirs));
-                    }
-                    Err(e) => out.failed.push((path, e.to_string())),
-                }
+                journal.plan(&common, &path, &disk, &next, ours != base)?;
+                out.sides.insert(path, (base, theirs));
             }
             Outcome::Ask {
                 clash,
@@ -426,20 +431,20 @@ pub fn land(
                 keep,
                 theirs: agents,
             } => {
-                let mut held = disk;
+                let mut held = disk.clone();
                 // Only the overlapping lines wait: the rest of the task's change to the
                 // file lands now, unless the person's unsaved text stands for it.
                 if buffer.is_none() && keep != held {
-                    if let Err(e) = put(&keep) {
-                        out.failed.push((path, e.to_string()));
-                        continue;
-                    }
+                    journal.plan(&common, &path, &disk, &keep, true)?;
                     out.sides.insert(path.clone(), (base, theirs));
-                    out.merged.push(path.clone());
                     held = keep;
                 }
+                if journal.answered_before(&path, &agents)? == Some(OVERLAP_OPTIONS[0]) {
+                    out.kept.push(path);
+                    continue;
+                }
                 let n = out.overlaps.len() + 1;
-                out.overlaps.push(Overlap {
+                let overlap = Overlap {
                     decision_id: format!("land-{}-{n}", reg.task_id),
                     path,
                     clash,
@@ -447,11 +452,46 @@ pub fn land(
                     ours: held,
                     theirs: agents,
                     unsaved: took,
-                });
+                };
+                journal.ask(&common, &overlap)?;
+                out.overlaps.push(overlap);
+            }
+        }
+    }
+    // Journaled before the first write: a land cut short is finished from it.
+    journal.save(&common)?;
+    journal.apply(&common, &reg.from, &mut out)?;
+    if let (Some(message), Some(before)) = (commit, before) {
+        if !out.written().is_empty() {
+            match super::commit::plan(&reg.from, &mut out, &before, message) {
+                Ok(plan) => {
+                    journal.commit = Some(plan);
+                    journal.save(&common)?;
+                    commit_planned(&reg.from, &mut journal, &mut out);
+                    journal.commit = None;
+                    journal.save(&common)?;
+                }
+                Err(e) => out.commit_failed = Some(e.to_string()),
             }
         }
     }
     Ok(out)
+}
+
+/// Makes the journal's planned commit and gives the person's index the task's change.
+fn commit_planned(root: &Path, journal: &mut Journal, out: &mut Landed) {
+    let Some(plan) = &journal.commit else { return };
+    match super::commit::make(root, plan, &journal.task_id) {
+        Ok(id) => {
+            if let Err(e) = super::commit::update_index(root, plan) {
+                out.commit_failed = Some(format!(
+                    "committed as {id}, but your index could not take the task's change: {e}"
+                ));
+            }
+            out.commit = Some(id);
+        }
+        Err(e) => out.commit_failed = Some(e.to_string()),
+    }
 }
 
 /// A merge's text as a node: a file both kept with its mode, the task's mode where only the

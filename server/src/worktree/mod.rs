@@ -5,7 +5,7 @@
 //! keeps their register in the common git dir (`.git/rein/worktrees/<task>.json`), which
 //! outlives any engine: the repository's engine links every registered worktree's engine
 //! again after a crash. `land.rs` brings a task's work into the person's tree, `commit.rs`
-//! commits exactly what it brought.
+//! commits exactly what it brought, `journal.rs` makes a land one durable operation.
 //!
 //! Worktrees are made and removed with the git CLI, so the checkout runs the person's
 //! filters (Git LFS, eol) and hooks as their own `git worktree add` would; libgit2 runs no
@@ -14,6 +14,7 @@
 //! unless told to (`force`), or touch a branch outside `rein/`.
 
 pub mod commit;
+pub mod journal;
 pub mod land;
 
 use std::path::{Path, PathBuf};

@@ -111,6 +111,7 @@ impl Host {
             }
             Err(e) => tracing::warn!("cannot sweep the worktree tasks: {e}"),
         }
+        self.recover_lands();
         let regs = match worktree::list(&self.place.root) {
             Ok(r) => r,
             Err(e) => {
@@ -123,6 +124,51 @@ impl Host {
                 self.link(reg, settings);
             }
         }
+    }
+
+    /// Finishes the lands into this tree that a crash cut short, off the event loop (a land
+    /// of thousands of files takes seconds), then asks again what their overlaps ask.
+    fn recover_lands(&mut self) {
+        let common = match worktree::common_dir(&self.place.root) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("cannot read the lands' journals: {e}");
+                return;
+            }
+        };
+        let root = self.place.root.clone();
+        let events = self.events.clone();
+        tokio::task::spawn_blocking(move || {
+            let waiting = worktree::journal::recover(&common, &root);
+            let _ = events.send(Event::LandsRecovered(waiting));
+        });
+    }
+
+    /// The lands a crash cut short are finished: their overlaps wait again.
+    pub(super) fn lands_recovered(&mut self, journals: Vec<worktree::journal::Journal>) {
+        let Ok(common) = worktree::common_dir(&self.place.root) else {
+            return;
+        };
+        for j in journals {
+            let overlaps = match j.overlaps(&common) {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::warn!("{}'s overlaps: {e}", j.name);
+                    continue;
+                }
+            };
+            for overlap in overlaps {
+                let waiting = Waiting {
+                    task: j.task_id.clone(),
+                    name: j.name.clone(),
+                    state: j.state.clone(),
+                    overlap,
+                };
+                self.overlaps
+                    .insert(waiting.overlap.decision_id.clone(), waiting);
+            }
+        }
+        self.announce_tasks();
     }
 
     /// Joins the engine of `reg`'s worktree (starting it: it recovers its task).
@@ -552,6 +598,7 @@ impl Host {
             .map_or(reg.goal.clone(), |s| s.task.goal.clone());
         let remote = w.remote.clone();
         let events = self.events.clone();
+        let state = w.state.clone().map(Box::new);
         tokio::spawn(async move {
             let landed = tokio::task::spawn_blocking({
                 let reg = reg.clone();
@@ -567,24 +614,17 @@ impl Host {
                         .map_err(|e| worktree::WorktreeError::Git(e.to_string()))?
                         .last()
                         .map(|c| c.id.clone());
-                    land::ready(&reg.from)?;
-                    // What the person had not committed, before the land writes: the commit
-                    // takes only the task's change.
-                    let before = match commit {
-                        true => Some(worktree::commit::uncommitted(&reg.from)?),
-                        false => None,
-                    };
-                    let mut landed = land::land(&reg, start.as_deref(), &unsaved)?;
-                    if let Some(before) = before.filter(|_| !landed.written().is_empty()) {
-                        let message = format!(
-                            "{goal}\n\nLanded by Rein from {} ({}).",
-                            reg.branch, reg.task_id
-                        );
-                        match worktree::commit::commit(&reg.from, &mut landed, &before, &message) {
-                            Ok(id) => landed.commit = Some(id),
-                            Err(e) => landed.commit_failed = Some(e.to_string()),
-                        }
-                    }
+                    let message = format!(
+                        "{goal}\n\nLanded by Rein from {} ({}).",
+                        reg.branch, reg.task_id
+                    );
+                    let landed = land::land(
+                        &reg,
+                        start.as_deref(),
+                        &unsaved,
+                        commit.then_some(message.as_str()),
+                        state,
+                    )?;
                     Ok(landed)
                 }
             })
@@ -612,6 +652,14 @@ impl Host {
             if !keep && whole {
                 landed.removed = end_worktree(&remote, &reg, true, false).await.is_ok();
             }
+            if landed.removed {
+                // Nothing is left to land again: the journal goes unless overlaps wait.
+                let gone = worktree::common_dir(&reg.from)
+                    .and_then(|common| worktree::journal::gone(&common, &reg.task_id));
+                if let Err(e) = gone {
+                    tracing::warn!("{}: {e}", reg.name());
+                }
+            }
             let _ = events.send(Event::Landed {
                 client,
                 id,
@@ -638,6 +686,8 @@ impl Host {
             .get(&task)
             .and_then(|w| w.state.clone())
             .map(Box::new);
+        // A land again asks anew: what the last one asked is replaced.
+        self.overlaps.retain(|_, w| w.task != task);
         for o in &landed.overlaps {
             let waiting = Waiting {
                 task: task.clone(),
@@ -675,7 +725,16 @@ impl Host {
                 // The person's unsaved text the merge took in is in the file now, when they
                 // took the agent's side.
                 let unsaved = overlap.unsaved.clone();
-                let landed = self.overlaps.remove(&decision).and_then(|w| w.state);
+                let waiting = self.overlaps.remove(&decision);
+                let task = waiting.as_ref().map(|w| w.task.clone()).unwrap_or_default();
+                let gone = !self.workers.contains_key(&task);
+                let kept = worktree::common_dir(&self.place.root).and_then(|common| {
+                    worktree::journal::answer(&common, &task, &decision, &choice, gone)
+                });
+                if let Err(e) = kept {
+                    tracing::warn!("cannot keep the answer to {decision}: {e}");
+                }
+                let landed = waiting.and_then(|w| w.state);
                 if choice != land::OVERLAP_OPTIONS[0] {
                     self.broadcast(&crate::engine::wire::ToClient::Notice(Notice::Wrote {
                         path,
@@ -773,6 +832,11 @@ impl Host {
         if result.is_ok() {
             self.workers.remove(&task);
             self.overlaps.retain(|_, w| w.task != task);
+            let forgot = worktree::common_dir(&self.place.root)
+                .and_then(|common| worktree::journal::forget(&common, &task));
+            if let Err(e) = forgot {
+                tracing::warn!("cannot remove {task}'s land journal: {e}");
+            }
             self.announce_tasks();
         }
         self.answer(client, id, result);
