@@ -804,3 +804,88 @@ fn taking_the_agents_side_over_unsaved_text_gives_the_buffer_the_file() {
     assert_eq!(change["edits"][0]["newText"], want);
     nothing_left(root);
 }
+
+/// A plan whose steps each write `n` files in one command (`sh`, allowed by the options the
+/// editor starts with), one directory per step.
+fn many_files_plan(dir: &Path, name: &str, sizes: &[usize]) -> Value {
+    let mut steps: Vec<Value> = sizes
+        .iter()
+        .map(|n| {
+            let cmd = format!(
+                "sh -c 'mkdir s{n} && i=0 && while [ $i -lt {n} ]; do echo $i > s{n}/f$i; i=$((i+1)); done'"
+            );
+            json!({"run": {"cmd": cmd}})
+        })
+        .collect();
+    steps.push(json!({"finish": "written"}));
+    plan(dir, name, Value::Array(steps))
+}
+
+/// How many files of directory `sub` the task's newest checkpoint holds.
+fn checkpointed(root: &Path, id: &str, sub: &str) -> usize {
+    git(
+        root,
+        &[
+            "ls-tree",
+            "-r",
+            "--name-only",
+            &format!("refs/rein/{id}/checkpoints"),
+            "--",
+            sub,
+        ],
+    )
+    .lines()
+    .count()
+}
+
+/// Issue 36, item 5: a step that writes many files is checkpointed as one pack, which in a
+/// linked worktree went under the worktree's own git dir (no objects there): the step
+/// failed ("cannot checkpoint … pack-rein-….pack: No such file or directory", or "object not
+/// found"). Steps of 50, 200 and 2,000 files, in place and in a worktree.
+#[test]
+fn steps_writing_many_files_are_checkpointed_in_place_and_in_a_worktree() {
+    const SIZES: [usize; 3] = [50, 200, 2000];
+    let dir = repo(&[("a.txt", "a\n")], json!([]));
+    let root = dir.path();
+    let plans = tempfile::tempdir().expect("temp dir");
+    let wts = tempfile::tempdir().expect("temp dir");
+    let (mut lsp, _) = Lsp::start_env(
+        root,
+        Lsp::rich_client(),
+        json!({"policy": {"allow": ["sh"]}}),
+        &worktrees_env(wts.path()),
+    );
+    let here = lsp.ok(
+        "rein.start",
+        json!({"goal": "many files here", "agent": many_files_plan(plans.path(), "here", &SIZES)}),
+    )["state"]["task"]["id"]
+        .as_str()
+        .expect("a task id")
+        .to_owned();
+    let away = start_worktree(
+        &mut lsp,
+        "many files there",
+        many_files_plan(plans.path(), "away", &SIZES),
+    );
+    let t = until_tasks(&mut lsp, "both tasks ended", |t| {
+        [&here, &away]
+            .iter()
+            .all(|id| task(t, id)["status"] != "running")
+    });
+    for id in [&here, &away] {
+        assert_eq!(task(&t, id)["status"], "done", "{t:#}");
+        for n in SIZES {
+            assert_eq!(
+                checkpointed(root, id, &format!("s{n}")),
+                n,
+                "task {id}'s step of {n} files"
+            );
+        }
+    }
+    let tree = worktree_of(&t, &away);
+    assert_eq!(read(&tree, "s2000/f1999"), "1999\n");
+    assert_eq!(read(root, "s2000/f1999"), "1999\n");
+    git(root, &["fsck", "--no-dangling"]);
+    lsp.ok("rein.discard", json!({"taskId": away, "force": true}));
+    nothing_left(root);
+}

@@ -2,7 +2,8 @@
 //!
 //! While a step's writes are routed here, every object Rein writes (blobs, trees, the commit)
 //! goes to an in-memory pack (libgit2's mempack backend, in front of the repository's own);
-//! [`Packs::flush`] writes just those objects as one pack under `.git/objects/pack`, named
+//! [`Packs::flush`] writes just those objects as one pack under `objects/pack` of the common
+//! git dir (a linked worktree's own git dir holds no objects), named
 //! `pack-rein-<sha>`, before anything that refers to them (a ref, the private index on disk)
 //! is written. Rein's packs are merged geometrically (each at least twice the size of all
 //! smaller ones together), so their number grows with the log of the objects written and
@@ -50,7 +51,7 @@ pub(super) struct Packs {
     /// [`BUILDER_CONFIG`].
     builder: Repository,
     odb: Box<Odb<'static>>,
-    /// `.git/objects/pack`.
+    /// `objects/pack` in the common git dir.
     dir: PathBuf,
     /// Where a pack is indexed before it is moved into `dir` under Rein's name.
     staging: PathBuf,
@@ -71,7 +72,9 @@ impl Packs {
         if staging.exists() {
             fs::remove_dir_all(&staging).map_err(|e| io_error(&staging, e))?;
         }
-        let objects = repo.path().join("objects");
+        // The store every worktree shares: a linked worktree's own git dir
+        // (`.git/worktrees/<name>`) has no objects directory.
+        let objects = repo.commondir().join("objects");
         let odb = Box::new(Odb::new()?);
         odb.add_disk_alternate(&objects.to_string_lossy())?;
         let mempack = odb.add_new_mempack_backend(MEMPACK_PRIORITY)?;
@@ -743,5 +746,45 @@ mod tests {
             }
         }
         assert!(packs(dir, PREFIX).len() <= 7, "{:?}", packs(dir, PREFIX));
+    }
+
+    /// A big step in a linked worktree, whose git dir (`.git/worktrees/<name>`) holds no
+    /// objects: its packs go to the store every worktree shares, and git reads the chain.
+    #[test]
+    fn a_big_step_in_a_linked_worktree_packs_into_the_common_store() {
+        let repo = new_repo();
+        let main = repo.path();
+        write(main, "a", b"a\n");
+        commit_all(main, "base");
+        let place = tempfile::tempdir().expect("tmp");
+        let wt = place.path().join("wt");
+        git(
+            main,
+            &["worktree", "add", "-q", "-b", "w", &wt.to_string_lossy()],
+        );
+        let base = git(&wt, &["rev-parse", "HEAD"]).trim().to_owned();
+        let mut cps = open(&wt, "t", Some(&base)).expect("open");
+        cps.snapshot(meta(0, "start")).expect("first");
+        for round in 0..3 {
+            for i in 0..crate::checkpoint::PACK_FROM_FILES * 2 {
+                write(
+                    &wt,
+                    &format!("d{}/f{i}", i % 7),
+                    format!("{round} {i}\n").as_bytes(),
+                );
+            }
+            let big = cps
+                .snapshot(meta(round + 1, "many files"))
+                .expect("a big step in a worktree");
+            assert_eq!(tree_of(&wt, &big.id), git_worktree_tree(&wt));
+        }
+        assert!(
+            !packs(main, PREFIX).is_empty(),
+            "no pack in the common store"
+        );
+        git(&wt, &["fsck", "--no-dangling", "--strict"]);
+        drop(cps);
+        let cps = Checkpoints::open(&wt, "t", Some(&base)).expect("reopen");
+        assert_eq!(cps.list().expect("list").len(), 4);
     }
 }
