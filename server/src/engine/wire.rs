@@ -105,7 +105,8 @@ pub enum Ask {
     Discard {
         /// Which task.
         task_id: String,
-        /// Remove the worktree even though it holds changes its task did not record.
+        /// Remove the worktree even though it holds the person's work (their changes there,
+        /// an editor's unsaved text for its files).
         #[serde(default)]
         force: bool,
     },
