@@ -608,13 +608,10 @@ fn a_worktree_task_rewinds_in_its_own_tree_and_shows_its_own_transcript() {
         !root.join("x.txt").exists(),
         "the person's tree is untouched"
     );
-    // The rewind was the person's change: a discard asks before removing it with the tree.
-    let asked = format!("{:?}", lsp.command("rein.discard", json!({"taskId": id})));
-    assert!(
-        asked.contains("y.txt") && asked.contains("force"),
-        "{asked}"
-    );
-    lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
+    // The rewind was the person's step, but it left the tree holding nothing of theirs (y.txt
+    // is gone, as it was before the task): the worktree holds only the agent's work, and a
+    // plain discard removes it.
+    lsp.ok("rein.discard", json!({"taskId": id}));
     nothing_left(root);
 }
 
@@ -791,5 +788,128 @@ fn steps_writing_many_files_are_checkpointed_in_place_and_in_a_worktree() {
     assert_eq!(read(root, "s2000/f1999"), "1999\n");
     git(root, &["fsck", "--no-dangling"]);
     lsp.ok("rein.discard", json!({"taskId": away, "force": true}));
+    nothing_left(root);
+}
+
+/// Issue 36, item 3: the person writes `a.txt` in the worktree of a task in `status` (its
+/// plan `steps`); every plain discard, from the editor and from a terminal, is refused naming
+/// the file and what to do, the edit intact; only force removes it. Returns the task's status
+/// after the refusals.
+fn discard_is_refused_over_the_persons_edit(steps: Value, status: &str) -> String {
+    let dir = repo(&[("a.txt", "a\n")], json!([]));
+    let root = dir.path();
+    let (mut lsp, plans, wts) = editor(root);
+    let id = start_worktree(&mut lsp, "a task", plan(plans.path(), "q", steps));
+    // After its write of b.txt (step 1), and past the boundary that follows it: the edit is
+    // made while the task waits or thinks, not found by a boundary.
+    let t = until_tasks(&mut lsp, status, |t| {
+        task(t, &id)["status"] == status && steps_of(t, &id) >= 2
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let tree = worktree_of(&t, &id);
+    write(&tree, "a.txt", "a, the person's\n");
+    for attempt in 1..=3 {
+        let refused = format!("{:?}", lsp.command("rein.discard", json!({"taskId": id})));
+        assert!(
+            refused.contains("a.txt") && refused.contains("force") && refused.contains("land"),
+            "discard {attempt}: {refused}"
+        );
+        assert_eq!(
+            read(&tree, "a.txt"),
+            "a, the person's\n",
+            "discard {attempt}"
+        );
+    }
+    let out = rein_in(root, wts.path(), &["discard", "1"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("a.txt"), "{said}");
+    assert_eq!(read(&tree, "a.txt"), "a, the person's\n");
+    let t = tasks(&mut lsp);
+    let after = task(&t, &id)["status"].as_str().unwrap_or("").to_owned();
+    lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
+    assert!(!tree.exists());
+    nothing_left(root);
+    after
+}
+
+/// Waiting on a question, no step of the agent's is under way: the edit is the person's before
+/// anything is done, and the task is left waiting. (Before: the first discard aborted the task
+/// and was refused, but the abort's checkpoint made the edit look recorded, and the second
+/// removed it.)
+#[test]
+fn a_plain_discard_never_removes_the_persons_edit_however_often_it_is_asked() {
+    let after = discard_is_refused_over_the_persons_edit(
+        json!([
+            {"write": {"path": "b.txt", "content": "b\n"}},
+            {"ask": "go on?"},
+            {"finish": "done"}
+        ]),
+        "awaiting_decision",
+    );
+    assert_eq!(
+        after, "awaiting_decision",
+        "refused before anything was done"
+    );
+}
+
+/// While the agent thinks, a change may still be its own: the discard aborts the task, whose
+/// abort books the edit as the person's (never as the task's), and refuses; so does every
+/// discard after it, of the aborted task.
+#[test]
+fn an_abort_never_makes_the_persons_edit_the_tasks_for_a_later_discard() {
+    let after = discard_is_refused_over_the_persons_edit(
+        json!([
+            {"write": {"path": "b.txt", "content": "b\n"}},
+            {"read": "b.txt", "think_ms": 600000}
+        ]),
+        "running",
+    );
+    assert_eq!(after, "aborted");
+}
+
+/// Issue 36, item 3: text an editor holds unsaved for a file of the worktree (a `rein lsp`
+/// there, joined to the worktree's engine) stops a plain discard, on every try, naming it.
+#[test]
+fn a_plain_discard_never_removes_a_worktree_an_editor_holds_unsaved_text_for() {
+    let dir = repo(&[("a.txt", "a\n")], json!([]));
+    let root = dir.path();
+    let (mut lsp, plans, wts) = editor(root);
+    let id = start_worktree(
+        &mut lsp,
+        "write b",
+        plan(
+            plans.path(),
+            "b",
+            json!([{"write": {"path": "b.txt", "content": "b\n"}}, {"finish": "done"}]),
+        ),
+    );
+    let t = until_tasks(&mut lsp, "done", |t| task(t, &id)["status"] == "done");
+    let tree = worktree_of(&t, &id);
+    let (mut there, _) = Lsp::start_env(
+        &tree,
+        Lsp::rich_client(),
+        Value::Null,
+        &worktrees_env(wts.path()),
+    );
+    let u = there.open("a.txt", "a\n");
+    there.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": u, "version": 2}, "contentChanges": [
+            {"text": "a, typed and not saved\n"}
+        ]}),
+    );
+    // The worktree's engine has the buffer once that server shared it: a request after it.
+    there.ok("rein.state", json!({}));
+    for attempt in 1..=2 {
+        let refused = format!("{:?}", lsp.command("rein.discard", json!({"taskId": id})));
+        assert!(
+            refused.contains("a.txt") && refused.contains("force"),
+            "discard {attempt}: {refused}"
+        );
+        assert!(tree.exists(), "discard {attempt}");
+    }
+    lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
+    assert!(!tree.exists());
+    drop(there);
     nothing_left(root);
 }

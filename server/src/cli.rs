@@ -224,7 +224,7 @@ pub enum Cmd {
     Discard {
         /// The task: its id, or its number as `rein tasks` lists it.
         task: String,
-        /// Remove the worktree even if it holds changes its task did not record.
+        /// Remove the worktree even if it holds your work (your changes there, unsaved text).
         #[arg(long)]
         force: bool,
         /// The repository.

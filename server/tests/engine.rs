@@ -474,6 +474,9 @@ async fn abort_removes_the_agents_changes_keeps_the_humans_and_keeps_the_attempt
             == 2
     })
     .await;
+    // Past the boundary after the second step, into the think: the changes below are found by
+    // the abort, not by that boundary.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     write(
         root,
         "b.txt",
@@ -497,6 +500,24 @@ async fn abort_removes_the_agents_changes_keeps_the_humans_and_keeps_the_attempt
         "agent file\n"
     );
     assert!(git(root, &["show", &format!("{attempt}:b.txt")]).contains("ONE (agent)"));
+    // The person's changes made while the agent thought are booked as theirs, in a step of
+    // their own, before the attempt's checkpoint: being in it makes them no one else's
+    // (issue 36, item 3: a worktree discard judged them the task's and removed them).
+    let theirs: Vec<&str> = run
+        .state
+        .human_changes
+        .iter()
+        .map(|h| h.path.as_str())
+        .collect();
+    assert_eq!(theirs, ["b.txt", "c.txt"], "{:#?}", run.state.steps);
+    assert!(
+        run.state
+            .steps
+            .iter()
+            .any(|st| st.author == Author::Human && st.action.starts_with("your changes at abort")),
+        "{:#?}",
+        run.state.steps
+    );
     let refused = run.refused(Request::Resume).await;
     assert!(refused.contains("ended"), "{refused}");
 }

@@ -536,6 +536,11 @@ impl Engine {
         // is what its traced processes changed since its last step.
         self.catch_up()?;
         self.settle_traced();
+        // What changed since and no evidence gives the agent is the person's, booked as theirs
+        // (`humanChanges`) as a takeover books it: were it only in the attempt's checkpoint
+        // below, it would read as recorded by the task, and a worktree discard would take it
+        // for the task's and remove it.
+        self.absorb(false, "your changes at abort")?;
         let n = self.next_n();
         // The whole attempt stays recoverable under refs/rein/<task>/aborted.
         let snap = self.ckpt.snapshot(SnapshotMeta {

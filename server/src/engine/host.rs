@@ -493,6 +493,10 @@ impl Host {
                 self.discard(client, id, task, force)
             }
             Ask::Edit { path, splices } => self.edit(client, path, &splices),
+            Ask::Unsaved => {
+                let paths = self.unsaved();
+                self.answer(client, id, Ok(Answer::Unsaved { paths }));
+            }
             Ask::Stop => {
                 self.stopping = true;
                 // Each worktree's engine pauses its task and ends too.
@@ -645,6 +649,26 @@ impl Host {
                 result,
             });
         });
+    }
+
+    /// The files some client holds text for that is neither the file on disk nor the text
+    /// its buffer was based on (one still on its base holds nothing of the person's, even when
+    /// the file moved on): what no file of the tree keeps.
+    fn unsaved(&self) -> Vec<String> {
+        let mut paths: Vec<String> = self
+            .clients
+            .values()
+            .flat_map(|c| c.buffers.iter())
+            .filter(|(path, b)| {
+                let disk = std::fs::read_to_string(self.place.root.join(path.as_str())).ok();
+                disk.is_none_or(|d| b.text != d.as_str())
+                    && b.base.as_ref().is_none_or(|base| *base != b.text)
+            })
+            .map(|(path, _)| path.clone())
+            .collect();
+        paths.sort();
+        paths.dedup();
+        paths
     }
 
     /// Edits to a buffer the client sent whole before: the engine gets the text they make

@@ -105,7 +105,8 @@ pub enum Ask {
     Discard {
         /// Which task.
         task_id: String,
-        /// Remove the worktree even though it holds changes its task did not record.
+        /// Remove the worktree even though it holds the person's work (their changes there,
+        /// an editor's unsaved text for its files).
         #[serde(default)]
         force: bool,
     },
@@ -119,6 +120,10 @@ pub enum Ask {
     },
     /// Stop the engine: a running task is paused first.
     Stop,
+    /// The files an editor joined here holds unsaved text for (text that is neither the file
+    /// on disk nor what the buffer was based on): what removing this working tree would lose
+    /// beyond its files. The repository's engine asks a worktree's before discarding it.
+    Unsaved,
 }
 
 /// One edit of a buffer's text, in chars: `removed` chars at `at` replaced by `text`.
@@ -223,6 +228,11 @@ pub enum Answer {
     Stopping {
         /// Its state.
         state: Option<Box<TaskState>>,
+    },
+    /// The files its clients hold unsaved text for.
+    Unsaved {
+        /// Repo-relative paths, sorted.
+        paths: Vec<String>,
     },
 }
 

@@ -55,6 +55,7 @@ pub(super) fn answer_value(a: Answer) -> serde_json::Result<Value> {
         }),
         Answer::Reply(r) => json!({ "state": r.state() }),
         Answer::Opened { state } | Answer::Stopping { state } => json!({ "state": state }),
+        Answer::Unsaved { paths } => json!({ "unsaved": paths }),
     })
 }
 

@@ -10,8 +10,8 @@
 //! Worktrees are made and removed with the git CLI, so the checkout runs the person's
 //! filters (Git LFS, eol) and hooks as their own `git worktree add` would; libgit2 runs no
 //! LFS filter and would leave pointers where the person has content.
-//! Must never: remove a worktree whose files hold changes it cannot show are the agent's
-//! unless told to (`force`), or touch a branch outside `rein/`.
+//! Must never: touch a branch outside `rein/`. (That a worktree is removed only when it
+//! holds nothing of the person's, unless told to, is the engine's to check before `remove`.)
 
 pub mod commit;
 pub mod journal;
@@ -42,14 +42,29 @@ pub enum WorktreeError {
     /// No task of that id has a worktree here.
     #[error("no worktree task {0} in this repository; `rein tasks` lists them")]
     Unknown(String),
-    /// The worktree holds changes that are not the agent's record.
-    #[error("the worktree {path} holds changes not in its task's record ({}); land them, or discard again with force to remove them", files.join(", "))]
+    /// The worktree holds the person's work: removing it would lose it.
+    #[error("{name}'s worktree holds your changes ({}): land them first{}, or discard with force to remove them too", held(files, unsaved), if unsaved.is_empty() { "" } else { " (save the unsaved text, or close it)" })]
     HoldsWork {
-        /// The worktree.
-        path: String,
-        /// What it holds.
+        /// The task ("task 2").
+        name: String,
+        /// Its files the person changed, or that changed outside its record.
         files: Vec<String>,
+        /// Its files an editor holds unsaved text for.
+        unsaved: Vec<String>,
     },
+}
+
+/// The files a worktree holds for the person, as `HoldsWork` names them.
+fn held(files: &[String], unsaved: &[String]) -> String {
+    let mut said = files.join(", ");
+    if !unsaved.is_empty() {
+        if !said.is_empty() {
+            said.push_str("; ");
+        }
+        said.push_str("unsaved in an editor: ");
+        said.push_str(&unsaved.join(", "));
+    }
+    said
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> WorktreeError {
@@ -316,12 +331,30 @@ fn remove_node(path: &Path) -> Result<(), WorktreeError> {
 }
 
 /// The worktree's files that differ from what its task last recorded, or from its branch when
-/// the task recorded nothing (`tip`: the task's newest checkpoint): what removing it would lose.
+/// the task recorded nothing (`tip`: the task's newest checkpoint): changed since the task
+/// last looked, so by nobody its record knows of.
 pub fn unrecorded(reg: &Registered, tip: Option<&str>) -> Result<Vec<String>, WorktreeError> {
     if !reg.path.is_dir() {
         return Ok(Vec::new());
     }
     changed_since(&reg.path, tip.unwrap_or("HEAD"))
+}
+
+/// Of the paths the task's record books as the person's (`booked`), those whose file differs
+/// now from the tree the task started from (`start`, else the worktree's base commit): their
+/// change is still there, and removing the worktree would lose it. Being in a checkpoint says
+/// nothing here: an abort's checkpoint holds the person's change as much as the agent's.
+pub fn still_changed(
+    reg: &Registered,
+    start: Option<&str>,
+    booked: &[String],
+) -> Result<Vec<String>, WorktreeError> {
+    if booked.is_empty() || !reg.path.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut files = changed_since(&reg.path, start.unwrap_or(&reg.base))?;
+    files.retain(|f| booked.contains(f));
+    Ok(files)
 }
 
 /// The paths of the working tree `dir` that may differ from commit `against` (tracked or
@@ -365,18 +398,10 @@ pub(crate) fn changed_since(dir: &Path, against: &str) -> Result<Vec<String>, Wo
     Ok(files)
 }
 
-/// Removes task `reg`'s worktree, its branch and its record. Refused while the worktree
-/// holds changes its task did not record (`tip`), unless `force`.
-pub fn remove(reg: &Registered, tip: Option<&str>, force: bool) -> Result<(), WorktreeError> {
-    if !force {
-        let files = unrecorded(reg, tip)?;
-        if !files.is_empty() {
-            return Err(WorktreeError::HoldsWork {
-                path: reg.path.display().to_string(),
-                files,
-            });
-        }
-    }
+/// Removes task `reg`'s worktree, its branch and its record, whatever it holds: whether the
+/// person's work is there is the engine's to judge first, from the task's record and the
+/// editors' unsaved text (`unrecorded`, `still_changed`, `HoldsWork`).
+pub fn remove(reg: &Registered) -> Result<(), WorktreeError> {
     remove_checkout(&reg.from, &reg.path, &reg.branch)?;
     let file = register_dir(&common_dir(&reg.from)?).join(format!("{}.json", reg.task_id));
     match std::fs::remove_file(&file) {

@@ -6,6 +6,9 @@
 //! discarding end with the worktree engine stopped and the worktree removed. A worktree
 //! engine outlives this one (`keep-running`): after a crash, the next engine links every
 //! registered worktree again, whose engine recovers its task if it died too.
+//!
+//! Must never: remove a worktree holding the person's work (their booked changes still there,
+//! changes outside the task's record, an editor's unsaved text) unless told to (`force`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -650,7 +653,7 @@ impl Host {
             };
             let whole = landed.failed.is_empty() && landed.unsaved.is_empty();
             if !keep && whole {
-                landed.removed = end_worktree(&remote, &reg, true, false).await.is_ok();
+                landed.removed = end_worktree(&remote, &reg).await.is_ok();
             }
             if landed.removed {
                 // Nothing is left to land again: the journal goes unless overlaps wait.
@@ -759,7 +762,10 @@ impl Host {
         }
     }
 
-    /// Ends worktree task `task` (aborting it if it runs) and removes its worktree.
+    /// Ends worktree task `task` (aborting it if it runs) and removes its worktree. Unless
+    /// `force`, refused while the worktree holds the person's work (`persons_work`): checked
+    /// before anything is done, and again once an abort has settled what was the agent's, on
+    /// every try.
     pub(super) fn discard(&mut self, client: u64, id: Option<u64>, task: String, force: bool) {
         let Some(w) = self.workers.get(&task) else {
             return self.answer(client, id, Err(unknown(&task)));
@@ -769,49 +775,54 @@ impl Host {
         let running = w.state.as_ref().is_none_or(|s| !s.status.is_terminal());
         let events = self.events.clone();
         tokio::spawn(async move {
-            let state = match running {
-                true => {
-                    remote
-                        .call(Request::Abort {
-                            keep_changes: false,
-                        })
-                        .await
-                }
-                false => remote.call(Request::State).await,
-            };
-            // Abort took back the agent's changes; what the person changed there stays, and
-            // removing the worktree would lose it: asked first.
-            let mut theirs: Vec<String> = state
-                .map(|r| {
-                    r.state()
-                        .human_changes
-                        .iter()
-                        .map(|h| h.path.clone())
-                        .collect()
-                })
-                .unwrap_or_default();
-            theirs.sort();
-            theirs.dedup();
-            if !force && !theirs.is_empty() {
-                let why = format!(
-                    "{}'s worktree holds your changes ({}): land them first, or discard with force to remove them too",
-                    reg.name(),
-                    theirs.join(", ")
-                );
+            let refused = |e: ControlError| {
                 let _ = events.send(Event::Discarded {
                     client,
                     id,
                     task: reg.task_id.clone(),
-                    result: Err(ControlError::NotNow(crate::control::Advice::text(why))),
+                    result: Err(e),
                 });
-                return;
+            };
+            if !force {
+                let now = remote.call(Request::State).await.ok();
+                let now = now.as_ref().map(Reply::state);
+                // While the agent may be mid-step (running, or paused inside a command), what
+                // changed since its last checkpoint may be its own: only what the record books
+                // as the person's counts yet. Ended, held by the person or waiting on their
+                // answer, no step of the agent's is under way.
+                let settled = now.is_some_and(|s| {
+                    s.status.is_terminal()
+                        || matches!(s.status, Status::Human | Status::AwaitingDecision)
+                });
+                if let Err(e) = persons_work(&remote, &reg, now, settled).await {
+                    return refused(e);
+                }
             }
-            let result =
-                end_worktree(&remote, &reg, force, running)
+            if running {
+                // Abort takes the agent's changes back and books what the person changed
+                // since the last boundary as theirs.
+                let after = match remote
+                    .call(Request::Abort {
+                        keep_changes: false,
+                    })
                     .await
-                    .map(|()| Answer::Discarded {
-                        task_id: reg.task_id.clone(),
-                    });
+                {
+                    Ok(r) => Some(r),
+                    Err(_) => remote.call(Request::State).await.ok(),
+                };
+                if !force {
+                    if let Err(e) =
+                        persons_work(&remote, &reg, after.as_ref().map(Reply::state), true).await
+                    {
+                        return refused(e);
+                    }
+                }
+            }
+            let result = end_worktree(&remote, &reg)
+                .await
+                .map(|()| Answer::Discarded {
+                    task_id: reg.task_id.clone(),
+                });
             let _ = events.send(Event::Discarded {
                 client,
                 id,
@@ -872,55 +883,89 @@ fn unknown(task: &str) -> ControlError {
     ))
 }
 
-/// Stops the worktree's engine, then removes the worktree, its branch and its record.
-async fn end_worktree(
+/// Refused (`HoldsWork`, naming the files and what to do) when removing task `reg`'s worktree
+/// would lose the person's work: files an editor holds unsaved text for; files the task's
+/// record (`state`) books as the person's, or as no one's (Rein could not tell), that still
+/// differ from where the task started; and, once `settled` (no agent acts there), files
+/// changed since its newest checkpoint. What is the person's comes from that evidence, never
+/// from being in a checkpoint: an abort's checkpoint holds their change too.
+async fn persons_work(
     remote: &Remote,
     reg: &Registered,
-    force: bool,
-    from_start: bool,
+    state: Option<&TaskState>,
+    settled: bool,
 ) -> Result<(), ControlError> {
-    let reg = reg.clone();
-    // What removing would lose is judged against the task's newest checkpoint, or, once an
-    // abort took the agent's changes back, against the tree the task started from: what
-    // still differs is not the agent's.
-    let tip = {
-        let reg = reg.clone();
-        tokio::task::spawn_blocking(move || {
-            let c = crate::checkpoint::Checkpoints::open_read_only(
-                &reg.path,
-                &reg.task_id,
-                Some(&reg.base),
-            )
-            .ok()?;
-            match from_start {
-                true => c.list().ok()?.last().map(|i| i.id.clone()),
-                false => c.tip().ok().flatten(),
-            }
-        })
-        .await
-        .ok()
-        .flatten()
+    let unsaved = match remote.ask(Ask::Unsaved).await {
+        Ok(Ok(Answer::Unsaved { paths })) => paths,
+        // An engine that cannot answer has no editor joined to it.
+        _ => Vec::new(),
     };
-    if !force {
-        let name = reg.name();
-        let reg = reg.clone();
-        let tip = tip.clone();
-        let files = tokio::task::spawn_blocking(move || worktree::unrecorded(&reg, tip.as_deref()))
-            .await
-            .map_err(|e| ControlError::Remote(e.to_string()))?
-            .map_err(|e| ControlError::Remote(e.to_string()))?;
-        if !files.is_empty() {
-            return Err(ControlError::NotNow(crate::control::Advice::text(format!(
-                "{name}'s worktree holds changes its task did not record ({}): land them first, or discard with force to remove them",
-                files.join(", ")
-            ))));
+    let booked: Vec<String> = state.map_or_else(Vec::new, |s| {
+        let claimed = |path: &str, at: Option<&str>| {
+            s.claimed_changes
+                .iter()
+                .any(|c| c.path == path && Some(c.checkpoint.as_str()) == at)
+        };
+        s.human_changes
+            .iter()
+            .map(|h| h.path.clone())
+            .chain(
+                s.unattributed_changes
+                    .iter()
+                    .filter(|u| !claimed(&u.path, u.checkpoint.as_deref()))
+                    .map(|u| u.path.clone()),
+            )
+            .collect()
+    });
+    let tree = reg.clone();
+    let files = tokio::task::spawn_blocking(move || -> Result<Vec<String>, String> {
+        // Removed by hand already: nothing left there to lose.
+        if !tree.path.is_dir() {
+            return Ok(Vec::new());
         }
+        let ckpt = crate::checkpoint::Checkpoints::open_read_only(
+            &tree.path,
+            &tree.task_id,
+            Some(&tree.base),
+        )
+        .map_err(|e| e.to_string())?;
+        // Newest first.
+        let list = ckpt.list().map_err(|e| e.to_string())?;
+        let start = list.last().map(|c| c.id.as_str());
+        let mut files =
+            worktree::still_changed(&tree, start, &booked).map_err(|e| e.to_string())?;
+        if settled {
+            let tip = list.first().map(|c| c.id.as_str());
+            files.extend(worktree::unrecorded(&tree, tip).map_err(|e| e.to_string())?);
+        }
+        files.sort();
+        files.dedup();
+        Ok(files)
+    })
+    .await
+    .map_err(|e| ControlError::Remote(e.to_string()))?
+    .map_err(|e| ControlError::Remote(format!("cannot tell what the worktree holds: {e}")))?;
+    if files.is_empty() && unsaved.is_empty() {
+        return Ok(());
     }
+    let held = worktree::WorktreeError::HoldsWork {
+        name: reg.name(),
+        files,
+        unsaved,
+    };
+    Err(ControlError::NotNow(crate::control::Advice::text(
+        held.to_string(),
+    )))
+}
+
+/// Stops the worktree's engine, then removes the worktree, its branch and its record.
+async fn end_worktree(remote: &Remote, reg: &Registered) -> Result<(), ControlError> {
+    let reg = reg.clone();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
         let _ = remote.ask(Ask::Stop).await;
     })
     .await;
-    tokio::task::spawn_blocking(move || worktree::remove(&reg, tip.as_deref(), true))
+    tokio::task::spawn_blocking(move || worktree::remove(&reg))
         .await
         .map_err(|e| ControlError::Remote(e.to_string()))?
         .map_err(|e| ControlError::Remote(e.to_string()))
