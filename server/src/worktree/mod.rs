@@ -401,7 +401,8 @@ pub(crate) fn changed_since(dir: &Path, against: &str) -> Result<Vec<String>, Wo
 /// Removes task `reg`'s worktree, its branch and its record, whatever it holds: whether the
 /// person's work is there is the engine's to judge first, from the task's record and the
 /// editors' unsaved text (`unrecorded`, `still_changed`, `HoldsWork`).
-pub fn remove(reg: &Registered) -> Result<(), WorktreeError> {
+pub fn remove(reg: &Registered, ended: Ended) -> Result<(), WorktreeError> {
+    keep_record(reg, ended)?;
     remove_checkout(&reg.from, &reg.path, &reg.branch)?;
     let file = register_dir(&common_dir(&reg.from)?).join(format!("{}.json", reg.task_id));
     match std::fs::remove_file(&file) {
@@ -409,6 +410,52 @@ pub fn remove(reg: &Registered) -> Result<(), WorktreeError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(io(format!("cannot remove {}", file.display()))(e)),
     }
+}
+
+/// How a worktree task ended, said in its history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Its work came into the person's tree.
+    Landed,
+    /// Its work was thrown away.
+    Discarded,
+}
+
+/// Moves task `reg`'s record (state, journal, transcript) from its worktree's git dir, which
+/// goes with the worktree, to the git dir of the tree it was made from, where its history
+/// is read: a landed or discarded task stays readable (`rein log --transcript --task`, the
+/// editors' History) and can be continued there. Says how it ended beside it.
+fn keep_record(reg: &Registered, ended: Ended) -> Result<(), WorktreeError> {
+    let dir_of = |p: &Path| -> Result<PathBuf, WorktreeError> {
+        Ok(git2::Repository::open(p)
+            .map_err(|e| WorktreeError::Git(e.to_string()))?
+            .path()
+            .to_path_buf())
+    };
+    let src = match dir_of(&reg.path) {
+        Ok(d) => d,
+        // The worktree is gone already: its record went with it.
+        Err(_) => return Ok(()),
+    };
+    let src = crate::state::StateStore::task_dir(&src, &reg.task_id);
+    let dst = crate::state::StateStore::task_dir(&dir_of(&reg.from)?, &reg.task_id);
+    if !src.is_dir() || dst.exists() {
+        return Ok(());
+    }
+    if let Some(parent) = dst.parent() {
+        std::fs::create_dir_all(parent).map_err(io(format!("cannot make {}", parent.display())))?;
+    }
+    std::fs::rename(&src, &dst).map_err(io(format!(
+        "cannot keep {}'s record in {}",
+        reg.name(),
+        dst.display()
+    )))?;
+    let said = match ended {
+        Ended::Landed => format!("landed here from {}'s worktree", reg.name()),
+        Ended::Discarded => format!("discarded with {}'s worktree", reg.name()),
+    };
+    std::fs::write(dst.join(crate::state::ENDED_FILE), said)
+        .map_err(io(format!("cannot write in {}", dst.display())))
 }
 
 fn remove_checkout(root: &Path, path: &Path, branch: &str) -> Result<(), WorktreeError> {
