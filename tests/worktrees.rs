@@ -913,3 +913,38 @@ fn a_plain_discard_never_removes_a_worktree_an_editor_holds_unsaved_text_for() {
     drop(there);
     nothing_left(root);
 }
+
+/// A worktree task's command that writes what git shares between worktrees (a tag) says so
+/// when it asks (issue 36, item 9); the same command in place does not.
+#[test]
+fn a_worktree_tasks_command_that_writes_shared_refs_says_so_when_it_asks() {
+    let dir = repo(&[("a.txt", "a\n")], json!([{"run": "git tag v0.4.0"}]));
+    let root = dir.path();
+    let (mut lsp, plans, _wts) = editor(root);
+    let id = start_worktree(
+        &mut lsp,
+        "tag it",
+        plan(plans.path(), "p", json!([{"run": "git tag v0.4.0"}])),
+    );
+    let t = until_tasks(&mut lsp, "its question", |t| {
+        t["decisions"].as_array().is_some_and(|d| !d.is_empty())
+    });
+    let q = t["decisions"][0]["question"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        q.contains("`git tag` makes, moves or deletes a tag")
+            && q.contains("your own checkout gets it too"),
+        "{q}"
+    );
+    lsp.ok("rein.discard", json!({"taskId": id}));
+    // In place, the same command's question says nothing of worktrees.
+    lsp.ok("rein.start", json!({"goal": "here"}));
+    let s = lsp.wait_state("asked", |s| s["status"] == "awaiting_decision");
+    let q = s["decisions"][0]["question"].as_str().unwrap_or("");
+    assert!(
+        q.contains("git tag v0.4.0") && !q.contains("worktree"),
+        "{s:#}"
+    );
+}

@@ -58,8 +58,18 @@ impl Engine {
         let (Move::Run { cmd, .. } | Move::Terminal { cmd, .. }) = &mv else {
             return self.step_failed(mv.describe(), "not a command");
         };
+        // A worktree task's command still writes what git shares between worktrees: the
+        // person's own repository gets it, and discarding the task does not take it back.
+        let shared = exec::shared_git_write(cmd)
+            .filter(|_| git2::Repository::open(&self.root).is_ok_and(|r| r.is_worktree()))
+            .map(|what| {
+                format!(
+                    " It runs in this task's worktree, but {what}: tags, branches, config and remotes belong to the whole repository, so your own checkout gets it too, and discarding the task does not take it back."
+                )
+            })
+            .unwrap_or_default();
         let question = format!(
-            "The agent wants to run `{cmd}`{}: {reason}. Approve?",
+            "The agent wants to run `{cmd}`{}: {reason}.{shared} Approve?",
             if irreversible {
                 ", which cannot be undone"
             } else {

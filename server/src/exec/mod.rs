@@ -26,7 +26,7 @@ pub use confine::{
     denied_path, ConfineError, Confinement, Coverage, SandboxMode, FORCE_VAR as SANDBOX_FORCE_VAR,
 };
 pub use granted::{granted_state, remember_state, GrantError};
-pub use policy::{Policy, Verdict};
+pub use policy::{shared_git_write, Policy, Verdict};
 pub use process::{end_tagged, Output, Process, OUTPUT_CAP, TAG_VAR};
 pub use sandbox::{Node, NodeKind, Sandbox, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, TEMP_PREFIX};
 pub use search::RESULT_CAP;

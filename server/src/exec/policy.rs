@@ -396,6 +396,104 @@ fn describe(words: &[Word]) -> String {
     shown.join(" ")
 }
 
+/// What in `cmd` writes git's state that every worktree of a repository shares (tags,
+/// branches, config, remotes, notes, the stash, fetched refs), said for a person: a command
+/// run in a task's worktree writes the person's repository too. `None` when nothing does, or
+/// when the line cannot be read (it is asked about anyway).
+pub fn shared_git_write(cmd: &str) -> Option<String> {
+    let commands = super::shell::parse(cmd).ok()?;
+    let said: Vec<String> = commands
+        .iter()
+        .filter_map(|c| git_shared_write(&c.words))
+        .collect();
+    (!said.is_empty()).then(|| said.join("; "))
+}
+
+/// One git invocation's write of shared state, if it makes one.
+fn git_shared_write(words: &[Word]) -> Option<String> {
+    if words.first().map(|w| basename(&w.text)) != Some("git") {
+        return None;
+    }
+    // Global options before the subcommand; those with a separate value skip it too.
+    let mut rest = words[1..].iter().map(|w| w.text.as_str()).peekable();
+    while let Some(w) = rest.next_if(|w| w.starts_with('-')) {
+        if matches!(w, "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace") {
+            rest.next();
+        }
+    }
+    let sub = rest.next()?;
+    let args: Vec<&str> = rest.collect();
+    let first = args.first().copied();
+    let has = |flags: &[&str]| args.iter().any(|a| flags.contains(a));
+    let what = match sub {
+        "tag" if first.is_some() && !has(&["-l", "--list", "-v", "--verify"]) => {
+            "makes, moves or deletes a tag"
+        }
+        "branch"
+            if first.is_some_and(|a| {
+                !matches!(
+                    a,
+                    "-l" | "--list"
+                        | "-a"
+                        | "--all"
+                        | "-r"
+                        | "--remotes"
+                        | "-v"
+                        | "-vv"
+                        | "--show-current"
+                        | "--contains"
+                        | "--merged"
+                        | "--no-merged"
+                        | "--format"
+                )
+            }) =>
+        {
+            "makes, moves or deletes a branch"
+        }
+        "checkout" | "switch" if has(&["-b", "-B", "-c", "-C", "--orphan"]) => "makes a branch",
+        "config"
+            if !has(&[
+                "--get",
+                "--get-all",
+                "--get-regexp",
+                "-l",
+                "--list",
+                "--worktree",
+            ]) && args.iter().filter(|a| !a.starts_with('-')).count() >= 2
+                || has(&["--unset", "--unset-all", "--add", "--replace-all"]) =>
+        {
+            "changes the repository's config"
+        }
+        "remote"
+            if first.is_some_and(|a| {
+                matches!(
+                    a,
+                    "add"
+                        | "remove"
+                        | "rm"
+                        | "rename"
+                        | "set-url"
+                        | "set-head"
+                        | "set-branches"
+                        | "prune"
+                        | "update"
+                )
+            }) =>
+        {
+            "changes a remote"
+        }
+        "fetch" | "pull" => "updates the remote-tracking branches",
+        "update-ref" | "replace" => "writes a ref",
+        "notes" if first.is_some_and(|a| !matches!(a, "list" | "show")) => "writes notes",
+        "stash" if !first.is_some_and(|a| matches!(a, "list" | "show")) => {
+            "writes the stash, which every worktree shares"
+        }
+        "gc" | "prune" | "repack" | "reflog" => "rewrites the shared object store or reflogs",
+        _ => return None,
+    };
+    Some(format!("`git {sub}` {what}"))
+}
+
 /// Arguments that make an otherwise ordinary command irreversible.
 fn irreversible_by_arguments(words: &[Word]) -> Option<String> {
     let program = basename(&words.first()?.text);
@@ -668,6 +766,44 @@ fn dangerous_flag(words: &[Word]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writes_of_the_repositorys_shared_state_are_named_and_reads_are_not() {
+        for cmd in [
+            "git tag v0.4.0",
+            "git -C . tag -d v1",
+            "git branch feature",
+            "git checkout -b x",
+            "git config user.name me",
+            "git config --unset core.x",
+            "git remote add up https://x",
+            "git fetch",
+            "git stash",
+            "make && git tag v1",
+        ] {
+            assert!(shared_git_write(cmd).is_some(), "{cmd}");
+        }
+        for cmd in [
+            "git tag",
+            "git tag -l",
+            "git branch",
+            "git branch --show-current",
+            "git config user.name",
+            "git config --get user.name",
+            "git config --worktree x.y z",
+            "git remote -v",
+            "git stash list",
+            "git status",
+            "git commit -m x",
+            "ls",
+        ] {
+            assert_eq!(shared_git_write(cmd), None, "{cmd}");
+        }
+        assert_eq!(
+            shared_git_write("git tag v0.4.0").as_deref(),
+            Some("`git tag` makes, moves or deletes a tag")
+        );
+    }
 
     #[derive(Debug, PartialEq, Eq)]
     enum Want {
