@@ -948,3 +948,50 @@ fn a_worktree_tasks_command_that_writes_shared_refs_says_so_when_it_asks() {
         "{s:#}"
     );
 }
+
+/// Discarding a task whose command made a tag in the person's repository names it and asks
+/// what to do with it: kept, or taken back (issue 36, item 9).
+#[test]
+fn discard_names_the_refs_a_tasks_commands_made_and_keeps_or_removes_them_as_told() {
+    let dir = repo(&[("a.txt", "a\n")], json!([]));
+    let root = dir.path();
+    let (mut lsp, plans, wts) = editor(root);
+    let id = start_worktree(
+        &mut lsp,
+        "tag it",
+        plan(
+            plans.path(),
+            "p",
+            json!([{"run": "git tag v0.4.0"}, {"finish": "tagged"}]),
+        ),
+    );
+    let t = until_tasks(&mut lsp, "its question", |t| {
+        t["decisions"].as_array().is_some_and(|d| !d.is_empty())
+    });
+    let d = t["decisions"][0].clone();
+    lsp.ok(
+        "rein.decide",
+        json!({"taskId": id, "decisionId": d["decisionId"], "choice": "approve"}),
+    );
+    until_tasks(&mut lsp, "done", |t| task(t, &id)["status"] == "done");
+    assert_eq!(
+        git(root, &["tag", "--list"]),
+        "v0.4.0\n",
+        "the tag is the repository's"
+    );
+    let (_, said) = lsp
+        .command("rein.discard", json!({"taskId": id}))
+        .expect_err("asked first");
+    assert!(said.contains("tag v0.4.0 (new, at"), "{said}");
+    assert!(said.contains("--refs keep|remove"), "{said}");
+    // From a terminal, as the refusal says.
+    let out = rein_in(root, wts.path(), &["discard", "1", "--refs", "remove"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(git(root, &["tag", "--list"]), "", "taken back");
+    nothing_left(root);
+}

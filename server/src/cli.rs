@@ -227,6 +227,10 @@ pub enum Cmd {
         /// Remove the worktree even if it holds your work (your changes there, unsaved text).
         #[arg(long)]
         force: bool,
+        /// The tags, branches or other shared refs its commands made in your repository:
+        /// keep them, or remove them (asked when there are some).
+        #[arg(long, value_enum)]
+        refs: Option<RefsArg>,
         /// The repository.
         #[arg(long, short = 'C', value_name = "DIR")]
         dir: Option<PathBuf>,
@@ -368,4 +372,13 @@ mod tests {
             .to_string();
         assert!(err.contains("'b'"), "{err}");
     }
+}
+
+/// `rein discard --refs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RefsArg {
+    /// They stay in your repository.
+    Keep,
+    /// Those made since the task began are deleted, those moved put back.
+    Remove,
 }

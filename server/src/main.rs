@@ -307,7 +307,20 @@ fn run(cli: Cli) -> Result<i32> {
             keep,
             dir,
         } => tasks::land(&dir_or_here(dir)?, task, commit, keep),
-        Cmd::Discard { task, force, dir } => tasks::discard(&dir_or_here(dir)?, task, force),
+        Cmd::Discard {
+            task,
+            force,
+            refs,
+            dir,
+        } => tasks::discard(
+            &dir_or_here(dir)?,
+            task,
+            force,
+            refs.map(|r| match r {
+                cli::RefsArg::Keep => rein::engine::wire::RefsChoice::Keep,
+                cli::RefsArg::Remove => rein::engine::wire::RefsChoice::Remove,
+            }),
+        ),
         Cmd::Stop { dir } => stop(&dir_or_here(dir)?),
         Cmd::Engine { dir } => {
             init_stderr_log();

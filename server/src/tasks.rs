@@ -208,10 +208,24 @@ pub fn land(dir: &Path, task_id: String, commit: bool, keep: bool) -> Result<i32
 }
 
 /// `rein discard TASK`.
-pub fn discard(dir: &Path, task_id: String, force: bool) -> Result<i32> {
+pub fn discard(
+    dir: &Path,
+    task_id: String,
+    force: bool,
+    refs: Option<rein::engine::wire::RefsChoice>,
+) -> Result<i32> {
     runtime()?.block_on(async {
         let remote = joined(dir).await?;
-        match ask(&remote, Ask::Discard { task_id, force }).await {
+        match ask(
+            &remote,
+            Ask::Discard {
+                task_id,
+                force,
+                refs,
+            },
+        )
+        .await
+        {
             Ok(Answer::Discarded { task_id }) => {
                 out!("task {task_id} is discarded; its worktree and branch are removed")?;
                 Ok(0)

@@ -488,9 +488,13 @@ impl Host {
                 let task = self.resolve(&task_id);
                 self.land(client, id, task, commit, keep)
             }
-            Ask::Discard { task_id, force } => {
+            Ask::Discard {
+                task_id,
+                force,
+                refs,
+            } => {
                 let task = self.resolve(&task_id);
-                self.discard(client, id, task, force)
+                self.discard(client, id, task, force, refs)
             }
             Ask::Edit { path, splices } => self.edit(client, path, &splices),
             Ask::Unsaved => {

@@ -109,6 +109,9 @@ pub enum Ask {
         /// an editor's unsaved text for its files).
         #[serde(default)]
         force: bool,
+        /// What to do with the shared refs its commands made (asked when there are some).
+        #[serde(default)]
+        refs: Option<RefsChoice>,
     },
     /// Edits to a buffer whose whole text this client sent before (`buffer`), in order: a
     /// keystroke costs its own size on the socket, not the buffer's.
@@ -518,4 +521,14 @@ mod tests {
         assert_eq!(back.kill_grace, cfg.kill_grace);
         assert_eq!(back.retention, cfg.retention);
     }
+}
+
+/// What discarding does with the shared refs a task's commands may have made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RefsChoice {
+    /// They stay in the person's repository.
+    Keep,
+    /// Those made since the task began are deleted, those moved put back.
+    Remove,
 }

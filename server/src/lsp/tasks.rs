@@ -93,6 +93,16 @@ impl Server {
                 task_id: task_arg(args, command)?
                     .ok_or_else(|| bad("rein.discard needs {\"taskId\": TASK} (see rein.tasks)"))?,
                 force: args.get("force").and_then(Value::as_bool).unwrap_or(false),
+                refs: match args.get("refs").and_then(Value::as_str) {
+                    None => None,
+                    Some("keep") => Some(crate::engine::wire::RefsChoice::Keep),
+                    Some("remove") => Some(crate::engine::wire::RefsChoice::Remove),
+                    Some(other) => {
+                        return Err(bad(format!(
+                            "rein.discard's refs is \"keep\" or \"remove\", not {other:?}"
+                        )))
+                    }
+                },
             },
             "rein.pause" | "rein.resume"
                 if args.get("all").and_then(Value::as_bool) == Some(true) =>

@@ -92,6 +92,11 @@ pub struct Registered {
     pub base: String,
     /// The person's uncommitted changes it was made with (paths), if asked.
     pub carried: Vec<String>,
+    /// The refs every worktree shares, as they were when it was made (name to target):
+    /// what its commands made or moved since is named at discard. `None`: registered before
+    /// Rein kept them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refs: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl Registered {
@@ -243,6 +248,7 @@ pub fn create(
         Vec::new()
     };
     let n = list(&root)?.iter().map(|r| r.n).max().unwrap_or(0) + 1;
+    let refs = shared_refs(&root).ok();
     let reg = Registered {
         task_id: task_id.to_owned(),
         n,
@@ -252,6 +258,7 @@ pub fn create(
         from: root,
         base,
         carried,
+        refs,
     };
     if let Err(e) = write_register(&common, &reg) {
         let _ = remove_checkout(&reg.from, &reg.path, &reg.branch);
@@ -481,7 +488,101 @@ pub fn remove(reg: &Registered, ended: Ended) -> Result<(), WorktreeError> {
     }
 }
 
-/// How a worktree task ended, said in its history.
+/// The refs every worktree of the repository at `root` shares (branches but Rein's, tags,
+/// notes, remote-tracking branches, the stash), with what each points at. Refs of one
+/// worktree alone (`refs/bisect/`, `refs/worktree/`) and Rein's own are left out.
+pub fn shared_refs(
+    root: &Path,
+) -> Result<std::collections::BTreeMap<String, String>, WorktreeError> {
+    let git = |e: git2::Error| WorktreeError::Git(e.to_string());
+    let repo = git2::Repository::open(root).map_err(git)?;
+    let mut out = std::collections::BTreeMap::new();
+    for r in repo.references().map_err(git)? {
+        let r = r.map_err(git)?;
+        let Ok(name) = r.name() else { continue };
+        let own = [
+            "refs/heads/rein/",
+            "refs/rein/",
+            "refs/bisect/",
+            "refs/worktree/",
+        ];
+        if !name.starts_with("refs/") || own.iter().any(|o| name.starts_with(o)) {
+            continue;
+        }
+        // A symbolic ref (a remote's HEAD) counts by where it leads.
+        let target = r
+            .resolve()
+            .ok()
+            .and_then(|t| t.target())
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        out.insert(name.to_owned(), target);
+    }
+    Ok(out)
+}
+
+/// A shared ref made or moved since a task's worktree was made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MadeRef {
+    /// Its full name (`refs/tags/v0.4.0`).
+    pub name: String,
+    /// What it points at now.
+    pub now: String,
+    /// What it pointed at before (`None`: it did not exist).
+    pub before: Option<String>,
+}
+
+impl MadeRef {
+    /// For people: `tag v0.4.0 (new, at 1a2b3c4d)`.
+    pub fn said(&self) -> String {
+        let short = |t: &str| t.chars().take(8).collect::<String>();
+        let name = self
+            .name
+            .strip_prefix("refs/tags/")
+            .map(|t| format!("tag {t}"))
+            .or_else(|| {
+                self.name
+                    .strip_prefix("refs/heads/")
+                    .map(|b| format!("branch {b}"))
+            })
+            .unwrap_or_else(|| self.name.clone());
+        match &self.before {
+            None => format!("{name} (new, at {})", short(&self.now)),
+            Some(b) => format!("{name} (moved from {} to {})", short(b), short(&self.now)),
+        }
+    }
+}
+
+/// The shared refs made or moved in task `reg`'s repository since its worktree was made.
+pub fn made_refs(reg: &Registered) -> Result<Vec<MadeRef>, WorktreeError> {
+    let Some(before) = &reg.refs else {
+        return Ok(Vec::new());
+    };
+    Ok(shared_refs(&reg.from)?
+        .into_iter()
+        .filter(|(name, now)| before.get(name) != Some(now))
+        .map(|(name, now)| MadeRef {
+            before: before.get(&name).cloned(),
+            name,
+            now,
+        })
+        .collect())
+}
+
+/// Takes back `made`: a ref made since is deleted, a ref moved is put back, each only if it
+/// still points where it did when they were listed.
+pub fn undo_refs(root: &Path, made: &[MadeRef]) -> Result<(), WorktreeError> {
+    for r in made {
+        match &r.before {
+            None => git(root, &["update-ref", "-d", &r.name, &r.now])?,
+            Some(b) => git(root, &["update-ref", &r.name, b, &r.now])?,
+        };
+    }
+    Ok(())
+}
+
+/// How a worktree task ended, said in its history./// How a worktree task ended, said in its history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
     /// Its work came into the person's tree.

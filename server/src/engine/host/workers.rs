@@ -18,7 +18,8 @@ use crate::control::{self, ControlError, Notice, Reply, Request};
 use crate::engine::link::{Heard, Remote};
 use crate::engine::place::Place;
 use crate::engine::wire::{
-    Answer, Ask, Isolation, QueuedDecision, Settings, TaskSummary, Tasks, WhenAlone, WireError,
+    Answer, Ask, Isolation, QueuedDecision, RefsChoice, Settings, TaskSummary, Tasks, WhenAlone,
+    WireError,
 };
 use crate::state::{Holder, PlanStatus, Status, TaskState};
 use crate::worktree::{self, land, Registered};
@@ -768,7 +769,14 @@ impl Host {
     /// `force`, refused while the worktree holds the person's work (`persons_work`): checked
     /// before anything is done, and again once an abort has settled what was the agent's, on
     /// every try.
-    pub(super) fn discard(&mut self, client: u64, id: Option<u64>, task: String, force: bool) {
+    pub(super) fn discard(
+        &mut self,
+        client: u64,
+        id: Option<u64>,
+        task: String,
+        force: bool,
+        refs: Option<RefsChoice>,
+    ) {
         let Some(w) = self.workers.get(&task) else {
             return self.answer(client, id, Err(unknown(&task)));
         };
@@ -798,6 +806,32 @@ impl Host {
                 });
                 if let Err(e) = persons_work(&remote, &reg, now, settled).await {
                     return refused(e);
+                }
+            }
+            let made = match made_refs(&remote, &reg).await {
+                Ok(m) => m,
+                Err(e) => return refused(e),
+            };
+            if !made.is_empty() && refs.is_none() {
+                let listed: Vec<String> = made.iter().map(worktree::MadeRef::said).collect();
+                return refused(ControlError::NotNow(crate::control::Advice::text(format!(
+                    "{} ran a git command that writes what your repository shares, and since it began your repository has {}: discard again with refs \"keep\" to keep them or \"remove\" to take them back (`rein discard {} --refs keep|remove`)",
+                    reg.name(),
+                    listed.join(", "),
+                    reg.n
+                ))));
+            }
+            if refs == Some(RefsChoice::Remove) {
+                let (root, made) = (reg.from.clone(), made.clone());
+                let undone =
+                    tokio::task::spawn_blocking(move || worktree::undo_refs(&root, &made)).await;
+                if let Ok(Err(e)) | Err(e) =
+                    undone.map_err(|e| worktree::WorktreeError::Git(e.to_string()))
+                {
+                    return refused(ControlError::Remote(format!(
+                        "cannot take back the refs {} made: {e}; nothing was discarded",
+                        reg.name()
+                    )));
                 }
             }
             if running {
@@ -883,6 +917,30 @@ fn unknown(task: &str) -> ControlError {
     ControlError::BadArgument(format!(
         "no worktree task {task} in this working tree; `rein tasks` lists them"
     ))
+}
+
+/// The shared refs made or moved since task `reg` began, when its record shows it ran a
+/// command that writes them (the evidence: a ref made by the person alone is theirs, never
+/// asked about).
+async fn made_refs(
+    remote: &Remote,
+    reg: &Registered,
+) -> Result<Vec<worktree::MadeRef>, ControlError> {
+    let state = remote.call(Request::State).await.ok();
+    let ran = state.as_ref().map(Reply::state).is_some_and(|s| {
+        s.steps.iter().any(|st| {
+            let cmd = st.action.strip_prefix("run ").unwrap_or(&st.action);
+            crate::exec::shared_git_write(cmd).is_some()
+        })
+    });
+    if !ran {
+        return Ok(Vec::new());
+    }
+    let reg = reg.clone();
+    tokio::task::spawn_blocking(move || worktree::made_refs(&reg))
+        .await
+        .map_err(|e| ControlError::Remote(e.to_string()))?
+        .map_err(|e| ControlError::Remote(format!("cannot list the repository's refs: {e}")))
 }
 
 /// Refused (`HoldsWork`, naming the files and what to do) when removing task `reg`'s worktree
