@@ -495,7 +495,11 @@ fn start_engine(place: &Place) -> Result<(), EngineError> {
         .mode(0o600)
         .open(&place.log)
         .map_err(io(format!("cannot open {}", place.log.display())))?;
-    let mut child = std::process::Command::new(&exe)
+    let mut engine = std::process::Command::new(&exe);
+    // The engine finds the repository as this client did: a separate git dir is handed on
+    // outright, and a client's own GIT_DIR never reaches another tree's engine (a worktree's).
+    crate::checkpoint::layout::set_env(&mut engine, &place.root);
+    let mut child = engine
         .arg("engine")
         .arg(&place.root)
         .current_dir(&place.root)

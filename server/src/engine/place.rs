@@ -34,8 +34,13 @@ pub struct Place {
 impl Place {
     /// The engine's place for the working tree containing `workdir`.
     pub fn of(workdir: &Path) -> Result<Place, EngineError> {
-        let root = checkpoint::workdir_root(workdir)?;
-        let git_dir = checkpoint::git_dir(&root)?;
+        // The real git dir and work tree, by git's rules (`GIT_DIR`, `core.worktree`): a
+        // client of a tree whose git dir is elsewhere finds the same engine as one inside it.
+        let checkpoint::layout::Layout {
+            work_tree: root,
+            git_dir,
+            ..
+        } = checkpoint::layout::locate(workdir)?;
         let dir = git_dir.join("rein");
         let socket = dir.join("engine.sock");
         let socket = if socket.as_os_str().len() <= SUN_PATH_MAX {

@@ -18,9 +18,10 @@ pub mod journal;
 pub mod land;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde::{Deserialize, Serialize};
+
+use crate::checkpoint;
 
 /// The variable that moves where worktrees are made (tests; a person with a small home).
 pub const DIR_VAR: &str = "REIN_WORKTREES_DIR";
@@ -103,7 +104,7 @@ impl Registered {
 
 /// The repository's common git dir (shared by all its worktrees).
 pub fn common_dir(root: &Path) -> Result<PathBuf, WorktreeError> {
-    let repo = git2::Repository::open(root).map_err(|e| WorktreeError::Git(e.to_string()))?;
+    let repo = checkpoint::layout::open(root).map_err(|e| WorktreeError::Git(e.to_string()))?;
     Ok(repo.commondir().to_path_buf())
 }
 
@@ -182,9 +183,7 @@ pub fn find(root: &Path, task_id: &str) -> Result<Registered, WorktreeError> {
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<Vec<u8>, WorktreeError> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
+    let out = checkpoint::layout::git(dir)
         .args(args)
         .output()
         .map_err(io("cannot run git"))?;
@@ -365,9 +364,7 @@ pub(crate) fn changed_since(dir: &Path, against: &str) -> Result<Vec<String>, Wo
     // without touching the worktree's own index.
     let index = tempfile::NamedTempFile::new().map_err(io("cannot make a temporary index"))?;
     let run = |args: &[&str]| -> Result<Vec<u8>, WorktreeError> {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(dir)
+        let out = checkpoint::layout::git(dir)
             .args(args)
             .env("GIT_INDEX_FILE", index.path())
             .output()
