@@ -397,6 +397,21 @@ impl Host {
             );
             return;
         }
+        if let Some(theirs) = hello.work_tree.filter(|t| *t != self.place.root) {
+            self.send(
+                client,
+                &ToClient::Refused {
+                    message: format!(
+                        "the Rein engine of the git dir {} works on the work tree {}, not {}: Rein keeps one task state per git dir, so it serves one work tree at a time. Finish or stop the task there (`rein stop` with GIT_WORK_TREE={}), then try again",
+                        self.place.git_dir.display(),
+                        self.place.root.display(),
+                        theirs.display(),
+                        self.place.root.display()
+                    ),
+                },
+            );
+            return;
+        }
         tracing::info!("client {client} ({}) joined", hello.client);
         self.send(
             client,

@@ -418,7 +418,7 @@ async fn connect(place: &Place, client: &str, spawn: bool) -> Result<Conn, Engin
     let mut spawned: Option<Instant> = None;
     loop {
         if let Ok(stream) = UnixStream::connect(&place.socket).await {
-            match greet(stream, client).await {
+            match greet(stream, client, &place.root).await {
                 Ok(c) => return Ok(c),
                 Err(e @ EngineError::Refused(_)) => return Err(e),
                 // An engine that was ending as this client came: the next one will answer.
@@ -443,7 +443,7 @@ async fn connect(place: &Place, client: &str, spawn: bool) -> Result<Conn, Engin
     }
 }
 
-async fn greet(stream: UnixStream, client: &str) -> Result<Conn, EngineError> {
+async fn greet(stream: UnixStream, client: &str, work_tree: &std::path::Path) -> Result<Conn, EngineError> {
     let (read, half) = stream.into_split();
     let mut c = Conn {
         lines: BufReader::new(read).lines(),
@@ -453,6 +453,7 @@ async fn greet(stream: UnixStream, client: &str) -> Result<Conn, EngineError> {
         protocol: PROTOCOL,
         version: env!("CARGO_PKG_VERSION").into(),
         client: client.into(),
+        work_tree: Some(work_tree.to_path_buf()),
     });
     let io = |e: std::io::Error| EngineError::Io {
         what: "the Rein engine's socket".into(),
