@@ -125,13 +125,14 @@ fn adopt_env(path: &Path) -> Result<Option<Layout>> {
             }
         };
     };
-    let repo = Repository::open_ext(&git_dir, RepositoryOpenFlags::NO_SEARCH, NO_CEILING)
-        .map_err(|e| match e.code() {
+    let repo = Repository::open_ext(&git_dir, RepositoryOpenFlags::NO_SEARCH, NO_CEILING).map_err(
+        |e| match e.code() {
             ErrorCode::NotFound => CheckpointError::NotAGitDir {
                 git_dir: git_dir.clone(),
             },
             _ => e.into(),
-        })?;
+        },
+    )?;
     let configured = repo
         .config()
         .and_then(|c| c.open_level(ConfigLevel::Local))

@@ -53,6 +53,7 @@ pub fn serve(workdir: &std::path::Path) -> Result<Served, EngineError> {
     let Some(lock) = Lock::try_take(&place)? else {
         return Ok(Served::AlreadyRunning);
     };
+    place.claim()?;
     let listener = place::bind(&place)?;
     listener
         .set_nonblocking(true)

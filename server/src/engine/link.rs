@@ -443,7 +443,11 @@ async fn connect(place: &Place, client: &str, spawn: bool) -> Result<Conn, Engin
     }
 }
 
-async fn greet(stream: UnixStream, client: &str, work_tree: &std::path::Path) -> Result<Conn, EngineError> {
+async fn greet(
+    stream: UnixStream,
+    client: &str,
+    work_tree: &std::path::Path,
+) -> Result<Conn, EngineError> {
     let (read, half) = stream.into_split();
     let mut c = Conn {
         lines: BufReader::new(read).lines(),

@@ -5,6 +5,7 @@
 //! its own engine.
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -29,6 +30,10 @@ pub struct Place {
     pub socket: PathBuf,
     /// Where a spawned engine's standard error goes.
     pub log: PathBuf,
+    /// For a git dir that does not live in its work tree (`GIT_DIR`, `core.worktree`): the
+    /// file naming the work tree its tasks belong to. Such a git dir may be given any work
+    /// tree, and Rein keeps one task state per git dir.
+    pub claim: Option<PathBuf>,
 }
 
 impl Place {
@@ -39,9 +44,23 @@ impl Place {
         let checkpoint::layout::Layout {
             work_tree: root,
             git_dir,
-            ..
+            separate,
         } = checkpoint::layout::locate(workdir)?;
         let dir = git_dir.join("rein");
+        let claim = separate.then(|| dir.join("work-tree"));
+        if let Some(theirs) = claim
+            .as_ref()
+            .and_then(|c| std::fs::read(c).ok())
+            .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b)))
+            // A tree that is gone has no task to lose.
+            .filter(|t| *t != root && t.is_dir())
+        {
+            return Err(EngineError::OtherWorkTree {
+                git_dir,
+                theirs,
+                ours: root,
+            });
+        }
         let socket = dir.join("engine.sock");
         let socket = if socket.as_os_str().len() <= SUN_PATH_MAX {
             socket
@@ -54,6 +73,20 @@ impl Place {
             socket,
             git_dir,
             root,
+            claim,
+        })
+    }
+
+    /// Records that this git dir's tasks belong to this work tree (the engine does, once it
+    /// holds the lock), so a client given another work tree is refused rather than served
+    /// this one's task.
+    pub fn claim(&self) -> Result<(), EngineError> {
+        let Some(claim) = &self.claim else {
+            return Ok(());
+        };
+        std::fs::write(claim, self.root.as_os_str().as_bytes()).map_err(|e| EngineError::Io {
+            what: format!("cannot write {}", claim.display()),
+            source: e,
         })
     }
 
@@ -229,6 +262,7 @@ mod tests {
             lock: dir.path().join("rein/engine.lock"),
             socket: dir.path().join("rein/engine.sock"),
             log: dir.path().join("rein/engine.log"),
+            claim: None,
         };
         let first = Lock::try_take(&place).unwrap();
         assert!(first.is_some());
