@@ -290,9 +290,9 @@ mod tests {
         let tree = top.path().join("tree");
         std::fs::create_dir(&tree).expect("mkdir");
         run(&tree, &["init", "-q", "-b", "main"]);
-        run(&tree, &["config", "core.worktree", ".."]);
-        // The git dir tree/.git with the work tree top/: the git dir is inside, as `.git`
-        // of tree/, not of top/.
+        // Relative to the git dir: the work tree is top/, and the git dir tree/.git lies
+        // inside it as the `.git` of tree/, not of top/.
+        run(&tree, &["config", "core.worktree", "../.."]);
         match locate(&tree) {
             Err(CheckpointError::GitDirInsideTree { .. }) => {}
             other => panic!("{other:?}"),
