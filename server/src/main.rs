@@ -112,7 +112,7 @@ fn dir_or_here(dir: Option<PathBuf>) -> Result<PathBuf> {
         None => std::env::current_dir()?,
     };
     if dir.is_dir() {
-        rein::checkpoint::layout::locate_from_env(&dir)?;
+        rein::checkpoint::layout::adopt_env(&dir)?;
     }
     Ok(dir)
 }

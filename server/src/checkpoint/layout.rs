@@ -109,7 +109,7 @@ pub fn locate_from_env(path: &Path) -> Result<Layout> {
 /// when neither is set. With `GIT_DIR` alone git takes the directory it runs in for the top
 /// of the work tree; Rein takes that only where it is the top the git dir names itself, since
 /// anywhere else every tracked file would look deleted.
-fn adopt_env(path: &Path) -> Result<Option<Layout>> {
+pub fn adopt_env(path: &Path) -> Result<Option<Layout>> {
     let given_tree = var("GIT_WORK_TREE").map(PathBuf::from);
     let Some(git_dir) = var("GIT_DIR").map(PathBuf::from) else {
         return match given_tree {
