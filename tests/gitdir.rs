@@ -61,9 +61,9 @@ impl Layout {
             .current_dir(cwd)
             .env_remove("GIT_DIR")
             .env_remove("GIT_WORK_TREE")
-            .envs(env.iter().map(|(k, v)| (k, v)))
             .env(GRACE_VAR, "0")
             .env("REIN_WORKTREES_DIR", &self.worktrees)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .output()
             .expect("rein runs")
@@ -330,6 +330,23 @@ fn layouts_rein_cannot_serve_are_refused_with_what_to_do() {
         "{err}"
     );
     assert!(!err.contains("git init"), "{err}");
+
+    // Worktrees made inside the work tree (`~/.local/share` of a work tree at `$HOME`): the
+    // checkpoints and the agent's sandbox would take them in, so a worktree task is refused.
+    let plan = layout.plan("plan3.json", json!([{"finish": "f"}]));
+    let mut env = layout.env.clone();
+    let inside = layout.tree.join(".local/share/rein/worktrees");
+    env.push(("REIN_WORKTREES_DIR".into(), inside.display().to_string()));
+    let out = layout.rein_in(&layout.tree, &env, &["run", "--worktree", "--plan", &plan]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("inside the working tree") && err.contains("set REIN_WORKTREES_DIR"),
+        "{err}"
+    );
+    assert!(!layout.tree.join(".local").exists(), "{err}");
+    assert_eq!(layout.git(&["status", "--porcelain"]), "");
+    layout.wait_no_engine();
 
     // The git dir inside the work tree under another name (the dotfiles pattern kept in
     // ~/.dotfiles): Rein's checkpoints would record it, so it is refused.

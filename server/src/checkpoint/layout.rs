@@ -52,13 +52,21 @@ fn remembered(path: &Path) -> Option<Layout> {
     let known = SEPARATE.lock().unwrap_or_else(PoisonError::into_inner);
     known
         .iter()
-        .filter(|(tree, _)| path.starts_with(tree))
+        .filter(|(tree, _)| path.starts_with(tree) && !nested(&path, tree))
         .max_by_key(|(tree, _)| tree.as_os_str().len())
         .map(|(tree, git_dir)| Layout {
             work_tree: tree.clone(),
             git_dir: git_dir.clone(),
             separate: true,
         })
+}
+
+/// Whether `path` lies in a repository of its own inside `tree` (a `.git` between them): a
+/// clone in the person's home is not the home's dotfiles.
+fn nested(path: &Path, tree: &Path) -> bool {
+    path.ancestors()
+        .take_while(|a| *a != tree)
+        .any(|a| a.join(".git").symlink_metadata().is_ok())
 }
 
 fn var(name: &str) -> Option<OsString> {

@@ -40,6 +40,15 @@ pub enum WorktreeError {
         /// The cause.
         source: std::io::Error,
     },
+    /// Worktrees would be made inside the working tree itself (a work tree at `$HOME`, as in
+    /// the dotfiles pattern, holds `~/.local/share`).
+    #[error("worktree tasks would be made in {}, inside the working tree {}, where its checkpoints and the agent's sandbox would take them in: set {DIR_VAR} to a directory outside it", home.display(), root.display())]
+    HomeInsideTree {
+        /// Where worktrees would be made.
+        home: PathBuf,
+        /// The working tree.
+        root: PathBuf,
+    },
     /// No task of that id has a worktree here.
     #[error("no worktree task {0} in this repository; `rein tasks` lists them")]
     Unknown(String),
@@ -143,6 +152,25 @@ pub fn home(common: &Path) -> Result<PathBuf, WorktreeError> {
     Ok(top.join(format!("{name}-{hash}")))
 }
 
+/// `path` with its existing part resolved (symbolic links, `..`), the rest as given: where it
+/// is before it is made.
+fn resolved(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            return rest.iter().rev().fold(real, |p, part| p.join(part));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                at = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
 /// The worktree tasks made from the working tree `root`, oldest first.
 pub fn list(root: &Path) -> Result<Vec<Registered>, WorktreeError> {
     let dir = register_dir(&common_dir(root)?);
@@ -220,6 +248,9 @@ pub fn create(
     .trim()
     .to_owned();
     let home = home(&common)?;
+    if resolved(&home).starts_with(&root) {
+        return Err(WorktreeError::HomeInsideTree { home, root });
+    }
     std::fs::create_dir_all(&home).map_err(io(format!("cannot create {}", home.display())))?;
     let path = home.join(task_id);
     let branch = format!("rein/{task_id}");
