@@ -383,6 +383,9 @@ fn layouts_rein_cannot_serve_are_refused_with_what_to_do() {
         ("GIT_WORK_TREE".into(), other.display().to_string()),
     ];
     let refused = |what: &str| {
+        // Read from the files (`status`) or joined (`status --follow`): both refused.
+        let out = layout.rein_in(&other, &env, &["status"]);
+        assert_eq!(out.status.code(), Some(2), "{what}: {}", text(&out.stdout));
         let out = layout.rein_in(&other, &env, &["status", "--follow"]);
         assert_eq!(out.status.code(), Some(2), "{what}");
         let err = text(&out.stderr);

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, PoisonError};
@@ -182,6 +183,18 @@ fn settle(repo: &Repository, work_tree: &Path) -> Result<Layout> {
         .and_then(|r| r.path().canonicalize().ok())
         .is_none_or(|found| found != git_dir);
     if separate {
+        if let Some(theirs) = std::fs::read(claim_file(&git_dir))
+            .ok()
+            .map(|b| PathBuf::from(OsString::from_vec(b)))
+            // A tree that is gone has no task to lose.
+            .filter(|t| *t != work_tree && t.is_dir())
+        {
+            return Err(CheckpointError::OtherWorkTree {
+                git_dir,
+                theirs,
+                ours: work_tree,
+            });
+        }
         SEPARATE
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -192,6 +205,12 @@ fn settle(repo: &Repository, work_tree: &Path) -> Result<Layout> {
         git_dir,
         separate,
     })
+}
+
+/// The file naming the work tree a separate git dir's tasks belong to (its engine writes it):
+/// such a git dir may be given any work tree, and Rein keeps one task state per git dir.
+pub fn claim_file(git_dir: &Path) -> PathBuf {
+    git_dir.join("rein").join("work-tree")
 }
 
 /// The repository of the working tree `workdir`, with its work tree set: a tree located

@@ -187,6 +187,17 @@ pub enum CheckpointError {
         /// The top of the git dir's own work tree.
         top: PathBuf,
     },
+    /// A separate git dir's tasks belong to another work tree (one git dir, several
+    /// `GIT_WORK_TREE`s).
+    #[error("the Rein tasks of the git dir {} belong to the work tree {}, not {}: Rein keeps one task state per git dir. Run Rein with GIT_WORK_TREE={}, or remove {}/rein/work-tree once no task there matters", git_dir.display(), theirs.display(), ours.display(), theirs.display(), git_dir.display())]
+    OtherWorkTree {
+        /// The git dir.
+        git_dir: PathBuf,
+        /// The work tree its tasks belong to.
+        theirs: PathBuf,
+        /// The work tree this was given.
+        ours: PathBuf,
+    },
     /// The git dir lies inside its work tree under another name than `.git`.
     #[error("the git dir {} lies inside its work tree {}: Rein's checkpoints record every file of the tree that is not `.git`, so they would record the repository itself. Move the git dir outside the work tree and point GIT_DIR at it", git_dir.display(), work_tree.display())]
     GitDirInsideTree {

@@ -37,17 +37,6 @@ pub enum EngineError {
     /// still open on it).
     #[error("the working tree {} is gone (a worktree task's, landed or discarded?): close what is open on it", .0.display())]
     TreeGone(std::path::PathBuf),
-    /// The git dir's tasks belong to another work tree (one git dir, several
-    /// `GIT_WORK_TREE`s).
-    #[error("the Rein tasks of the git dir {} belong to the work tree {}, not {}: Rein keeps one task state per git dir. Run Rein with GIT_WORK_TREE={}, or remove {}/rein/work-tree once no task there matters", git_dir.display(), theirs.display(), ours.display(), theirs.display(), git_dir.display())]
-    OtherWorkTree {
-        /// The git dir.
-        git_dir: std::path::PathBuf,
-        /// The work tree its tasks belong to.
-        theirs: std::path::PathBuf,
-        /// The work tree this client was given.
-        ours: std::path::PathBuf,
-    },
     /// No engine runs, and the client was not to start one.
     #[error("no Rein engine runs on {root}")]
     NotRunning {

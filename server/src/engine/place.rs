@@ -5,7 +5,7 @@
 //! its own engine.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -47,20 +47,8 @@ impl Place {
             separate,
         } = checkpoint::layout::locate(workdir)?;
         let dir = git_dir.join("rein");
-        let claim = separate.then(|| dir.join("work-tree"));
-        if let Some(theirs) = claim
-            .as_ref()
-            .and_then(|c| std::fs::read(c).ok())
-            .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b)))
-            // A tree that is gone has no task to lose.
-            .filter(|t| *t != root && t.is_dir())
-        {
-            return Err(EngineError::OtherWorkTree {
-                git_dir,
-                theirs,
-                ours: root,
-            });
-        }
+        // `locate` refused a work tree other than the one this names.
+        let claim = separate.then(|| checkpoint::layout::claim_file(&git_dir));
         let socket = dir.join("engine.sock");
         let socket = if socket.as_os_str().len() <= SUN_PATH_MAX {
             socket
