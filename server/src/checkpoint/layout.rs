@@ -6,7 +6,7 @@
 //! `core.worktree` may still put the work tree elsewhere. Such a work tree (the dotfiles
 //! pattern `git --git-dir=~/.dotfiles --work-tree=~`, or `core.worktree`) cannot be found again
 //! from the work tree alone, so each one located is remembered for the process; the engine is
-//! handed it through the same variables (`engine_env`), and every repository Rein opens
+//! handed it through the same variables (`set_env`), and every repository Rein opens
 //! (`open`) and every git it runs (`git`) for that tree says the git dir and work tree
 //! outright. For a tree whose git dir is its `.git`, git runs with every inherited `GIT_*`
 //! location cleared: an agent's worktree must never be taken for the person's repository
@@ -239,7 +239,7 @@ pub fn open(workdir: &Path) -> Result<Repository> {
 
 /// The environment a process working for `workdir` (the engine, a git) gets: the separate
 /// git dir and work tree outright, or no inherited location at all.
-pub fn engine_env(workdir: &Path) -> Vec<(&'static str, Option<OsString>)> {
+fn engine_env(workdir: &Path) -> Vec<(&'static str, Option<OsString>)> {
     let mut env: Vec<(&'static str, Option<OsString>)> =
         LOCATION_VARS.iter().map(|v| (*v, None)).collect();
     if let Some(known) = remembered(workdir) {
