@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use rein_e2e::harnesses::*;
-use rein_e2e::{descendants, read, write, Lsp};
+use rein_e2e::{descendants, git, read, write, Lsp};
 use serde_json::{json, Value};
 
 fn agents_dir() -> PathBuf {
@@ -919,15 +919,14 @@ fn tasks_until(lsp: &mut Lsp, what: &str, pred: impl Fn(&Value) -> bool) -> Valu
     }
 }
 
-#[test]
-#[ignore = "needs the real harnesses: run tests/agents/run"]
-fn n_claude_code_runs_in_a_worktree_of_its_own_and_its_work_lands_here() {
-    let dir = repo(&[("README.md", "hi\n")]);
-    let root = dir.path();
-    let model = Model::start(json!({"turns": [
-        {"blocks": [text("I'll write it."), tool("Bash", json!({"command": "printf 'hello\\n' > hello.txt", "description": "Write hello.txt"}))]},
-        {"when": "[tool_result", "blocks": [text("Wrote hello.txt.")]}
-    ]}));
+/// Starts `goal` in a worktree of its own with Claude Code against `model`, approves its
+/// first command, and waits for it to be done: the editor, the task's id, its worktree and
+/// the dir the worktrees are made in.
+fn done_in_a_worktree(
+    root: &Path,
+    model: &Model,
+    goal: &str,
+) -> (Lsp, String, PathBuf, tempfile::TempDir) {
     let wts = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
     let mut env = model.env();
     env.push((
@@ -937,7 +936,7 @@ fn n_claude_code_runs_in_a_worktree_of_its_own_and_its_work_lands_here() {
     let (mut lsp, _) = Lsp::start_env(root, Lsp::rich_client(), Value::Null, &env);
     let started = lsp.ok(
         "rein.start",
-        json!({"goal": "write hello.txt", "agent": {"kind": "acp", "command": [harness_bin()]},
+        json!({"goal": goal, "agent": {"kind": "acp", "command": [harness_bin()]},
             "isolation": "worktree"}),
     );
     let id = started["taskId"].as_str().expect("a task id").to_owned();
@@ -982,6 +981,19 @@ fn n_claude_code_runs_in_a_worktree_of_its_own_and_its_work_lands_here() {
         .and_then(|s| s["worktree"].as_str())
         .map(PathBuf::from)
         .expect("its worktree");
+    (lsp, id, tree, wts)
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn n_claude_code_runs_in_a_worktree_of_its_own_and_its_work_lands_here() {
+    let dir = repo(&[("README.md", "hi\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"blocks": [text("I'll write it."), tool("Bash", json!({"command": "printf 'hello\\n' > hello.txt", "description": "Write hello.txt"}))]},
+        {"when": "[tool_result", "blocks": [text("Wrote hello.txt.")]}
+    ]}));
+    let (mut lsp, id, tree, _wts) = done_in_a_worktree(root, &model, "write hello.txt");
     assert_eq!(
         read(&tree, "hello.txt"),
         "hello\n",
@@ -995,6 +1007,45 @@ fn n_claude_code_runs_in_a_worktree_of_its_own_and_its_work_lands_here() {
     assert_eq!(landed["applied"], json!(["hello.txt"]), "{landed:#}");
     assert_eq!(read(root, "hello.txt"), "hello\n");
     assert!(!tree.exists(), "the landed task's worktree is removed");
+}
+
+#[test]
+#[ignore = "needs the real harnesses: run tests/agents/run"]
+fn n2_claude_codes_change_to_a_file_the_person_deleted_is_asked_at_land_never_merged() {
+    let dir = repo(&[("README.md", "hi\n"), ("g.txt", "h1\nh2\nh3\n")]);
+    let root = dir.path();
+    let model = Model::start(json!({"turns": [
+        {"blocks": [text("I'll add h4."), tool("Bash", json!({"command": "printf 'h4\\n' >> g.txt", "description": "Append h4"}))]},
+        {"when": "[tool_result", "blocks": [text("Added h4.")]}
+    ]}));
+    let (mut lsp, id, tree, _wts) = done_in_a_worktree(root, &model, "add h4 to g.txt");
+    assert_eq!(read(&tree, "g.txt"), "h1\nh2\nh3\nh4\n");
+    // Meanwhile the person removed the file, and committed that.
+    git(root, &["rm", "-q", "g.txt"]);
+    git(root, &["commit", "-q", "-m", "no more g"]);
+    let landed = lsp.ok("rein.land", json!({"taskId": id}));
+    assert_eq!(landed["merged"], json!([]), "{landed:#}");
+    assert_eq!(landed["overlaps"][0]["clash"], "youDeleted", "{landed:#}");
+    assert!(
+        !root.join("g.txt").exists(),
+        "it stays deleted until answered"
+    );
+    let t = tasks_until(&mut lsp, "the land's question", |t| {
+        t["decisions"].as_array().is_some_and(|d| d.len() == 1)
+    });
+    let d = t["decisions"][0].clone();
+    assert!(
+        d["question"]
+            .as_str()
+            .unwrap_or("")
+            .contains("which you deleted"),
+        "{d:#}"
+    );
+    lsp.ok(
+        "rein.decide",
+        json!({"taskId": id, "decisionId": d["decisionId"], "choice": "keep mine"}),
+    );
+    assert!(!root.join("g.txt").exists(), "kept deleted");
 }
 
 // (o) -----------------------------------------------------------------------------------

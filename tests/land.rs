@@ -420,3 +420,73 @@ fn a_land_cut_by_kill_9_is_finished_by_the_next_engine_with_nothing_left_half_do
     );
     lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
 }
+
+#[test]
+fn a_landed_or_discarded_task_keeps_its_history_and_is_continued_in_place() {
+    let dir = repo(&[("a.txt", "a\n")], json!([]));
+    let root = dir.path();
+    let (mut lsp, plans, wts) = editor(root);
+    let path = plans.path().join("turns.json");
+    let doc = json!({
+        "steps": [{"write": {"path": "x.txt", "content": "x\n"}}, {"finish": "x written"}],
+        "turns": [[{"write": {"path": "y.txt", "content": "y\n"}}, {"finish": "y written"}]]
+    });
+    std::fs::write(&path, doc.to_string()).expect("write plan");
+    let landed_id = start_worktree(
+        &mut lsp,
+        "x then y",
+        json!({"kind": "script", "plan": path}),
+    );
+    until_tasks(&mut lsp, "done", |t| {
+        task(t, &landed_id)["status"] == "done"
+    });
+    let other = start_worktree(
+        &mut lsp,
+        "thrown away",
+        plan(
+            plans.path(),
+            "other",
+            json!([{"write": {"path": "z.txt", "content": "z\n"}}, {"finish": "z"}]),
+        ),
+    );
+    until_tasks(&mut lsp, "done", |t| task(t, &other)["status"] == "done");
+    let landed = lsp.ok("rein.land", json!({"taskId": landed_id}));
+    assert_eq!(landed["removed"], true, "{landed:#}");
+    lsp.ok("rein.discard", json!({"taskId": other}));
+    nothing_left(root);
+    // Both are in the history, saying how they ended.
+    let t = tasks(&mut lsp);
+    let past = |id: &str| {
+        t["history"]
+            .as_array()
+            .and_then(|h| h.iter().find(|p| p["taskId"] == id))
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} in the history: {t:#}"))
+    };
+    assert_eq!(
+        past(&landed_id)["ended"],
+        "landed here from task 1's worktree"
+    );
+    assert_eq!(past(&other)["ended"], "discarded with task 2's worktree");
+    // Its transcript reads from a terminal in the person's tree.
+    let out = rein_in(
+        root,
+        wts.path(),
+        &["log", "--transcript", "--task", &landed_id],
+    );
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success() && said.contains("x.txt"), "{said}");
+    // And it takes a further turn here, in place.
+    let r = lsp.ok(
+        "rein.continue",
+        json!({"taskId": landed_id, "text": "now y"}),
+    );
+    assert_eq!(r["state"]["task"]["id"], landed_id.as_str(), "{r:#}");
+    lsp.wait_state("turn 2 done", |s| {
+        s["task"]["id"] == landed_id.as_str()
+            && s["status"] == "done"
+            && s["turns"].as_array().is_some_and(|t| !t.is_empty())
+    });
+    assert_eq!(read(root, "y.txt"), "y\n", "written in the person's tree");
+    assert_eq!(read(root, "x.txt"), "x\n");
+}

@@ -25,6 +25,8 @@ mod acp;
 mod client;
 #[path = "bench/confine.rs"]
 mod confine;
+#[path = "bench/land.rs"]
+mod land;
 #[path = "bench/long.rs"]
 mod long;
 #[path = "bench/lsp.rs"]
@@ -62,7 +64,8 @@ usage: bench [--quick] [--huge] [--sizes N,N,...] [--json FILE] [--keep]
                  didChange throughput, memory, long tasks, queued stops, what a task leaves)
   --lsp-only     run only those (they need the rein binary built next to bench)
   --long-only    run only the long tasks, queued stops and what a task leaves
-  --agents-only  run only pause all across 1, 4 and 8 agents in worktrees
+  --agents-only  run only pause all across 1, 4 and 8 agents in worktrees, and a worktree
+                 task's start and land at 2,000 and 20,000 files
   --sandbox-only run only the command sandbox's start-up cost (confined against unconfined
                  `true`) and what tracing the agent's processes costs a command (traced
                  against untraced); every other run measures them too, unless Landlock or
@@ -255,6 +258,7 @@ fn run() -> Result<()> {
         sandbox: None,
         trace: None,
         many: None,
+        land: None,
     };
     if args.git {
         for &files in &args.sizes {
@@ -272,6 +276,11 @@ fn run() -> Result<()> {
             match many::run(rein, &scratch.path, trials) {
                 Ok(rows) => report.many = Some(rows),
                 Err(e) => eprintln!("bench: pause all across agents not measured: {e:#}"),
+            }
+            let trials = if args.quick { 3 } else { 7 };
+            match land::run(rein, &scratch.path, trials) {
+                Ok(r) => report.land = Some(r),
+                Err(e) => eprintln!("bench: worktree tasks' start and land not measured: {e:#}"),
             }
         }
         report.long = if args.agents_only {
@@ -1204,6 +1213,7 @@ struct Report {
     trace: Option<trace::TraceReport>,
     /// Pause all across 1, 4 and 8 agents in worktrees, over `rein lsp`, unless skipped.
     many: Option<Vec<many::ManyRow>>,
+    land: Option<land::LandReport>,
 }
 
 impl Report {
@@ -1286,6 +1296,9 @@ impl Report {
         if let Some(rows) = &self.many {
             out.push_str("\n## Pause all across agents in worktrees (issue 27)\n\n");
             out.push_str(&many::markdown(rows));
+        }
+        if let Some(l) = &self.land {
+            out.push_str(&l.markdown());
         }
         out
     }

@@ -48,6 +48,10 @@ pub struct PastTask {
     pub can_continue: bool,
     /// It is the working tree's current task.
     pub current: bool,
+    /// How a worktree task ended ("landed here from task 2's worktree", "discarded with …"),
+    /// when it was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
 }
 
 /// The tasks of the repository containing `workdir` (its working tree's own; a linked
@@ -82,7 +86,12 @@ pub fn history(workdir: &Path) -> Result<Vec<PastTask>, ControlError> {
             continue;
         };
         let s = store.state();
-        out.push(past(s, &root, current.as_deref() == Some(id.as_str())));
+        let mut p = past(s, &root, current.as_deref() == Some(id.as_str()));
+        p.ended = std::fs::read_to_string(
+            StateStore::task_dir(&git_dir, &id).join(crate::state::ENDED_FILE),
+        )
+        .ok();
+        out.push(p);
     }
     // An id says its second only: two tasks started in one second are put in order by when
     // each started, to the millisecond.
@@ -112,6 +121,7 @@ pub fn past(s: &TaskState, root: &Path, current: bool) -> PastTask {
         can_continue: s.status.is_terminal()
             && crate::agent::takes_turn(&s.task.agent, root, s.turns.len() as u32),
         current,
+        ended: None,
     }
 }
 

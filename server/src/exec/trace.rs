@@ -24,7 +24,7 @@
 //! Must never: refuse or change a call the filter lets through (only `io_uring_setup` is
 //! refused), or record a path outside the roots it was given.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
@@ -581,6 +581,7 @@ fn receive(sock: &OwnedFd) -> Received {
 /// Answers notifications: resolve, record, then let the call go on.
 fn listen(listener: &OwnedFd, inner: &std::sync::Weak<Inner>) {
     let fd = listener.as_raw_fd();
+    let mut procs = Procs::default();
     loop {
         let mut pfd = libc::pollfd {
             fd,
@@ -613,7 +614,7 @@ fn listen(listener: &OwnedFd, inner: &std::sync::Weak<Inner>) {
             // EINTR, or the caller died before it was read (ENOENT): nothing to answer.
             continue;
         }
-        let seen = resolve(&note);
+        let seen = resolve(&note, &mut procs);
         // Looked at before the call runs: whether it makes or removes a directory.
         let dir = seen
             .as_ref()
@@ -643,7 +644,7 @@ fn listen(listener: &OwnedFd, inner: &std::sync::Weak<Inner>) {
 
 /// The paths one notified call changes, absolute and lexically normal (and, for a call that
 /// follows a symbolic link, the link's target too); `Err` says why they cannot be known.
-fn resolve(note: &libc::seccomp_notif) -> Result<Vec<PathBuf>, String> {
+fn resolve(note: &libc::seccomp_notif, procs: &mut Procs) -> Result<Vec<PathBuf>, String> {
     let data = &note.data;
     let pid = note.pid;
     #[cfg(target_arch = "x86_64")]
@@ -659,9 +660,9 @@ fn resolve(note: &libc::seccomp_notif) -> Result<Vec<PathBuf>, String> {
     };
     let arg = |i: usize| data.args[i];
     let unreadable = |what: &str| format!("the path of a traced call could not be read ({what})");
-    let at = |dir: Option<usize>, path: usize| -> Result<Named, String> {
+    let mut at = |dir: Option<usize>, path: usize| -> Result<PathBuf, String> {
         let name = read_path(pid, arg(path)).map_err(|e| unreadable(&e.to_string()))?;
-        join(pid, dir.map(|d| arg(d) as i32), &name).map_err(|e| unreadable(&e.to_string()))
+        join(procs, pid, dir.map(|d| arg(d) as i32), &name).map_err(|e| unreadable(&e.to_string()))
     };
     let mut out = Vec::new();
     match *shape {
@@ -685,10 +686,9 @@ fn resolve(note: &libc::seccomp_notif) -> Result<Vec<PathBuf>, String> {
         }
         Shape::Utimensat => {
             let p = if arg(1) == 0 {
-                Named {
-                    path: fd_path(pid, arg(0) as i32).map_err(|e| unreadable(&e.to_string()))?,
-                    resolved: true,
-                }
+                procs
+                    .fd_path(pid, arg(0) as i32)
+                    .map_err(|e| unreadable(&e.to_string()))?
             } else {
                 at(Some(0), 1)?
             };
@@ -696,18 +696,14 @@ fn resolve(note: &libc::seccomp_notif) -> Result<Vec<PathBuf>, String> {
             push_followed(&mut out, p, follow);
         }
         Shape::Fd(i) => {
-            out.push(fd_path(pid, arg(i) as i32).map_err(|e| unreadable(&e.to_string()))?);
+            out.push(
+                procs
+                    .fd_path(pid, arg(i) as i32)
+                    .map_err(|e| unreadable(&e.to_string()))?,
+            );
         }
     }
     Ok(out)
-}
-
-/// A path a call names, absolute and lexically normal.
-struct Named {
-    path: PathBuf,
-    /// Whether its parent came from the kernel (`/proc`), links resolved: one name relative
-    /// to the caller's cwd or a directory descriptor, the common case, costs no lookup.
-    resolved: bool,
 }
 
 /// Whether the call makes a directory that is absent now, or removes one that is there.
@@ -731,18 +727,50 @@ fn dir_change(note: &libc::seccomp_notif, paths: &[PathBuf]) -> Option<DirChange
 
 /// Adds the path, its parent's links resolved, and when the call follows a link and the
 /// path is one, where it leads.
-fn push_followed(out: &mut Vec<PathBuf>, named: Named, follow: bool) {
-    let Named { path, resolved } = named;
+fn push_followed(out: &mut Vec<PathBuf>, path: PathBuf, follow: bool) {
+    if no_links(&path) {
+        out.push(path);
+        return;
+    }
     if follow && std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
         if let Some(target) = canonical_parent(&path).and_then(|q| q.canonicalize().ok()) {
             out.push(target);
         }
     }
-    if resolved {
-        out.push(path);
-    } else {
-        out.push(canonical_parent(&path).unwrap_or(path));
+    out.push(canonical_parent(&path).unwrap_or(path));
+}
+
+/// Whether no symbolic link lies on `p` (an absent last name, or a missing or non-directory
+/// one on the way, where the call itself fails, count as none): then `p` is already the
+/// path the call acts on. One `openat2` that refuses every link, where resolving the parent
+/// and looking at the name would cost a system call per component (`realpath`) and one
+/// more; on a kernel without `openat2`, or on any doubt, `false`.
+fn no_links(p: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a zeroed `open_how` is a valid one (no flags, no mode, no resolve flags).
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_NO_SYMLINKS;
+    // SAFETY: `c` is a NUL-terminated path and `how` an `open_how` of the size passed; both
+    // outlive the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        let errno = io::Error::last_os_error().raw_os_error();
+        return matches!(errno, Some(libc::ENOENT) | Some(libc::ENOTDIR));
     }
+    // SAFETY: the kernel just returned this descriptor; it is owned here once, and closed.
+    drop(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+    true
 }
 
 /// `p` with its parent directory's links resolved (the name itself kept: a change is seen
@@ -754,28 +782,94 @@ fn canonical_parent(p: &Path) -> Option<PathBuf> {
 
 /// The path a call names, joined to the directory it is relative to and made lexically
 /// normal.
-fn join(pid: u32, dirfd: Option<i32>, name: &[u8]) -> io::Result<Named> {
-    let single = !name.contains(&b'/') && name != b".." && name != b".";
+fn join(procs: &mut Procs, pid: u32, dirfd: Option<i32>, name: &[u8]) -> io::Result<PathBuf> {
     let name = Path::new(std::ffi::OsStr::from_bytes(name));
     if name.is_absolute() {
-        return Ok(Named {
-            path: lexical(name),
-            resolved: false,
-        });
+        return Ok(lexical(name));
     }
     let dir = match dirfd {
-        None | Some(libc::AT_FDCWD) => std::fs::read_link(format!("/proc/{pid}/cwd"))?,
-        Some(fd) => fd_path(pid, fd)?,
+        None | Some(libc::AT_FDCWD) => procs.link(pid, c"cwd")?,
+        Some(fd) => procs.fd_path(pid, fd)?,
     };
-    Ok(Named {
-        path: lexical(&dir.join(name)),
-        resolved: single,
-    })
+    Ok(lexical(&dir.join(name)))
 }
 
-/// What a descriptor of the caller names.
-fn fd_path(pid: u32, fd: i32) -> io::Result<PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+/// The callers' `/proc/<pid>` directories, kept open by one listener: reading a caller's cwd
+/// or descriptor through its directory spares the kernel the lookup of `/proc/<pid>` on
+/// every call. A directory kept past its process's end does not follow the pid to the next
+/// process given it (the kernel refuses every lookup through it), so a pid reused meanwhile
+/// is opened afresh, never read through the old one.
+#[derive(Default)]
+struct Procs(HashMap<u32, OwnedFd>);
+
+impl Procs {
+    /// Directories kept at most: a listener serves a process tree whose processes come and
+    /// go; the ones calling now are few.
+    const KEPT: usize = 64;
+
+    /// What the link `name` in the caller's `/proc/<pid>` names.
+    fn link(&mut self, pid: u32, name: &std::ffi::CStr) -> io::Result<PathBuf> {
+        if let Some(dir) = self.0.get(&pid) {
+            match readlinkat(dir, name) {
+                Ok(p) => return Ok(p),
+                // Its process ended (and the pid may be another's now): open it again.
+                Err(_) => {
+                    self.0.remove(&pid);
+                }
+            }
+        }
+        let path = std::ffi::CString::new(format!("/proc/{pid}"))
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: a NUL-terminated path; the descriptor returned is owned below.
+        let fd = unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just returned this descriptor; it is owned here once.
+        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        let got = readlinkat(&dir, name);
+        if self.0.len() >= Self::KEPT {
+            self.0.clear();
+        }
+        self.0.insert(pid, dir);
+        got
+    }
+
+    /// What a descriptor of the caller names.
+    fn fd_path(&mut self, pid: u32, fd: i32) -> io::Result<PathBuf> {
+        let name = std::ffi::CString::new(format!("fd/{fd}"))
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        self.link(pid, &name)
+    }
+}
+
+/// `readlinkat(dir, name)`, into a buffer on the stack.
+fn readlinkat(dir: &OwnedFd, name: &std::ffi::CStr) -> io::Result<PathBuf> {
+    let mut buf = [0u8; libc::PATH_MAX as usize];
+    // SAFETY: `name` is NUL-terminated and `buf` is writable for its whole length.
+    let n = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // A link that fills the buffer may have been cut short.
+    match buf.get(..n as usize) {
+        Some(link) if (n as usize) < buf.len() => {
+            Ok(PathBuf::from(std::ffi::OsStr::from_bytes(link)))
+        }
+        _ => Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG)),
+    }
 }
 
 /// `p` without `.` and with `..` taken lexically (a directory named from `/proc` has no
@@ -912,6 +1006,8 @@ mod tests {
         std::fs::create_dir(root.join("empty")).expect("mkdir");
         std::fs::write(root.join("target.txt"), "t").expect("write");
         std::os::unix::fs::symlink("target.txt", root.join("link")).expect("symlink");
+        std::fs::create_dir(root.join("real")).expect("mkdir");
+        std::os::unix::fs::symlink("real", root.join("dirlink")).expect("symlink");
         let trace = Trace::new(root);
         let out = traced(
             &trace,
@@ -919,7 +1015,7 @@ mod tests {
             "cat read.txt >/dev/null; echo a > new.txt; mv old.txt moved.txt; rm gone.txt; \
              chmod +x mode.sh; mkdir -p made/deep; rmdir empty; ln -s new.txt sym; \
              echo via >> link; python3 -c \"open('py.bin','wb').write(bytes([0,255]))\"; \
-             sed -i s/a/b/ new.txt; echo outside > /dev/null",
+             sed -i s/a/b/ new.txt; echo under > dirlink/under.txt; echo outside > /dev/null",
         );
         assert!(
             out.status.success(),
@@ -942,6 +1038,8 @@ mod tests {
             "link",
             "target.txt",
             "py.bin",
+            // Where the call acts: the parent's link resolved.
+            "real/under.txt",
         ] {
             assert!(got.iter().any(|g| g == want), "{want} missing from {got:?}");
         }

@@ -612,6 +612,10 @@ pub struct ToolDiff {
 pub const MESSAGE_BYTES: usize = 4096;
 /// The most bytes of the agent's reasoning kept on a step in `state.json`.
 pub const THOUGHT_BYTES: usize = 1024;
+/// The file beside a task's state that says how a worktree task ended (landed, discarded),
+/// once its record was kept in the tree it was made from.
+pub const ENDED_FILE: &str = "ended";
+
 /// The most bytes of a step's outcome kept in `state.json`.
 pub const DETAIL_BYTES: usize = 2048;
 /// The most bytes of a command's output kept on its step in `state.json`.

@@ -389,15 +389,14 @@ pub fn still_changed(
 
 /// The paths of the working tree `dir` that may differ from commit `against` (tracked or
 /// untracked, not ignored): a superset, compared by git (its clean filters may list a
-/// converted file whose bytes did not change), never missing a changed file.
+/// converted file whose bytes did not change), never missing a changed file. Read through the
+/// worktree's own index, whose stat data lets git skip every file untouched since the
+/// checkout: the cost is the change's, not the repository's. Nothing writes that index.
 pub(crate) fn changed_since(dir: &Path, against: &str) -> Result<Vec<String>, WorktreeError> {
-    // A temporary index holding that tree, so `git diff` compares the files on disk with it
-    // without touching the worktree's own index.
-    let index = tempfile::NamedTempFile::new().map_err(io("cannot make a temporary index"))?;
     let run = |args: &[&str]| -> Result<Vec<u8>, WorktreeError> {
         let out = checkpoint::layout::git(dir)
             .args(args)
-            .env("GIT_INDEX_FILE", index.path())
+            .env_remove("GIT_INDEX_FILE")
             .output()
             .map_err(io("cannot run git"))?;
         if !out.status.success() {
@@ -409,27 +408,98 @@ pub(crate) fn changed_since(dir: &Path, against: &str) -> Result<Vec<String>, Wo
         }
         Ok(out.stdout)
     };
-    run(&["read-tree", against])?;
-    let mut files: Vec<String> = Vec::new();
-    let changed = run(&["diff", "--name-only", "-z", "--no-renames"])?;
-    let untracked = run(&["ls-files", "-z", "--others", "--exclude-standard"])?;
-    for name in changed
-        .split(|&b| b == 0)
-        .chain(untracked.split(|&b| b == 0))
-    {
-        if !name.is_empty() {
-            files.push(String::from_utf8_lossy(name).into_owned());
-        }
-    }
+    let names = |out: Vec<u8>| -> Vec<String> {
+        out.split(|&b| b == 0)
+            .filter(|n| !n.is_empty())
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect()
+    };
+    // Untracked is against the worktree's index (its checkout), not `against`: a file the
+    // task made and `against` holds as it is on disk is not a change. `git diff` sees no
+    // untracked file, and names one that `against` holds as deleted: git's hash decides.
+    let untracked = names(run(&["ls-files", "-z", "--others", "--exclude-standard"])?);
+    let mut files = names(run(&[
+        "diff",
+        "--name-only",
+        "-z",
+        "--no-renames",
+        against,
+        "--",
+    ])?);
+    let loose: std::collections::HashSet<&String> = untracked.iter().collect();
+    files.retain(|f| !loose.contains(f));
+    files.extend(changed_untracked(dir, against, untracked)?);
     files.sort();
     files.dedup();
     Ok(files)
 }
 
+/// Of `untracked` (paths of the worktree `dir` its index does not hold), those whose file
+/// differs from commit `against`'s: hashed by git in one run, its clean filters applied.
+fn changed_untracked(
+    dir: &Path,
+    against: &str,
+    untracked: Vec<String>,
+) -> Result<Vec<String>, WorktreeError> {
+    use std::io::Write as _;
+    if untracked.is_empty() {
+        return Ok(untracked);
+    }
+    let repo = git2::Repository::open(dir).map_err(|e| WorktreeError::Git(e.to_string()))?;
+    let tree = repo
+        .revparse_single(against)
+        .and_then(|o| o.peel_to_tree())
+        .map_err(|e| WorktreeError::Git(e.to_string()))?;
+    // Links, and names `--stdin-paths` cannot carry, count as changed: a superset is safe.
+    let (plain, odd): (Vec<String>, Vec<String>) = untracked.into_iter().partition(|p| {
+        !p.contains('\n')
+            && std::fs::symlink_metadata(dir.join(p)).is_ok_and(|m| m.file_type().is_file())
+    });
+    let mut changed = odd;
+    if plain.is_empty() {
+        return Ok(changed);
+    }
+    let mut child = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["hash-object", "--stdin-paths"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(io("cannot run git"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A failed write shows as git's own failure below.
+        let _ = stdin.write_all(plain.join("\n").as_bytes());
+    }
+    let out = child.wait_with_output().map_err(io("cannot run git"))?;
+    if !out.status.success() {
+        return Err(WorktreeError::Git(format!(
+            "git hash-object: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let ids = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut ids = ids.lines();
+    for path in plain {
+        let id = ids.next().unwrap_or("");
+        let exec = std::fs::metadata(dir.join(&path))
+            .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o100 != 0);
+        let same = tree
+            .get_path(Path::new(&path))
+            .is_ok_and(|e| e.id().to_string() == id && (e.filemode() == 0o100755) == exec);
+        if !same {
+            changed.push(path);
+        }
+    }
+    Ok(changed)
+}
+
 /// Removes task `reg`'s worktree, its branch and its record, whatever it holds: whether the
 /// person's work is there is the engine's to judge first, from the task's record and the
 /// editors' unsaved text (`unrecorded`, `still_changed`, `HoldsWork`).
-pub fn remove(reg: &Registered) -> Result<(), WorktreeError> {
+pub fn remove(reg: &Registered, ended: Ended) -> Result<(), WorktreeError> {
+    keep_record(reg, ended)?;
     remove_checkout(&reg.from, &reg.path, &reg.branch)?;
     let file = register_dir(&common_dir(&reg.from)?).join(format!("{}.json", reg.task_id));
     match std::fs::remove_file(&file) {
@@ -439,6 +509,65 @@ pub fn remove(reg: &Registered) -> Result<(), WorktreeError> {
     }
 }
 
+/// How a worktree task ended, said in its history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Its work came into the person's tree.
+    Landed,
+    /// Its work was thrown away.
+    Discarded,
+}
+
+/// Moves task `reg`'s record (state, journal, transcript) from its worktree's git dir, which
+/// goes with the worktree, to the git dir of the tree it was made from, where its history
+/// is read: a landed or discarded task stays readable (`rein log --transcript --task`, the
+/// editors' History) and can be continued there. Says how it ended beside it.
+fn keep_record(reg: &Registered, ended: Ended) -> Result<(), WorktreeError> {
+    let dir_of = |p: &Path| -> Result<PathBuf, WorktreeError> {
+        Ok(git2::Repository::open(p)
+            .map_err(|e| WorktreeError::Git(e.to_string()))?
+            .path()
+            .to_path_buf())
+    };
+    let src = match dir_of(&reg.path) {
+        Ok(d) => d,
+        // The worktree is gone already: its record went with it.
+        Err(_) => return Ok(()),
+    };
+    let src = crate::state::StateStore::task_dir(&src, &reg.task_id);
+    let dst = crate::state::StateStore::task_dir(&dir_of(&reg.from)?, &reg.task_id);
+    if !src.is_dir() || dst.exists() {
+        return Ok(());
+    }
+    if let Some(parent) = dst.parent() {
+        std::fs::create_dir_all(parent).map_err(io(format!("cannot make {}", parent.display())))?;
+    }
+    std::fs::rename(&src, &dst).map_err(io(format!(
+        "cannot keep {}'s record in {}",
+        reg.name(),
+        dst.display()
+    )))?;
+    let said = match ended {
+        Ended::Landed => format!("landed here from {}'s worktree", reg.name()),
+        Ended::Discarded => format!("discarded with {}'s worktree", reg.name()),
+    };
+    std::fs::write(dst.join(crate::state::ENDED_FILE), said)
+        .map_err(io(format!("cannot write in {}", dst.display())))
+}
+
+/// The end of the name a removed worktree is renamed to while it is deleted.
+const TRASH: &str = ".rein-removing";
+
+/// Where a worktree at `path` goes while it is deleted: beside it, on the same file system.
+fn trash_name(path: &Path) -> PathBuf {
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    name.push(format!("-{}{TRASH}", std::process::id()));
+    path.with_file_name(name)
+}
+
 fn remove_checkout(root: &Path, path: &Path, branch: &str) -> Result<(), WorktreeError> {
     if !branch.starts_with("rein/") {
         return Err(WorktreeError::Git(format!(
@@ -446,8 +575,24 @@ fn remove_checkout(root: &Path, path: &Path, branch: &str) -> Result<(), Worktre
         )));
     }
     if path.exists() {
-        let p = path.to_string_lossy().into_owned();
-        git(root, &["worktree", "remove", "--force", "--force", &p])?;
+        // Out of the way at once and deleted behind: deleting a checkout file by file costs
+        // what the repository weighs, and a land or discard waits for none of it. What a
+        // crash leaves half-deleted goes at the next sweep.
+        let trash = trash_name(path);
+        match std::fs::rename(path, &trash) {
+            Ok(()) => {
+                std::thread::spawn(move || {
+                    if let Err(e) = std::fs::remove_dir_all(&trash) {
+                        tracing::warn!("cannot delete {}: {e}", trash.display());
+                    }
+                });
+                git(root, &["worktree", "prune"])?;
+            }
+            Err(_) => {
+                let p = path.to_string_lossy().into_owned();
+                git(root, &["worktree", "remove", "--force", "--force", &p])?;
+            }
+        }
     } else {
         git(root, &["worktree", "prune"])?;
     }
@@ -473,6 +618,14 @@ fn remove_checkout(root: &Path, path: &Path, branch: &str) -> Result<(), Worktre
 pub fn sweep(root: &Path) -> Result<Vec<Registered>, WorktreeError> {
     let mut gone = Vec::new();
     let common = common_dir(root)?;
+    // Removed worktrees whose deletion a crash cut short.
+    if let Ok(entries) = home(&common).and_then(|h| std::fs::read_dir(h).map_err(io("list"))) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().ends_with(TRASH) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
     for reg in list(root)? {
         if reg.path.exists() {
             continue;
@@ -487,4 +640,43 @@ pub fn sweep(root: &Path) -> Result<Vec<Registered>, WorktreeError> {
         }
     }
     Ok(gone)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(dir: &Path, script: &str) {
+        let ok = Command::new("sh")
+            .args(["-c", script])
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .status()
+            .expect("sh runs")
+            .success();
+        assert!(ok, "{script}");
+    }
+
+    /// Against a commit the index does not hold (a checkpoint), every kind of difference is
+    /// named, and a file the index does not track but the commit holds as it is, is not.
+    #[test]
+    fn changed_since_names_exactly_what_differs_from_a_commit_the_index_does_not_hold() {
+        let dir = tempfile::tempdir().expect("dir");
+        let d = dir.path();
+        sh(d, "git init -q && echo a > kept && echo b > edited && echo c > gone && git add -A && git commit -qm base");
+        // The "checkpoint": made in a side index, as Rein's are; the worktree's index stays.
+        sh(d, "echo new > same_new && echo x > differs_new && echo y > exec_new && \
+               export GIT_INDEX_FILE=.git/side && git read-tree HEAD && git add same_new differs_new exec_new && \
+               git commit -q -m ckpt && git update-ref refs/ckpt HEAD && git reset -q --soft HEAD~1");
+        sh(d, "echo changed > differs_new && chmod +x exec_new && echo B > edited && rm gone && echo u > brand_new");
+        let got = changed_since(d, "refs/ckpt").expect("changed");
+        assert_eq!(
+            got,
+            vec!["brand_new", "differs_new", "edited", "exec_new", "gone"],
+            "not kept, not same_new"
+        );
+    }
 }

@@ -653,7 +653,9 @@ impl Host {
             };
             let whole = landed.failed.is_empty() && landed.unsaved.is_empty();
             if !keep && whole {
-                landed.removed = end_worktree(&remote, &reg).await.is_ok();
+                landed.removed = end_worktree(&remote, &reg, worktree::Ended::Landed)
+                    .await
+                    .is_ok();
             }
             if landed.removed {
                 // Nothing is left to land again: the journal goes unless overlaps wait.
@@ -818,7 +820,7 @@ impl Host {
                     }
                 }
             }
-            let result = end_worktree(&remote, &reg)
+            let result = end_worktree(&remote, &reg, worktree::Ended::Discarded)
                 .await
                 .map(|()| Answer::Discarded {
                     task_id: reg.task_id.clone(),
@@ -959,13 +961,17 @@ async fn persons_work(
 }
 
 /// Stops the worktree's engine, then removes the worktree, its branch and its record.
-async fn end_worktree(remote: &Remote, reg: &Registered) -> Result<(), ControlError> {
+async fn end_worktree(
+    remote: &Remote,
+    reg: &Registered,
+    ended: worktree::Ended,
+) -> Result<(), ControlError> {
     let reg = reg.clone();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
         let _ = remote.ask(Ask::Stop).await;
     })
     .await;
-    tokio::task::spawn_blocking(move || worktree::remove(&reg))
+    tokio::task::spawn_blocking(move || worktree::remove(&reg, ended))
         .await
         .map_err(|e| ControlError::Remote(e.to_string()))?
         .map_err(|e| ControlError::Remote(e.to_string()))
