@@ -445,7 +445,7 @@ fn changed_untracked(
     if untracked.is_empty() {
         return Ok(untracked);
     }
-    let repo = git2::Repository::open(dir).map_err(|e| WorktreeError::Git(e.to_string()))?;
+    let repo = checkpoint::layout::open(dir).map_err(|e| WorktreeError::Git(e.to_string()))?;
     let tree = repo
         .revparse_single(against)
         .and_then(|o| o.peel_to_tree())
@@ -459,9 +459,7 @@ fn changed_untracked(
     if plain.is_empty() {
         return Ok(changed);
     }
-    let mut child = Command::new("git")
-        .arg("-C")
-        .arg(dir)
+    let mut child = checkpoint::layout::git(dir)
         .args(["hash-object", "--stdin-paths"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -524,7 +522,7 @@ pub enum Ended {
 /// editors' History) and can be continued there. Says how it ended beside it.
 fn keep_record(reg: &Registered, ended: Ended) -> Result<(), WorktreeError> {
     let dir_of = |p: &Path| -> Result<PathBuf, WorktreeError> {
-        Ok(git2::Repository::open(p)
+        Ok(checkpoint::layout::open(p)
             .map_err(|e| WorktreeError::Git(e.to_string()))?
             .path()
             .to_path_buf())
@@ -645,6 +643,7 @@ pub fn sweep(root: &Path) -> Result<Vec<Registered>, WorktreeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     fn sh(dir: &Path, script: &str) {
         let ok = Command::new("sh")
