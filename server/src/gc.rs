@@ -104,12 +104,9 @@ impl Sweep {
 /// Why a sweep could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
-    /// Not inside a git working tree.
-    #[error("{path} is not inside a git working tree")]
-    NotARepository {
-        /// Where it was looked for.
-        path: PathBuf,
-    },
+    /// No working tree's repository is found there (saying why and what to do).
+    #[error(transparent)]
+    NotARepository(crate::checkpoint::CheckpointError),
     /// Git refused.
     #[error("git: {0}")]
     Git(#[from] git2::Error),
@@ -133,9 +130,11 @@ pub fn sweep(
     now: SystemTime,
     dry_run: bool,
 ) -> Result<Sweep, GcError> {
-    let repo = git2::Repository::discover(workdir).map_err(|_| GcError::NotARepository {
-        path: workdir.to_owned(),
-    })?;
+    // Found as every other command finds it, so a tree whose git dir is elsewhere
+    // (`GIT_DIR`, `core.worktree`) is swept in its real git dir.
+    let repo = crate::checkpoint::layout::locate(workdir)
+        .and_then(|found| crate::checkpoint::layout::open(&found.work_tree))
+        .map_err(GcError::NotARepository)?;
     let git_dir = repo.path().to_owned();
     let tasks_dir = StateStore::rein_dir(&git_dir).join("tasks");
     let current = StateStore::current(&git_dir).ok().flatten();
@@ -783,7 +782,7 @@ mod tests {
         let plain = tempfile::tempdir().expect("temp dir");
         assert!(matches!(
             sweep(plain.path(), Retention::default(), SystemTime::now(), true),
-            Err(GcError::NotARepository { .. })
+            Err(GcError::NotARepository(_))
         ));
     }
 }

@@ -103,11 +103,18 @@ macro_rules! out {
 // After `out!`, which it uses.
 mod tasks;
 
+/// The directory a command works on. Where `GIT_DIR`/`GIT_WORK_TREE` are set they name its
+/// repository, as for git run there: taken now, so every later look-up finds that layout
+/// (a lone argument that is no directory is `rein log`'s task id, and names no tree).
 fn dir_or_here(dir: Option<PathBuf>) -> Result<PathBuf> {
-    match dir {
-        Some(d) => Ok(d),
-        None => Ok(std::env::current_dir()?),
+    let dir = match dir {
+        Some(d) => d,
+        None => std::env::current_dir()?,
+    };
+    if dir.is_dir() {
+        rein::checkpoint::layout::adopt_env(&dir)?;
     }
+    Ok(dir)
 }
 
 fn run(cli: Cli) -> Result<i32> {

@@ -26,6 +26,7 @@ mod failed;
 mod ignored;
 mod ignored_watch;
 mod index;
+pub mod layout;
 mod nested;
 mod objects;
 mod pack;
@@ -151,7 +152,7 @@ pub enum EntryMode {
 pub enum CheckpointError {
     /// The path is not the working tree of a git repository.
     #[error(
-        "{} is not inside a git working tree: Rein keeps its checkpoints in git. Run `git init` there, or open a folder inside a repository",
+        "{} is not inside a git working tree: Rein keeps its checkpoints in git. Run `git init` there, or open a folder inside a repository; if its repository lives elsewhere, set GIT_DIR and GIT_WORK_TREE as for git",
         path.display()
     )]
     NotARepository {
@@ -159,10 +160,51 @@ pub enum CheckpointError {
         path: PathBuf,
     },
     /// The repository has no working tree to checkpoint.
-    #[error("{} is a bare git repository; Rein needs a working tree", path.display())]
+    #[error("{} is a bare git repository; Rein needs a working tree: set GIT_WORK_TREE to its work tree, as `git --work-tree` takes it", path.display())]
     BareRepository {
         /// The repository path.
         path: PathBuf,
+    },
+    /// `GIT_DIR` names no git dir.
+    #[error("GIT_DIR={} is not a git directory: set GIT_DIR to the repository's git dir, as `git --git-dir` takes it, or unset it", git_dir.display())]
+    NotAGitDir {
+        /// What `GIT_DIR` says.
+        git_dir: PathBuf,
+    },
+    /// `GIT_DIR` names a bare repository, and nothing names its work tree.
+    #[error("GIT_DIR={} is a bare repository that names no work tree: set GIT_WORK_TREE to the tree Rein should work in, as `git --work-tree` takes it", git_dir.display())]
+    BareGitDir {
+        /// What `GIT_DIR` says.
+        git_dir: PathBuf,
+    },
+    /// `GIT_DIR` alone, run somewhere other than the top of the work tree the git dir names.
+    #[error("GIT_DIR={} without GIT_WORK_TREE makes the directory Rein runs in the top of the work tree, and {} is not the top of that repository's tree ({}): run Rein at {}, or set GIT_WORK_TREE", git_dir.display(), path.display(), top.display(), top.display())]
+    NotTheTop {
+        /// What `GIT_DIR` says.
+        git_dir: PathBuf,
+        /// Where Rein was run.
+        path: PathBuf,
+        /// The top of the git dir's own work tree.
+        top: PathBuf,
+    },
+    /// A separate git dir's tasks belong to another work tree (one git dir, several
+    /// `GIT_WORK_TREE`s).
+    #[error("the Rein tasks of the git dir {} belong to the work tree {}, not {}: Rein keeps one task state per git dir. Run Rein with GIT_WORK_TREE={}, or remove {}/rein/work-tree once no task there matters", git_dir.display(), theirs.display(), ours.display(), theirs.display(), git_dir.display())]
+    OtherWorkTree {
+        /// The git dir.
+        git_dir: PathBuf,
+        /// The work tree its tasks belong to.
+        theirs: PathBuf,
+        /// The work tree this was given.
+        ours: PathBuf,
+    },
+    /// The git dir lies inside its work tree under another name than `.git`.
+    #[error("the git dir {} lies inside its work tree {}: Rein's checkpoints record every file of the tree that is not `.git`, so they would record the repository itself. Move the git dir outside the work tree and point GIT_DIR at it", git_dir.display(), work_tree.display())]
+    GitDirInsideTree {
+        /// The git dir.
+        git_dir: PathBuf,
+        /// The work tree holding it.
+        work_tree: PathBuf,
     },
     /// The task id cannot be used in a ref name and a directory name.
     #[error("invalid task id {0:?}: use letters, digits, '-', '_' and '.' (not first)")]
@@ -269,37 +311,16 @@ pub fn head_branch(workdir: &Path) -> Result<Option<String>> {
 
 /// The per-worktree git directory of the repository at `workdir` (where state files go).
 pub fn git_dir(workdir: &Path) -> Result<PathBuf> {
-    Ok(open_repo(workdir)?.path().to_path_buf())
+    Ok(layout::locate(workdir)?.git_dir)
 }
 
 /// The working tree root of the repository containing `path`.
 pub fn workdir_root(path: &Path) -> Result<PathBuf> {
-    let repo = Repository::discover(path).map_err(|e| match e.code() {
-        ErrorCode::NotFound => CheckpointError::NotARepository {
-            path: path.to_path_buf(),
-        },
-        _ => e.into(),
-    })?;
-    repo.workdir()
-        .map(Path::to_path_buf)
-        .ok_or_else(|| CheckpointError::BareRepository {
-            path: repo.path().to_path_buf(),
-        })
+    Ok(layout::locate(path)?.work_tree)
 }
 
 fn open_repo(workdir: &Path) -> Result<Repository> {
-    let repo = Repository::open(workdir).map_err(|e| match e.code() {
-        ErrorCode::NotFound => CheckpointError::NotARepository {
-            path: workdir.to_path_buf(),
-        },
-        _ => e.into(),
-    })?;
-    if repo.is_bare() {
-        return Err(CheckpointError::BareRepository {
-            path: repo.path().to_path_buf(),
-        });
-    }
-    Ok(repo)
+    layout::open(workdir)
 }
 
 fn validate_task_id(id: &str) -> Result<()> {

@@ -175,7 +175,7 @@ impl Loading {
                 write_seed(&private, &bytes, modified)
                     .map_err(|e| format!("writing {}: {e}", private.display()))?;
             }
-            let repo = Repository::open(&workdir).map_err(|e| e.message().to_owned())?;
+            let repo = super::layout::open(&workdir).map_err(|e| e.to_string())?;
             let mut index = Index::open(&private).map_err(|e| e.message().to_owned())?;
             repo.set_index(&mut index)
                 .map_err(|e| e.message().to_owned())?;

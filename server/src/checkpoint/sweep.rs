@@ -494,7 +494,7 @@ fn ignored(
 ) -> Result<bool> {
     let repo = match ignores {
         Some(repo) => repo,
-        None => ignores.insert(Repository::open(workdir)?),
+        None => ignores.insert(super::layout::open(workdir)?),
     };
     is_ignored(repo, workdir, Path::new(OsStr::from_bytes(rel)), link)
 }

@@ -53,6 +53,7 @@ pub fn serve(workdir: &std::path::Path) -> Result<Served, EngineError> {
     let Some(lock) = Lock::try_take(&place)? else {
         return Ok(Served::AlreadyRunning);
     };
+    place.claim()?;
     let listener = place::bind(&place)?;
     listener
         .set_nonblocking(true)
@@ -392,6 +393,21 @@ impl Host {
                         env!("CARGO_PKG_VERSION"),
                         hello.version,
                         hello.protocol
+                    ),
+                },
+            );
+            return;
+        }
+        if let Some(theirs) = hello.work_tree.filter(|t| *t != self.place.root) {
+            self.send(
+                client,
+                &ToClient::Refused {
+                    message: format!(
+                        "the Rein engine of the git dir {} works on the work tree {}, not {}: Rein keeps one task state per git dir, so it serves one work tree at a time. Finish or stop the task there (`rein stop` with GIT_WORK_TREE={}), then try again",
+                        self.place.git_dir.display(),
+                        self.place.root.display(),
+                        theirs.display(),
+                        self.place.root.display()
                     ),
                 },
             );

@@ -418,7 +418,7 @@ async fn connect(place: &Place, client: &str, spawn: bool) -> Result<Conn, Engin
     let mut spawned: Option<Instant> = None;
     loop {
         if let Ok(stream) = UnixStream::connect(&place.socket).await {
-            match greet(stream, client).await {
+            match greet(stream, client, &place.root).await {
                 Ok(c) => return Ok(c),
                 Err(e @ EngineError::Refused(_)) => return Err(e),
                 // An engine that was ending as this client came: the next one will answer.
@@ -443,7 +443,11 @@ async fn connect(place: &Place, client: &str, spawn: bool) -> Result<Conn, Engin
     }
 }
 
-async fn greet(stream: UnixStream, client: &str) -> Result<Conn, EngineError> {
+async fn greet(
+    stream: UnixStream,
+    client: &str,
+    work_tree: &std::path::Path,
+) -> Result<Conn, EngineError> {
     let (read, half) = stream.into_split();
     let mut c = Conn {
         lines: BufReader::new(read).lines(),
@@ -453,6 +457,7 @@ async fn greet(stream: UnixStream, client: &str) -> Result<Conn, EngineError> {
         protocol: PROTOCOL,
         version: env!("CARGO_PKG_VERSION").into(),
         client: client.into(),
+        work_tree: Some(work_tree.to_path_buf()),
     });
     let io = |e: std::io::Error| EngineError::Io {
         what: "the Rein engine's socket".into(),
@@ -495,7 +500,11 @@ fn start_engine(place: &Place) -> Result<(), EngineError> {
         .mode(0o600)
         .open(&place.log)
         .map_err(io(format!("cannot open {}", place.log.display())))?;
-    let mut child = std::process::Command::new(&exe)
+    let mut engine = std::process::Command::new(&exe);
+    // The engine finds the repository as this client did: a separate git dir is handed on
+    // outright, and a client's own GIT_DIR never reaches another tree's engine (a worktree's).
+    crate::checkpoint::layout::set_env(&mut engine, &place.root);
+    let mut child = engine
         .arg("engine")
         .arg(&place.root)
         .current_dir(&place.root)

@@ -5,6 +5,7 @@
 //! its own engine.
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -29,14 +30,25 @@ pub struct Place {
     pub socket: PathBuf,
     /// Where a spawned engine's standard error goes.
     pub log: PathBuf,
+    /// For a git dir that does not live in its work tree (`GIT_DIR`, `core.worktree`): the
+    /// file naming the work tree its tasks belong to. Such a git dir may be given any work
+    /// tree, and Rein keeps one task state per git dir.
+    pub claim: Option<PathBuf>,
 }
 
 impl Place {
     /// The engine's place for the working tree containing `workdir`.
     pub fn of(workdir: &Path) -> Result<Place, EngineError> {
-        let root = checkpoint::workdir_root(workdir)?;
-        let git_dir = checkpoint::git_dir(&root)?;
+        // The real git dir and work tree, by git's rules (`GIT_DIR`, `core.worktree`): a
+        // client of a tree whose git dir is elsewhere finds the same engine as one inside it.
+        let checkpoint::layout::Layout {
+            work_tree: root,
+            git_dir,
+            separate,
+        } = checkpoint::layout::locate(workdir)?;
         let dir = git_dir.join("rein");
+        // `locate` refused a work tree other than the one this names.
+        let claim = separate.then(|| checkpoint::layout::claim_file(&git_dir));
         let socket = dir.join("engine.sock");
         let socket = if socket.as_os_str().len() <= SUN_PATH_MAX {
             socket
@@ -49,6 +61,20 @@ impl Place {
             socket,
             git_dir,
             root,
+            claim,
+        })
+    }
+
+    /// Records that this git dir's tasks belong to this work tree (the engine does, once it
+    /// holds the lock), so a client given another work tree is refused rather than served
+    /// this one's task.
+    pub fn claim(&self) -> Result<(), EngineError> {
+        let Some(claim) = &self.claim else {
+            return Ok(());
+        };
+        std::fs::write(claim, self.root.as_os_str().as_bytes()).map_err(|e| EngineError::Io {
+            what: format!("cannot write {}", claim.display()),
+            source: e,
         })
     }
 
@@ -224,6 +250,7 @@ mod tests {
             lock: dir.path().join("rein/engine.lock"),
             socket: dir.path().join("rein/engine.sock"),
             log: dir.path().join("rein/engine.log"),
+            claim: None,
         };
         let first = Lock::try_take(&place).unwrap();
         assert!(first.is_some());

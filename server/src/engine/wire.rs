@@ -45,6 +45,10 @@ pub struct Hello {
     pub version: String,
     /// What the client is (`lsp`, `cli`), for the engine's log.
     pub client: String,
+    /// The work tree the client means. The engine is found by its git dir, and one git dir
+    /// may be given several work trees (`GIT_WORK_TREE`); the engine serves only its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_tree: Option<std::path::PathBuf>,
 }
 
 /// What a client asks.

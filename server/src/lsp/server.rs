@@ -601,7 +601,12 @@ impl Server {
         self.root = dir
             .as_ref()
             .map_err(Clone::clone)
-            .and_then(|d| crate::checkpoint::workdir_root(d).map_err(|e| e.to_string()));
+            // The editor's GIT_DIR/GIT_WORK_TREE name the workspace's repository, as for git.
+            .and_then(|d| {
+                crate::checkpoint::layout::locate_from_env(d)
+                    .map(|found| found.work_tree)
+                    .map_err(|e| e.to_string())
+            });
         self.client_root = match (&dir, &self.root) {
             (Ok(given), Ok(root)) => client_spelling(given, root),
             _ => None,

@@ -15,12 +15,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use serde::{Deserialize, Serialize};
 
 use super::land::Landed;
 use super::WorktreeError;
+use crate::checkpoint;
 use crate::exec::{Node, NodeKind};
 use crate::reconcile::merge::{merge3, Merge};
 
@@ -31,8 +32,8 @@ fn git(
     args: &[&str],
     input: Option<&[u8]>,
 ) -> Result<Vec<u8>, WorktreeError> {
-    let mut cmd = Command::new("git");
-    cmd.arg("-C").arg(root).args(args);
+    let mut cmd = checkpoint::layout::git(root);
+    cmd.args(args);
     if let Some(i) = index {
         cmd.env("GIT_INDEX_FILE", i);
     }
@@ -312,7 +313,7 @@ fn nul_list(paths: &[String]) -> Vec<u8> {
 /// Makes `plan`'s commit in a temporary index (named for `task`): the person's index is not
 /// touched. Their hooks run; one that refuses ends it with the hook's words.
 pub fn make(root: &Path, plan: &CommitPlan, task: &str) -> Result<String, WorktreeError> {
-    let gitdir = git2::Repository::open(root)
+    let gitdir = checkpoint::layout::open(root)
         .map_err(|e| WorktreeError::Git(e.to_string()))?
         .path()
         .to_path_buf();

@@ -291,7 +291,8 @@ fn outcome(base: &Option<Node>, ours: &Option<Node>, theirs: &Option<Node>) -> O
 /// landed files in with it, naming it and what to do.
 pub fn ready(root: &Path) -> Result<(), WorktreeError> {
     use git2::RepositoryState as S;
-    let repo = git2::Repository::open(root).map_err(|e| WorktreeError::Git(e.to_string()))?;
+    let repo =
+        crate::checkpoint::layout::open(root).map_err(|e| WorktreeError::Git(e.to_string()))?;
     let (what, finish) = match repo.state() {
         S::Clean => return Ok(()),
         S::Merge => ("a merge", "`git merge --continue` or `git merge --abort`"),

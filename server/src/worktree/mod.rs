@@ -18,9 +18,10 @@ pub mod journal;
 pub mod land;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde::{Deserialize, Serialize};
+
+use crate::checkpoint;
 
 /// The variable that moves where worktrees are made (tests; a person with a small home).
 pub const DIR_VAR: &str = "REIN_WORKTREES_DIR";
@@ -38,6 +39,15 @@ pub enum WorktreeError {
         what: String,
         /// The cause.
         source: std::io::Error,
+    },
+    /// Worktrees would be made inside the working tree itself (a work tree at `$HOME`, as in
+    /// the dotfiles pattern, holds `~/.local/share`).
+    #[error("worktree tasks would be made in {}, inside the working tree {}, where its checkpoints and the agent's sandbox would take them in: set {DIR_VAR} to a directory outside it", home.display(), root.display())]
+    HomeInsideTree {
+        /// Where worktrees would be made.
+        home: PathBuf,
+        /// The working tree.
+        root: PathBuf,
     },
     /// No task of that id has a worktree here.
     #[error("no worktree task {0} in this repository; `rein tasks` lists them")]
@@ -108,7 +118,7 @@ impl Registered {
 
 /// The repository's common git dir (shared by all its worktrees).
 pub fn common_dir(root: &Path) -> Result<PathBuf, WorktreeError> {
-    let repo = git2::Repository::open(root).map_err(|e| WorktreeError::Git(e.to_string()))?;
+    let repo = checkpoint::layout::open(root).map_err(|e| WorktreeError::Git(e.to_string()))?;
     Ok(repo.commondir().to_path_buf())
 }
 
@@ -145,6 +155,25 @@ pub fn home(common: &Path) -> Result<PathBuf, WorktreeError> {
         .map(|b| format!("{b:02x}"))
         .collect();
     Ok(top.join(format!("{name}-{hash}")))
+}
+
+/// `path` with its existing part resolved (symbolic links, `..`), the rest as given: where it
+/// is before it is made.
+fn resolved(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            return rest.iter().rev().fold(real, |p, part| p.join(part));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                at = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
 }
 
 /// The worktree tasks made from the working tree `root`, oldest first.
@@ -187,9 +216,7 @@ pub fn find(root: &Path, task_id: &str) -> Result<Registered, WorktreeError> {
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<Vec<u8>, WorktreeError> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
+    let out = checkpoint::layout::git(dir)
         .args(args)
         .output()
         .map_err(io("cannot run git"))?;
@@ -226,6 +253,9 @@ pub fn create(
     .trim()
     .to_owned();
     let home = home(&common)?;
+    if resolved(&home).starts_with(&root) {
+        return Err(WorktreeError::HomeInsideTree { home, root });
+    }
     std::fs::create_dir_all(&home).map_err(io(format!("cannot create {}", home.display())))?;
     let path = home.join(task_id);
     let branch = format!("rein/{task_id}");
@@ -371,9 +401,7 @@ pub fn still_changed(
 /// checkout: the cost is the change's, not the repository's. Nothing writes that index.
 pub(crate) fn changed_since(dir: &Path, against: &str) -> Result<Vec<String>, WorktreeError> {
     let run = |args: &[&str]| -> Result<Vec<u8>, WorktreeError> {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(dir)
+        let out = checkpoint::layout::git(dir)
             .args(args)
             .env_remove("GIT_INDEX_FILE")
             .output()
@@ -424,7 +452,7 @@ fn changed_untracked(
     if untracked.is_empty() {
         return Ok(untracked);
     }
-    let repo = git2::Repository::open(dir).map_err(|e| WorktreeError::Git(e.to_string()))?;
+    let repo = checkpoint::layout::open(dir).map_err(|e| WorktreeError::Git(e.to_string()))?;
     let tree = repo
         .revparse_single(against)
         .and_then(|o| o.peel_to_tree())
@@ -438,9 +466,7 @@ fn changed_untracked(
     if plain.is_empty() {
         return Ok(changed);
     }
-    let mut child = Command::new("git")
-        .arg("-C")
-        .arg(dir)
+    let mut child = checkpoint::layout::git(dir)
         .args(["hash-object", "--stdin-paths"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -597,7 +623,7 @@ pub enum Ended {
 /// editors' History) and can be continued there. Says how it ended beside it.
 fn keep_record(reg: &Registered, ended: Ended) -> Result<(), WorktreeError> {
     let dir_of = |p: &Path| -> Result<PathBuf, WorktreeError> {
-        Ok(git2::Repository::open(p)
+        Ok(checkpoint::layout::open(p)
             .map_err(|e| WorktreeError::Git(e.to_string()))?
             .path()
             .to_path_buf())
@@ -718,6 +744,7 @@ pub fn sweep(root: &Path) -> Result<Vec<Registered>, WorktreeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     fn sh(dir: &Path, script: &str) {
         let ok = Command::new("sh")
