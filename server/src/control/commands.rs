@@ -61,7 +61,7 @@ impl Engine {
         // A worktree task's command still writes what git shares between worktrees: the
         // person's own repository gets it, and discarding the task does not take it back.
         let shared = exec::shared_git_write(cmd)
-            .filter(|_| git2::Repository::open(&self.root).is_ok_and(|r| r.is_worktree()))
+            .filter(|_| crate::checkpoint::layout::open(&self.root).is_ok_and(|r| r.is_worktree()))
             .map(|what| {
                 format!(
                     " It runs in this task's worktree, but {what}: tags, branches, config and remotes belong to the whole repository, so your own checkout gets it too, and discarding the task does not take it back."

@@ -521,7 +521,7 @@ pub fn shared_refs(
     root: &Path,
 ) -> Result<std::collections::BTreeMap<String, String>, WorktreeError> {
     let git = |e: git2::Error| WorktreeError::Git(e.to_string());
-    let repo = git2::Repository::open(root).map_err(git)?;
+    let repo = checkpoint::layout::open(root).map_err(|e| WorktreeError::Git(e.to_string()))?;
     let mut out = std::collections::BTreeMap::new();
     for r in repo.references().map_err(git)? {
         let r = r.map_err(git)?;
