@@ -152,6 +152,14 @@ enum Event {
         task: String,
         landed: Box<crate::worktree::land::Landed>,
     },
+    /// A worktree task's agent could not start; its worktree was removed (or not).
+    Unstarted {
+        task: String,
+        why: String,
+        removed: Result<(), ControlError>,
+        /// Who asked to start it, when the start itself was refused.
+        asker: Option<(u64, Option<u64>)>,
+    },
     /// A worktree task was discarded (or not).
     Discarded {
         client: u64,
@@ -351,6 +359,12 @@ impl Host {
                 task,
                 result,
             } => self.discarded(client, id, task, result),
+            Event::Unstarted {
+                task,
+                why,
+                removed,
+                asker,
+            } => self.unstarted(task, why, removed, asker),
             Event::Answered { client, id, result } => {
                 if let Ok(reply) = &result {
                     self.newer(reply.state());

@@ -386,6 +386,9 @@ pub struct Settings {
     pub when_alone: WhenAlone,
     /// How long it waits alone first, in milliseconds (None: the engine's default).
     pub grace_ms: Option<u64>,
+    /// A task whose agent fails before its first move fails (a worktree task's engine).
+    #[serde(default)]
+    pub fail_unstarted: bool,
 }
 
 impl Settings {
@@ -400,6 +403,7 @@ impl Settings {
             retention: cfg.retention.map(|r| (r.keep_tasks, r.keep_days)),
             when_alone,
             grace_ms: grace.map(|g| u64::try_from(g.as_millis()).unwrap_or(u64::MAX)),
+            fail_unstarted: cfg.fail_unstarted,
         }
     }
 
@@ -418,6 +422,7 @@ impl Settings {
                 keep_days,
             }),
             trace: true,
+            fail_unstarted: self.fail_unstarted,
         }
     }
 }

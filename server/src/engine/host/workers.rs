@@ -31,6 +31,8 @@ pub(super) struct Worker {
     /// Its engine was asked to stop (this engine is ending, or the person went away): it
     /// is not waited on; a request for it starts its engine again.
     pub(super) stopped: bool,
+    /// Its agent could not start: its worktree is being removed.
+    ending: bool,
 }
 
 /// A landing's overlap waiting for the person.
@@ -194,6 +196,9 @@ impl Host {
         let mut settings = settings.clone();
         // Alone, a worktree's engine runs its task on: this engine pauses it when it should.
         settings.when_alone = WhenAlone::KeepRunning;
+        // Its agent failing before any move leaves nothing to resume there: the task fails,
+        // and this engine removes the worktree (`heard`).
+        settings.fail_unstarted = true;
         // What its state file says, until its engine reports (a finished task's engine has
         // nothing newer to say).
         let state = control::load(&reg.path)
@@ -208,6 +213,7 @@ impl Host {
                 remote,
                 state,
                 stopped: false,
+                ending: false,
             },
         );
     }
@@ -234,11 +240,25 @@ impl Host {
         }
         let root = self.place.root.clone();
         let events = self.events.clone();
+        let needs: Vec<String> = agent_files(&agent)
+            .into_iter()
+            .map(|(_, p)| p.to_owned())
+            .collect();
         tokio::spawn(async move {
             let task_id = control::new_task_id();
             let made = tokio::task::spawn_blocking({
                 let goal = goal.clone();
-                move || worktree::create(&root, &task_id, &goal, carry)
+                move || {
+                    let mut reg = worktree::create(&root, &task_id, &goal, carry)?;
+                    if carry {
+                        // Carry takes what git sees; the agent's own files go too, ignored.
+                        if let Err(e) = worktree::carry_needed(&mut reg, &needs) {
+                            let _ = worktree::remove(&reg);
+                            return Err(e);
+                        }
+                    }
+                    Ok(reg)
+                }
             })
             .await;
             let result = match made {
@@ -277,36 +297,115 @@ impl Host {
         tracing::info!("{} ({task_id}) runs in {}", reg.name(), reg.path.display());
         self.link(reg, &settings);
         self.announce_tasks();
-        let Some(w) = self.workers.get(&task_id) else {
+        let Some(w) = self.workers.get_mut(&task_id) else {
             return;
         };
+        let mut settings = settings;
+        settings.fail_unstarted = true;
         let rx = w.remote.ask(Ask::Start {
             goal,
-            agent,
+            agent: agent.clone(),
             settings,
             isolation: Isolation::None,
             carry: false,
-            task_id: Some(task_id),
+            task_id: Some(task_id.clone()),
         });
-        self.answer_later(client, id, rx);
-    }
-
-    /// Sends `rx`'s answer, when it comes, to `client`'s `id`.
-    pub(super) fn answer_later(
-        &self,
-        client: u64,
-        id: Option<u64>,
-        rx: tokio::sync::oneshot::Receiver<Result<Answer, ControlError>>,
-    ) {
+        let reg = w.reg.clone();
+        let remote = w.remote.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
             let result = rx.await.unwrap_or(Err(ControlError::Gone));
-            let _ = events.send(Event::Answer { client, id, result });
+            let Err(e) = result else {
+                let _ = events.send(Event::Answer { client, id, result });
+                return;
+            };
+            // Its engine refused to start it (its agent cannot be made there): nothing of
+            // the task exists but the worktree, which goes.
+            let why = {
+                let reg = reg.clone();
+                tokio::task::spawn_blocking(move || not_in_worktree(&reg, &agent))
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| e.to_string())
+            };
+            let removed = end_worktree(&remote, &reg).await;
+            let _ = events.send(Event::Unstarted {
+                task: reg.task_id.clone(),
+                why,
+                removed,
+                asker: Some((client, id)),
+            });
+        });
+    }
+
+    /// Worktree task `task` could not start (`why`) and its worktree was removed (or not, as
+    /// `removed` says): it is gone from the tasks; its asker, if any, is answered.
+    pub(super) fn unstarted(
+        &mut self,
+        task: String,
+        why: String,
+        removed: Result<(), ControlError>,
+        asker: Option<(u64, Option<u64>)>,
+    ) {
+        let name = self
+            .workers
+            .get(&task)
+            .map_or_else(|| task.clone(), |w| w.reg.name());
+        let said = match &removed {
+            Ok(()) => {
+                self.workers.remove(&task);
+                format!("{name} failed: {why}. Its worktree and branch are removed.")
+            }
+            Err(e) => {
+                if let Some(w) = self.workers.get_mut(&task) {
+                    w.ending = false;
+                }
+                format!("{name} failed: {why}. Its worktree is kept ({e}): discard it with `rein discard {}`.", name.trim_start_matches("task "))
+            }
+        };
+        self.announce_tasks();
+        match asker {
+            Some((client, id)) => self.answer(client, id, Err(ControlError::BadArgument(said))),
+            None => self.broadcast(&crate::engine::wire::ToClient::Notice(Notice::Message {
+                level: crate::control::Level::Error,
+                text: crate::control::Advice::text(said),
+            })),
+        }
+    }
+
+    /// A worktree task whose agent could not start failed: once the worktree holds none of
+    /// the person's work, it goes with its branch (the failure is said to every client);
+    /// holding some, it stays, failed, for the person to land or discard.
+    fn end_unstarted(&mut self, task: &str) {
+        let Some(w) = self.workers.get_mut(task) else {
+            return;
+        };
+        let Some(why) = w.state.as_ref().and_then(|s| s.stop_reason.clone()) else {
+            return;
+        };
+        w.ending = true;
+        let reg = w.reg.clone();
+        let remote = w.remote.clone();
+        let state = w.state.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let removed = match persons_work(&remote, &reg, state.as_ref(), true).await {
+                Ok(()) => end_worktree(&remote, &reg).await,
+                Err(e) => Err(e),
+            };
+            let _ = events.send(Event::Unstarted {
+                task: reg.task_id.clone(),
+                why,
+                removed,
+                asker: None,
+            });
         });
     }
 
     /// What a worktree task's engine said.
     pub(super) fn heard(&mut self, task: String, heard: Heard) {
+        let key = task.clone();
         let Some(w) = self.workers.get_mut(&task) else {
             return;
         };
@@ -342,6 +441,15 @@ impl Host {
                 tracing::info!("{}: {why}", w.reg.name());
             }
             Heard::TaskNotice { .. } | Heard::Tasks(_) | Heard::Answer { .. } => {}
+        }
+        let unstarted = self.workers.get(&key).is_some_and(|w| {
+            !w.ending
+                && w.state.as_ref().is_some_and(|s| {
+                    s.status == Status::Failed && s.agent_moves == 0 && s.turns.is_empty()
+                })
+        });
+        if unstarted {
+            self.end_unstarted(&key);
         }
         self.announce_tasks();
     }
@@ -875,6 +983,40 @@ impl Host {
                 .is_none_or(|s| matches!(s.status, Status::Running | Status::AwaitingDecision))
         })
     }
+}
+
+/// Why a worktree task's agent could not be made there, when a file its spec names (the
+/// plan, the agent's program) is in the person's tree but not in the worktree: not committed
+/// (nor carried).
+fn not_in_worktree(reg: &Registered, agent: &serde_json::Value) -> Option<String> {
+    let (what, path) = agent_files(agent).into_iter().find(|(_, p)| {
+        let rel = std::path::Path::new(p);
+        reg.from.join(rel).exists() && !reg.path.join(rel).exists()
+    })?;
+    let path = path.trim_start_matches("./");
+    Some(format!(
+        "{what} {path} is not committed, so the worktree does not have it: commit it, or start with carry"
+    ))
+}
+
+/// The files of the working tree an agent spec names, as (what, relative path): the scripted
+/// agent's plan, and a program named by a path in the tree (`./agent`; not one on PATH).
+fn agent_files(agent: &serde_json::Value) -> Vec<(&'static str, &str)> {
+    let plan = agent
+        .get("plan")
+        .and_then(serde_json::Value::as_str)
+        .map(|p| ("the plan", p));
+    let program = agent
+        .get("command")
+        .and_then(|c| c.get(0))
+        .and_then(serde_json::Value::as_str)
+        .filter(|p| p.contains('/'))
+        .map(|p| ("the agent's program", p));
+    [plan, program]
+        .into_iter()
+        .flatten()
+        .filter(|(_, p)| std::path::Path::new(p).is_relative())
+        .collect()
 }
 
 fn unknown(task: &str) -> ControlError {
