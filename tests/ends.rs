@@ -1,6 +1,6 @@
 //! Every task ends in a state it can leave (issue 36, item 4b), end to end with the real
 //! binary: a worktree task whose agent cannot start ends as failed, saying why, with nothing
-//! of it left behind.
+//! of it left behind; pause all holds a task whose decision is answered while paused.
 
 use rein_e2e::worktree_tasks::*;
 use rein_e2e::*;
@@ -143,6 +143,64 @@ fn carry_takes_an_ignored_plan_along() {
     let id = r["taskId"].as_str().expect("a task id").to_owned();
     let t = until_tasks(&mut lsp, "done", |t| task(t, &id)["status"] == "done");
     assert_eq!(read(&worktree_of(&t, &id), "b.txt"), "b\n");
+    lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
+    nothing_left(root);
+}
+
+/// Pause all reaches a task waiting on a decision: answering the decision keeps the answer
+/// and leaves the task paused; only resume lets it go on. (Before: the answer set it running.)
+#[test]
+fn pause_all_holds_a_task_whose_decision_is_answered_until_resume() {
+    let dir = repo(&[("a.txt", "a\n")], json!([]));
+    let root = dir.path();
+    let (mut lsp, plans, _wts) = editor(root);
+    let id = start_worktree(
+        &mut lsp,
+        "ask first",
+        plan(
+            plans.path(),
+            "q",
+            json!([
+                {"write": {"path": "b.txt", "content": "b\n"}},
+                {"ask": "go on?"},
+                {"write": {"path": "c.txt", "content": "c\n"}},
+                {"finish": "done"}
+            ]),
+        ),
+    );
+    let t = until_tasks(&mut lsp, "the question", |t| {
+        task(t, &id)["status"] == "awaiting_decision"
+    });
+    let tree = worktree_of(&t, &id);
+    let paused = lsp.ok("rein.pause", json!({"all": true}));
+    let replies = paused["tasks"].as_array().expect("replies");
+    assert!(
+        replies
+            .iter()
+            .all(|r| r["taskId"] == id && r.get("refused").is_none()),
+        "the pause reached it: {paused:#}"
+    );
+    let asked = t["decisions"][0].clone();
+    let choice = asked["options"][0].as_str().unwrap_or("yes").to_owned();
+    lsp.ok(
+        "rein.decide",
+        json!({"taskId": id, "decisionId": asked["decisionId"], "choice": choice}),
+    );
+    let t = until_tasks(&mut lsp, "the answer taken", |t| {
+        task(t, &id)["decisions"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    });
+    assert_eq!(task(&t, &id)["status"], "paused", "{t:#}");
+    // Held: nothing more of the plan happens.
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let t = tasks(&mut lsp);
+    assert_eq!(task(&t, &id)["status"], "paused", "{t:#}");
+    assert!(!tree.join("c.txt").exists(), "held until resume");
+
+    lsp.ok("rein.resume", json!({"all": true}));
+    until_tasks(&mut lsp, "done", |t| task(t, &id)["status"] == "done");
+    assert_eq!(read(&tree, "c.txt"), "c\n");
     lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
     nothing_left(root);
 }

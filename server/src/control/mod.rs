@@ -512,6 +512,10 @@ struct Engine {
     /// The agent's memory of each file: its last read or write.
     views: HashMap<String, Option<Vec<u8>>>,
     pending: Option<Pending>,
+    /// A pause asked while a decision was open (its reason): answering the decision leaves
+    /// the task paused, not running, until a resume. Kept in memory: an engine that starts
+    /// again recovers the task paused anyway.
+    hold_after_decision: Option<String>,
     last_result: Option<Outcome>,
     reconcile_note: Option<String>,
     /// Constraints delivered for the move being made.
@@ -703,6 +707,7 @@ impl Engine {
             buffers: Buffers::default(),
             views: HashMap::new(),
             pending: None,
+            hold_after_decision: None,
             last_result: None,
             reconcile_note: None,
             delivering: Vec::new(),
@@ -870,6 +875,10 @@ impl Engine {
                 self.remove_scratch();
             }
             self.check_gate();
+            if self.state().status != Status::AwaitingDecision {
+                // The decision a pause was to hold after is gone (taken over, aborted).
+                self.hold_after_decision = None;
+            }
             while let Some(env) = self
                 .deferred
                 .pop_front()
