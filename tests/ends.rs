@@ -205,3 +205,39 @@ fn pause_all_holds_a_task_whose_decision_is_answered_until_resume() {
     nothing_left(root);
 }
 
+/// An editor asks what a discard would remove of the person's before its prompt: the answer
+/// names their file and nothing is done; with nothing of theirs there, it says so.
+#[test]
+fn a_discard_check_names_the_persons_files_and_does_nothing() {
+    let dir = repo(&[("a.txt", "a\n")], json!([]));
+    let root = dir.path();
+    let (mut lsp, plans, _wts) = editor(root);
+    let id = start_worktree(
+        &mut lsp,
+        "ask first",
+        plan(
+            plans.path(),
+            "q",
+            json!([
+                {"write": {"path": "b.txt", "content": "b\n"}},
+                {"ask": "go on?"},
+                {"finish": "done"}
+            ]),
+        ),
+    );
+    let t = until_tasks(&mut lsp, "the question", |t| {
+        task(t, &id)["status"] == "awaiting_decision"
+    });
+    let tree = worktree_of(&t, &id);
+    let clean = lsp.ok("rein.discard", json!({"taskId": id, "check": true}));
+    assert_eq!(clean["discarded"], false, "{clean:#}");
+    assert_eq!(clean["holds"], json!([]), "{clean:#}");
+    write(&tree, "a.txt", "a, the person's\n");
+    let held = lsp.ok("rein.discard", json!({"taskId": id, "check": true}));
+    assert_eq!(held["holds"], json!(["a.txt"]), "{held:#}");
+    let t = tasks(&mut lsp);
+    assert_eq!(task(&t, &id)["status"], "awaiting_decision", "nothing done");
+    assert_eq!(read(&tree, "a.txt"), "a, the person's\n");
+    lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
+    nothing_left(root);
+}

@@ -211,7 +211,12 @@ pub fn land(dir: &Path, task_id: String, commit: bool, keep: bool) -> Result<i32
 pub fn discard(dir: &Path, task_id: String, force: bool) -> Result<i32> {
     runtime()?.block_on(async {
         let remote = joined(dir).await?;
-        match ask(&remote, Ask::Discard { task_id, force }).await {
+        let discard = Ask::Discard {
+            task_id,
+            force,
+            check: false,
+        };
+        match ask(&remote, discard).await {
             Ok(Answer::Discarded { task_id }) => {
                 out!("task {task_id} is discarded; its worktree and branch are removed")?;
                 Ok(0)

@@ -502,9 +502,17 @@ impl Host {
                 let task = self.resolve(&task_id);
                 self.land(client, id, task, commit, keep)
             }
-            Ask::Discard { task_id, force } => {
+            Ask::Discard {
+                task_id,
+                force,
+                check,
+            } => {
                 let task = self.resolve(&task_id);
-                self.discard(client, id, task, force)
+                if check {
+                    self.discard_would(client, id, task)
+                } else {
+                    self.discard(client, id, task, force)
+                }
             }
             Ask::Edit { path, splices } => self.edit(client, path, &splices),
             Ask::Unsaved => {

@@ -109,6 +109,10 @@ pub enum Ask {
         /// an editor's unsaved text for its files).
         #[serde(default)]
         force: bool,
+        /// Only say what discarding would remove of the person's (`DiscardWould`), doing
+        /// nothing: an editor asks this before its prompt.
+        #[serde(default)]
+        check: bool,
     },
     /// Edits to a buffer whose whole text this client sent before (`buffer`), in order: a
     /// keystroke costs its own size on the socket, not the buffer's.
@@ -223,6 +227,16 @@ pub enum Answer {
     Discarded {
         /// Which task.
         task_id: String,
+    },
+    /// What discarding the worktree task would remove of the person's, asked before any
+    /// prompt (`Discard` with `check`); nothing was done.
+    DiscardWould {
+        /// Which task.
+        task_id: String,
+        /// Its files the person changed, or that changed outside its record.
+        holds: Vec<String>,
+        /// Its files an editor holds unsaved text for.
+        unsaved: Vec<String>,
     },
     /// The engine stops; the state the task was left in, if any.
     Stopping {

@@ -894,15 +894,7 @@ impl Host {
             if !force {
                 let now = remote.call(Request::State).await.ok();
                 let now = now.as_ref().map(Reply::state);
-                // While the agent may be mid-step (running, or paused inside a command), what
-                // changed since its last checkpoint may be its own: only what the record books
-                // as the person's counts yet. Ended, held by the person or waiting on their
-                // answer, no step of the agent's is under way.
-                let settled = now.is_some_and(|s| {
-                    s.status.is_terminal()
-                        || matches!(s.status, Status::Human | Status::AwaitingDecision)
-                });
-                if let Err(e) = persons_work(&remote, &reg, now, settled).await {
+                if let Err(e) = persons_work(&remote, &reg, now, settled(now)).await {
                     return refused(e);
                 }
             }
@@ -937,6 +929,31 @@ impl Host {
                 task: reg.task_id.clone(),
                 result,
             });
+        });
+    }
+
+    /// What discarding worktree task `task` would remove of the person's, judged as a plain
+    /// discard judges it before doing anything; nothing is done. An editor asks this first, so
+    /// its one prompt is either "discard?" or "discard anyway, removing these?".
+    pub(super) fn discard_would(&mut self, client: u64, id: Option<u64>, task: String) {
+        let Some(w) = self.workers.get(&task) else {
+            return self.answer(client, id, Err(unknown(&task)));
+        };
+        let reg = w.reg.clone();
+        let remote = w.remote.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let now = remote.call(Request::State).await.ok();
+            let now = now.as_ref().map(Reply::state);
+            let result =
+                persons_files(&remote, &reg, now, settled(now))
+                    .await
+                    .map(|(holds, unsaved)| Answer::DiscardWould {
+                        task_id: reg.task_id.clone(),
+                        holds,
+                        unsaved,
+                    });
+            let _ = events.send(Event::Answer { client, id, result });
         });
     }
 
@@ -1019,6 +1036,19 @@ fn agent_files(agent: &serde_json::Value) -> Vec<(&'static str, &str)> {
         .collect()
 }
 
+/// Whether no step of the agent's is under way in a task in `state`: ended, held by the person,
+/// waiting on their answer, or paused between steps (a pause takes what the agent did as its
+/// own when it lands). While the agent may be mid-step (running, or paused inside a command),
+/// what changed since its last checkpoint may be its own: only what the record books as the
+/// person's counts yet.
+fn settled(state: Option<&TaskState>) -> bool {
+    state.is_some_and(|s| {
+        s.status.is_terminal()
+            || matches!(s.status, Status::Human | Status::AwaitingDecision)
+            || (s.status == Status::Paused && s.frozen_command.is_none())
+    })
+}
+
 fn unknown(task: &str) -> ControlError {
     ControlError::BadArgument(format!(
         "no worktree task {task} in this working tree; `rein tasks` lists them"
@@ -1037,6 +1067,28 @@ async fn persons_work(
     state: Option<&TaskState>,
     settled: bool,
 ) -> Result<(), ControlError> {
+    let (files, unsaved) = persons_files(remote, reg, state, settled).await?;
+    if files.is_empty() && unsaved.is_empty() {
+        return Ok(());
+    }
+    let held = worktree::WorktreeError::HoldsWork {
+        name: reg.name(),
+        files,
+        unsaved,
+    };
+    Err(ControlError::NotNow(crate::control::Advice::text(
+        held.to_string(),
+    )))
+}
+
+/// What of the person's removing task `reg`'s worktree would lose, as `persons_work` judges
+/// it: (its files, its files an editor holds unsaved text for).
+async fn persons_files(
+    remote: &Remote,
+    reg: &Registered,
+    state: Option<&TaskState>,
+    settled: bool,
+) -> Result<(Vec<String>, Vec<String>), ControlError> {
     let unsaved = match remote.ask(Ask::Unsaved).await {
         Ok(Ok(Answer::Unsaved { paths })) => paths,
         // An engine that cannot answer has no editor joined to it.
@@ -1087,17 +1139,7 @@ async fn persons_work(
     .await
     .map_err(|e| ControlError::Remote(e.to_string()))?
     .map_err(|e| ControlError::Remote(format!("cannot tell what the worktree holds: {e}")))?;
-    if files.is_empty() && unsaved.is_empty() {
-        return Ok(());
-    }
-    let held = worktree::WorktreeError::HoldsWork {
-        name: reg.name(),
-        files,
-        unsaved,
-    };
-    Err(ControlError::NotNow(crate::control::Advice::text(
-        held.to_string(),
-    )))
+    Ok((files, unsaved))
 }
 
 /// Stops the worktree's engine, then removes the worktree, its branch and its record.
