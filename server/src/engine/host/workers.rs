@@ -31,8 +31,9 @@ pub(super) struct Worker {
     /// Its engine was asked to stop (this engine is ending, or the person went away): it
     /// is not waited on; a request for it starts its engine again.
     pub(super) stopped: bool,
-    /// Its agent could not start: its worktree is being removed.
-    ending: bool,
+    /// Its agent could not start, and that is being (or was) dealt with: its worktree removed,
+    /// or kept for the person's work there. Never twice: every notice after would say it again.
+    unstarted: bool,
 }
 
 /// A landing's overlap waiting for the person.
@@ -213,7 +214,7 @@ impl Host {
                 remote,
                 state,
                 stopped: false,
-                ending: false,
+                unstarted: false,
             },
         );
     }
@@ -297,7 +298,7 @@ impl Host {
         tracing::info!("{} ({task_id}) runs in {}", reg.name(), reg.path.display());
         self.link(reg, &settings);
         self.announce_tasks();
-        let Some(w) = self.workers.get_mut(&task_id) else {
+        let Some(w) = self.workers.get(&task_id) else {
             return;
         };
         let mut settings = settings;
@@ -357,12 +358,8 @@ impl Host {
                 self.workers.remove(&task);
                 format!("{name} failed: {why}. Its worktree and branch are removed.")
             }
-            Err(e) => {
-                if let Some(w) = self.workers.get_mut(&task) {
-                    w.ending = false;
-                }
-                format!("{name} failed: {why}. Its worktree is kept ({e}): discard it with `rein discard {}`.", name.trim_start_matches("task "))
-            }
+            // Listed as failed, for the person to land or discard.
+            Err(e) => format!("{name} failed: {why}. Its worktree is kept: {e}"),
         };
         self.announce_tasks();
         match asker {
@@ -384,7 +381,7 @@ impl Host {
         let Some(why) = w.state.as_ref().and_then(|s| s.stop_reason.clone()) else {
             return;
         };
-        w.ending = true;
+        w.unstarted = true;
         let reg = w.reg.clone();
         let remote = w.remote.clone();
         let state = w.state.clone();
@@ -443,7 +440,7 @@ impl Host {
             Heard::TaskNotice { .. } | Heard::Tasks(_) | Heard::Answer { .. } => {}
         }
         let unstarted = self.workers.get(&key).is_some_and(|w| {
-            !w.ending
+            !w.unstarted
                 && w.state.as_ref().is_some_and(|s| {
                     s.status == Status::Failed && s.agent_moves == 0 && s.turns.is_empty()
                 })
