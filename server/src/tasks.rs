@@ -216,16 +216,13 @@ pub fn discard(
 ) -> Result<i32> {
     runtime()?.block_on(async {
         let remote = joined(dir).await?;
-        match ask(
-            &remote,
-            Ask::Discard {
-                task_id,
-                force,
-                refs,
-            },
-        )
-        .await
-        {
+        let discard = Ask::Discard {
+            task_id,
+            force,
+            refs,
+            check: false,
+        };
+        match ask(&remote, discard).await {
             Ok(Answer::Discarded { task_id }) => {
                 out!("task {task_id} is discarded; its worktree and branch are removed")?;
                 Ok(0)

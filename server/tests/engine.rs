@@ -959,7 +959,7 @@ async fn an_abort_during_an_approved_command_is_queued_behind_it_and_then_lands(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_queued_pause_that_meets_a_decision_is_told_not_dropped() {
+async fn a_queued_pause_that_meets_a_decision_holds_once_it_is_answered() {
     assert!(
         rein::exec::landlock_abi().is_some(),
         "this test needs Landlock: the sandbox denial is what raises the decision"
@@ -990,8 +990,12 @@ async fn a_queued_pause_that_meets_a_decision_is_told_not_dropped() {
     assert!(queued.state().queued_stop.is_some());
     // The sandbox denies the write outside, so the step ends on a decision, not running.
     let s = run
-        .until("the sandbox decision", |s| {
-            s.status == Status::AwaitingDecision && s.queued_stop.is_none()
+        .until("the sandbox decision, the pause held after it", |s| {
+            s.status == Status::AwaitingDecision
+                && s.queued_stop.is_none()
+                && s.stop_reason
+                    .as_deref()
+                    .is_some_and(|r| r.contains("stays paused until you resume"))
         })
         .await;
     assert!(!escape.exists(), "the confined command wrote outside");
@@ -999,19 +1003,17 @@ async fn a_queued_pause_that_meets_a_decision_is_told_not_dropped() {
         s.decisions[0].kind,
         rein::state::DecisionKind::SandboxDenied
     );
-    let told = loop {
-        match tokio::time::timeout(Duration::from_secs(30), run.notices.recv()).await {
-            Ok(Some(rein::control::Notice::Message { text, .. })) => {
-                let text = text.to_string();
-                if text.contains("queued pause did not land") {
-                    break text;
-                }
-            }
-            Ok(Some(_)) => {}
-            other => panic!("no word on the queued pause: {other:?}"),
-        }
-    };
-    assert!(told.contains("waiting for your decision"), "{told}");
+    // The pause landed on the decision: it holds once the decision is answered (issue 36,
+    // item 4b; before, it was refused and the answer set the task running).
+    let answered = run
+        .call(Request::Decide {
+            decision_id: s.decisions[0].id.clone(),
+            choice: "deny".into(),
+        })
+        .await;
+    assert_eq!(answered.state().status, Status::Paused);
+    let resumed = run.call(Request::Resume).await;
+    assert_eq!(resumed.state().status, Status::Running);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

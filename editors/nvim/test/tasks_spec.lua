@@ -152,6 +152,19 @@ T.scenario("three worktree tasks", {
     end,
   },
   {
+    ":Rein land N on a running task says it still runs, asking nothing (issue 36, 4b)",
+    function()
+      local a = wait_task(A, status_is("running"), "A running")
+      local asked = #H.prompts
+      H.cmd("Rein land " .. a.name:match("%d+"))
+      T.wait(function()
+        return H.messages_text():find(a.name .. " is still running: pause it or let it finish, then land it", 1, true)
+      end, "the refusal said")
+      T.eq(#H.prompts, asked, "no prompt for a land that cannot apply")
+      T.truthy(vim.uv.fs_stat(a.worktree), "nothing landed or removed")
+    end,
+  },
+  {
     ":Rein tasks lists them with status, holder, plan, decisions and goal",
     function()
       H.cmd("Rein tasks")
@@ -228,6 +241,12 @@ T.scenario("three worktree tasks", {
       T.match(p.prompt, "^" .. b.name .. ": ")
       T.contains(p.prompt, "touch b-approved.txt")
       T.eq(p.items, { "approve", "deny" })
+      -- Pause all reached B while it waited: answered, it stays paused until resumed.
+      wait_task(B, function(t)
+        return #t.decisions == 0 and t.status == "paused"
+      end, "B answered and held paused")
+      T.truthy(not vim.uv.fs_stat(b.worktree .. "/b-approved.txt"), "held: the command waits for the resume")
+      H.cmd("Rein resume " .. b.name:match("%d+"))
       T.wait(function()
         return vim.uv.fs_stat(b.worktree .. "/b-approved.txt")
       end, "the approved command ran in B's worktree")
@@ -413,18 +432,24 @@ T.scenario("three worktree tasks", {
       local b = wait_task(B)
       H.cmd("Rein abort task=" .. b.name:match("%d+") .. " discard")
       wait_task(B, status_is("aborted"), "B aborted")
-      table.insert(H.selects, "yes, discard it")
-      -- Your edit of app.txt while you held B is in its worktree: the server refuses, naming
-      -- it, and the plugin asks again before removing it too.
+      -- Aborting it again: it has ended, said before any prompt (issue 36, 4b).
+      local before_abort = #H.prompts
+      H.cmd("Rein abort task=" .. b.name:match("%d+"))
+      T.wait(function()
+        return H.messages_text():find(b.name .. ": the task has ended (aborted)", 1, true)
+      end, "the ended task said")
+      T.eq(#H.prompts, before_abort, "no prompt for an abort that cannot apply")
+      -- Your edit of app.txt while you held B is in its worktree: asked of the server before
+      -- any prompt, it is named in the one question, which offers to discard it anyway.
       local there_when_asked
       table.insert(H.selects, function()
         there_when_asked = vim.uv.fs_stat(b.worktree) ~= nil
-        return "discard them too"
+        return "discard anyway (removes your changes: app.txt)"
       end)
       local asked = #H.prompts
       H.cmd("Rein discard task=" .. b.name:match("%d+"))
-      T.contains(prompt_after(asked + 1, "asked about your changes").prompt, "holds changes its task did not record")
-      T.contains(H.messages_text(), b.name .. "'s worktree holds your changes (app.txt)")
+      local p = prompt_after(asked, "asked about your changes")
+      T.contains(p.prompt, b.name .. "'s worktree holds your changes (app.txt)")
       T.truthy(there_when_asked, "B's worktree kept until you say")
       T.wait(function()
         return not vim.uv.fs_stat(b.worktree)
@@ -433,6 +458,7 @@ T.scenario("three worktree tasks", {
         return H.statusline() == "Rein: no task"
       end, "the statusline back to one task's words")
       T.eq(git_out(root, { "worktree", "list", "--porcelain" }):find("worktree ", 2, true), nil, "no worktree left")
+      T.eq(#H.prompts, asked + 1, "asked once")
       vim.cmd("%bwipeout!")
     end,
   },

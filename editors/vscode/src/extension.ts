@@ -986,7 +986,7 @@ async function steerSelection(uriArg?: vscode.Uri, rangeArg?: unknown): Promise<
 
 async function abort(): Promise<void> {
   if (!isActive(state)) {
-    void vscode.window.showWarningMessage('Rein: there is no running task to abort.');
+    void vscode.window.showWarningMessage(state ? `Rein: the task has ended (${state.status}); there is nothing to abort. Continue it, or start a new task.` : 'Rein: there is no running task to abort.');
     return;
   }
   const pick = await vscode.window.showQuickPick(
@@ -1570,6 +1570,11 @@ async function taskControl(c: TaskControl, arg?: TaskArg): Promise<void> {
       break;
     }
     case 'abort': {
+      // An ended task is said to be, before any prompt (the server would refuse the abort).
+      if (!taskActive(t)) {
+        void vscode.window.showWarningMessage(`Rein: ${t.name}: the task has ended (${t.status}); there is nothing to abort. Continue it, or start a new task.`);
+        return;
+      }
       const pick = await vscode.window.showQuickPick(
         [
           { label: "$(discard) Discard the agent's changes", detail: 'Your own edits are kept.', keep: false },
@@ -1653,6 +1658,11 @@ async function answerQueued(d: QueuedDecision): Promise<void> {
 
 /** `rein.land {taskId, as}`: asks how, then says what came over and what waits on you. */
 async function land(t: TaskSummary): Promise<void> {
+  // The server refuses to land a task at work: said before asking how to land it.
+  if (['running', 'awaiting_decision', 'starting'].includes(t.status)) {
+    void vscode.window.showWarningMessage(`Rein: ${t.name} is still ${t.status.replace('_', ' ')}: pause it or let it finish, then land it.`);
+    return;
+  }
   const branch = repoRoot ? await git.git(repoRoot.fsPath, ['rev-parse', '--abbrev-ref', 'HEAD']).then((b) => b.trim(), () => 'the current branch') : 'the current branch';
   const how = await vscode.window.showQuickPick(
     [
@@ -1677,8 +1687,21 @@ async function land(t: TaskSummary): Promise<void> {
   if (pick === answerThem) await answerDecisions();
 }
 
-/** `rein.discard {taskId}` after asking; a refusal (changes its task did not make) can be forced. */
+/**
+ * `rein.discard {taskId}`, asking once. What it would remove of yours (your changes in its
+ * worktree, unsaved text for its files) is asked of the server first (`check`): then the one
+ * question offers Discard Anyway, naming those files; otherwise it asks to discard at all.
+ * (Discarding a running task aborts it first, which may still find changes of yours: the
+ * server refuses then, and that is offered.)
+ */
 async function discard(t: TaskSummary): Promise<void> {
+  const would = await call<{ holds?: string[]; unsaved?: string[] }>('rein.discard', { taskId: t.taskId, check: true });
+  if (!would) return;
+  const yours = [...(would.holds ?? []), ...(would.unsaved ?? []).map((p) => `${p} (unsaved)`)];
+  if (yours.length) {
+    await discardAnyway(t, yours, `Rein: ${t.name}'s worktree holds your changes (${yours.join(', ')}). Land them first, or discard them with it.`);
+    return;
+  }
   const yes = 'Discard';
   const pick = await vscode.window.showWarningMessage(
     `Rein: discard ${taskLabel(t)}?`,
@@ -1691,11 +1714,22 @@ async function discard(t: TaskSummary): Promise<void> {
   } catch (e) {
     const m = errorMessage('rein.discard', e);
     log(`<- rein.discard refused: ${m.text}`);
-    const force = 'Discard Anyway';
-    const again = await vscode.window.showWarningMessage(m.text.startsWith('Rein') ? m.text : `Rein: ${m.text}`, { modal: true }, force);
-    if (again !== force) return;
-    await call('rein.discard', { taskId: t.taskId, force: true });
+    const named = /holds your changes \((.*?)\):/.exec(m.text)?.[1];
+    if (!named) {
+      void vscode.window.showErrorMessage(m.text.startsWith('Rein') ? m.text : `Rein: ${m.text}`);
+      return;
+    }
+    await discardAnyway(t, named.split(', '), m.text.startsWith('Rein') ? m.text : `Rein: ${m.text}`);
   }
+  await fetchTasks();
+}
+
+/** The one question over the person's `files` in `t`'s worktree: Discard Anyway forces it. */
+async function discardAnyway(t: TaskSummary, files: string[], text: string): Promise<void> {
+  const force = `Discard Anyway (removes your changes: ${files.join(', ')})`;
+  const again = await vscode.window.showWarningMessage(text, { modal: true }, force);
+  if (again !== force) return;
+  await call('rein.discard', { taskId: t.taskId, force: true });
   await fetchTasks();
 }
 

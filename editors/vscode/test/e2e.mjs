@@ -1420,6 +1420,23 @@ async function worktreeScenario(repo2) {
   const after1 = await waitTree('task 1 gone from the view', (r) => !r.some((x) => x.startsWith('task 1: ')) && r.some((x) => x.startsWith('task 2: ')), 30_000).catch((e) => e.message);
   check('the view drops the landed task', Array.isArray(after1), Array.isArray(after1) ? '' : String(after1));
 
+  // Discard task 2 while its worktree holds a file of yours (issue 36, 4b): what the discard
+  // would remove of yours is asked of the server first, so the one dialog names it and offers
+  // Discard Anyway; no "discard task 2?" before it, no refusal after. Declined, nothing is done.
+  if (t2) writeFileSync(join(t2.worktree, 'mine.txt'), 'the person\'s\n');
+  await taskAction('task 2', 'Discard This Task');
+  const heldDialog = page.locator('.monaco-dialog-box');
+  await heldDialog.waitFor({ timeout: 15_000 });
+  const heldText = (await heldDialog.innerText()).replace(/\s+/g, ' ');
+  await shot('discard-over-your-change');
+  check('Discard over your file in its worktree asks once, naming it, with "Discard Anyway (removes your changes: mine.txt)"', heldText.includes('holds your changes (mine.txt)') && heldText.includes('Discard Anyway (removes your changes: mine.txt)') && !heldText.includes('discard task 2:'), heldText);
+  await page.keyboard.press('Escape');
+  await heldDialog.waitFor({ state: 'hidden', timeout: 15_000 }).catch(() => {});
+  await sleep(1500);
+  const stillThere = !!t2 && existsSync(join(t2.worktree, 'mine.txt')) && wtTasks(cliTasks(repo2)).some((t) => t.taskId === t2.taskId);
+  check('declined, task 2 and your file stay, and nothing more is asked', stillThere && (await page.locator('.monaco-dialog-box').count()) === 0, JSON.stringify({ stillThere, toasts: await toasts() }));
+  if (t2) rmSync(join(t2.worktree, 'mine.txt'), { force: true });
+
   // Discard task 2 (asked first, in a dialog).
   await taskAction('task 2', 'Discard This Task');
   const dialog = page.locator('.monaco-dialog-box');

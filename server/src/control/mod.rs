@@ -70,6 +70,10 @@ pub struct EngineConfig {
     /// Whether the agent's processes are traced where the kernel allows it; `false` leaves
     /// authorship to the older rules, as on a kernel without seccomp notifications.
     pub trace: bool,
+    /// An agent that fails before its first move fails the task instead of pausing it: a
+    /// worktree task's, whose worktree holds nothing to fix and resume in (the engine that
+    /// made it removes it once the task failed).
+    pub fail_unstarted: bool,
 }
 
 impl Default for EngineConfig {
@@ -79,6 +83,7 @@ impl Default for EngineConfig {
             kill_grace: Duration::from_secs(2),
             retention: None,
             trace: true,
+            fail_unstarted: false,
         }
     }
 }
@@ -507,6 +512,10 @@ struct Engine {
     /// The agent's memory of each file: its last read or write.
     views: HashMap<String, Option<Vec<u8>>>,
     pending: Option<Pending>,
+    /// A pause asked while a decision was open (its reason): answering the decision leaves
+    /// the task paused, not running, until a resume. Kept in memory: an engine that starts
+    /// again recovers the task paused anyway.
+    hold_after_decision: Option<String>,
     last_result: Option<Outcome>,
     reconcile_note: Option<String>,
     /// Constraints delivered for the move being made.
@@ -698,6 +707,7 @@ impl Engine {
             buffers: Buffers::default(),
             views: HashMap::new(),
             pending: None,
+            hold_after_decision: None,
             last_result: None,
             reconcile_note: None,
             delivering: Vec::new(),
@@ -865,6 +875,10 @@ impl Engine {
                 self.remove_scratch();
             }
             self.check_gate();
+            if self.state().status != Status::AwaitingDecision {
+                // The decision a pause was to hold after is gone (taken over, aborted).
+                self.hold_after_decision = None;
+            }
             while let Some(env) = self
                 .deferred
                 .pop_front()
@@ -941,7 +955,7 @@ impl Engine {
                 .agent_error
                 .clone()
                 .unwrap_or_else(|| "no agent".into());
-            self.stop_on_error(format!("the agent cannot run: {why}"));
+            self.stop_or_fail(format!("the agent cannot run: {why}"));
             return Flow::Continue;
         };
         self.freezer = agent.freezer();
@@ -1003,7 +1017,7 @@ impl Engine {
             ),
             Ok(Err(e)) => {
                 // Never a crash: the task waits, with the reason, for the user to fix and resume.
-                self.stop_on_error(format!("{e}"));
+                self.stop_or_fail(format!("{e}"));
                 Flow::Continue
             }
             Err(Flow::Shutdown) => {
@@ -1183,6 +1197,18 @@ impl Engine {
         }
     }
 
+    /// The agent's error: the task fails when its agent never made a move and the engine was
+    /// told to end such a task (`fail_unstarted`), else it pauses on it.
+    fn stop_or_fail(&mut self, why: String) {
+        let unstarted = self.state().agent_moves == 0 && self.state().turns.is_empty();
+        if self.cfg.fail_unstarted && unstarted {
+            // Said once, by the engine that made the worktree, with what became of it.
+            self.end_failed(why);
+        } else {
+            self.stop_on_error(why);
+        }
+    }
+
     /// Pauses with the error as the reason: the user can fix the cause and resume.
     fn stop_on_error(&mut self, why: String) {
         // Paused like any pause: the agent's terminals wait, frozen, for the resume.
@@ -1197,8 +1223,13 @@ impl Engine {
     }
 
     fn fail(&mut self, why: String) {
-        self.terminals.end_all();
         self.say(Level::Error, why.clone());
+        self.end_failed(why);
+    }
+
+    /// Ends the task as failed, without a message.
+    fn end_failed(&mut self, why: String) {
+        self.terminals.end_all();
         journal(&self.store, "failed", serde_json::json!({ "why": why }));
         self.commit(|s| {
             s.status = Status::Failed;

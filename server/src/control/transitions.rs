@@ -319,20 +319,7 @@ impl Engine {
                         .action(UserAction::Resume),
                 )
             }
-            Status::AwaitingDecision => {
-                let q = self
-                    .state()
-                    .decisions
-                    .first()
-                    .map(|d| d.question.clone())
-                    .unwrap_or_default();
-                return refuse(
-                    Advice::text(format!("the agent is already stopped, waiting for your decision: {q} Answer it with "))
-                        .action(UserAction::Decide)
-                        .then(", or take over with ")
-                        .action(UserAction::Takeover),
-                );
-            }
+            Status::AwaitingDecision => return (self.hold_after_decision(reason), Flow::Continue),
             Status::Human => {
                 return refuse(
                     Advice::text("you hold control, so there is nothing to pause; hand back with ")
@@ -393,6 +380,35 @@ impl Engine {
         (Ok(Reply::State(self.boxed_state())), flow)
     }
 
+    /// A pause while the agent waits on a decision: it is already stopped, so the pause
+    /// holds from the answer on (the task stays paused, the answer kept, until a resume).
+    fn hold_after_decision(&mut self, reason: String) -> Answer {
+        if self.hold_after_decision.is_some() {
+            return Err(not_now(
+                Advice::text("the task is already paused: it stays paused once you answer its decision; resume it with ")
+                    .action(UserAction::Resume),
+            ));
+        }
+        let question = self
+            .state()
+            .decisions
+            .first()
+            .map(|d| d.question.clone())
+            .unwrap_or_default();
+        self.commit(|s| {
+            s.stop_reason = Some(format!(
+                "waiting for your decision: {question} ({reason}: once answered, it stays paused until you resume)"
+            ));
+        });
+        super::journal(
+            &self.store,
+            "paused",
+            serde_json::json!({ "why": reason, "afterDecision": true }),
+        );
+        self.hold_after_decision = Some(reason);
+        Ok(Reply::State(self.boxed_state()))
+    }
+
     fn resume(&mut self, phase: Phase<'_>) -> Answer {
         if let Some(e) = self.ended() {
             return Err(e);
@@ -400,6 +416,21 @@ impl Engine {
         match self.state().status {
             Status::Paused => {}
             Status::Running => return Err(not_now("the task is already running")),
+            Status::AwaitingDecision if self.hold_after_decision.is_some() => {
+                // The pause asked while it waited is let go: answered, it runs on.
+                self.hold_after_decision = None;
+                let question = self
+                    .state()
+                    .decisions
+                    .first()
+                    .map(|d| d.question.clone())
+                    .unwrap_or_default();
+                self.commit(|s| {
+                    s.stop_reason = Some(format!("waiting for your decision: {question}"));
+                });
+                super::journal(&self.store, "resumed", serde_json::json!({}));
+                return Ok(Reply::State(self.boxed_state()));
+            }
             Status::AwaitingDecision => {
                 return Err(not_now(
                     Advice::text("the agent is waiting for your decision; answer it with ")
@@ -1094,11 +1125,23 @@ impl Engine {
         if let Some(p) = self.pending.as_mut() {
             p.choice = Some(choice.clone());
         }
+        // A pause asked while the decision was open holds from the answer on.
+        let held = self.hold_after_decision.take();
         self.commit(|s| {
             answered(s, decision, &choice);
-            s.status = Status::Running;
             s.decisions.clear();
-            s.stop_reason = None;
+            match &held {
+                Some(reason) => {
+                    s.status = Status::Paused;
+                    s.stop_reason = Some(format!(
+                        "{reason}: your answer ({choice}) is kept; resume to go on"
+                    ));
+                }
+                None => {
+                    s.status = Status::Running;
+                    s.stop_reason = None;
+                }
+            }
         });
         super::journal(
             &self.store,

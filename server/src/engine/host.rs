@@ -153,6 +153,14 @@ enum Event {
         task: String,
         landed: Box<crate::worktree::land::Landed>,
     },
+    /// A worktree task's agent could not start; its worktree was removed (or not).
+    Unstarted {
+        task: String,
+        why: String,
+        removed: Result<(), ControlError>,
+        /// Who asked to start it, when the start itself was refused.
+        asker: Option<(u64, Option<u64>)>,
+    },
     /// A worktree task was discarded (or not).
     Discarded {
         client: u64,
@@ -352,6 +360,12 @@ impl Host {
                 task,
                 result,
             } => self.discarded(client, id, task, result),
+            Event::Unstarted {
+                task,
+                why,
+                removed,
+                asker,
+            } => self.unstarted(task, why, removed, asker),
             Event::Answered { client, id, result } => {
                 if let Ok(reply) = &result {
                     self.newer(reply.state());
@@ -508,9 +522,14 @@ impl Host {
                 task_id,
                 force,
                 refs,
+                check,
             } => {
                 let task = self.resolve(&task_id);
-                self.discard(client, id, task, force, refs)
+                if check {
+                    self.discard_would(client, id, task)
+                } else {
+                    self.discard(client, id, task, force, refs)
+                }
             }
             Ask::Edit { path, splices } => self.edit(client, path, &splices),
             Ask::Unsaved => {

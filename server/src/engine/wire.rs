@@ -116,6 +116,10 @@ pub enum Ask {
         /// What to do with the shared refs its commands made (asked when there are some).
         #[serde(default)]
         refs: Option<RefsChoice>,
+        /// Only say what discarding would remove of the person's (`DiscardWould`), doing
+        /// nothing: an editor asks this before its prompt.
+        #[serde(default)]
+        check: bool,
     },
     /// Edits to a buffer whose whole text this client sent before (`buffer`), in order: a
     /// keystroke costs its own size on the socket, not the buffer's.
@@ -230,6 +234,16 @@ pub enum Answer {
     Discarded {
         /// Which task.
         task_id: String,
+    },
+    /// What discarding the worktree task would remove of the person's, asked before any
+    /// prompt (`Discard` with `check`); nothing was done.
+    DiscardWould {
+        /// Which task.
+        task_id: String,
+        /// Its files the person changed, or that changed outside its record.
+        holds: Vec<String>,
+        /// Its files an editor holds unsaved text for.
+        unsaved: Vec<String>,
     },
     /// The engine stops; the state the task was left in, if any.
     Stopping {
@@ -393,6 +407,9 @@ pub struct Settings {
     pub when_alone: WhenAlone,
     /// How long it waits alone first, in milliseconds (None: the engine's default).
     pub grace_ms: Option<u64>,
+    /// A task whose agent fails before its first move fails (a worktree task's engine).
+    #[serde(default)]
+    pub fail_unstarted: bool,
 }
 
 impl Settings {
@@ -407,6 +424,7 @@ impl Settings {
             retention: cfg.retention.map(|r| (r.keep_tasks, r.keep_days)),
             when_alone,
             grace_ms: grace.map(|g| u64::try_from(g.as_millis()).unwrap_or(u64::MAX)),
+            fail_unstarted: cfg.fail_unstarted,
         }
     }
 
@@ -425,6 +443,7 @@ impl Settings {
                 keep_days,
             }),
             trace: true,
+            fail_unstarted: self.fail_unstarted,
         }
     }
 }

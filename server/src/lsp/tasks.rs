@@ -38,6 +38,13 @@ pub(super) fn answer_value(a: Answer) -> serde_json::Result<Value> {
         Answer::Tasks(t) => serde_json::to_value(t)?,
         Answer::Landed(l) => serde_json::to_value(*l)?,
         Answer::Discarded { task_id } => json!({ "taskId": task_id, "discarded": true }),
+        Answer::DiscardWould {
+            task_id,
+            holds,
+            unsaved,
+        } => {
+            json!({ "taskId": task_id, "discarded": false, "holds": holds, "unsaved": unsaved })
+        }
         Answer::All { replies } => {
             let tasks: Vec<Value> = replies
                 .into_iter()
@@ -103,6 +110,7 @@ impl Server {
                         )))
                     }
                 },
+                check: args.get("check").and_then(Value::as_bool).unwrap_or(false),
             },
             "rein.pause" | "rein.resume"
                 if args.get("all").and_then(Value::as_bool) == Some(true) =>

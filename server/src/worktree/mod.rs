@@ -324,37 +324,74 @@ fn carry_changes(root: &Path, to: &Path) -> Result<Vec<String>, WorktreeError> {
         let rel = &entry[3..];
         let rel_path =
             Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(rel));
-        let from = root.join(rel_path);
-        let dest = to.join(rel_path);
-        match std::fs::symlink_metadata(&from) {
-            Ok(m) if m.is_dir() => {
-                tracing::info!(
-                    "{} is a submodule or a nested repository: not carried",
-                    from.display()
-                );
-                continue;
-            }
-            Ok(m) => {
-                if let Some(parent) = dest.parent() {
-                    std::fs::create_dir_all(parent)
-                        .map_err(io(format!("cannot create {}", parent.display())))?;
-                }
-                remove_node(&dest)?;
-                if m.file_type().is_symlink() {
-                    let target = std::fs::read_link(&from)
-                        .map_err(io(format!("cannot read {}", from.display())))?;
-                    std::os::unix::fs::symlink(target, &dest)
-                        .map_err(io(format!("cannot write {}", dest.display())))?;
-                } else {
-                    // `copy` keeps the permission bits.
-                    std::fs::copy(&from, &dest)
-                        .map_err(io(format!("cannot copy {}", from.display())))?;
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => remove_node(&dest)?,
-            Err(e) => return Err(io(format!("cannot read {}", from.display()))(e)),
+        if !copy_node(root, to, rel_path)? {
+            continue;
         }
         carried.push(String::from_utf8_lossy(rel).into_owned());
+    }
+    Ok(carried)
+}
+
+/// Copies `rel` of `root` into the worktree `to` as it is (its bytes, mode, link), or
+/// removes it there when `root` has none; false for a directory (a submodule or nested
+/// repository), which is not copied.
+fn copy_node(root: &Path, to: &Path, rel: &Path) -> Result<bool, WorktreeError> {
+    let from = root.join(rel);
+    let dest = to.join(rel);
+    match std::fs::symlink_metadata(&from) {
+        Ok(m) if m.is_dir() => {
+            tracing::info!(
+                "{} is a submodule or a nested repository: not carried",
+                from.display()
+            );
+            return Ok(false);
+        }
+        Ok(m) => {
+            if let Some(parent) = dest.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(io(format!("cannot create {}", parent.display())))?;
+            }
+            remove_node(&dest)?;
+            if m.file_type().is_symlink() {
+                let target = std::fs::read_link(&from)
+                    .map_err(io(format!("cannot read {}", from.display())))?;
+                std::os::unix::fs::symlink(target, &dest)
+                    .map_err(io(format!("cannot write {}", dest.display())))?;
+            } else {
+                // `copy` keeps the permission bits.
+                std::fs::copy(&from, &dest)
+                    .map_err(io(format!("cannot copy {}", from.display())))?;
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => remove_node(&dest)?,
+        Err(e) => return Err(io(format!("cannot read {}", from.display()))(e)),
+    }
+    Ok(true)
+}
+
+/// With carry, the files the task's agent needs (its plan, its program: `needs`, relative
+/// paths) that the person's tree has and the worktree still lacks, git ignoring them, are
+/// carried too; the paths carried.
+pub fn carry_needed(reg: &mut Registered, needs: &[String]) -> Result<Vec<String>, WorktreeError> {
+    let mut carried = Vec::new();
+    for need in needs {
+        let rel = Path::new(need);
+        let inside = rel.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        });
+        if !inside || !reg.from.join(rel).is_file() || reg.path.join(rel).exists() {
+            continue;
+        }
+        if copy_node(&reg.from, &reg.path, rel)? {
+            carried.push(need.clone());
+        }
+    }
+    if !carried.is_empty() {
+        reg.carried.extend(carried.iter().cloned());
+        write_register(&common_dir(&reg.from)?, reg)?;
     }
     Ok(carried)
 }
@@ -615,6 +652,8 @@ pub enum Ended {
     Landed,
     /// Its work was thrown away.
     Discarded,
+    /// Its agent could not start, or failed before its first move.
+    Failed,
 }
 
 /// Moves task `reg`'s record (state, journal, transcript) from its worktree's git dir, which
@@ -649,6 +688,7 @@ fn keep_record(reg: &Registered, ended: Ended) -> Result<(), WorktreeError> {
     let said = match ended {
         Ended::Landed => format!("landed here from {}'s worktree", reg.name()),
         Ended::Discarded => format!("discarded with {}'s worktree", reg.name()),
+        Ended::Failed => format!("failed in {}'s worktree, which is removed", reg.name()),
     };
     std::fs::write(dst.join(crate::state::ENDED_FILE), said)
         .map_err(io(format!("cannot write in {}", dst.display())))

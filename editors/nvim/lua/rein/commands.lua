@@ -44,6 +44,8 @@ local function current_state()
 end
 
 local ended = { done = true, aborted = true, failed = true }
+--- The statuses in which a task's agent is at work (or about to be).
+local running = { running = true, awaiting_decision = true, starting = true }
 
 --- Whether the state the user sees says `command` cannot apply, so no prompt should be opened
 --- for it: the command is then sent bare and the server's refusal (its words, naming what to
@@ -360,8 +362,20 @@ sub.abort = {
 }
 
 --- Aborts task `t` (nil: the task here), asking whether to keep the agent's changes unless
---- `args` says.
+--- `args` says. A task that has ended is said to have, with what to do, before any prompt (and
+--- nothing is sent: a bare abort to a task the view has out of date would ask nothing).
 function M.abort(args, t)
+  local st = t or current_state()
+  if st and ended[st.status] then
+    rein().notify(
+      ("%sthe task has ended (%s): there is nothing to abort; continue it with :Rein continue, or start a new one with :Rein start"):format(
+        t and (t.name .. ": ") or "",
+        st.status
+      ),
+      vim.log.levels.WARN
+    )
+    return
+  end
   local function go(key)
     if key ~= "keep" and key ~= "discard" then
       return
@@ -1080,6 +1094,14 @@ sub.land = {
       end
     end
     tasks().with_worktree_task(ref, "Land which task?", function(t, client)
+      -- The server refuses to land a task at work; said before asking how to land it.
+      if running[t.status] then
+        rein().notify(
+          ("%s is still %s: pause it or let it finish, then land it"):format(t.name, t.status),
+          vim.log.levels.WARN
+        )
+        return
+      end
       local function go(how)
         rein().exec("land", { taskId = t.taskId, as = how, keep = keep or nil }, function(result)
           if type(result) ~= "table" then

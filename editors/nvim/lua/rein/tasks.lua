@@ -600,10 +600,13 @@ function M.close()
   end
 end
 
---- Discards a worktree task after asking; a worktree holding changes its task did not record
---- is named by the server, and discarded only when asked again.
+--- Discards a worktree task. What the discard would remove of the person's (their changes in
+--- the worktree, an editor's unsaved text for it) is asked of the server first: then the one
+--- prompt offers to discard anyway, naming those files; otherwise it asks to discard at all.
+--- (A running task's discard aborts it first, which may still find changes of yours: the
+--- server refuses then, and that is offered once more.)
 function M.discard(ref)
-  M.with_worktree_task(ref, "Discard which task?", function(t, client)
+  M.with_worktree_task(ref, "Discard which task?", function(t)
     local function send(force)
       rein().exec("discard", { taskId = t.taskId, force = force or nil }, function()
         rein().notify(("%s discarded (its worktree and branch %s removed)"):format(t.name, tostring(t.branch)))
@@ -613,7 +616,7 @@ function M.discard(ref)
           return
         end
         vim.ui.select({ "keep them (do not discard)", "discard them too" }, {
-          prompt = ("%s's worktree holds changes its task did not record:"):format(t.name),
+          prompt = ("%s's worktree holds your changes:"):format(t.name),
         }, function(_, idx)
           if idx == 2 then
             vim.schedule(function()
@@ -623,14 +626,29 @@ function M.discard(ref)
         end)
       end)
     end
-    vim.ui.select({ "no, keep it", "yes, discard it" }, {
-      prompt = ("Discard %s (%s)? Its worktree and branch %s are removed."):format(t.name, t.goal, tostring(t.branch)),
-    }, function(_, idx)
-      if idx == 2 then
-        vim.schedule(function()
-          send(false)
+    rein().exec("discard", { taskId = t.taskId, check = true }, function(r)
+      local holds = type(r) == "table" and list(r.holds) or {}
+      if #holds > 0 then
+        vim.ui.select({ "keep them (do not discard)", ("discard anyway (removes your changes: %s)"):format(table.concat(holds, ", ")) }, {
+          prompt = ("%s's worktree holds your changes (%s); land them first, or:"):format(t.name, table.concat(holds, ", ")),
+        }, function(_, idx)
+          if idx == 2 then
+            vim.schedule(function()
+              send(true)
+            end)
+          end
         end)
+        return
       end
+      vim.ui.select({ "no, keep it", "yes, discard it" }, {
+        prompt = ("Discard %s (%s)? Its worktree and branch %s are removed."):format(t.name, t.goal, tostring(t.branch)),
+      }, function(_, idx)
+        if idx == 2 then
+          vim.schedule(function()
+            send(false)
+          end)
+        end
+      end)
     end)
   end)
 end

@@ -32,6 +32,9 @@ pub(super) struct Worker {
     /// Its engine was asked to stop (this engine is ending, or the person went away): it
     /// is not waited on; a request for it starts its engine again.
     pub(super) stopped: bool,
+    /// Its agent could not start, and that is being (or was) dealt with: its worktree removed,
+    /// or kept for the person's work there. Never twice: every notice after would say it again.
+    unstarted: bool,
 }
 
 /// A landing's overlap waiting for the person.
@@ -195,6 +198,9 @@ impl Host {
         let mut settings = settings.clone();
         // Alone, a worktree's engine runs its task on: this engine pauses it when it should.
         settings.when_alone = WhenAlone::KeepRunning;
+        // Its agent failing before any move leaves nothing to resume there: the task fails,
+        // and this engine removes the worktree (`heard`).
+        settings.fail_unstarted = true;
         // What its state file says, until its engine reports (a finished task's engine has
         // nothing newer to say).
         let state = control::load(&reg.path)
@@ -209,6 +215,7 @@ impl Host {
                 remote,
                 state,
                 stopped: false,
+                unstarted: false,
             },
         );
     }
@@ -235,11 +242,25 @@ impl Host {
         }
         let root = self.place.root.clone();
         let events = self.events.clone();
+        let needs: Vec<String> = agent_files(&agent)
+            .into_iter()
+            .map(|(_, p)| p.to_owned())
+            .collect();
         tokio::spawn(async move {
             let task_id = control::new_task_id();
             let made = tokio::task::spawn_blocking({
                 let goal = goal.clone();
-                move || worktree::create(&root, &task_id, &goal, carry)
+                move || {
+                    let mut reg = worktree::create(&root, &task_id, &goal, carry)?;
+                    if carry {
+                        // Carry takes what git sees; the agent's own files go too, ignored.
+                        if let Err(e) = worktree::carry_needed(&mut reg, &needs) {
+                            let _ = worktree::remove(&reg, worktree::Ended::Failed);
+                            return Err(e);
+                        }
+                    }
+                    Ok(reg)
+                }
             })
             .await;
             let result = match made {
@@ -281,33 +302,108 @@ impl Host {
         let Some(w) = self.workers.get(&task_id) else {
             return;
         };
+        let mut settings = settings;
+        settings.fail_unstarted = true;
         let rx = w.remote.ask(Ask::Start {
             goal,
-            agent,
+            agent: agent.clone(),
             settings,
             isolation: Isolation::None,
             carry: false,
-            task_id: Some(task_id),
+            task_id: Some(task_id.clone()),
         });
-        self.answer_later(client, id, rx);
-    }
-
-    /// Sends `rx`'s answer, when it comes, to `client`'s `id`.
-    pub(super) fn answer_later(
-        &self,
-        client: u64,
-        id: Option<u64>,
-        rx: tokio::sync::oneshot::Receiver<Result<Answer, ControlError>>,
-    ) {
+        let reg = w.reg.clone();
+        let remote = w.remote.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
             let result = rx.await.unwrap_or(Err(ControlError::Gone));
-            let _ = events.send(Event::Answer { client, id, result });
+            let Err(e) = result else {
+                let _ = events.send(Event::Answer { client, id, result });
+                return;
+            };
+            // Its engine refused to start it (its agent cannot be made there): nothing of
+            // the task exists but the worktree, which goes.
+            let why = {
+                let reg = reg.clone();
+                tokio::task::spawn_blocking(move || not_in_worktree(&reg, &agent))
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| e.to_string())
+            };
+            let removed = end_worktree(&remote, &reg, worktree::Ended::Failed).await;
+            let _ = events.send(Event::Unstarted {
+                task: reg.task_id.clone(),
+                why,
+                removed,
+                asker: Some((client, id)),
+            });
+        });
+    }
+
+    /// Worktree task `task` could not start (`why`) and its worktree was removed (or not, as
+    /// `removed` says): it is gone from the tasks; its asker, if any, is answered.
+    pub(super) fn unstarted(
+        &mut self,
+        task: String,
+        why: String,
+        removed: Result<(), ControlError>,
+        asker: Option<(u64, Option<u64>)>,
+    ) {
+        let name = self
+            .workers
+            .get(&task)
+            .map_or_else(|| task.clone(), |w| w.reg.name());
+        let said = match &removed {
+            Ok(()) => {
+                self.workers.remove(&task);
+                format!("{name} failed: {why}. Its worktree and branch are removed.")
+            }
+            // Listed as failed, for the person to land or discard.
+            Err(e) => format!("{name} failed: {why}. Its worktree is kept: {e}"),
+        };
+        self.announce_tasks();
+        match asker {
+            Some((client, id)) => self.answer(client, id, Err(ControlError::BadArgument(said))),
+            None => self.broadcast(&crate::engine::wire::ToClient::Notice(Notice::Message {
+                level: crate::control::Level::Error,
+                text: crate::control::Advice::text(said),
+            })),
+        }
+    }
+
+    /// A worktree task whose agent could not start failed: once the worktree holds none of
+    /// the person's work, it goes with its branch (the failure is said to every client);
+    /// holding some, it stays, failed, for the person to land or discard.
+    fn end_unstarted(&mut self, task: &str) {
+        let Some(w) = self.workers.get_mut(task) else {
+            return;
+        };
+        let Some(why) = w.state.as_ref().and_then(|s| s.stop_reason.clone()) else {
+            return;
+        };
+        w.unstarted = true;
+        let reg = w.reg.clone();
+        let remote = w.remote.clone();
+        let state = w.state.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let removed = match persons_work(&remote, &reg, state.as_ref(), true).await {
+                Ok(()) => end_worktree(&remote, &reg, worktree::Ended::Failed).await,
+                Err(e) => Err(e),
+            };
+            let _ = events.send(Event::Unstarted {
+                task: reg.task_id.clone(),
+                why,
+                removed,
+                asker: None,
+            });
         });
     }
 
     /// What a worktree task's engine said.
     pub(super) fn heard(&mut self, task: String, heard: Heard) {
+        let key = task.clone();
         let Some(w) = self.workers.get_mut(&task) else {
             return;
         };
@@ -343,6 +439,15 @@ impl Host {
                 tracing::info!("{}: {why}", w.reg.name());
             }
             Heard::TaskNotice { .. } | Heard::Tasks(_) | Heard::Answer { .. } => {}
+        }
+        let unstarted = self.workers.get(&key).is_some_and(|w| {
+            !w.unstarted
+                && w.state.as_ref().is_some_and(|s| {
+                    s.status == Status::Failed && s.agent_moves == 0 && s.turns.is_empty()
+                })
+        });
+        if unstarted {
+            self.end_unstarted(&key);
         }
         self.announce_tasks();
     }
@@ -796,15 +901,7 @@ impl Host {
             if !force {
                 let now = remote.call(Request::State).await.ok();
                 let now = now.as_ref().map(Reply::state);
-                // While the agent may be mid-step (running, or paused inside a command), what
-                // changed since its last checkpoint may be its own: only what the record books
-                // as the person's counts yet. Ended, held by the person or waiting on their
-                // answer, no step of the agent's is under way.
-                let settled = now.is_some_and(|s| {
-                    s.status.is_terminal()
-                        || matches!(s.status, Status::Human | Status::AwaitingDecision)
-                });
-                if let Err(e) = persons_work(&remote, &reg, now, settled).await {
+                if let Err(e) = persons_work(&remote, &reg, now, settled(now)).await {
                     return refused(e);
                 }
             }
@@ -868,6 +965,31 @@ impl Host {
         });
     }
 
+    /// What discarding worktree task `task` would remove of the person's, judged as a plain
+    /// discard judges it before doing anything; nothing is done. An editor asks this first, so
+    /// its one prompt is either "discard?" or "discard anyway, removing these?".
+    pub(super) fn discard_would(&mut self, client: u64, id: Option<u64>, task: String) {
+        let Some(w) = self.workers.get(&task) else {
+            return self.answer(client, id, Err(unknown(&task)));
+        };
+        let reg = w.reg.clone();
+        let remote = w.remote.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let now = remote.call(Request::State).await.ok();
+            let now = now.as_ref().map(Reply::state);
+            let result =
+                persons_files(&remote, &reg, now, settled(now))
+                    .await
+                    .map(|(holds, unsaved)| Answer::DiscardWould {
+                        task_id: reg.task_id.clone(),
+                        holds,
+                        unsaved,
+                    });
+            let _ = events.send(Event::Answer { client, id, result });
+        });
+    }
+
     /// Discarding finished.
     pub(super) fn discarded(
         &mut self,
@@ -913,6 +1035,53 @@ impl Host {
     }
 }
 
+/// Why a worktree task's agent could not be made there, when a file its spec names (the
+/// plan, the agent's program) is in the person's tree but not in the worktree: not committed
+/// (nor carried).
+fn not_in_worktree(reg: &Registered, agent: &serde_json::Value) -> Option<String> {
+    let (what, path) = agent_files(agent).into_iter().find(|(_, p)| {
+        let rel = std::path::Path::new(p);
+        reg.from.join(rel).exists() && !reg.path.join(rel).exists()
+    })?;
+    let path = path.trim_start_matches("./");
+    Some(format!(
+        "{what} {path} is not committed, so the worktree does not have it: commit it, or start with carry"
+    ))
+}
+
+/// The files of the working tree an agent spec names, as (what, relative path): the scripted
+/// agent's plan, and a program named by a path in the tree (`./agent`; not one on PATH).
+fn agent_files(agent: &serde_json::Value) -> Vec<(&'static str, &str)> {
+    let plan = agent
+        .get("plan")
+        .and_then(serde_json::Value::as_str)
+        .map(|p| ("the plan", p));
+    let program = agent
+        .get("command")
+        .and_then(|c| c.get(0))
+        .and_then(serde_json::Value::as_str)
+        .filter(|p| p.contains('/'))
+        .map(|p| ("the agent's program", p));
+    [plan, program]
+        .into_iter()
+        .flatten()
+        .filter(|(_, p)| std::path::Path::new(p).is_relative())
+        .collect()
+}
+
+/// Whether no step of the agent's is under way in a task in `state`: ended, held by the person,
+/// waiting on their answer, or paused between steps (a pause takes what the agent did as its
+/// own when it lands). While the agent may be mid-step (running, or paused inside a command),
+/// what changed since its last checkpoint may be its own: only what the record books as the
+/// person's counts yet.
+fn settled(state: Option<&TaskState>) -> bool {
+    state.is_some_and(|s| {
+        s.status.is_terminal()
+            || matches!(s.status, Status::Human | Status::AwaitingDecision)
+            || (s.status == Status::Paused && s.frozen_command.is_none())
+    })
+}
+
 fn unknown(task: &str) -> ControlError {
     ControlError::BadArgument(format!(
         "no worktree task {task} in this working tree; `rein tasks` lists them"
@@ -955,6 +1124,28 @@ async fn persons_work(
     state: Option<&TaskState>,
     settled: bool,
 ) -> Result<(), ControlError> {
+    let (files, unsaved) = persons_files(remote, reg, state, settled).await?;
+    if files.is_empty() && unsaved.is_empty() {
+        return Ok(());
+    }
+    let held = worktree::WorktreeError::HoldsWork {
+        name: reg.name(),
+        files,
+        unsaved,
+    };
+    Err(ControlError::NotNow(crate::control::Advice::text(
+        held.to_string(),
+    )))
+}
+
+/// What of the person's removing task `reg`'s worktree would lose, as `persons_work` judges
+/// it: (its files, its files an editor holds unsaved text for).
+async fn persons_files(
+    remote: &Remote,
+    reg: &Registered,
+    state: Option<&TaskState>,
+    settled: bool,
+) -> Result<(Vec<String>, Vec<String>), ControlError> {
     let unsaved = match remote.ask(Ask::Unsaved).await {
         Ok(Ok(Answer::Unsaved { paths })) => paths,
         // An engine that cannot answer has no editor joined to it.
@@ -1005,17 +1196,7 @@ async fn persons_work(
     .await
     .map_err(|e| ControlError::Remote(e.to_string()))?
     .map_err(|e| ControlError::Remote(format!("cannot tell what the worktree holds: {e}")))?;
-    if files.is_empty() && unsaved.is_empty() {
-        return Ok(());
-    }
-    let held = worktree::WorktreeError::HoldsWork {
-        name: reg.name(),
-        files,
-        unsaved,
-    };
-    Err(ControlError::NotNow(crate::control::Advice::text(
-        held.to_string(),
-    )))
+    Ok((files, unsaved))
 }
 
 /// Stops the worktree's engine, then removes the worktree, its branch and its record.
