@@ -310,8 +310,18 @@ T.scenario("three worktree tasks", {
       end, "A's worktree removed")
       T.eq(git_out(root, { "branch", "--list", tostring(a.branch) }), "", "A's branch removed")
       T.wait(function()
-        return not H.buf_text(buf):find(A, 1, true)
-      end, "A gone from the list")
+        for _, t in ipairs(tasks_list().tasks) do
+          if t.taskId == a.taskId then
+            return false
+          end
+        end
+        return true
+      end, "A gone from the worktree tasks")
+      -- Its record stays, in the history: landed here.
+      H.cmd("Rein tasks")
+      T.wait(function()
+        return H.buf_text(vim.api.nvim_get_current_buf()):find("landed here from " .. a.name .. "'s worktree", 1, true)
+      end, "A in the history, landed here")
     end,
   },
   {

@@ -394,6 +394,10 @@ function M.view(l)
       line = line .. (tostring(p.goal):gsub("\r?\n", " "))
       local right = p.current and "current" or (p.canContinue and "c: continue" or nil)
       v:add(line, hls, { data = { task = p, past = true }, right = right })
+      if str(p.ended) then
+        -- A worktree task landed or discarded: how it ended, its record kept here.
+        v:add("    " .. tostring(p.ended), "ReinMuted", { data = { task = p, past = true } })
+      end
       if str(p.lastTurn) then
         v:add("    last turn: " .. (tostring(p.lastTurn):gsub("\r?\n", " ")), "ReinMuted", { data = { task = p, past = true } })
       end
