@@ -74,16 +74,7 @@ fn a_worktree_task_whose_plan_is_not_committed_fails_naming_it_and_leaves_nothin
     );
     nothing_left(root);
 
-    let r = lsp.ok(
-        "rein.start",
-        json!({"goal": "a task", "isolation": "worktree", "carry": true,
-               "agent": {"kind": "script", "plan": ".rein/task.json"}}),
-    );
-    let id = r["taskId"].as_str().expect("a task id").to_owned();
-    let t = until_tasks(&mut lsp, "done", |t| task(t, &id)["status"] == "done");
-    assert_eq!(read(&worktree_of(&t, &id), "b.txt"), "b\n");
-    lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
-    nothing_left(root);
+    carried_plan_runs(&mut lsp, root, ".rein/task.json");
 }
 
 /// An ACP agent whose program does not exist: the task fails saying so, and nothing of it is
@@ -135,16 +126,7 @@ fn carry_takes_an_ignored_plan_along() {
         .to_string(),
     );
     let (mut lsp, _plans, _wts) = editor(root);
-    let r = lsp.ok(
-        "rein.start",
-        json!({"goal": "a task", "isolation": "worktree", "carry": true,
-               "agent": {"kind": "script", "plan": "mine/plan.json"}}),
-    );
-    let id = r["taskId"].as_str().expect("a task id").to_owned();
-    let t = until_tasks(&mut lsp, "done", |t| task(t, &id)["status"] == "done");
-    assert_eq!(read(&worktree_of(&t, &id), "b.txt"), "b\n");
-    lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
-    nothing_left(root);
+    carried_plan_runs(&mut lsp, root, "mine/plan.json");
 }
 
 /// Pause all reaches a task waiting on a decision: answering the decision keeps the answer
@@ -238,6 +220,21 @@ fn a_discard_check_names_the_persons_files_and_does_nothing() {
     let t = tasks(&mut lsp);
     assert_eq!(task(&t, &id)["status"], "awaiting_decision", "nothing done");
     assert_eq!(read(&tree, "a.txt"), "a, the person's\n");
+    lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
+    nothing_left(root);
+}
+
+/// Started with carry, the plan at `plan` (only in the person's tree) goes along: its task
+/// writes `b.txt` in its worktree and is done; discarded, nothing of it is left.
+fn carried_plan_runs(lsp: &mut Lsp, root: &std::path::Path, plan: &str) {
+    let r = lsp.ok(
+        "rein.start",
+        json!({"goal": "a task", "isolation": "worktree", "carry": true,
+               "agent": {"kind": "script", "plan": plan}}),
+    );
+    let id = r["taskId"].as_str().expect("a task id").to_owned();
+    let t = until_tasks(lsp, "done", |t| task(t, &id)["status"] == "done");
+    assert_eq!(read(&worktree_of(&t, &id), "b.txt"), "b\n");
     lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
     nothing_left(root);
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rein_e2e::{rein_bin, write, Lsp, GRACE_VAR, PATIENCE};
+use rein_e2e::{rein_bin, run_git, write, Lsp, GRACE_VAR, PATIENCE};
 use serde_json::{json, Value};
 
 /// Where a test's repository is and the environment that names it, as the person has it.
@@ -27,27 +27,15 @@ struct Layout {
 impl Layout {
     /// Git as the person runs it for this layout, stating both places outright.
     fn git(&self, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .arg("--git-dir")
+        let mut cmd = Command::new("git");
+        cmd.arg("--git-dir")
             .arg(&self.git_dir)
             .arg("--work-tree")
             .arg(&self.tree)
-            .args(args)
             .current_dir(&self.tree)
             .env_remove("GIT_DIR")
-            .env_remove("GIT_WORK_TREE")
-            .env("GIT_AUTHOR_NAME", "Test")
-            .env("GIT_AUTHOR_EMAIL", "t@example.com")
-            .env("GIT_COMMITTER_NAME", "Test")
-            .env("GIT_COMMITTER_EMAIL", "t@example.com")
-            .output()
-            .expect("git runs");
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+            .env_remove("GIT_WORK_TREE");
+        run_git(cmd, args)
     }
 
     /// `rein ARGS`, run in the work tree with the layout's environment.

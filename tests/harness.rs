@@ -34,9 +34,16 @@ pub fn rein_bin() -> PathBuf {
 
 /// Runs git in `dir`, panicking on failure.
 pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
+    let mut cmd = Command::new("git");
+    cmd.current_dir(dir);
+    run_git(cmd, args)
+}
+
+/// Runs `cmd` (a git set up by the caller: its directory, its options) with `args` as a
+/// test's committer, panicking on failure; its output.
+pub fn run_git(mut cmd: Command, args: &[&str]) -> String {
+    let out = cmd
         .args(args)
-        .current_dir(dir)
         .env("GIT_AUTHOR_NAME", "Test")
         .env("GIT_AUTHOR_EMAIL", "t@example.com")
         .env("GIT_COMMITTER_NAME", "Test")

@@ -985,7 +985,8 @@ async function steerSelection(uriArg?: vscode.Uri, rangeArg?: unknown): Promise<
 }
 
 async function abort(): Promise<void> {
-  if (!isActive(state)) {
+  // Not the type guard: an ended task is still a task, named with its status.
+  if (!state || isTerminal(state.status)) {
     void vscode.window.showWarningMessage(state ? `Rein: the task has ended (${state.status}); there is nothing to abort. Continue it, or start a new task.` : 'Rein: there is no running task to abort.');
     return;
   }

@@ -59,6 +59,8 @@ export interface PastTask {
   canContinue: boolean;
   /** It is the working tree's current task. */
   current: boolean;
+  /** How a worktree task ended ("landed here from task 1's worktree", "discarded with …"). */
+  ended?: string;
 }
 
 export interface Tasks {
@@ -345,6 +347,7 @@ export function pastDescription(p: PastTask, now = Date.now()): string {
   if (when) parts.push(when);
   parts.push(plural(p.steps ?? 0, 'step'));
   if ((p.turns ?? 1) > 1) parts.push(plural(p.turns, 'turn'));
+  if (p.ended) parts.push(p.ended);
   return parts.join(' · ');
 }
 
@@ -355,6 +358,7 @@ export function pastTooltip(p: PastTask): string {
   lines.push(`Steps: ${p.steps ?? 0} · turns: ${p.turns ?? 1}`);
   if (p.lastTurn) lines.push(`Your last follow-up: ${p.lastTurn}`);
   if (p.stopReason) lines.push(`How it ended: ${p.stopReason}`);
+  if (p.ended) lines.push(`Its worktree: ${p.ended}`);
   lines.push('Click to read its transcript.');
   if (p.canContinue) lines.push('Continue it (the same agent conversation) with the inline action or the context menu.');
   else if (!taskActive({ status: p.status } as TaskSummary)) lines.push('Its agent takes no further turn.');

@@ -28,6 +28,10 @@ if [ ! -x "$REIN_BIN" ]; then
   echo "== cargo build --bin rein"
   (cd "$ROOT" && cargo build --bin rein) || fail "cargo build"
 fi
+# esbuild does not check types: tsc does, and the unit tests run on its output.
+echo "== typecheck and unit tests"
+npm run --silent typecheck || fail "typecheck"
+npm test --silent >/dev/null || fail "unit tests (npm test)"
 echo "== build and package"
 npm run --silent build || fail "build"
 # Packaged as the README says: `npm run package` copies REIN_BIN into the .vsix's bin/, which

@@ -380,6 +380,15 @@ impl Engine {
         (Ok(Reply::State(self.boxed_state())), flow)
     }
 
+    /// The question the task waits on ("" when none).
+    fn open_question(&self) -> String {
+        self.state()
+            .decisions
+            .first()
+            .map(|d| d.question.clone())
+            .unwrap_or_default()
+    }
+
     /// A pause while the agent waits on a decision: it is already stopped, so the pause
     /// holds from the answer on (the task stays paused, the answer kept, until a resume).
     fn hold_after_decision(&mut self, reason: String) -> Answer {
@@ -389,12 +398,7 @@ impl Engine {
                     .action(UserAction::Resume),
             ));
         }
-        let question = self
-            .state()
-            .decisions
-            .first()
-            .map(|d| d.question.clone())
-            .unwrap_or_default();
+        let question = self.open_question();
         self.commit(|s| {
             s.stop_reason = Some(format!(
                 "waiting for your decision: {question} ({reason}: once answered, it stays paused until you resume)"
@@ -419,12 +423,7 @@ impl Engine {
             Status::AwaitingDecision if self.hold_after_decision.is_some() => {
                 // The pause asked while it waited is let go: answered, it runs on.
                 self.hold_after_decision = None;
-                let question = self
-                    .state()
-                    .decisions
-                    .first()
-                    .map(|d| d.question.clone())
-                    .unwrap_or_default();
+                let question = self.open_question();
                 self.commit(|s| {
                     s.stop_reason = Some(format!("waiting for your decision: {question}"));
                 });
