@@ -356,11 +356,7 @@ pub fn f_abort_takes_back_exactly_what_its_command_changed(h: &Harness) {
         json!({"policy": {"allow": ["./routes.sh"]}}),
         "generate the files",
     );
-    // Its `sleep` runs once every change of the script's is made.
-    wait_command(&mut lsp, "routes.sh");
-    std::fs::write(root.join("notes.txt"), "mine\n").expect("a terminal's write");
-    let aborted = lsp.ok("rein.abort", json!({}));
-    assert_abort_took_back_exactly_the_agents(root, &aborted["state"]);
+    abort_mid_routes(&mut lsp, root);
 }
 
 /// (e) The harness taken for one Rein does not know (`state_dirs` given empty): it dies at

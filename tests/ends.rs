@@ -136,24 +136,11 @@ fn pause_all_holds_a_task_whose_decision_is_answered_until_resume() {
     let dir = repo(&[("a.txt", "a\n")], json!([]));
     let root = dir.path();
     let (mut lsp, plans, _wts) = editor(root);
-    let id = start_worktree(
+    let (id, tree) = waiting_on_a_question(
         &mut lsp,
-        "ask first",
-        plan(
-            plans.path(),
-            "q",
-            json!([
-                {"write": {"path": "b.txt", "content": "b\n"}},
-                {"ask": "go on?"},
-                {"write": {"path": "c.txt", "content": "c\n"}},
-                {"finish": "done"}
-            ]),
-        ),
+        plans.path(),
+        &[json!({"write": {"path": "c.txt", "content": "c\n"}})],
     );
-    let t = until_tasks(&mut lsp, "the question", |t| {
-        task(t, &id)["status"] == "awaiting_decision"
-    });
-    let tree = worktree_of(&t, &id);
     let paused = lsp.ok("rein.pause", json!({"all": true}));
     let replies = paused["tasks"].as_array().expect("replies");
     assert!(
@@ -162,7 +149,7 @@ fn pause_all_holds_a_task_whose_decision_is_answered_until_resume() {
             .all(|r| r["taskId"] == id && r.get("refused").is_none()),
         "the pause reached it: {paused:#}"
     );
-    let asked = t["decisions"][0].clone();
+    let asked = tasks(&mut lsp)["decisions"][0].clone();
     let choice = asked["options"][0].as_str().unwrap_or("yes").to_owned();
     lsp.ok(
         "rein.decide",
@@ -194,23 +181,7 @@ fn a_discard_check_names_the_persons_files_and_does_nothing() {
     let dir = repo(&[("a.txt", "a\n")], json!([]));
     let root = dir.path();
     let (mut lsp, plans, _wts) = editor(root);
-    let id = start_worktree(
-        &mut lsp,
-        "ask first",
-        plan(
-            plans.path(),
-            "q",
-            json!([
-                {"write": {"path": "b.txt", "content": "b\n"}},
-                {"ask": "go on?"},
-                {"finish": "done"}
-            ]),
-        ),
-    );
-    let t = until_tasks(&mut lsp, "the question", |t| {
-        task(t, &id)["status"] == "awaiting_decision"
-    });
-    let tree = worktree_of(&t, &id);
+    let (id, tree) = waiting_on_a_question(&mut lsp, plans.path(), &[]);
     let clean = lsp.ok("rein.discard", json!({"taskId": id, "check": true}));
     assert_eq!(clean["discarded"], false, "{clean:#}");
     assert_eq!(clean["holds"], json!([]), "{clean:#}");
@@ -237,4 +208,25 @@ fn carried_plan_runs(lsp: &mut Lsp, root: &std::path::Path, plan: &str) {
     assert_eq!(read(&worktree_of(&t, &id), "b.txt"), "b\n");
     lsp.ok("rein.discard", json!({"taskId": id, "force": true}));
     nothing_left(root);
+}
+
+/// A worktree task that writes `b.txt`, asks "go on?", then plays `then` and finishes, once it
+/// waits on its question: its id and worktree.
+fn waiting_on_a_question(
+    lsp: &mut Lsp,
+    plans: &std::path::Path,
+    then: &[serde_json::Value],
+) -> (String, std::path::PathBuf) {
+    let mut steps = vec![
+        json!({"write": {"path": "b.txt", "content": "b\n"}}),
+        json!({"ask": "go on?"}),
+    ];
+    steps.extend_from_slice(then);
+    steps.push(json!({"finish": "done"}));
+    let id = start_worktree(lsp, "ask first", plan(plans, "q", json!(steps)));
+    let t = until_tasks(lsp, "the question", |t| {
+        task(t, &id)["status"] == "awaiting_decision"
+    });
+    let tree = worktree_of(&t, &id);
+    (id, tree)
 }

@@ -674,6 +674,15 @@ pub fn commit_executable(root: &Path, name: &str) {
     git(root, &["commit", "-q", "-am", "executable"]);
 }
 
+/// Mid `./routes.sh` (its `sleep` runs once every change of the script's is made), the
+/// person writes `notes.txt` from a terminal and aborts: exactly the agent's changes go.
+pub fn abort_mid_routes(lsp: &mut Lsp, root: &Path) {
+    wait_command(lsp, "routes.sh");
+    std::fs::write(root.join("notes.txt"), "mine\n").expect("a terminal's write");
+    let aborted = lsp.ok("rein.abort", json!({}));
+    assert_abort_took_back_exactly_the_agents(root, &aborted["state"]);
+}
+
 /// After an abort during `ROUTES_SH` while the person wrote `notes.txt` from a terminal:
 /// every change of the agent's command is gone, the person's file is kept and booked as
 /// theirs, and nothing is unattributed (the harness and its command were traced).
