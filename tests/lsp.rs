@@ -757,13 +757,7 @@ fn a_save_that_overtakes_the_open_still_holds_the_file() {
 #[test]
 fn a_buffer_opened_on_the_text_before_the_agents_write_is_behind_it_not_edited() {
     // The editor reads notes.txt just before the agent writes it; the server reads it after.
-    let dir = repo(
-        &[("notes.txt", "n\n"), ("a.txt", "a\n")],
-        json!([
-            {"write": {"path": "notes.txt", "content": "n\nagent\n"}},
-            {"read": "a.txt", "think_ms": 600000}
-        ]),
-    );
+    let dir = agent_writes_notes_then_thinks();
     let root = dir.path();
     let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
     lsp.ok("rein.start", json!({"goal": "g"}));
@@ -1760,13 +1754,7 @@ fn releasing_a_buffer_typed_over_an_older_text_keeps_the_agents_lines() {
 /// the agent's write, with nothing typed in it, is none: the file is not held for it.
 #[test]
 fn a_buffer_behind_the_agent_with_nothing_typed_is_not_held_by_a_new_engine() {
-    let dir = repo(
-        &[("notes.txt", "n\n"), ("a.txt", "a\n")],
-        json!([
-            {"write": {"path": "notes.txt", "content": "n\nagent\n"}},
-            {"read": "a.txt", "think_ms": 600000}
-        ]),
-    );
+    let dir = agent_writes_notes_then_thinks();
     let root = dir.path();
     let (mut lsp, _) = Lsp::start(root, Lsp::rich_client(), Value::Null);
     let u = lsp.open("notes.txt", "n\n");
@@ -1784,4 +1772,16 @@ fn a_buffer_behind_the_agent_with_nothing_typed_is_not_held_by_a_new_engine() {
     // The engine takes requests in order: a hold, had it been asked, is in before this answer.
     let s = lsp.ok("rein.state", json!({}));
     assert_eq!(s["state"]["heldFiles"], json!([]), "{s:#}");
+}
+
+/// A repository whose task writes `notes.txt` ("n" then the agent's line) and then thinks
+/// for ten minutes.
+fn agent_writes_notes_then_thinks() -> tempfile::TempDir {
+    repo(
+        &[("notes.txt", "n\n"), ("a.txt", "a\n")],
+        json!([
+            {"write": {"path": "notes.txt", "content": "n\nagent\n"}},
+            {"read": "a.txt", "think_ms": 600000}
+        ]),
+    )
 }

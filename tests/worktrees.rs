@@ -921,18 +921,8 @@ fn a_worktree_tasks_command_that_writes_shared_refs_says_so_when_it_asks() {
     let dir = repo(&[("a.txt", "a\n")], json!([{"run": "git tag v0.4.0"}]));
     let root = dir.path();
     let (mut lsp, plans, _wts) = editor(root);
-    let id = start_worktree(
-        &mut lsp,
-        "tag it",
-        plan(plans.path(), "p", json!([{"run": "git tag v0.4.0"}])),
-    );
-    let t = until_tasks(&mut lsp, "its question", |t| {
-        t["decisions"].as_array().is_some_and(|d| !d.is_empty())
-    });
-    let q = t["decisions"][0]["question"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned();
+    let (id, d) = tagging_task_asks(&mut lsp, plans.path());
+    let q = d["question"].as_str().unwrap_or("").to_owned();
     assert!(
         q.contains("`git tag` makes, moves or deletes a tag")
             && q.contains("your own checkout gets it too"),
@@ -956,19 +946,7 @@ fn discard_names_the_refs_a_tasks_commands_made_and_keeps_or_removes_them_as_tol
     let dir = repo(&[("a.txt", "a\n")], json!([]));
     let root = dir.path();
     let (mut lsp, plans, wts) = editor(root);
-    let id = start_worktree(
-        &mut lsp,
-        "tag it",
-        plan(
-            plans.path(),
-            "p",
-            json!([{"run": "git tag v0.4.0"}, {"finish": "tagged"}]),
-        ),
-    );
-    let t = until_tasks(&mut lsp, "its question", |t| {
-        t["decisions"].as_array().is_some_and(|d| !d.is_empty())
-    });
-    let d = t["decisions"][0].clone();
+    let (id, d) = tagging_task_asks(&mut lsp, plans.path());
     lsp.ok(
         "rein.decide",
         json!({"taskId": id, "decisionId": d["decisionId"], "choice": "approve"}),
@@ -994,4 +972,22 @@ fn discard_names_the_refs_a_tasks_commands_made_and_keeps_or_removes_them_as_tol
     );
     assert_eq!(git(root, &["tag", "--list"]), "", "taken back");
     nothing_left(root);
+}
+
+/// A worktree task that runs `git tag v0.4.0`, then finishes, once it asks to run it: its id
+/// and the question.
+fn tagging_task_asks(lsp: &mut Lsp, plans: &Path) -> (String, Value) {
+    let id = start_worktree(
+        lsp,
+        "tag it",
+        plan(
+            plans,
+            "p",
+            json!([{"run": "git tag v0.4.0"}, {"finish": "tagged"}]),
+        ),
+    );
+    let t = until_tasks(lsp, "its question", |t| {
+        t["decisions"].as_array().is_some_and(|d| !d.is_empty())
+    });
+    (id, t["decisions"][0].clone())
 }

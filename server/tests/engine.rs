@@ -1371,33 +1371,12 @@ async fn trust_an_answer_after_the_human_changed_the_file_again_keeps_that_chang
         })
         .await;
         write(root, "f.txt", second);
-        let id = s.decisions[0].id.clone();
-        let v = run.state.version;
-        run.call(Request::Decide {
-            decision_id: id,
-            choice: answer.into(),
-        })
-        .await;
-        let mut s = run
-            .until("answered", |s| {
-                s.version > v && matches!(s.status, Status::Done | Status::AwaitingDecision)
-            })
-            .await;
+        let mut s = run.answer(s.decisions[0].id.clone(), answer).await;
         // Taking the agent's lines over ones the person wrote is confirmed once more.
         if s.status == Status::AwaitingDecision
             && s.decisions[0].kind == DecisionKind::ProtectedLines
         {
-            let v = s.version;
-            run.call(Request::Decide {
-                decision_id: s.decisions[0].id.clone(),
-                choice: "approve".into(),
-            })
-            .await;
-            s = run
-                .until("approved", |s| {
-                    s.version > v && matches!(s.status, Status::Done | Status::AwaitingDecision)
-                })
-                .await;
+            s = run.answer(s.decisions[0].id.clone(), "approve").await;
         }
         assert_eq!(read(root, "f.txt"), want, "{answer} after {second:?}");
         if asked_again {

@@ -202,27 +202,12 @@ async fn an_overlap_with_the_agents_earlier_write_keeps_the_persons_side_and_ask
             "a\nagent b\nc\nd\ne\n",
             "nothing written yet"
         );
-        let v = s.version;
-        run.call(Request::Decide {
-            decision_id: d.id.clone(),
-            choice: answer.into(),
-        })
-        .await;
-        let mut s = run
-            .until("answered", |s| {
-                s.version > v && matches!(s.status, Status::Done | Status::AwaitingDecision)
-            })
-            .await;
+        let mut s = run.answer(d.id.clone(), answer).await;
         // Taking the agent's lines over ones the person wrote is confirmed once more, as for
         // any overlap.
         if s.status == Status::AwaitingDecision {
             assert_eq!(s.decisions[0].kind, DecisionKind::ProtectedLines, "{s:#?}");
-            run.call(Request::Decide {
-                decision_id: s.decisions[0].id.clone(),
-                choice: "approve".into(),
-            })
-            .await;
-            s = run.until("done", |s| s.status == Status::Done).await;
+            s = run.answer(s.decisions[0].id.clone(), "approve").await;
         }
         assert_eq!(read(root, "f.txt"), want, "{answer}");
         assert_eq!(s.status, Status::Done, "{answer}");

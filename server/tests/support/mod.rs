@@ -205,6 +205,25 @@ impl Run {
         }
     }
 
+    /// Answers decision `id` with `choice` and waits for what follows: the task done, or
+    /// waiting on its next decision.
+    pub async fn answer(&mut self, id: String, choice: &str) -> TaskState {
+        let v = self.state.version;
+        self.call(Request::Decide {
+            decision_id: id,
+            choice: choice.into(),
+        })
+        .await;
+        self.until("answered", |s| {
+            s.version > v
+                && matches!(
+                    s.status,
+                    rein::state::Status::Done | rein::state::Status::AwaitingDecision
+                )
+        })
+        .await
+    }
+
     /// Sends a request and returns the reply, panicking on a refusal.
     pub async fn call(&mut self, req: Request) -> Reply {
         let what = format!("{req:?}");
